@@ -1,0 +1,16 @@
+"""The embedded trace store: a directory of per-process SQLite shards, and its reader."""
+
+from rollscope.store.diff import TrajectoryDiff, TurnDiff, diff_trajectories
+from rollscope.store.reader import TraceStore
+from rollscope.store.records import SpanRecord, TrajectoryRecord
+from rollscope.store.schema import resolve_dir
+
+__all__ = [
+    "SpanRecord",
+    "TraceStore",
+    "TrajectoryDiff",
+    "TrajectoryRecord",
+    "TurnDiff",
+    "diff_trajectories",
+    "resolve_dir",
+]

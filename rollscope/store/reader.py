@@ -1,0 +1,200 @@
+"""Reads a store directory: every shard, merged, filtered by indexed columns."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from rollscope.store.records import SpanRecord, TrajectoryRecord
+from rollscope.store.schema import SHARD_SUFFIX, SPAN_COLUMNS, TRAJECTORY_COLUMNS, decode_payload, resolve_dir
+
+_ORDER = {
+    "start": "start_ns",
+    "step": "step, sample_index, rollout_n, start_ns",
+    "reward": "reward",
+    "duration": "(end_ns - start_ns)",
+}
+_SELECT_TRAJ = f"SELECT {', '.join(TRAJECTORY_COLUMNS)} FROM trajectories"
+_SELECT_SPANS = f"SELECT {', '.join(SPAN_COLUMNS)} FROM spans WHERE trajectory_id = ? ORDER BY start_ns, rowid"
+
+
+class TraceStore:
+    """``TraceStore(dir).trajectories(step=3)``; ``.get(id)``; ``.group(step, sample)``; ``.diff(a, b)``.
+
+    Safe to use while writers are running: each query sees every committed transaction,
+    including shards created since the last query.
+    """
+
+    def __init__(self, path: str | os.PathLike | None = None) -> None:
+        self.path = resolve_dir(path)
+        if not self.path.is_dir():
+            raise FileNotFoundError(f"no trace store at {self.path} (set --dir or ROLLSCOPE_TRACE_DIR)")
+        self._conns: dict[Path, sqlite3.Connection] = {}
+
+    # ---- shards ----
+    def shards(self) -> list[Path]:
+        return sorted(self.path.glob(f"*{SHARD_SUFFIX}"))
+
+    def _conn(self, shard: Path) -> sqlite3.Connection:
+        db = self._conns.get(shard)
+        if db is None:
+            db = sqlite3.connect(shard, check_same_thread=False)
+            db.execute("PRAGMA query_only=ON")
+            self._conns[shard] = db
+        return db
+
+    def _query(self, sql: str, params: list[Any]) -> list[tuple[Path, tuple]]:
+        rows: list[tuple[Path, tuple]] = []
+        for shard in self.shards():
+            try:
+                cur = self._conn(shard).execute(sql, params)
+            except sqlite3.DatabaseError as exc:
+                if "no such table" in str(exc):  # a shard whose writer has not created its schema yet
+                    continue
+                raise sqlite3.DatabaseError(f"{shard}: {exc}") from exc
+            rows.extend((shard, r) for r in cur)
+        return rows
+
+    def close(self) -> None:
+        for db in self._conns.values():
+            db.close()
+        self._conns.clear()
+
+    # ---- trajectories ----
+    def trajectories(
+        self,
+        *,
+        project: str | None = None,
+        experiment: str | None = None,
+        step: int | None = None,
+        sample_index: Any = None,
+        rollout_n: int | None = None,
+        validate: bool | None = None,
+        agent: str | None = None,
+        status: str | None = None,
+        min_reward: float | None = None,
+        max_reward: float | None = None,
+        has_error: bool | None = None,
+        order_by: str = "step",
+        descending: bool = False,
+        limit: int | None = None,
+        offset: int = 0,
+    ) -> list[TrajectoryRecord]:
+        """Trajectories matching every given filter, sorted, then sliced by offset/limit."""
+        where, params = _where(
+            project=project, experiment=experiment, step=step, sample_index=sample_index,
+            rollout_n=rollout_n, validate=validate, agent_name=agent, status=status,
+            min_reward=min_reward, max_reward=max_reward, has_error=has_error,
+        )  # fmt: skip
+        if order_by not in _ORDER:
+            raise ValueError(f"order_by must be one of {', '.join(_ORDER)}, got {order_by!r}")
+        direction = " DESC" if descending else ""
+        order = ", ".join(f"{c}{direction}" for c in _ORDER[order_by].split(", "))
+        sql = f"{_SELECT_TRAJ}{where} ORDER BY {order}"
+        if limit is not None:  # each shard contributes at most offset+limit rows
+            sql += f" LIMIT {int(limit) + int(offset)}"
+        rows = self._query(sql, params)
+        records = [self._record(shard, row) for shard, row in rows]
+        if len({shard for shard, _ in rows}) > 1:
+            records.sort(key=_sort_key(order_by), reverse=descending)
+        end = None if limit is None else offset + limit
+        return records[offset:end]
+
+    def count(self, **filters: Any) -> int:
+        where, params = _where(**filters)
+        return sum(r[0] for _, r in self._query(f"SELECT COUNT(*) FROM trajectories{where}", params))
+
+    def get(self, trajectory_id: str) -> TrajectoryRecord:
+        rows = self._query(f"{_SELECT_TRAJ} WHERE id = ?", [trajectory_id])
+        if not rows:
+            raise KeyError(f"no trajectory {trajectory_id!r} in {self.path}")
+        record = self._record(*rows[0])
+        record.spans  # noqa: B018  (load now: a record from get() is used whole)
+        return record
+
+    def group(self, step: int, sample_index: Any, **filters: Any) -> list[TrajectoryRecord]:
+        """All rollouts of one sample at one step (a GRPO group), by rollout_n."""
+        records = self.trajectories(step=step, sample_index=sample_index, order_by="step", **filters)
+        for r in records:
+            r.spans  # noqa: B018
+        return records
+
+    def diff(self, a: str | TrajectoryRecord, b: str | TrajectoryRecord) -> Any:
+        from rollscope.store.diff import diff_trajectories
+
+        left = a if isinstance(a, TrajectoryRecord) else self.get(a)
+        right = b if isinstance(b, TrajectoryRecord) else self.get(b)
+        return diff_trajectories(left, right)
+
+    def spans(self, trajectory_id: str, shard: Path | None = None) -> list[SpanRecord]:
+        shards = [shard] if shard is not None else self.shards()
+        out: list[SpanRecord] = []
+        for s in shards:
+            for row in self._conn(s).execute(_SELECT_SPANS, [trajectory_id]):
+                payload = decode_payload(row[10])
+                out.append(
+                    SpanRecord(
+                        *row[:10],
+                        inputs=payload.get("inputs"),
+                        outputs=payload.get("outputs"),
+                        attributes=payload.get("attributes") or {},
+                    )
+                )
+        return out
+
+    def _record(self, shard: Path, row: tuple) -> TrajectoryRecord:
+        values = dict(zip(TRAJECTORY_COLUMNS, row, strict=True))
+        values["validate"] = bool(values["validate"])
+        values["attributes"] = json.loads(values["attributes"]) if values["attributes"] else {}
+        tid = values["id"]
+        return TrajectoryRecord(
+            **values, shard=shard.name, _load_spans=lambda: self.spans(tid, shard)
+        )
+
+    def __enter__(self) -> TraceStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _where(**filters: Any) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    for column in ("project", "experiment", "step", "sample_index", "rollout_n", "agent_name", "status"):
+        value = filters.get(column)
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    if filters.get("agent") is not None:
+        clauses.append("agent_name = ?")
+        params.append(filters["agent"])
+    if filters.get("validate") is not None:
+        clauses.append("validate = ?")
+        params.append(int(bool(filters["validate"])))
+    if filters.get("min_reward") is not None:
+        clauses.append("reward >= ?")
+        params.append(filters["min_reward"])
+    if filters.get("max_reward") is not None:
+        clauses.append("reward <= ?")
+        params.append(filters["max_reward"])
+    if filters.get("has_error") is not None:
+        clauses.append("num_errors > 0" if filters["has_error"] else "num_errors = 0")
+    return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
+
+
+def _sort_key(order_by: str) -> Any:
+    # NULLs first, as SQLite orders them within each shard.
+    def nulls_first(v: Any) -> tuple:
+        return (v is not None, isinstance(v, str), v if v is not None else 0)
+
+    if order_by == "step":
+        return lambda r: (nulls_first(r.step), nulls_first(r.sample_index), nulls_first(r.rollout_n), r.start_ns)
+    if order_by == "reward":
+        return lambda r: nulls_first(r.reward)
+    if order_by == "duration":
+        return lambda r: nulls_first(r.duration_s)
+    return lambda r: r.start_ns

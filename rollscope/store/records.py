@@ -1,0 +1,101 @@
+"""What the store's reader returns: plain dataclasses, spans loaded lazily."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class SpanRecord:
+    id: str
+    trajectory_id: str
+    parent_id: str | None
+    name: str
+    kind: str
+    start_ns: int
+    end_ns: int | None
+    status: str
+    error_type: str | None
+    error_message: str | None
+    inputs: Any = None
+    outputs: Any = None
+    attributes: dict[str, Any] = field(default_factory=dict)
+    children: list[SpanRecord] = field(default_factory=list)
+
+    @property
+    def duration_s(self) -> float | None:
+        return None if self.end_ns is None else (self.end_ns - self.start_ns) / 1e9
+
+
+@dataclass
+class TrajectoryRecord:
+    id: str
+    project: str | None
+    experiment: str | None
+    step: int | None
+    sample_index: Any
+    rollout_n: int | None
+    validate: bool
+    agent_name: str | None
+    status: str
+    reward: float | None
+    start_ns: int
+    end_ns: int | None
+    num_spans: int
+    num_llm_calls: int
+    num_tool_calls: int
+    num_errors: int
+    error_type: str | None
+    error_message: str | None
+    attributes: dict[str, Any]
+    shard: str = ""
+    _load_spans: Callable[[], list[SpanRecord]] | None = field(default=None, repr=False, compare=False)
+    _spans: list[SpanRecord] | None = field(default=None, repr=False, compare=False)
+
+    @property
+    def duration_s(self) -> float | None:
+        return None if self.end_ns is None else (self.end_ns - self.start_ns) / 1e9
+
+    @property
+    def spans(self) -> list[SpanRecord]:
+        """Every span of the trajectory in start order (read from the store on first access)."""
+        if self._spans is None:
+            self._spans = self._load_spans() if self._load_spans is not None else []
+        return self._spans
+
+    def tree(self) -> list[SpanRecord]:
+        """Top-level spans, each with ``children`` filled in, in start order."""
+        by_id = {s.id: s for s in self.spans}
+        roots: list[SpanRecord] = []
+        for s in self.spans:
+            s.children = []
+        for s in self.spans:
+            parent = by_id.get(s.parent_id) if s.parent_id else None
+            (parent.children if parent is not None else roots).append(s)
+        return roots
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "project": self.project,
+            "experiment": self.experiment,
+            "step": self.step,
+            "sample_index": self.sample_index,
+            "rollout_n": self.rollout_n,
+            "validate": self.validate,
+            "agent_name": self.agent_name,
+            "status": self.status,
+            "reward": self.reward,
+            "start_ns": self.start_ns,
+            "end_ns": self.end_ns,
+            "duration_s": self.duration_s,
+            "num_spans": self.num_spans,
+            "num_turns": self.num_llm_calls,
+            "num_tool_calls": self.num_tool_calls,
+            "num_errors": self.num_errors,
+            "error_type": self.error_type,
+            "error_message": self.error_message,
+            "attributes": self.attributes,
+        }

@@ -1,0 +1,116 @@
+"""The local store's on-disk layout: one SQLite file per writer process in a directory.
+
+A file per writer means Ray workers and processes never contend for a write lock (the failure
+mode of MLflow's shared sqlite file); the reader opens every shard and merges. Filter columns are
+real indexed columns; span payloads (inputs, outputs, attributes) are zlib-compressed JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import zlib
+from pathlib import Path
+from typing import Any
+
+SCHEMA_VERSION = 1
+SHARD_SUFFIX = ".rstrace"
+DEFAULT_DIR = "rollscope_traces"
+ENV_DIR = "ROLLSCOPE_TRACE_DIR"
+
+TRAJECTORY_COLUMNS = (
+    "id",
+    "project",
+    "experiment",
+    "step",
+    "sample_index",
+    "rollout_n",
+    "validate",
+    "agent_name",
+    "status",
+    "reward",
+    "start_ns",
+    "end_ns",
+    "num_spans",
+    "num_llm_calls",
+    "num_tool_calls",
+    "num_errors",
+    "error_type",
+    "error_message",
+    "attributes",
+)
+
+SPAN_COLUMNS = (
+    "id",
+    "trajectory_id",
+    "parent_id",
+    "name",
+    "kind",
+    "start_ns",
+    "end_ns",
+    "status",
+    "error_type",
+    "error_message",
+    "payload",
+)
+
+DDL = f"""
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');
+CREATE TABLE IF NOT EXISTS trajectories (
+    id TEXT PRIMARY KEY,
+    project TEXT,
+    experiment TEXT,
+    step INTEGER,
+    sample_index,
+    rollout_n INTEGER,
+    validate INTEGER NOT NULL DEFAULT 0,
+    agent_name TEXT,
+    status TEXT NOT NULL,
+    reward REAL,
+    start_ns INTEGER NOT NULL,
+    end_ns INTEGER,
+    num_spans INTEGER NOT NULL DEFAULT 0,
+    num_llm_calls INTEGER NOT NULL DEFAULT 0,
+    num_tool_calls INTEGER NOT NULL DEFAULT 0,
+    num_errors INTEGER NOT NULL DEFAULT 0,
+    error_type TEXT,
+    error_message TEXT,
+    attributes TEXT
+);
+CREATE INDEX IF NOT EXISTS traj_step ON trajectories (step, sample_index, rollout_n);
+CREATE INDEX IF NOT EXISTS traj_experiment ON trajectories (project, experiment, step);
+CREATE INDEX IF NOT EXISTS traj_agent ON trajectories (agent_name);
+CREATE INDEX IF NOT EXISTS traj_status ON trajectories (status);
+CREATE INDEX IF NOT EXISTS traj_reward ON trajectories (reward);
+CREATE INDEX IF NOT EXISTS traj_start ON trajectories (start_ns);
+CREATE TABLE IF NOT EXISTS spans (
+    id TEXT PRIMARY KEY,
+    trajectory_id TEXT NOT NULL,
+    parent_id TEXT,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    start_ns INTEGER NOT NULL,
+    end_ns INTEGER,
+    status TEXT NOT NULL,
+    error_type TEXT,
+    error_message TEXT,
+    payload BLOB
+);
+CREATE INDEX IF NOT EXISTS span_trajectory ON spans (trajectory_id, start_ns);
+"""
+
+
+def resolve_dir(path: str | os.PathLike | None = None) -> Path:
+    """The store directory: the argument, else $ROLLSCOPE_TRACE_DIR, else ./rollscope_traces."""
+    return Path(path if path is not None else os.environ.get(ENV_DIR) or DEFAULT_DIR)
+
+
+def encode_payload(value: dict[str, Any]) -> bytes:
+    return zlib.compress(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(), 1)
+
+
+def decode_payload(blob: bytes | None) -> dict[str, Any]:
+    if not blob:
+        return {}
+    return json.loads(zlib.decompress(blob))

@@ -1,0 +1,80 @@
+"""Writes one process's trajectories and spans into its own shard file, in batched transactions."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sqlite3
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from rollscope.store.schema import DDL, SHARD_SUFFIX, SPAN_COLUMNS, TRAJECTORY_COLUMNS
+
+_UPSERT_TRAJECTORY = (
+    f"INSERT INTO trajectories ({', '.join(TRAJECTORY_COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(TRAJECTORY_COLUMNS))}) "
+    "ON CONFLICT(id) DO UPDATE SET "
+    + ", ".join(f"{c} = excluded.{c}" for c in TRAJECTORY_COLUMNS if c not in ("id", "reward"))
+    + ", reward = COALESCE(excluded.reward, trajectories.reward)"
+)
+_INSERT_SPAN = (
+    f"INSERT OR REPLACE INTO spans ({', '.join(SPAN_COLUMNS)}) VALUES ({', '.join('?' * len(SPAN_COLUMNS))})"
+)
+_SET_REWARD = (
+    "UPDATE trajectories SET reward = ?, "
+    "attributes = json_set(COALESCE(attributes, '{}'), '$.reward_details', json(?)) WHERE id = ?"
+)
+_ADD_COUNTS = (
+    "UPDATE trajectories SET num_spans = num_spans + ?, num_llm_calls = num_llm_calls + ?, "
+    "num_tool_calls = num_tool_calls + ?, num_errors = num_errors + ? WHERE id = ?"
+)
+
+
+def shard_name() -> str:
+    host = "".join(c if c.isalnum() or c in "-_" else "_" for c in socket.gethostname())[:40]
+    return f"{host}-{os.getpid()}-{os.urandom(3).hex()}{SHARD_SUFFIX}"
+
+
+class ShardWriter:
+    """Owns one shard file. Not thread-safe: the local backend's worker thread is its only user."""
+
+    def __init__(self, directory: str | os.PathLike) -> None:
+        self.directory = Path(directory)
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise OSError(f"cannot create trace directory {self.directory}: {exc.strerror or exc}") from exc
+        self.path = self.directory / shard_name()
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        # NORMAL in WAL mode: a committed transaction survives a killed process (not a power cut).
+        self._db.execute("PRAGMA synchronous=NORMAL")
+        self._db.executescript(DDL)
+
+    def write(
+        self,
+        trajectories: Iterable[Sequence[Any]] = (),
+        spans: Iterable[Sequence[Any]] = (),
+        rewards: Iterable[tuple[str, float | None, dict[str, Any]]] = (),
+        counts: Iterable[tuple[int, int, int, int, str]] = (),
+    ) -> None:
+        """One transaction: either all of it is in the shard afterwards or none of it."""
+        db = self._db
+        db.execute("BEGIN")
+        try:
+            db.executemany(_UPSERT_TRAJECTORY, trajectories)
+            db.executemany(_INSERT_SPAN, spans)
+            db.executemany(
+                _SET_REWARD,
+                ((reward, json.dumps(details, default=str), tid) for tid, reward, details in rewards),
+            )
+            db.executemany(_ADD_COUNTS, counts)
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        self._db.close()

@@ -1,0 +1,48 @@
+"""rollscope's tracing: verl's trace API (``rollout_trace_attr``, ``rollout_trace_op``) with
+pluggable backends, deterministic sampling, redaction and a never-blocking exporter.
+
+Typical use::
+
+    from rollscope import tracing
+    tracing.init_tracing(project="p", experiment="e")          # local store in ./rollscope_traces
+    with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=0):
+        await agent_loop.run(...)                                  # @rollout_trace_op methods -> spans
+    tracing.flush_tracing()
+"""
+
+from rollscope.tracing.api import rollout_trace_attr, rollout_trace_op, set_reward, trace_span
+from rollscope.tracing.backends import TraceBackend, available_backends, register_backend
+from rollscope.tracing.context import current_trajectory
+from rollscope.tracing.runtime import (
+    Tracer,
+    flush_tracing,
+    get_tracer,
+    init_tracing,
+    shutdown_tracing,
+    stats,
+)
+from rollscope.tracing.sampling import select_samples
+from rollscope.tracing.spans import Span, SpanKind, Trajectory
+from rollscope.tracing.verl_config import init_from_verl_config
+
+__all__ = [
+    "Span",
+    "SpanKind",
+    "TraceBackend",
+    "Tracer",
+    "Trajectory",
+    "available_backends",
+    "current_trajectory",
+    "flush_tracing",
+    "get_tracer",
+    "init_from_verl_config",
+    "init_tracing",
+    "register_backend",
+    "rollout_trace_attr",
+    "rollout_trace_op",
+    "select_samples",
+    "set_reward",
+    "shutdown_tracing",
+    "stats",
+    "trace_span",
+]

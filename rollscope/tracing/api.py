@@ -1,0 +1,229 @@
+"""The tracing calls user code and rollscope's own loops make: verl's names, verl's semantics.
+
+``rollout_trace_attr`` opens a trajectory; ``rollout_trace_op`` makes a method (async or sync) a
+span of the current trajectory; ``trace_span`` is the same as a ``with`` block. Outside any
+trajectory, the outermost traced call opens one itself: joined to the trajectory verl opened when
+verl's own ``rollout_trace_attr`` is active, a bare one otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import inspect
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar, overload
+
+from rollscope.tracing import runtime
+from rollscope.tracing.context import current_frame, trace_enabled, verl_context
+from rollscope.tracing.runtime import CallArgs, Tracer
+from rollscope.tracing.spans import Span, SpanKind, Trajectory
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@contextlib.contextmanager
+def rollout_trace_attr(
+    sample_index: Any = None,
+    step: Any = None,
+    rollout_n: Any = None,
+    validate: bool = False,
+    name: str = "agent_loop",
+    trace: bool = True,
+    **attributes: Any,
+) -> Iterator[Trajectory | None]:
+    """Open a trajectory carrying verl's attributes; yields it (None when not traced).
+
+    ``trace=False``, or a sample not chosen by ``max_samples_per_step_per_worker``, disables every
+    traced call nested inside.
+    """
+    tracer = runtime._tracer
+    if tracer is None:
+        yield None
+        return
+    if not trace or not tracer.sampler.should_trace(step, sample_index):
+        token = trace_enabled.set(False)
+        try:
+            yield None
+        finally:
+            trace_enabled.reset(token)
+        return
+    t = tracer.open_trajectory(
+        step=step, sample_index=sample_index, rollout_n=rollout_n, validate=validate, name=name,
+        attributes=attributes or None,
+    )  # fmt: skip
+    token = current_frame.set((t, t.id))
+    enabled_token = trace_enabled.set(True)
+    try:
+        yield t
+    except BaseException as exc:
+        tracer.close_trajectory(t, exc)
+        raise
+    else:
+        tracer.close_trajectory(t)
+    finally:
+        trace_enabled.reset(enabled_token)
+        current_frame.reset(token)
+
+
+def _open_implicit(tracer: Tracer, name: str) -> Trajectory | None:
+    """The trajectory for a traced call made outside any: verl's if verl opened one, else bare."""
+    allowed, verl_attrs = verl_context()
+    if not allowed:
+        return None
+    if verl_attrs is None:
+        return tracer.open_trajectory(name=name)
+    return tracer.open_trajectory(
+        step=verl_attrs.get("step"),
+        sample_index=verl_attrs.get("sample_index"),
+        rollout_n=verl_attrs.get("rollout_n"),
+        validate=bool(verl_attrs.get("validate", False)),
+        name=name,
+        experiment=verl_attrs.get("experiment_name"),
+        attributes={"opened_by": "verl"},
+    )
+
+
+def _snapshot(v: Any) -> Any:
+    """Copy top-level containers so a caller mutating them later cannot change the trace."""
+    t = type(v)
+    if t is list:
+        return v.copy()
+    if t is dict:
+        return v.copy()
+    return v
+
+
+def _snapshot_args(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
+    return tuple(map(_snapshot, args)), {k: _snapshot(v) for k, v in kwargs.items()}
+
+
+@overload
+def rollout_trace_op(func: F) -> F: ...
+@overload
+def rollout_trace_op(*, kind: SpanKind | str = ..., name: str | None = ...) -> Callable[[F], F]: ...
+
+
+def rollout_trace_op(
+    func: Callable[..., Any] | None = None,
+    *,
+    kind: SpanKind | str = SpanKind.CUSTOM,
+    name: str | None = None,
+) -> Any:
+    """Trace each call of ``func`` as a span: inputs, output, timing, exception (re-raised).
+
+    Usable bare (``@rollout_trace_op``, as in verl) or with ``kind=``/``name=``.
+    """
+    span_kind = SpanKind(kind)
+    if func is None:
+        return lambda f: rollout_trace_op(f, kind=span_kind, name=name)
+    op_name = name or func.__qualname__
+    try:
+        sig: inspect.Signature | None = inspect.signature(func)
+    except (TypeError, ValueError):
+        sig = None
+
+    if inspect.iscoroutinefunction(func):
+
+        @functools.wraps(func)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            if runtime._tracer is None:
+                return await func(*args, **kwargs)
+            active = _begin(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)))
+            if active is None:
+                return await func(*args, **kwargs)
+            try:
+                result = await func(*args, **kwargs)
+            except BaseException as exc:
+                _end(active, None, exc)
+                raise
+            _end(active, _snapshot(result))
+            return result
+
+        async_wrapper.__rollscope_traced__ = True  # type: ignore[attr-defined]
+        return async_wrapper
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if runtime._tracer is None:
+            return func(*args, **kwargs)
+        active = _begin(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)))
+        if active is None:
+            return func(*args, **kwargs)
+        try:
+            result = func(*args, **kwargs)
+        except BaseException as exc:
+            _end(active, None, exc)
+            raise
+        _end(active, _snapshot(result))
+        return result
+
+    wrapper.__rollscope_traced__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+_Active = tuple  # (tracer, span, context token, implicitly opened trajectory or None)
+
+
+def _begin(name: str, kind: SpanKind, inputs: Any, attributes: dict | None = None) -> _Active | None:
+    """Start a span under the current frame (opening a trajectory if there is none); None if untraced."""
+    tracer = runtime._tracer
+    if tracer is None or not trace_enabled.get():
+        return None
+    frame = current_frame.get()
+    implicit = None
+    if frame is None:
+        implicit = _open_implicit(tracer, name)
+        if implicit is None:
+            return None
+        frame = (implicit, implicit.id)
+    span = tracer.start_span(name, kind, frame, inputs, attributes)
+    return tracer, span, current_frame.set((frame[0], span.id)), implicit
+
+
+def _end(active: _Active, outputs: Any = None, error: BaseException | None = None) -> None:
+    tracer, span, token, implicit = active
+    current_frame.reset(token)
+    tracer.end_span(span, outputs, error)
+    if implicit is not None:
+        tracer.close_trajectory(implicit, error)
+
+
+class _NullSpan:
+    """Stands in for a span when tracing is off, so ``with trace_span(...) as s`` code needs no ifs."""
+
+    def __init__(self) -> None:
+        self.outputs: Any = None
+        self.attributes: dict[str, Any] = {}
+
+
+@contextlib.contextmanager
+def trace_span(
+    name: str, kind: SpanKind | str = SpanKind.CUSTOM, inputs: Any = None, **attributes: Any
+) -> Iterator[Span | _NullSpan]:
+    """An ad-hoc span around a block. Set ``span.outputs`` inside the block to record a result."""
+    active = _begin(name, SpanKind(kind), _snapshot(inputs), attributes)
+    if active is None:
+        yield _NullSpan()
+        return
+    span = active[1]
+    try:
+        yield span
+    except BaseException as exc:
+        _end(active, span.outputs, exc)
+        raise
+    _end(active, span.outputs)
+
+
+def set_reward(reward: float | None, trajectory_id: str | None = None, **details: Any) -> None:
+    """Record a trajectory's reward: the current one, or any by id (also after it ended)."""
+    tracer = runtime._tracer
+    if tracer is None:
+        return
+    if trajectory_id is None:
+        frame = current_frame.get()
+        if frame is None:
+            raise RuntimeError("set_reward() outside a trajectory needs trajectory_id=")
+        frame[0].reward = reward
+        trajectory_id = frame[0].id
+    tracer.reward(trajectory_id, None if reward is None else float(reward), details)

@@ -1,0 +1,46 @@
+"""The one interface every trace destination implements (cf. OpenTelemetry's SpanProcessor).
+
+A backend runs on its own worker thread and receives events in order, already shaped: payloads are
+JSON-safe, truncated and redacted. It never runs on the rollout's event loop, so it may block; what
+it cannot take in time is dropped by its worker and counted, unless ``lossless`` is set.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from rollscope.tracing.spans import Span, Trajectory
+
+
+class TraceBackend:
+    #: Name under which the backend is registered.
+    name: ClassVar[str] = "base"
+    #: Option names this backend accepts from ``init_tracing(**backend_options)``.
+    options: ClassVar[frozenset[str]] = frozenset()
+    #: A lossless backend gets an unbounded queue: it must keep up with any rollout rate.
+    lossless: ClassVar[bool] = False
+
+    def __init__(self, *, project: str | None = None, experiment: str | None = None) -> None:
+        self.project = project
+        self.experiment = experiment
+
+    def on_trajectory_start(self, trajectory: Trajectory) -> None:
+        """A trajectory opened; its spans follow."""
+
+    def on_span_start(self, span: Span) -> None:
+        """A span started (its outputs are not known yet)."""
+
+    def on_span_end(self, span: Span) -> None:
+        """A span finished, with outputs or error."""
+
+    def on_trajectory_end(self, trajectory: Trajectory) -> None:
+        """A trajectory closed, with its final status and reward if known."""
+
+    def on_reward(self, trajectory_id: str, reward: float, details: dict[str, Any]) -> None:
+        """A reward arrived for a trajectory, possibly after it ended (verl scores after ``run``)."""
+
+    def flush(self) -> None:
+        """Make everything received so far durable or sent."""
+
+    def close(self) -> None:
+        """Release resources; called once, after the final flush."""

@@ -1,0 +1,85 @@
+"""The default backend: the embedded store (``rollscope.store``), no account and no network."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from rollscope.store.schema import encode_payload, resolve_dir
+from rollscope.store.writer import ShardWriter
+from rollscope.tracing.backends.base import TraceBackend
+from rollscope.tracing.spans import STATUS_ERROR, Span, SpanKind, Trajectory
+
+
+class LocalBackend(TraceBackend):
+    name = "local"
+    options = frozenset({"trace_dir"})
+    lossless = True
+
+    def __init__(
+        self,
+        *,
+        project: str | None = None,
+        experiment: str | None = None,
+        trace_dir: str | os.PathLike | None = None,
+    ) -> None:
+        super().__init__(project=project, experiment=experiment)
+        self.writer = ShardWriter(resolve_dir(trace_dir))
+        self._trajectories: dict[str, tuple] = {}
+        self._spans: list[tuple] = []
+        self._rewards: list[tuple[str, float | None, dict[str, Any]]] = []
+        self._late_counts: list[tuple[int, int, int, int, str]] = []
+        # Per open trajectory: [spans, llm calls, tool calls, errors].
+        self._counts: dict[str, list[int]] = {}
+
+    @property
+    def directory(self) -> os.PathLike:
+        return self.writer.directory
+
+    def _row(self, t: Trajectory) -> tuple:
+        c = self._counts.get(t.id, (0, 0, 0, 0))
+        return (
+            t.id, t.project, t.experiment, t.step, t.sample_index, t.rollout_n, int(t.validate),
+            t.agent_name, t.status, t.reward, t.start_ns, t.end_ns, c[0], c[1], c[2],
+            c[3] + (t.status == STATUS_ERROR), t.error_type, t.error_message,
+            json.dumps(t.attributes, ensure_ascii=False) if t.attributes else None,
+        )  # fmt: skip
+
+    def on_trajectory_start(self, trajectory: Trajectory) -> None:
+        self._counts[trajectory.id] = [0, 0, 0, 0]
+        self._trajectories[trajectory.id] = self._row(trajectory)
+
+    def on_span_end(self, span: Span) -> None:
+        delta = (1, span.kind is SpanKind.LLM, span.kind is SpanKind.TOOL, span.status == STATUS_ERROR)
+        c = self._counts.get(span.trajectory_id)
+        if c is not None:
+            for i, d in enumerate(delta):
+                c[i] += d
+        else:  # a span that outlived its trajectory
+            self._late_counts.append((*map(int, delta), span.trajectory_id))
+        payload = {"inputs": span.inputs, "outputs": span.outputs, "attributes": span.attributes}
+        self._spans.append((
+            span.id, span.trajectory_id, span.parent_id, span.name, span.kind.value, span.start_ns,
+            span.end_ns, span.status, span.error_type, span.error_message, encode_payload(payload),
+        ))  # fmt: skip
+
+    def on_trajectory_end(self, trajectory: Trajectory) -> None:
+        self._trajectories[trajectory.id] = self._row(trajectory)
+        self._counts.pop(trajectory.id, None)
+
+    def on_reward(self, trajectory_id: str, reward: float, details: dict[str, Any]) -> None:
+        self._rewards.append((trajectory_id, reward, details))
+
+    def flush(self) -> None:
+        if not (self._trajectories or self._spans or self._rewards or self._late_counts):
+            return
+        # On failure (a full disk, say) the buffers are kept and retried on the next flush.
+        self.writer.write(self._trajectories.values(), self._spans, self._rewards, self._late_counts)
+        self._trajectories = {}
+        self._spans = []
+        self._rewards = []
+        self._late_counts = []
+
+    def close(self) -> None:
+        self.writer.close()

@@ -1,0 +1,78 @@
+"""Backend names -> backend classes. Built-ins are listed here; third parties register through the
+``rollscope.trace_backends`` entry-point group or ``register_backend``. No if/elif over names."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from importlib.metadata import entry_points
+from typing import Any
+
+from rollscope.tracing.backends.base import TraceBackend
+
+ENTRY_POINT_GROUP = "rollscope.trace_backends"
+
+# name -> "module:Class", imported only when used so optional dependencies stay optional.
+_BUILTIN: dict[str, str] = {
+    "local": "rollscope.tracing.backends.local:LocalBackend",
+    "none": "rollscope.tracing.backends.none:NoneBackend",
+}
+_registered: dict[str, type[TraceBackend] | Callable[..., TraceBackend]] = {}
+
+
+def register_backend(name: str, factory: type[TraceBackend] | Callable[..., TraceBackend]) -> None:
+    _registered[name] = factory
+
+
+def _load(target: str) -> Any:
+    module, _, attr = target.partition(":")
+    return getattr(importlib.import_module(module), attr)
+
+
+def available_backends() -> list[str]:
+    names = set(_BUILTIN) | set(_registered)
+    names |= {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
+    return sorted(names)
+
+
+def backend_class(name: str) -> Any:
+    if name in _registered:
+        return _registered[name]
+    if name in _BUILTIN:
+        return _load(_BUILTIN[name])
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        if ep.name == name:
+            return ep.load()
+    raise ValueError(f"unknown trace backend {name!r}; available: {', '.join(available_backends())}")
+
+
+def parse_backend_names(spec: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    """'local,weave' or ['local', 'weave'] -> ['local', 'weave']; None/'' -> []."""
+    if spec is None:
+        return []
+    parts = spec.split(",") if isinstance(spec, str) else list(spec)
+    names: list[str] = []
+    for p in parts:
+        p = str(p).strip()
+        if p and p not in names:
+            names.append(p)
+    return names
+
+
+def create_backends(names: list[str], settings: dict[str, Any], options: dict[str, Any]) -> list[TraceBackend]:
+    """Instantiate each named backend with ``settings`` (project, experiment) and the options it
+    declares; an option no backend declares is an error rather than silently ignored."""
+    classes = [(n, backend_class(n)) for n in names]
+    claimed: set[str] = set()
+    backends = []
+    for _, cls in classes:
+        accepted = getattr(cls, "options", frozenset())
+        mine = {k: v for k, v in options.items() if k in accepted}
+        claimed |= set(mine)
+        backends.append(cls(**settings, **mine))
+    unknown = sorted(set(options) - claimed)
+    if unknown:
+        raise ValueError(
+            f"trace option(s) {', '.join(unknown)} not accepted by backend(s) {', '.join(names) or '(none)'}"
+        )
+    return backends

@@ -1,0 +1,218 @@
+"""Moves trace events off the rollout's thread: shape once, then fan out to one worker per backend.
+
+The hot path only appends to a deque (no lock, no wake-up call, no I/O). A shaping thread drains it
+every few milliseconds, turns payloads into JSON-safe redacted values, and hands each batch to every
+backend's worker. A worker for a lossy backend has a bounded queue and drops (and counts) what does
+not fit, so a slow or dead backend never slows the rollout or the other backends; a lossless
+backend (the local store) gets an unbounded queue and so never drops.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from rollscope.tracing.backends.base import TraceBackend
+
+log = logging.getLogger("rollscope.tracing")
+
+_IDLE_POLL_S = 0.005
+_MAX_BATCH = 4096
+
+# Event kinds (first element of an event tuple).
+TRAJECTORY_START = 0
+SPAN_START = 1
+SPAN_END = 2
+TRAJECTORY_END = 3
+REWARD = 4
+_FLUSH = 5
+
+
+class _Marker:
+    """Travels through every queue; set when the last worker has passed it."""
+
+    def __init__(self, parties: int) -> None:
+        self.remaining = parties
+        self.lock = threading.Lock()
+        self.done = threading.Event()
+
+    def arrive(self) -> None:
+        with self.lock:
+            self.remaining -= 1
+            if self.remaining <= 0:
+                self.done.set()
+
+
+class BackendWorker:
+    """One backend, one thread, one queue."""
+
+    def __init__(self, backend: TraceBackend, max_queue: int) -> None:
+        self.backend = backend
+        self.max_queue = None if backend.lossless else max_queue
+        self.queue: deque = deque()
+        self.dropped = 0
+        self.errors = 0
+        self.exported = 0
+        self._wake = threading.Event()
+        self._stop = False
+        self._warned = False
+        self.thread = threading.Thread(target=self._run, name=f"rollscope-{backend.name}", daemon=True)
+        self.thread.start()
+
+    def submit(self, events: list[tuple]) -> None:
+        if self.max_queue is not None:
+            room = self.max_queue - len(self.queue)
+            if room < len(events):
+                kept = [e for e in events if e[0] == _FLUSH]
+                ordinary = [e for e in events if e[0] != _FLUSH]
+                keep_n = max(room, 0)
+                self.dropped += len(ordinary) - keep_n
+                events = ordinary[:keep_n] + kept
+        self.queue.extend(events)
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+
+    def _run(self) -> None:
+        handlers: dict[int, Callable[..., None]] = {
+            TRAJECTORY_START: self.backend.on_trajectory_start,
+            SPAN_START: self.backend.on_span_start,
+            SPAN_END: self.backend.on_span_end,
+            TRAJECTORY_END: self.backend.on_trajectory_end,
+            REWARD: self.backend.on_reward,
+        }
+        q = self.queue
+        while True:
+            if not q:
+                if self._stop:
+                    return
+                self._wake.wait(0.1)
+                self._wake.clear()
+                continue
+            did_work = False
+            for _ in range(min(len(q), _MAX_BATCH)):
+                event = q.popleft()
+                if event[0] == _FLUSH:
+                    self._call(self.backend.flush)
+                    did_work = False
+                    event[1].arrive()
+                    continue
+                if self._call(handlers[event[0]], *event[1:]):
+                    self.exported += 1
+                did_work = True
+            if did_work:
+                self._call(self.backend.flush)
+
+    def _call(self, fn: Callable[..., None], *args: Any) -> bool:
+        try:
+            fn(*args)
+            return True
+        except Exception as exc:
+            self.errors += 1
+            if not self._warned:
+                self._warned = True
+                log.warning("trace backend %r failed (%s: %s); rollouts continue, further errors are counted",
+                            self.backend.name, type(exc).__name__, exc)
+            return False
+
+
+class Exporter:
+    def __init__(
+        self,
+        backends: list[TraceBackend],
+        shape: Callable[[tuple], tuple],
+        max_queue: int = 10_000,
+    ) -> None:
+        self.ingest: deque = deque()
+        self._shape = shape
+        self.workers = [BackendWorker(b, max_queue) for b in backends]
+        self.shape_errors = 0
+        self._stop = False
+        self._wake = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="rollscope-exporter", daemon=True)
+        self._thread.start()
+
+    # Hot path: a bound deque.append, nothing more.
+    def submit(self, event: tuple) -> None:
+        self.ingest.append(event)
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every event submitted before this call reached every backend and was flushed."""
+        marker = _Marker(len(self.workers))
+        if not self.workers:
+            marker.done.set()
+        self.ingest.append((_FLUSH, marker))
+        self._wake.set()
+        return marker.done.wait(timeout)
+
+    def close(self, timeout: float | None = 10.0) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ok = self.flush(timeout)
+        self._stop = True
+        self._wake.set()
+        self._thread.join(_left(deadline))
+        for w in self.workers:
+            w.stop()
+        for w in self.workers:
+            w.thread.join(_left(deadline))
+            if w.thread.is_alive():
+                ok = False
+                w.dropped += len(w.queue)
+                log.warning("trace backend %r did not finish in time; %d events not exported",
+                            w.backend.name, len(w.queue))
+                continue
+            try:
+                w.backend.close()
+            except Exception as exc:
+                w.errors += 1
+                log.warning("trace backend %r failed to close: %s", w.backend.name, exc)
+        return ok
+
+    def _run(self) -> None:
+        q = self.ingest
+        while True:
+            if not q:
+                if self._stop:
+                    return
+                self._wake.wait(_IDLE_POLL_S)
+                self._wake.clear()
+                continue
+            batch = []
+            for _ in range(min(len(q), _MAX_BATCH)):
+                event = q.popleft()
+                if event[0] != _FLUSH:
+                    try:
+                        event = self._shape(event)
+                    except Exception as exc:
+                        self.shape_errors += 1
+                        log.warning("could not shape trace event: %s: %s", type(exc).__name__, exc)
+                        continue
+                batch.append(event)
+            for w in self.workers:
+                w.submit(batch)
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "pending": len(self.ingest),
+            "shape_errors": self.shape_errors,
+            "backends": {
+                w.backend.name: {
+                    "exported": w.exported,
+                    "queued": len(w.queue),
+                    "dropped": w.dropped,
+                    "errors": w.errors,
+                    "lossless": w.backend.lossless,
+                }
+                for w in self.workers
+            },
+        }
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())

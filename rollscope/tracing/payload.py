@@ -1,0 +1,137 @@
+"""Turns whatever a traced call received or returned into a JSON-safe, bounded, secret-free value.
+
+Runs on the exporter thread, never on the rollout's event loop. Anything goes in (pydantic models,
+dataclasses, numpy and torch values, objects that refuse to be serialized, cycles, NaN); what comes
+out is plain JSON types only, so every backend can store it as is.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from rollscope.tracing.redaction import REDACTED, Redactor
+
+MAX_DEPTH = 24
+DEFAULT_MAX_PAYLOAD_CHARS = 20_000
+
+# Token-id fields and the name their decoded text is stored under (verl's names where it has them).
+_TEXT_FIELD = {
+    "prompt_ids": "prompt_text",
+    "response_ids": "response_text",
+    "token_ids": "response_text",
+    "input_ids": "input_text",
+    "output_ids": "output_text",
+}
+
+
+def text_field_for(key: str) -> str | None:
+    if key in _TEXT_FIELD:
+        return _TEXT_FIELD[key]
+    if key.endswith("_token_ids"):
+        return key[: -len("_token_ids")] + "_text"
+    if key.endswith("_ids"):
+        return key[: -len("_ids")] + "_text"
+    return None
+
+
+def _is_token_list(value: Any) -> bool:
+    return isinstance(value, list) and bool(value) and all(type(v) is int for v in value[:64])
+
+
+class PayloadShaper:
+    """JSON conversion + truncation + redaction + token2text, in one pass over the value."""
+
+    def __init__(
+        self,
+        redactor: Redactor,
+        max_payload_chars: int | None = DEFAULT_MAX_PAYLOAD_CHARS,
+        token2text: bool = False,
+        tokenizer: Any = None,
+    ) -> None:
+        self.redactor = redactor
+        self.max_chars = max_payload_chars
+        self.token2text = token2text
+        self.tokenizer = tokenizer
+
+    def shape(self, value: Any, tokenizer: Any = None) -> Any:
+        decoder = (tokenizer or self.tokenizer) if self.token2text else None
+        return self._convert(value, 0, decoder)
+
+    def _string(self, s: str) -> str:
+        s = self.redactor.text(s)
+        if self.max_chars is not None and len(s) > self.max_chars:
+            s = f"{s[: self.max_chars]}…[truncated {len(s) - self.max_chars} chars]"
+        return s
+
+    def _convert(self, v: Any, depth: int, decoder: Any) -> Any:
+        if v is None or isinstance(v, bool | int):
+            return v
+        if isinstance(v, str):
+            return self._string(v)
+        if isinstance(v, float):
+            return v if math.isfinite(v) else str(v)
+        if depth >= MAX_DEPTH:
+            return f"<max depth {MAX_DEPTH} reached: {type(v).__name__}>"
+        if isinstance(v, Mapping):
+            return self._mapping(v, depth, decoder)
+        if isinstance(v, list | tuple | set | frozenset):
+            items = v if isinstance(v, list | tuple) else sorted(v, key=repr)
+            return [self._convert(x, depth + 1, decoder) for x in items]
+        if isinstance(v, bytes | bytearray):
+            return self._string(bytes(v[:4096]).decode("utf-8", "replace"))
+        converted = _native(v)
+        if converted is not _UNKNOWN:
+            return self._convert(converted, depth + 1, decoder)
+        try:
+            text = repr(v)
+        except Exception as exc:  # an object whose repr itself fails
+            text = f"<unrepresentable {type(v).__name__}: {type(exc).__name__}>"
+        return self._string(text)
+
+    def _mapping(self, m: Mapping, depth: int, decoder: Any) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for k, val in m.items():
+            key = k if isinstance(k, str) else str(k)
+            if isinstance(val, str) and self.redactor.is_secret_key(key):
+                out[key] = REDACTED
+                continue
+            out[key] = self._convert(val, depth + 1, decoder)
+            if decoder is not None:
+                text_key = text_field_for(key)
+                if text_key and text_key not in m and _is_token_list(val):
+                    text = _decode(decoder, val)
+                    if text is not None:
+                        out[text_key] = self._string(text)
+        return out
+
+
+_UNKNOWN = object()
+
+
+def _native(v: Any) -> Any:
+    """Plain Python structure for well-known rich objects, or _UNKNOWN."""
+    dump = getattr(v, "model_dump", None)  # pydantic v2
+    if callable(dump) and not isinstance(v, type):
+        try:
+            return dump()
+        except Exception:
+            return _UNKNOWN
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return {f.name: getattr(v, f.name, None) for f in dataclasses.fields(v)}
+    tolist = getattr(v, "tolist", None)  # numpy arrays and scalars, torch tensors
+    if callable(tolist) and type(v).__module__.split(".")[0] in ("numpy", "torch"):
+        try:
+            return tolist()
+        except Exception:
+            return _UNKNOWN
+    return _UNKNOWN
+
+
+def _decode(tokenizer: Any, ids: list[int]) -> str | None:
+    try:
+        return tokenizer.decode(ids)
+    except Exception:
+        return None

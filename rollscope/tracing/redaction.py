@@ -1,0 +1,82 @@
+"""Secret redaction, applied to every payload before any backend (the local store included) sees it.
+
+Three nets, because each misses what the others catch: well-known credential shapes (provider
+key prefixes, bearer tokens, JWTs, private keys), values under secret-sounding keys
+(``password=...``, ``{"api_key": ...}``), and the literal values of secret-looking environment
+variables of this process (so a key that leaks into a prompt or tool output is caught whatever
+its shape).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterable, Mapping
+
+REDACTED = "[REDACTED]"
+
+# Credential shapes. Each is redacted whole.
+_SHAPES = [
+    r"sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}",  # OpenAI / Anthropic
+    r"AKIA[0-9A-Z]{16}",  # AWS access key id
+    r"gh[pousr]_[A-Za-z0-9]{20,}",  # GitHub
+    r"github_pat_[A-Za-z0-9_]{20,}",
+    r"hf_[A-Za-z0-9]{20,}",  # Hugging Face
+    r"xox[abprs]-[A-Za-z0-9\-]{10,}",  # Slack
+    r"AIza[0-9A-Za-z\-_]{35}",  # Google
+    r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # JWT
+    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
+    r"(?:(?<=Bearer )|(?<=bearer )|(?<=BEARER ))[A-Za-z0-9\-._~+/]{8,}=*",
+]
+
+# `name = value`, `name: value`, `"name": "value"`: keep the name, redact the value.
+_ASSIGNMENT = (
+    r"(?i)(?P<name>\b(?:api[_-]?key|apikey|secret(?:[_-]?key)?|client[_-]?secret|password|passwd|pwd|"
+    r"access[_-]?token|auth[_-]?token|refresh[_-]?token|api[_-]?token|token)\b[\"']?\s*[:=]\s*[\"']?)"
+    r"(?P<value>[^\s\"',;}{]{4,})"
+)
+
+_SECRET_KEY = re.compile(
+    r"(?i)^(?:.*[_\-])?(?:api[_\-]?key|apikey|secret|client[_\-]?secret|password|passwd|"
+    r"authorization|credentials?|private[_\-]?key|access[_\-]?token|auth[_\-]?token|"
+    r"refresh[_\-]?token|api[_\-]?token|bearer[_\-]?token|session[_\-]?token|id[_\-]?token|token)$"
+)
+
+_SECRET_ENV = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)")
+_MIN_ENV_SECRET_LEN = 8
+
+
+def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Values of environment variables whose names look like they hold secrets."""
+    env = os.environ if environ is None else environ
+    return sorted(
+        {v for k, v in env.items() if _SECRET_ENV.search(k) and len(v) >= _MIN_ENV_SECRET_LEN},
+        key=len,
+        reverse=True,
+    )
+
+
+class Redactor:
+    """Replaces secrets in strings and under secret-named keys with ``[REDACTED]``."""
+
+    def __init__(self, extra_patterns: Iterable[str] = (), include_environment: bool = True) -> None:
+        literals = [re.escape(v) for v in secret_env_values()] if include_environment else []
+        user = list(extra_patterns)
+        for p in user:
+            try:
+                re.compile(p)
+            except re.error as exc:
+                raise ValueError(f"redact pattern {p!r} is not a valid regular expression: {exc}") from exc
+        whole = literals + _SHAPES + user
+        self._whole = re.compile("|".join(f"(?:{p})" for p in whole))
+        self._assignment = re.compile(_ASSIGNMENT)
+
+    def text(self, s: str) -> str:
+        s = self._whole.sub(REDACTED, s)
+        if "=" in s or ":" in s:
+            s = self._assignment.sub(lambda m: m.group("name") + REDACTED, s)
+        return s
+
+    @staticmethod
+    def is_secret_key(key: str) -> bool:
+        return bool(_SECRET_KEY.match(key))

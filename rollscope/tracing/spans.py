@@ -1,0 +1,191 @@
+"""The event model: one trajectory root span plus llm / tool / custom child spans.
+
+Shaped on OpenTelemetry's GenAI conventions so every backend can map it without guessing:
+a trajectory is an ``invoke_agent`` span, an LLM turn a ``chat`` span, a tool call an
+``execute_tool`` span. Objects are plain slotted classes because one is built on the rollout's
+hot path for every traced call; all shaping (JSON, redaction, compression) happens later, off
+the event loop.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from enum import Enum
+from typing import Any
+
+
+class SpanKind(str, Enum):
+    AGENT = "agent"  # the trajectory root (gen_ai invoke_agent)
+    LLM = "llm"  # one generate / chat turn
+    TOOL = "tool"  # one tool method call (execute_tool)
+    REWARD = "reward"  # reward computation
+    CUSTOM = "custom"
+
+
+# gen_ai.operation.name for each kind, used by exporters that speak OpenTelemetry.
+GENAI_OPERATION = {
+    SpanKind.AGENT: "invoke_agent",
+    SpanKind.LLM: "chat",
+    SpanKind.TOOL: "execute_tool",
+    SpanKind.REWARD: "reward",
+    SpanKind.CUSTOM: "custom",
+}
+
+STATUS_RUNNING = "running"
+STATUS_OK = "ok"
+STATUS_ERROR = "error"
+
+# Ids: a random per-process prefix plus a counter. Unique across processes and hosts, and far
+# cheaper on the hot path than uuid4. Re-seeded after fork so children never collide.
+_prefix = os.urandom(6).hex()
+_counter = itertools.count(1)
+
+
+def _reseed_ids() -> None:
+    global _prefix, _counter
+    _prefix = os.urandom(6).hex()
+    _counter = itertools.count(1)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reseed_ids)
+
+
+def new_id() -> str:
+    return f"{_prefix}{next(_counter):x}"
+
+
+class Span:
+    """One timed operation inside a trajectory."""
+
+    __slots__ = (
+        "attributes",
+        "decoder",
+        "end_ns",
+        "error_message",
+        "error_type",
+        "id",
+        "inputs",
+        "kind",
+        "name",
+        "outputs",
+        "parent_id",
+        "start_ns",
+        "status",
+        "trajectory_id",
+    )
+
+    def __init__(
+        self,
+        name: str,
+        kind: SpanKind,
+        trajectory_id: str,
+        parent_id: str | None,
+        inputs: Any = None,
+        attributes: dict[str, Any] | None = None,
+    ) -> None:
+        self.id = new_id()
+        self.name = name
+        self.kind = kind
+        self.trajectory_id = trajectory_id
+        self.parent_id = parent_id
+        self.start_ns = time.time_ns()
+        self.end_ns: int | None = None
+        self.status = STATUS_RUNNING
+        self.error_type: str | None = None
+        self.error_message: str | None = None
+        self.inputs = inputs
+        self.outputs: Any = None
+        self.attributes = attributes if attributes is not None else {}
+        # Tokenizer for token2text, found by the exporter; never exported itself.
+        self.decoder: Any = None
+
+    def finish(self, outputs: Any = None, error: BaseException | None = None) -> None:
+        self.end_ns = time.time_ns()
+        self.outputs = outputs
+        if error is not None:
+            self.status = STATUS_ERROR
+            self.error_type = type(error).__name__
+            self.error_message = str(error)
+        else:
+            self.status = STATUS_OK
+
+    def __repr__(self) -> str:
+        return f"Span({self.kind.value}:{self.name} id={self.id} status={self.status})"
+
+
+class Trajectory:
+    """One rollout: the root of a span tree plus the attributes it is filtered by."""
+
+    __slots__ = (
+        "agent_name",
+        "attributes",
+        "end_ns",
+        "error_message",
+        "error_type",
+        "experiment",
+        "id",
+        "project",
+        "reward",
+        "rollout_n",
+        "sample_index",
+        "start_ns",
+        "status",
+        "step",
+        "validate",
+    )
+
+    def __init__(
+        self,
+        *,
+        project: str | None,
+        experiment: str | None,
+        step: int | None,
+        sample_index: Any,
+        rollout_n: int | None,
+        validate: bool,
+        agent_name: str,
+        attributes: dict[str, Any] | None = None,
+    ) -> None:
+        self.id = new_id()
+        self.project = project
+        self.experiment = experiment
+        self.step = step
+        self.sample_index = sample_index
+        self.rollout_n = rollout_n
+        self.validate = bool(validate)
+        self.agent_name = agent_name
+        self.attributes = attributes if attributes is not None else {}
+        self.start_ns = time.time_ns()
+        self.end_ns: int | None = None
+        self.status = STATUS_RUNNING
+        self.error_type: str | None = None
+        self.error_message: str | None = None
+        self.reward: float | None = None
+
+    def finish(self, error: BaseException | None = None) -> None:
+        self.end_ns = time.time_ns()
+        if error is not None:
+            self.status = STATUS_ERROR
+            self.error_type = type(error).__name__
+            self.error_message = str(error)
+        else:
+            self.status = STATUS_OK
+
+    def filter_attributes(self) -> dict[str, Any]:
+        """The attributes verl puts on every call, under verl's own names."""
+        return {
+            "step": self.step,
+            "sample_index": self.sample_index,
+            "rollout_n": self.rollout_n,
+            "validate": self.validate,
+            "experiment_name": self.experiment,
+        }
+
+    def __repr__(self) -> str:
+        return (
+            f"Trajectory(id={self.id} step={self.step} sample_index={self.sample_index} "
+            f"rollout_n={self.rollout_n} status={self.status})"
+        )
