@@ -49,6 +49,7 @@ class CallArgs:
             bound = self.signature.bind(*self.args, **self.kwargs)
         except TypeError:
             return {"args": list(self.args), **self.kwargs}
+        bound.apply_defaults()
         inputs = dict(bound.arguments)
         first = next(iter(self.signature.parameters), None)
         if first in ("self", "cls"):

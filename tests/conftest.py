@@ -1,0 +1,56 @@
+import os
+
+os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
+os.environ.setdefault("WANDB_SILENT", "true")
+
+import pytest
+
+from rollscope import tracing
+from rollscope.store import TraceStore
+
+
+@pytest.fixture
+def trace_dir(tmp_path):
+    return tmp_path / "traces"
+
+
+@pytest.fixture
+def local_tracer(trace_dir):
+    """A real tracer writing to a real store in a temporary directory."""
+    tracer = tracing.init_tracing(project="proj", experiment="exp", trace_dir=str(trace_dir))
+    yield tracer
+    tracing.shutdown_tracing()
+
+
+@pytest.fixture
+def read_store(trace_dir):
+    """Flush tracing, then open the store for reading."""
+
+    def _read() -> TraceStore:
+        assert tracing.flush_tracing(30)
+        return TraceStore(trace_dir)
+
+    return _read
+
+
+@pytest.fixture(autouse=True)
+def _no_tracer_leak():
+    yield
+    tracing.shutdown_tracing()
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer():
+    """A real byte-level BPE tokenizer trained here (no hub download), wrapped as verl expects."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=400, special_tokens=["<pad>", "<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+    )
+    corpus = ["what is six times seven", "the answer is 42", "calculate 3 + 4 with the tool"] * 20
+    tok.train_from_iterator(corpus, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")

@@ -1,0 +1,130 @@
+"""Redaction, truncation, token2text and JSON shaping: checked in the bytes that reach the store."""
+
+import asyncio
+import math
+import sqlite3
+import zlib
+
+import pytest
+
+from rollscope import tracing
+from rollscope.store.schema import SHARD_SUFFIX
+from rollscope.tracing.payload import PayloadShaper
+from rollscope.tracing.redaction import REDACTED, Redactor
+
+PLANTED = "sk-live-0123456789abcdefPLANTED"
+
+
+def _all_stored_text(trace_dir) -> str:
+    """Every byte of every shard, with compressed payloads inflated."""
+    chunks = []
+    for shard in trace_dir.glob(f"*{SHARD_SUFFIX}*"):
+        chunks.append(shard.read_bytes().decode("latin-1"))
+    for shard in trace_dir.glob(f"*{SHARD_SUFFIX}"):
+        db = sqlite3.connect(shard)
+        for (blob,) in db.execute("SELECT payload FROM spans"):
+            chunks.append(zlib.decompress(blob).decode())
+        for row in db.execute("SELECT attributes, error_message FROM trajectories"):
+            chunks.extend(str(v) for v in row)
+        db.close()
+    return "\n".join(chunks)
+
+
+class Tool:
+    @tracing.rollout_trace_op(kind="tool")
+    async def execute(self, instance_id, parameters, headers=None):
+        if parameters.get("fail"):
+            raise RuntimeError(f"upstream said: invalid key {parameters['api_key']}")
+        return {"echo": parameters, "log": f"called with Authorization: Bearer {PLANTED}"}
+
+
+def test_planted_secrets_never_reach_the_store(trace_dir, monkeypatch, read_store):
+    monkeypatch.setenv("MY_SERVICE_TOKEN", "env-secret-value-998877")
+    tracing.init_tracing(trace_dir=str(trace_dir), redact_patterns=[r"internal-\d{6}"])
+    tool = Tool()
+
+    async def main():
+        with tracing.rollout_trace_attr(step=1, sample_index=0, note=f"prompt mentions {PLANTED}"):
+            await tool.execute("i1", {"api_key": PLANTED, "q": "password=hunter2hunter2", "n": 3})
+            await tool.execute("i2", {"text": "the env value env-secret-value-998877 leaked"})
+            await tool.execute("i3", {"text": "ticket internal-123456"}, headers={"Authorization": PLANTED})
+            with pytest.raises(RuntimeError):
+                await tool.execute("i4", {"fail": True, "api_key": PLANTED})
+
+    asyncio.run(main())
+    [t] = read_store().trajectories()
+    stored = _all_stored_text(trace_dir)
+    for secret in (PLANTED, "hunter2hunter2", "env-secret-value-998877", "internal-123456"):
+        assert secret not in stored
+    assert stored.count(REDACTED) >= 6
+    first = t.spans[0]
+    assert first.inputs["parameters"]["api_key"] == REDACTED
+    assert first.inputs["parameters"]["n"] == 3  # non-secret values intact
+    assert first.inputs["parameters"]["q"] == f"password={REDACTED}"
+
+
+def test_redactor_leaves_ordinary_token_fields_alone():
+    r = Redactor(include_environment=False)
+    assert not r.is_secret_key("max_tokens")
+    assert not r.is_secret_key("prompt_token_ids")
+    assert r.is_secret_key("api_key") and r.is_secret_key("OPENAI_API_KEY") and r.is_secret_key("token")
+    assert r.text("4 tokens used") == "4 tokens used"
+
+
+def test_bad_user_pattern_is_a_clear_error(trace_dir):
+    with pytest.raises(ValueError, match=r"redact pattern '\(unclosed'"):
+        tracing.init_tracing(trace_dir=str(trace_dir), redact_patterns=["(unclosed"])
+
+
+def test_truncation_marks_what_was_cut(trace_dir, read_store):
+    tracing.init_tracing(trace_dir=str(trace_dir), max_payload_chars=100)
+    with tracing.rollout_trace_attr(step=0, sample_index=0), tracing.trace_span("big", inputs="x" * 5000) as s:
+        s.outputs = {"text": "y" * 150, "short": "fine"}
+    [span] = read_store().trajectories()[0].spans
+    assert span.inputs == "x" * 100 + "…[truncated 4900 chars]"
+    assert span.outputs == {"text": "y" * 100 + "…[truncated 50 chars]", "short": "fine"}
+
+
+class Unserializable:
+    def __repr__(self):
+        raise ValueError("no repr for you")
+
+
+def test_shaping_survives_hostile_values():
+    shaper = PayloadShaper(Redactor(include_environment=False), max_payload_chars=50)
+    cyclic: dict = {}
+    cyclic["self"] = cyclic
+    out = shaper.shape(
+        {"nan": math.nan, "inf": -math.inf, "obj": Unserializable(), "cyc": cyclic, "set": {3, 1}, "b": b"\xff"}
+    )
+    assert out["nan"] == "nan" and out["inf"] == "-inf"
+    assert out["obj"] == "<unrepresentable Unserializable: ValueError>"
+    assert out["set"] == [1, 3]
+    depth, node = 0, out["cyc"]
+    while isinstance(node, dict):
+        node, depth = node["self"], depth + 1
+    assert node.startswith("<max depth") and depth < 30
+
+
+@pytest.mark.slow
+def test_token2text_decodes_token_fields_with_the_owner_tokenizer(trace_dir, read_store, tiny_tokenizer):
+    tracing.init_tracing(trace_dir=str(trace_dir), token2text=True)
+
+    class Client:
+        tokenizer = tiny_tokenizer
+
+        @tracing.rollout_trace_op(kind="llm")
+        async def generate(self, request_id, *, prompt_ids, sampling_params):
+            return {"token_ids": tiny_tokenizer.encode("the answer is 42"), "turn_token_ids": [prompt_ids[0]]}
+
+    prompt = tiny_tokenizer.encode("what is six times seven")
+
+    async def main():
+        with tracing.rollout_trace_attr(step=0, sample_index=0):
+            await Client().generate("r1", prompt_ids=prompt, sampling_params={})
+
+    asyncio.run(main())
+    [span] = read_store().trajectories()[0].spans
+    assert span.inputs["prompt_text"] == "what is six times seven"
+    assert span.outputs["response_text"] == "the answer is 42"
+    assert span.outputs["turn_text"] == tiny_tokenizer.decode([prompt[0]])
