@@ -106,11 +106,22 @@ def resolve_dir(path: str | os.PathLike | None = None) -> Path:
     return Path(path if path is not None else os.environ.get(ENV_DIR) or DEFAULT_DIR)
 
 
+# Payloads under this size are stored as plain JSON: zlib's per-call setup costs more than it saves.
+COMPRESS_MIN_BYTES = 512
+_encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+
+
+def encode_json(value: Any) -> str:
+    return _encode_json(value)
+
+
 def encode_payload(value: dict[str, Any]) -> bytes:
-    return zlib.compress(json.dumps(value, ensure_ascii=False, separators=(",", ":")).encode(), 1)
+    raw = _encode_json(value).encode()
+    return zlib.compress(raw, 1) if len(raw) >= COMPRESS_MIN_BYTES else raw
 
 
 def decode_payload(blob: bytes | None) -> dict[str, Any]:
+    """Plain JSON starts with '{'; anything else is a zlib stream."""
     if not blob:
         return {}
-    return json.loads(zlib.decompress(blob))
+    return json.loads(blob if blob[:1] == b"{" else zlib.decompress(blob))

@@ -16,7 +16,7 @@ from typing import Any, TypeVar, overload
 
 from rollscope.tracing import runtime
 from rollscope.tracing.context import current_frame, trace_enabled, verl_context
-from rollscope.tracing.runtime import CallArgs, Tracer
+from rollscope.tracing.runtime import Binder, CallArgs, Tracer
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -52,7 +52,7 @@ def rollout_trace_attr(
         step=step, sample_index=sample_index, rollout_n=rollout_n, validate=validate, name=name,
         attributes=attributes or None,
     )  # fmt: skip
-    token = current_frame.set((t, t.id))
+    token = current_frame.set(t)
     enabled_token = trace_enabled.set(True)
     try:
         yield t
@@ -87,15 +87,21 @@ def _open_implicit(tracer: Tracer, name: str) -> Trajectory | None:
 def _snapshot(v: Any) -> Any:
     """Copy top-level containers so a caller mutating them later cannot change the trace."""
     t = type(v)
-    if t is list:
-        return v.copy()
-    if t is dict:
+    if t is list or t is dict:
         return v.copy()
     return v
 
 
 def _snapshot_args(args: tuple, kwargs: dict) -> tuple[tuple, dict]:
-    return tuple(map(_snapshot, args)), {k: _snapshot(v) for k, v in kwargs.items()}
+    """Copies only when a container is present; the common case allocates nothing."""
+    for a in args:
+        if type(a) is list or type(a) is dict:
+            args = tuple(map(_snapshot, args))
+            break
+    for v in kwargs.values():
+        if type(v) is list or type(v) is dict:
+            return args, {k: _snapshot(v) for k, v in kwargs.items()}
+    return args, kwargs  # the wrapper's own **kwargs dict: nobody else holds or mutates it
 
 
 @overload
@@ -118,10 +124,7 @@ def rollout_trace_op(
     if func is None:
         return lambda f: rollout_trace_op(f, kind=span_kind, name=name)
     op_name = name or func.__qualname__
-    try:
-        sig: inspect.Signature | None = inspect.signature(func)
-    except (TypeError, ValueError):
-        sig = None
+    sig = Binder(func)
 
     if inspect.iscoroutinefunction(func):
 
@@ -129,15 +132,15 @@ def rollout_trace_op(
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             if runtime._tracer is None:
                 return await func(*args, **kwargs)
-            active = _begin(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)))
-            if active is None:
+            span = _begin(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)))
+            if span is None:
                 return await func(*args, **kwargs)
             try:
                 result = await func(*args, **kwargs)
             except BaseException as exc:
-                _end(active, None, exc)
+                _end(span, None, exc)
                 raise
-            _end(active, _snapshot(result))
+            _end(span, _snapshot(result))
             return result
 
         async_wrapper.__rollscope_traced__ = True  # type: ignore[attr-defined]
@@ -147,46 +150,47 @@ def rollout_trace_op(
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if runtime._tracer is None:
             return func(*args, **kwargs)
-        active = _begin(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)))
-        if active is None:
+        span = _begin(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)))
+        if span is None:
             return func(*args, **kwargs)
         try:
             result = func(*args, **kwargs)
         except BaseException as exc:
-            _end(active, None, exc)
+            _end(span, None, exc)
             raise
-        _end(active, _snapshot(result))
+        _end(span, _snapshot(result))
         return result
 
     wrapper.__rollscope_traced__ = True  # type: ignore[attr-defined]
     return wrapper
 
 
-_Active = tuple  # (tracer, span, context token, implicitly opened trajectory or None)
-
-
-def _begin(name: str, kind: SpanKind, inputs: Any, attributes: dict | None = None) -> _Active | None:
+def _begin(name: str, kind: SpanKind, inputs: Any, attributes: dict | None = None) -> Span | None:
     """Start a span under the current frame (opening a trajectory if there is none); None if untraced."""
     tracer = runtime._tracer
     if tracer is None or not trace_enabled.get():
         return None
-    frame = current_frame.get()
+    parent = current_frame.get()
     implicit = None
-    if frame is None:
-        implicit = _open_implicit(tracer, name)
+    if parent is None:
+        implicit = parent = _open_implicit(tracer, name)
         if implicit is None:
             return None
-        frame = (implicit, implicit.id)
-    span = tracer.start_span(name, kind, frame, inputs, attributes)
-    return tracer, span, current_frame.set((frame[0], span.id)), implicit
+    span = tracer.start_span(name, kind, parent, inputs, attributes)
+    span.implicit = implicit
+    span.ctx_token = current_frame.set(span)
+    return span
 
 
-def _end(active: _Active, outputs: Any = None, error: BaseException | None = None) -> None:
-    tracer, span, token, implicit = active
-    current_frame.reset(token)
+def _end(span: Span, outputs: Any = None, error: BaseException | None = None) -> None:
+    current_frame.reset(span.ctx_token)
+    span.ctx_token = None
+    tracer = runtime._tracer
+    if tracer is None:  # tracing was shut down while the span ran
+        return
     tracer.end_span(span, outputs, error)
-    if implicit is not None:
-        tracer.close_trajectory(implicit, error)
+    if span.implicit is not None:
+        tracer.close_trajectory(span.implicit, error)
 
 
 class _NullSpan:
@@ -202,17 +206,16 @@ def trace_span(
     name: str, kind: SpanKind | str = SpanKind.CUSTOM, inputs: Any = None, **attributes: Any
 ) -> Iterator[Span | _NullSpan]:
     """An ad-hoc span around a block. Set ``span.outputs`` inside the block to record a result."""
-    active = _begin(name, SpanKind(kind), _snapshot(inputs), attributes)
-    if active is None:
+    span = _begin(name, SpanKind(kind), _snapshot(inputs), attributes)
+    if span is None:
         yield _NullSpan()
         return
-    span = active[1]
     try:
         yield span
     except BaseException as exc:
-        _end(active, span.outputs, exc)
+        _end(span, span.outputs, exc)
         raise
-    _end(active, span.outputs)
+    _end(span, span.outputs)
 
 
 def set_reward(reward: float | None, trajectory_id: str | None = None, **details: Any) -> None:
@@ -224,6 +227,6 @@ def set_reward(reward: float | None, trajectory_id: str | None = None, **details
         frame = current_frame.get()
         if frame is None:
             raise RuntimeError("set_reward() outside a trajectory needs trajectory_id=")
-        frame[0].reward = reward
-        trajectory_id = frame[0].id
+        frame.trajectory.reward = reward
+        trajectory_id = frame.trajectory.id
     tracer.reward(trajectory_id, None if reward is None else float(reward), details)

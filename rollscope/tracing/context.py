@@ -10,10 +10,11 @@ import sys
 from contextvars import ContextVar
 from typing import Any
 
-from rollscope.tracing.spans import Trajectory
+from rollscope.tracing.spans import Span, Trajectory
 
-# (open trajectory, id of the span new children hang under) or None outside any trajectory.
-current_frame: ContextVar[tuple[Trajectory, str] | None] = ContextVar("rollscope_frame", default=None)
+# What new spans hang under: the innermost open span, or the trajectory itself at the top level
+# (both have ``.id`` and ``.trajectory``); None outside any trajectory.
+current_frame: ContextVar[Span | Trajectory | None] = ContextVar("rollscope_frame", default=None)
 # False inside rollout_trace_attr(trace=False): every nested op runs untraced.
 trace_enabled: ContextVar[bool] = ContextVar("rollscope_trace_enabled", default=True)
 
@@ -39,4 +40,4 @@ def verl_context() -> tuple[bool, dict[str, Any] | None]:
 
 def current_trajectory() -> Trajectory | None:
     frame = current_frame.get()
-    return frame[0] if frame is not None else None
+    return frame.trajectory if frame is not None else None

@@ -17,19 +17,24 @@ from collections.abc import Callable
 from typing import Any
 
 from rollscope.tracing.backends.base import TraceBackend
+from rollscope.tracing.spans import Span
 
 log = logging.getLogger("rollscope.tracing")
 
 _IDLE_POLL_S = 0.005
 _MAX_BATCH = 4096
 
-# Event kinds (first element of an event tuple).
+# Events are tuples whose first element is one of these kinds, except "span ended", which is the
+# bare Span object (the most frequent event, so it gets no tuple).
 TRAJECTORY_START = 0
 SPAN_START = 1
-SPAN_END = 2
 TRAJECTORY_END = 3
 REWARD = 4
 _FLUSH = 5
+
+
+def _is_flush(event: Any) -> bool:
+    return type(event) is tuple and event[0] == _FLUSH
 
 
 class _Marker:
@@ -67,8 +72,8 @@ class BackendWorker:
         if self.max_queue is not None:
             room = self.max_queue - len(self.queue)
             if room < len(events):
-                kept = [e for e in events if e[0] == _FLUSH]
-                ordinary = [e for e in events if e[0] != _FLUSH]
+                kept = [e for e in events if _is_flush(e)]
+                ordinary = [e for e in events if not _is_flush(e)]
                 keep_n = max(room, 0)
                 self.dropped += len(ordinary) - keep_n
                 events = ordinary[:keep_n] + kept
@@ -83,10 +88,12 @@ class BackendWorker:
         handlers: dict[int, Callable[..., None]] = {
             TRAJECTORY_START: self.backend.on_trajectory_start,
             SPAN_START: self.backend.on_span_start,
-            SPAN_END: self.backend.on_span_end,
             TRAJECTORY_END: self.backend.on_trajectory_end,
             REWARD: self.backend.on_reward,
         }
+        if not self.backend.wants_span_start:
+            handlers[SPAN_START] = _ignore
+        on_span_end = self.backend.on_span_end
         q = self.queue
         while True:
             if not q:
@@ -98,13 +105,16 @@ class BackendWorker:
             did_work = False
             for _ in range(min(len(q), _MAX_BATCH)):
                 event = q.popleft()
-                if event[0] == _FLUSH:
+                if type(event) is Span:
+                    ok = self._call(on_span_end, event)
+                elif event[0] == _FLUSH:
                     self._call(self.backend.flush)
                     did_work = False
                     event[1].arrive()
                     continue
-                if self._call(handlers[event[0]], *event[1:]):
-                    self.exported += 1
+                else:
+                    ok = self._call(handlers[event[0]], *event[1:])
+                self.exported += ok
                 did_work = True
             if did_work:
                 self._call(self.backend.flush)
@@ -126,7 +136,7 @@ class Exporter:
     def __init__(
         self,
         backends: list[TraceBackend],
-        shape: Callable[[tuple], tuple],
+        shape: Callable[[Any], Any],
         max_queue: int = 10_000,
     ) -> None:
         self.ingest: deque = deque()
@@ -139,7 +149,7 @@ class Exporter:
         self._thread.start()
 
     # Hot path: a bound deque.append, nothing more.
-    def submit(self, event: tuple) -> None:
+    def submit(self, event: Span | tuple) -> None:
         self.ingest.append(event)
 
     def flush(self, timeout: float | None = None) -> bool:
@@ -186,7 +196,7 @@ class Exporter:
             batch = []
             for _ in range(min(len(q), _MAX_BATCH)):
                 event = q.popleft()
-                if event[0] != _FLUSH:
+                if not _is_flush(event):
                     try:
                         event = self._shape(event)
                     except Exception as exc:
@@ -212,6 +222,10 @@ class Exporter:
                 for w in self.workers
             },
         }
+
+
+def _ignore(*_: Any) -> None:
+    pass
 
 
 def _left(deadline: float | None) -> float | None:

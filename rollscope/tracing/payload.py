@@ -67,14 +67,27 @@ class PayloadShaper:
         return s
 
     def _convert(self, v: Any, depth: int, decoder: Any) -> Any:
-        if v is None or isinstance(v, bool | int):
-            return v
-        if isinstance(v, str):
+        t = type(v)
+        if t is str:
             return self._string(v)
-        if isinstance(v, float):
+        if v is None or t is int or t is bool:
+            return v
+        if t is float:
             return v if math.isfinite(v) else str(v)
         if depth >= MAX_DEPTH:
-            return f"<max depth {MAX_DEPTH} reached: {type(v).__name__}>"
+            return f"<max depth {MAX_DEPTH} reached: {t.__name__}>"
+        if t is dict:
+            return self._mapping(v, depth, decoder)
+        if t is list or t is tuple:
+            if t is list and v and type(v[0]) is int and all(type(x) is int for x in v):
+                return v.copy()  # token ids: the common big case, nothing to convert
+            return [self._convert(x, depth + 1, decoder) for x in v]
+        if isinstance(v, str):
+            return self._string(str(v))
+        if isinstance(v, bool | int):
+            return int(v) if not isinstance(v, bool) else bool(v)
+        if isinstance(v, float):
+            return self._convert(float(v), depth, decoder)
         if isinstance(v, Mapping):
             return self._mapping(v, depth, decoder)
         if isinstance(v, list | tuple | set | frozenset):
@@ -95,7 +108,7 @@ class PayloadShaper:
         out: dict[str, Any] = {}
         for k, val in m.items():
             key = k if isinstance(k, str) else str(k)
-            if isinstance(val, str) and self.redactor.is_secret_key(key):
+            if type(val) is str and self.redactor.is_secret_key(key):
                 out[key] = REDACTED
                 continue
             out[key] = self._convert(val, depth + 1, decoder)

@@ -27,33 +27,59 @@ log = logging.getLogger("rollscope.tracing")
 class CallArgs:
     """A traced call's raw arguments, bound to parameter names later, on the exporter thread."""
 
-    __slots__ = ("args", "kwargs", "signature")
+    __slots__ = ("args", "binder", "kwargs")
 
-    def __init__(self, signature: inspect.Signature | None, args: tuple, kwargs: dict) -> None:
-        self.signature = signature
+    def __init__(self, binder: Binder, args: tuple, kwargs: dict) -> None:
+        self.binder = binder
         self.args = args
         self.kwargs = kwargs
 
     def owner(self) -> Any:
         """The bound instance (``self``) when the call is a method call."""
-        if self.signature is not None and self.args:
-            first = next(iter(self.signature.parameters), None)
-            if first in ("self", "cls"):
-                return self.args[0]
-        return None
+        return self.args[0] if self.binder.is_method and self.args else None
 
     def bind(self) -> dict[str, Any]:
-        if self.signature is None:
-            return {"args": list(self.args), **self.kwargs}
+        return self.binder.bind(self.args, self.kwargs)
+
+
+class Binder:
+    """Maps a call's arguments to parameter names the way verl's trace does (defaults applied,
+    ``self`` left out), precomputed per function because ``Signature.bind`` is slow."""
+
+    __slots__ = ("defaults", "is_method", "names", "signature", "simple")
+
+    def __init__(self, func: Any) -> None:
         try:
-            bound = self.signature.bind(*self.args, **self.kwargs)
-        except TypeError:
-            return {"args": list(self.args), **self.kwargs}
-        bound.apply_defaults()
-        inputs = dict(bound.arguments)
-        first = next(iter(self.signature.parameters), None)
-        if first in ("self", "cls"):
-            inputs.pop(first, None)
+            self.signature: inspect.Signature | None = inspect.signature(func)
+        except (TypeError, ValueError):
+            self.signature = None
+        params = list(self.signature.parameters.values()) if self.signature else []
+        self.is_method = bool(params) and params[0].name in ("self", "cls")
+        kinds = {p.kind for p in params}
+        # Simple: only positional-or-keyword / keyword-only parameters, no *args or **kwargs.
+        self.simple = self.signature is not None and not kinds & {
+            inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD, inspect.Parameter.POSITIONAL_ONLY
+        }
+        self.names = [p.name for p in params]
+        self.defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
+
+    def bind(self, args: tuple, kwargs: dict) -> dict[str, Any]:
+        if self.simple and len(args) <= len(self.names):
+            inputs = dict(zip(self.names, args, strict=False))
+            inputs.update(kwargs)
+            for name, default in self.defaults.items():
+                inputs.setdefault(name, default)
+        elif self.signature is not None:
+            try:
+                bound = self.signature.bind(*args, **kwargs)
+            except TypeError:
+                return {"args": list(args[self.is_method :]), **kwargs}
+            bound.apply_defaults()
+            inputs = dict(bound.arguments)
+        else:
+            return {"args": list(args), **kwargs}
+        if self.is_method:
+            inputs.pop(self.names[0], None)
         return inputs
 
 
@@ -88,6 +114,7 @@ class Tracer:
         self.backends = create_backends(names, {"project": project, "experiment": experiment}, backend_options)
         self.exporter = ev.Exporter(self.backends, self._shape, max_queue=max_queue)
         self._submit = self.exporter.submit
+        self._emit_span_start = any(b.wants_span_start for b in self.backends)
 
     # ---- lifecycle calls made on the rollout's thread: build an object, append an event ----
     def open_trajectory(
@@ -119,45 +146,54 @@ class Tracer:
         self._submit((ev.TRAJECTORY_END, t))
 
     def start_span(
-        self, name: str, kind: SpanKind, frame: tuple[Trajectory, str], inputs: Any, attributes: dict | None
+        self, name: str, kind: SpanKind, parent: Span | Trajectory, inputs: Any, attributes: dict | None
     ) -> Span:
-        span = Span(name, kind, frame[0].id, frame[1], inputs, attributes)
-        self._submit((ev.SPAN_START, span))
+        span = Span(name, kind, parent.trajectory, parent.id, inputs, attributes)
+        if self._emit_span_start:
+            self._submit((ev.SPAN_START, span))
         return span
 
     def end_span(self, span: Span, outputs: Any = None, error: BaseException | None = None) -> None:
         span.finish(outputs, error)
-        self._submit((ev.SPAN_END, span))
+        self._submit(span)  # a bare Span in the queue means "span ended": one tuple fewer per span
 
     def reward(self, trajectory_id: str, reward: float | None, details: dict[str, Any]) -> None:
         self._submit((ev.REWARD, trajectory_id, reward, details))
 
     # ---- shaping, on the exporter thread ----
-    def _shape(self, event: tuple) -> tuple:
-        kind = event[0]
+    def _shape(self, event: Span | tuple) -> Span | tuple:
         shape = self.shaper.shape
-        if kind == ev.SPAN_START or kind == ev.SPAN_END:
-            span: Span = event[1]
-            if isinstance(span.inputs, CallArgs):
-                call = span.inputs
-                if self.token2text:
-                    span.decoder = getattr(call.owner(), "tokenizer", None)
-                span.inputs = shape(call.bind(), span.decoder)
-            elif kind == ev.SPAN_START:
-                span.inputs = shape(span.inputs)
-            span.attributes = shape(span.attributes)
-            if kind == ev.SPAN_END:
-                span.outputs = shape(span.outputs, span.decoder)
-                if span.error_message is not None:
-                    span.error_message = shape(span.error_message)
+        if type(event) is Span:
+            self._shape_span(event, ended=True)
+            return event
+        kind = event[0]
+        if kind == ev.SPAN_START:
+            self._shape_span(event[1], ended=False)
         elif kind == ev.TRAJECTORY_START or kind == ev.TRAJECTORY_END:
             t: Trajectory = event[1]
-            t.attributes = shape(t.attributes)
+            if t.attributes:
+                t.attributes = shape(t.attributes)
             if t.error_message is not None:
                 t.error_message = shape(t.error_message)
         elif kind == ev.REWARD:
             return (kind, event[1], event[2], shape(event[3]))
         return event
+
+    def _shape_span(self, span: Span, ended: bool) -> None:
+        shape = self.shaper.shape
+        if not span.shaped:  # inputs once, at the first event seen for the span
+            raw = span.inputs
+            if isinstance(raw, CallArgs):
+                if self.token2text:
+                    span.decoder = getattr(raw.owner(), "tokenizer", None)
+                raw = raw.bind()
+            span.inputs = shape(raw, span.decoder)
+            span.shaped = True
+        span.attributes = shape(span.attributes) if span.attributes else {}
+        if ended:
+            span.outputs = shape(span.outputs, span.decoder)
+            if span.error_message is not None:
+                span.error_message = shape(span.error_message)
 
     def flush(self, timeout: float | None = 30.0) -> bool:
         return self.exporter.flush(timeout)

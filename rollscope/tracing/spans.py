@@ -37,8 +37,9 @@ STATUS_RUNNING = "running"
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
 
-# Ids: a random per-process prefix plus a counter. Unique across processes and hosts, and far
-# cheaper on the hot path than uuid4. Re-seeded after fork so children never collide.
+# Ids: a random per-process prefix plus a zero-padded counter. Unique across processes and hosts,
+# far cheaper on the hot path than uuid4, and increasing, so the store's index appends instead of
+# splitting pages. Re-seeded after fork so children never collide.
 _prefix = os.urandom(6).hex()
 _counter = itertools.count(1)
 
@@ -54,7 +55,7 @@ if hasattr(os, "register_at_fork"):
 
 
 def new_id() -> str:
-    return f"{_prefix}{next(_counter):x}"
+    return f"{_prefix}{next(_counter):012x}"
 
 
 class Span:
@@ -62,18 +63,22 @@ class Span:
 
     __slots__ = (
         "attributes",
+        "ctx_token",
         "decoder",
         "end_ns",
         "error_message",
         "error_type",
         "id",
+        "implicit",
         "inputs",
         "kind",
         "name",
         "outputs",
         "parent_id",
+        "shaped",
         "start_ns",
         "status",
+        "trajectory",
         "trajectory_id",
     )
 
@@ -81,7 +86,7 @@ class Span:
         self,
         name: str,
         kind: SpanKind,
-        trajectory_id: str,
+        trajectory: Trajectory,
         parent_id: str | None,
         inputs: Any = None,
         attributes: dict[str, Any] | None = None,
@@ -89,7 +94,8 @@ class Span:
         self.id = new_id()
         self.name = name
         self.kind = kind
-        self.trajectory_id = trajectory_id
+        self.trajectory = trajectory
+        self.trajectory_id = trajectory.id
         self.parent_id = parent_id
         self.start_ns = time.time_ns()
         self.end_ns: int | None = None
@@ -98,9 +104,14 @@ class Span:
         self.error_message: str | None = None
         self.inputs = inputs
         self.outputs: Any = None
-        self.attributes = attributes if attributes is not None else {}
-        # Tokenizer for token2text, found by the exporter; never exported itself.
+        # None until the exporter shapes it (saves a dict per span on the hot path).
+        self.attributes = attributes
+        # Bookkeeping, never exported: the context token and the trajectory this span opened
+        # (rollout side); the token2text tokenizer and whether inputs are shaped yet (exporter side).
+        self.ctx_token: Any = None
+        self.implicit: Trajectory | None = None
         self.decoder: Any = None
+        self.shaped = False
 
     def finish(self, outputs: Any = None, error: BaseException | None = None) -> None:
         self.end_ns = time.time_ns()
@@ -173,6 +184,11 @@ class Trajectory:
             self.error_message = str(error)
         else:
             self.status = STATUS_OK
+
+    @property
+    def trajectory(self) -> Trajectory:
+        """A trajectory is the root frame of its own span tree (spans have the same attribute)."""
+        return self
 
     def filter_attributes(self) -> dict[str, Any]:
         """The attributes verl puts on every call, under verl's own names."""

@@ -23,7 +23,7 @@ def _all_stored_text(trace_dir) -> str:
     for shard in trace_dir.glob(f"*{SHARD_SUFFIX}"):
         db = sqlite3.connect(shard)
         for (blob,) in db.execute("SELECT payload FROM spans"):
-            chunks.append(zlib.decompress(blob).decode())
+            chunks.append(blob.decode() if blob[:1] == b"{" else zlib.decompress(blob).decode())
         for row in db.execute("SELECT attributes, error_message FROM trajectories"):
             chunks.extend(str(v) for v in row)
         db.close()
@@ -48,6 +48,8 @@ def test_planted_secrets_never_reach_the_store(trace_dir, monkeypatch, read_stor
             await tool.execute("i1", {"api_key": PLANTED, "q": "password=hunter2hunter2", "n": 3})
             await tool.execute("i2", {"text": "the env value env-secret-value-998877 leaked"})
             await tool.execute("i3", {"text": "ticket internal-123456"}, headers={"Authorization": PLANTED})
+            with tracing.trace_span("adhoc", inputs={"prompt": f"use {PLANTED}"}, note=PLANTED) as s:
+                s.outputs = [PLANTED]
             with pytest.raises(RuntimeError):
                 await tool.execute("i4", {"fail": True, "api_key": PLANTED})
 

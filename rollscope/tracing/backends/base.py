@@ -19,6 +19,8 @@ class TraceBackend:
     options: ClassVar[frozenset[str]] = frozenset()
     #: A lossless backend gets an unbounded queue: it must keep up with any rollout rate.
     lossless: ClassVar[bool] = False
+    #: Whether ``on_span_start`` is wanted. When no backend wants it, the hot path skips the event.
+    wants_span_start: ClassVar[bool] = False
 
     def __init__(self, *, project: str | None = None, experiment: str | None = None) -> None:
         self.project = project
@@ -28,7 +30,7 @@ class TraceBackend:
         """A trajectory opened; its spans follow."""
 
     def on_span_start(self, span: Span) -> None:
-        """A span started (its outputs are not known yet)."""
+        """A span started (its outputs are not known yet). Only sent when ``wants_span_start``."""
 
     def on_span_end(self, span: Span) -> None:
         """A span finished, with outputs or error."""

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
-from rollscope.store.schema import encode_payload, resolve_dir
+from rollscope.store.schema import encode_json, encode_payload, resolve_dir
 from rollscope.store.writer import ShardWriter
 from rollscope.tracing.backends.base import TraceBackend
 from rollscope.tracing.spans import STATUS_ERROR, Span, SpanKind, Trajectory
@@ -43,7 +42,7 @@ class LocalBackend(TraceBackend):
             t.id, t.project, t.experiment, t.step, t.sample_index, t.rollout_n, int(t.validate),
             t.agent_name, t.status, t.reward, t.start_ns, t.end_ns, c[0], c[1], c[2],
             c[3] + (t.status == STATUS_ERROR), t.error_type, t.error_message,
-            json.dumps(t.attributes, ensure_ascii=False) if t.attributes else None,
+            encode_json(t.attributes) if t.attributes else None,
         )  # fmt: skip
 
     def on_trajectory_start(self, trajectory: Trajectory) -> None:
