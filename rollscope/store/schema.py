@@ -2,16 +2,20 @@
 
 A file per writer means Ray workers and processes never contend for a write lock (the failure
 mode of MLflow's shared sqlite file); the reader opens every shard and merges. Filter columns are
-real indexed columns; span payloads (inputs, outputs, attributes) are zlib-compressed JSON.
+real indexed columns; span payloads (inputs, outputs, attributes) are JSON, zstd-compressed when
+larger than a few hundred bytes.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import zlib
+import threading
 from pathlib import Path
 from typing import Any
+
+import orjson
+import zstandard
 
 SCHEMA_VERSION = 1
 SHARD_SUFFIX = ".rstrace"
@@ -106,22 +110,36 @@ def resolve_dir(path: str | os.PathLike | None = None) -> Path:
     return Path(path if path is not None else os.environ.get(ENV_DIR) or DEFAULT_DIR)
 
 
-# Payloads under this size are stored as plain JSON: zlib's per-call setup costs more than it saves.
-COMPRESS_MIN_BYTES = 512
-_encode_json = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=str).encode
+# Payloads under this size are stored as plain JSON: compressing them costs more than it saves.
+COMPRESS_MIN_BYTES = 256
+_ZSTD_MAGIC = b"\x28\xb5\x2f\xfd"
+_local = threading.local()
 
 
-def encode_json(value: Any) -> str:
-    return _encode_json(value)
+def _zstd() -> tuple[zstandard.ZstdCompressor, zstandard.ZstdDecompressor]:
+    """Per-thread (de)compression contexts: reusing one is what makes small payloads cheap."""
+    ctx = getattr(_local, "zstd", None)
+    if ctx is None:
+        ctx = _local.zstd = (zstandard.ZstdCompressor(level=1), zstandard.ZstdDecompressor())
+    return ctx
+
+
+def encode_json(value: Any) -> bytes:
+    try:
+        return orjson.dumps(value, default=str)
+    except (TypeError, orjson.JSONEncodeError):  # e.g. an int beyond 64 bits: slow but never fails
+        return json.dumps(value, ensure_ascii=False, default=str).encode()
 
 
 def encode_payload(value: dict[str, Any]) -> bytes:
-    raw = _encode_json(value).encode()
-    return zlib.compress(raw, 1) if len(raw) >= COMPRESS_MIN_BYTES else raw
+    raw = encode_json(value)
+    return _zstd()[0].compress(raw) if len(raw) >= COMPRESS_MIN_BYTES else raw
 
 
 def decode_payload(blob: bytes | None) -> dict[str, Any]:
-    """Plain JSON starts with '{'; anything else is a zlib stream."""
+    """Plain JSON, or a zstd frame (told apart by zstd's magic number)."""
     if not blob:
         return {}
-    return json.loads(blob if blob[:1] == b"{" else zlib.decompress(blob))
+    if blob[:4] == _ZSTD_MAGIC:
+        blob = _zstd()[1].decompress(blob)
+    return orjson.loads(blob)

@@ -70,7 +70,9 @@ class PayloadShaper:
         t = type(v)
         if t is str:
             return self._string(v)
-        if v is None or t is int or t is bool:
+        if t is int:
+            return v if -(2**63) <= v < 2**63 else str(v)  # JSON readers choke on bigger ints
+        if v is None or t is bool:
             return v
         if t is float:
             return v if math.isfinite(v) else str(v)
@@ -79,8 +81,8 @@ class PayloadShaper:
         if t is dict:
             return self._mapping(v, depth, decoder)
         if t is list or t is tuple:
-            if t is list and v and type(v[0]) is int and all(type(x) is int for x in v):
-                return v.copy()  # token ids: the common big case, nothing to convert
+            if t is list and v and type(v[0]) is int and set(map(type, v)) == _INT_ONLY:
+                return v  # token ids: the common big case, nothing to convert
             return [self._convert(x, depth + 1, decoder) for x in v]
         if isinstance(v, str):
             return self._string(str(v))
@@ -122,6 +124,7 @@ class PayloadShaper:
 
 
 _UNKNOWN = object()
+_INT_ONLY = {int}
 
 
 def _native(v: Any) -> Any:

@@ -1,14 +1,14 @@
 """Redaction, truncation, token2text and JSON shaping: checked in the bytes that reach the store."""
 
 import asyncio
+import json
 import math
 import sqlite3
-import zlib
 
 import pytest
 
 from rollscope import tracing
-from rollscope.store.schema import SHARD_SUFFIX
+from rollscope.store.schema import SHARD_SUFFIX, decode_payload
 from rollscope.tracing.payload import PayloadShaper
 from rollscope.tracing.redaction import REDACTED, Redactor
 
@@ -23,7 +23,7 @@ def _all_stored_text(trace_dir) -> str:
     for shard in trace_dir.glob(f"*{SHARD_SUFFIX}"):
         db = sqlite3.connect(shard)
         for (blob,) in db.execute("SELECT payload FROM spans"):
-            chunks.append(blob.decode() if blob[:1] == b"{" else zlib.decompress(blob).decode())
+            chunks.append(json.dumps(decode_payload(blob)))
         for row in db.execute("SELECT attributes, error_message FROM trajectories"):
             chunks.extend(str(v) for v in row)
         db.close()

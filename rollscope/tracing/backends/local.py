@@ -42,7 +42,7 @@ class LocalBackend(TraceBackend):
             t.id, t.project, t.experiment, t.step, t.sample_index, t.rollout_n, int(t.validate),
             t.agent_name, t.status, t.reward, t.start_ns, t.end_ns, c[0], c[1], c[2],
             c[3] + (t.status == STATUS_ERROR), t.error_type, t.error_message,
-            encode_json(t.attributes) if t.attributes else None,
+            encode_json(t.attributes).decode() if t.attributes else None,
         )  # fmt: skip
 
     def on_trajectory_start(self, trajectory: Trajectory) -> None:
@@ -50,13 +50,16 @@ class LocalBackend(TraceBackend):
         self._trajectories[trajectory.id] = self._row(trajectory)
 
     def on_span_end(self, span: Span) -> None:
-        delta = (1, span.kind is SpanKind.LLM, span.kind is SpanKind.TOOL, span.status == STATUS_ERROR)
+        kind, error = span.kind, span.status == STATUS_ERROR
         c = self._counts.get(span.trajectory_id)
         if c is not None:
-            for i, d in enumerate(delta):
-                c[i] += d
+            c[0] += 1
+            c[1] += kind is SpanKind.LLM
+            c[2] += kind is SpanKind.TOOL
+            c[3] += error
         else:  # a span that outlived its trajectory
-            self._late_counts.append((*map(int, delta), span.trajectory_id))
+            self._late_counts.append((1, int(kind is SpanKind.LLM), int(kind is SpanKind.TOOL), int(error),
+                                      span.trajectory_id))
         payload = {"inputs": span.inputs, "outputs": span.outputs, "attributes": span.attributes}
         self._spans.append((
             span.id, span.trajectory_id, span.parent_id, span.name, span.kind.value, span.start_ns,
