@@ -58,17 +58,36 @@ def new_id() -> str:
     return f"{_prefix}{next(_counter):012x}"
 
 
-class Span:
+class _Timed:
+    """Id, timing and status, shared by spans and trajectories."""
+
+    __slots__ = ("end_ns", "error_message", "error_type", "id", "start_ns", "status")
+
+    def _begin(self) -> None:
+        self.id = new_id()
+        self.start_ns = time.time_ns()
+        self.end_ns: int | None = None
+        self.status = STATUS_RUNNING
+        self.error_type: str | None = None
+        self.error_message: str | None = None
+
+    def _finish(self, error: BaseException | None) -> None:
+        self.end_ns = time.time_ns()
+        if error is not None:
+            self.status = STATUS_ERROR
+            self.error_type = type(error).__name__
+            self.error_message = str(error)
+        else:
+            self.status = STATUS_OK
+
+
+class Span(_Timed):
     """One timed operation inside a trajectory."""
 
     __slots__ = (
         "attributes",
         "ctx_token",
         "decoder",
-        "end_ns",
-        "error_message",
-        "error_type",
-        "id",
         "implicit",
         "inputs",
         "kind",
@@ -76,8 +95,6 @@ class Span:
         "outputs",
         "parent_id",
         "shaped",
-        "start_ns",
-        "status",
         "trajectory",
         "trajectory_id",
     )
@@ -91,17 +108,12 @@ class Span:
         inputs: Any = None,
         attributes: dict[str, Any] | None = None,
     ) -> None:
-        self.id = new_id()
+        self._begin()
         self.name = name
         self.kind = kind
         self.trajectory = trajectory
         self.trajectory_id = trajectory.id
         self.parent_id = parent_id
-        self.start_ns = time.time_ns()
-        self.end_ns: int | None = None
-        self.status = STATUS_RUNNING
-        self.error_type: str | None = None
-        self.error_message: str | None = None
         self.inputs = inputs
         self.outputs: Any = None
         # None until the exporter shapes it (saves a dict per span on the hot path).
@@ -114,36 +126,24 @@ class Span:
         self.shaped = False
 
     def finish(self, outputs: Any = None, error: BaseException | None = None) -> None:
-        self.end_ns = time.time_ns()
         self.outputs = outputs
-        if error is not None:
-            self.status = STATUS_ERROR
-            self.error_type = type(error).__name__
-            self.error_message = str(error)
-        else:
-            self.status = STATUS_OK
+        self._finish(error)
 
     def __repr__(self) -> str:
         return f"Span({self.kind.value}:{self.name} id={self.id} status={self.status})"
 
 
-class Trajectory:
+class Trajectory(_Timed):
     """One rollout: the root of a span tree plus the attributes it is filtered by."""
 
     __slots__ = (
         "agent_name",
         "attributes",
-        "end_ns",
-        "error_message",
-        "error_type",
         "experiment",
-        "id",
         "project",
         "reward",
         "rollout_n",
         "sample_index",
-        "start_ns",
-        "status",
         "step",
         "validate",
     )
@@ -160,7 +160,7 @@ class Trajectory:
         agent_name: str,
         attributes: dict[str, Any] | None = None,
     ) -> None:
-        self.id = new_id()
+        self._begin()
         self.project = project
         self.experiment = experiment
         self.step = step
@@ -169,36 +169,15 @@ class Trajectory:
         self.validate = bool(validate)
         self.agent_name = agent_name
         self.attributes = attributes if attributes is not None else {}
-        self.start_ns = time.time_ns()
-        self.end_ns: int | None = None
-        self.status = STATUS_RUNNING
-        self.error_type: str | None = None
-        self.error_message: str | None = None
         self.reward: float | None = None
 
     def finish(self, error: BaseException | None = None) -> None:
-        self.end_ns = time.time_ns()
-        if error is not None:
-            self.status = STATUS_ERROR
-            self.error_type = type(error).__name__
-            self.error_message = str(error)
-        else:
-            self.status = STATUS_OK
+        self._finish(error)
 
     @property
     def trajectory(self) -> Trajectory:
         """A trajectory is the root frame of its own span tree (spans have the same attribute)."""
         return self
-
-    def filter_attributes(self) -> dict[str, Any]:
-        """The attributes verl puts on every call, under verl's own names."""
-        return {
-            "step": self.step,
-            "sample_index": self.sample_index,
-            "rollout_n": self.rollout_n,
-            "validate": self.validate,
-            "experiment_name": self.experiment,
-        }
 
     def __repr__(self) -> str:
         return (

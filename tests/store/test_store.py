@@ -136,3 +136,44 @@ def test_running_trajectory_is_visible_before_it_ends(trace_dir):
         assert t.status == "running"
     tracing.flush_tracing()
     assert TraceStore(trace_dir).trajectories()[0].status == "ok"
+
+
+@pytest.mark.slow
+def test_interpreter_exit_flushes_without_an_explicit_shutdown(tmp_path):
+    code = (
+        "from rollscope import tracing\n"
+        f"tracing.init_tracing(trace_dir={str(tmp_path)!r})\n"
+        "for i in range(50):\n"
+        "    with tracing.rollout_trace_attr(step=0, sample_index=i), tracing.trace_span('s'):\n"
+        "        pass\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+    assert TraceStore(tmp_path).count(status="ok") == 50
+
+
+@pytest.mark.slow
+def test_forked_child_traces_into_its_own_shard(tmp_path):
+    import multiprocessing
+
+    tracing.init_tracing(trace_dir=str(tmp_path))
+    with tracing.rollout_trace_attr(step=0, sample_index=0):
+        pass
+    tracing.flush_tracing()
+
+    ctx = multiprocessing.get_context("fork")
+    child = ctx.Process(target=_child_rollouts)
+    child.start()
+    child.join(60)
+    assert child.exitcode == 0
+    tracing.flush_tracing()
+    store = TraceStore(tmp_path)
+    assert len(store.shards()) == 2
+    assert sorted(t.sample_index for t in store.trajectories()) == [0, 1, 2, 3]
+    assert len({t.id for t in store.trajectories()}) == 4
+
+
+def _child_rollouts():
+    for i in (1, 2, 3):
+        with tracing.rollout_trace_attr(step=0, sample_index=i):
+            pass
+    assert tracing.flush_tracing(30)
