@@ -111,7 +111,8 @@ def main() -> None:
 
     store = TraceStore(directory)
     print(f"trajectories in {directory}: {store.count()}  (this run: experiment 'calculator')\n")
-    print(f"{'step':>4} {'sample':>6} {'rollout':>7} {'status':<7} {'reward':>6} {'turns':>5} {'tools':>5} {'errors':>6}")
+    print(f"{'step':>4} {'sample':>6} {'rollout':>7} {'status':<7} {'reward':>6} {'turns':>5} {'tools':>5} "
+          f"{'errors':>6}")  # fmt: skip
     for t in store.trajectories(experiment="calculator", order_by="step")[-24:]:
         print(f"{t.step:>4} {t.sample_index:>6} {t.rollout_n:>7} {t.status:<7} {t.reward:>6.1f} "
               f"{t.num_llm_calls:>5} {t.num_tool_calls:>5} {t.num_errors:>6}")  # fmt: skip

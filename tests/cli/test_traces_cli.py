@@ -46,4 +46,5 @@ def test_ls_table_and_clear_error(store_dir, tmp_path):
     assert out.stdout.strip().splitlines()[-1] == f"2 of 2 trajectories in {store_dir}"
     missing = _cli("traces", "ls", "--dir", str(tmp_path / "none"))
     assert missing.returncode == 2
-    assert missing.stderr.strip() == f"rollscope: error: no trace store at {tmp_path / 'none'} (set --dir or ROLLSCOPE_TRACE_DIR)"
+    expected = f"rollscope: error: no trace store at {tmp_path / 'none'} (set --dir or ROLLSCOPE_TRACE_DIR)"
+    assert missing.stderr.strip() == expected
