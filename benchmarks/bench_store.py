@@ -104,7 +104,7 @@ def _mlflow(n: int, tmp: str) -> dict:
 
     logging.getLogger("mlflow").setLevel(logging.ERROR)
     mlflow.set_tracking_uri(f"sqlite:///{tmp}/mlruns.db")
-    mlflow.set_experiment("bench")
+    mlflow.set_experiment(experiment_id=mlflow.create_experiment("bench", artifact_location=f"{tmp}/artifacts"))
     mlflow.config.enable_async_logging()
 
     def one(i: int) -> None:

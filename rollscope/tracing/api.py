@@ -200,12 +200,16 @@ class _NullSpan:
         self.outputs: Any = None
         self.attributes: dict[str, Any] = {}
 
+    def fail(self, error: BaseException) -> None:
+        pass
+
 
 @contextlib.contextmanager
 def trace_span(
     name: str, kind: SpanKind | str = SpanKind.CUSTOM, inputs: Any = None, **attributes: Any
 ) -> Iterator[Span | _NullSpan]:
-    """An ad-hoc span around a block. Set ``span.outputs`` inside the block to record a result."""
+    """An ad-hoc span around a block. Set ``span.outputs`` inside the block to record a result;
+    ``span.fail(exc)`` marks a handled error (an exception escaping the block is recorded too)."""
     span = _begin(name, SpanKind(kind), _snapshot(inputs), attributes)
     if span is None:
         yield _NullSpan()

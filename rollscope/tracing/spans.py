@@ -71,13 +71,17 @@ class _Timed:
         self.error_type: str | None = None
         self.error_message: str | None = None
 
+    def fail(self, error: BaseException) -> None:
+        """Mark as failed without raising: for errors that are handled (a tool error the model sees)."""
+        self.status = STATUS_ERROR
+        self.error_type = type(error).__name__
+        self.error_message = str(error)
+
     def _finish(self, error: BaseException | None) -> None:
         self.end_ns = time.time_ns()
         if error is not None:
-            self.status = STATUS_ERROR
-            self.error_type = type(error).__name__
-            self.error_message = str(error)
-        else:
+            self.fail(error)
+        elif self.status != STATUS_ERROR:
             self.status = STATUS_OK
 
 
