@@ -23,7 +23,7 @@ _INSERT_SPAN = (
     f"INSERT OR REPLACE INTO spans ({', '.join(SPAN_COLUMNS)}) VALUES ({', '.join('?' * len(SPAN_COLUMNS))})"
 )
 _SET_REWARD = (
-    "UPDATE trajectories SET reward = ?, "
+    "UPDATE trajectories SET reward = COALESCE(?, reward), "
     "attributes = json_set(COALESCE(attributes, '{}'), '$.reward_details', json(?)) WHERE id = ?"
 )
 _ADD_COUNTS = (

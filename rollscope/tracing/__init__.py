@@ -10,7 +10,7 @@ Typical use::
     tracing.flush_tracing()
 """
 
-from rollscope.tracing.api import rollout_trace_attr, rollout_trace_op, set_reward, trace_span
+from rollscope.tracing.api import current_span, rollout_trace_attr, rollout_trace_op, set_reward, trace_span
 from rollscope.tracing.backends import TraceBackend, available_backends, register_backend
 from rollscope.tracing.context import current_trajectory
 from rollscope.tracing.runtime import (
@@ -32,6 +32,7 @@ __all__ = [
     "Tracer",
     "Trajectory",
     "available_backends",
+    "current_span",
     "current_trajectory",
     "flush_tracing",
     "get_tracer",

@@ -222,6 +222,12 @@ def trace_span(
     _end(span, span.outputs)
 
 
+def current_span() -> Span | None:
+    """The innermost open span of this task (to add attributes from inside a traced call)."""
+    frame = current_frame.get()
+    return frame if type(frame) is Span else None
+
+
 def set_reward(reward: float | None, trajectory_id: str | None = None, **details: Any) -> None:
     """Record a trajectory's reward: the current one, or any by id (also after it ended)."""
     tracer = runtime._tracer

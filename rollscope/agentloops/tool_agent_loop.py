@@ -1,0 +1,67 @@
+"""rollscope's multi-turn tool loop: verl's ToolAgentLoop, traced, and strict about bad calls.
+
+verl's state machine (generate -> parse -> tools in parallel up to ``max_parallel_calls`` ->
+append responses -> repeat, within ``max_assistant_turns``, ``max_user_turns``,
+``response_length``, ``max_tool_response_length`` with its truncation side) and its Continuous
+Token bookkeeping (exact ``response_mask`` and aligned logprobs) are reused unchanged. What
+changes: a malformed call — invalid JSON, no name, an unknown tool, arguments that are not an
+object, of the wrong type or missing — gets an error tool message the model can recover from
+and an error span, where verl drops or only logs it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import register
+from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop as VerlToolAgentLoop
+from verl.experimental.agent_loop.tool_parser import FunctionCall
+from verl.tools.schemas import ToolResponse
+
+from rollscope.agentloops.tool_parser import MALFORMED_CALL, RollscopeToolParser
+from rollscope.agentloops.traced_loop import TracedAgentLoop
+from rollscope.tools.schema import check_arguments
+from rollscope.tracing import SpanKind, trace_span
+
+_STRICT_FORMATS = ("hermes", "rollscope")
+
+
+class ToolCallError(ValueError):
+    """A tool call the loop refused; its message is what the model is told."""
+
+
+@register("rollscope_tool_agent")
+class ToolAgentLoop(TracedAgentLoop, VerlToolAgentLoop):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        if self.tool_parser_name in _STRICT_FORMATS:
+            self.tool_parser = RollscopeToolParser(self.tokenizer)
+
+    async def _call_tool(self, tool_call: FunctionCall, tools_kwargs: dict[str, Any], agent_data: Any) -> Any:
+        problem = self._call_problem(tool_call, agent_data)
+        if problem is None:
+            return await super()._call_tool(tool_call, tools_kwargs, agent_data)
+        with trace_span(f"tool_call_error.{tool_call.name}", SpanKind.TOOL,
+                        inputs={"name": tool_call.name, "arguments": tool_call.arguments}) as span:  # fmt: skip
+            span.fail(ToolCallError(problem))
+            span.outputs = problem
+        return ToolResponse(text=f"Error: {problem}"), 0.0, {"error": problem}
+
+    def _call_problem(self, call: FunctionCall, agent_data: Any) -> str | None:
+        if call.name == MALFORMED_CALL:
+            detail = json.loads(call.arguments)
+            return (f"{detail['problem']}. Write tool calls as <tool_call>{{\"name\": \"<tool>\", "
+                    f"\"arguments\": {{...}}}}</tool_call>.")  # fmt: skip
+        tools = getattr(agent_data, "_active_tools", self.tools)
+        tool = tools.get(call.name)
+        if tool is None:
+            return f"unknown tool {call.name!r}; available tools: {', '.join(sorted(tools)) or 'none'}"
+        try:
+            arguments = json.loads(call.arguments)
+        except (json.JSONDecodeError, TypeError) as exc:
+            return f"arguments for {call.name!r} are not valid JSON: {exc}"
+        problems = check_arguments(tool.tool_schema, arguments)
+        if problems:
+            return f"invalid arguments for {call.name!r}: " + "; ".join(problems)
+        return None

@@ -1,0 +1,118 @@
+"""TracedAgentLoop: subclass it, write ``run``, get complete traces with no tracing code.
+
+``__init_subclass__`` wraps the ``run`` of every subclass once. The wrapper:
+- opens a trajectory when none is active (the loop called on its own): sample_index from
+  ``extra_info.index`` or ``index``, plus ``step``, ``rollout_n`` and ``validate`` when given;
+  under verl's AgentLoopWorker, or under rollscope's runner, it joins the trajectory already open;
+- records one span per run, however many classes of a ``super().run()`` chain are wrapped;
+- records the reward the loop knows (``reward_score``, turn scores, tool rewards).
+Every ``generate`` through ``self.server_manager`` is an llm span (see ``llm_client``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from contextvars import ContextVar
+from typing import Any
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopBase
+
+from rollscope.agentloops.llm_client import traced_client
+from rollscope.tracing import SpanKind, get_tracer, rollout_trace_attr, set_reward
+from rollscope.tracing.api import _begin, _end
+from rollscope.tracing.context import current_frame, verl_context
+from rollscope.tracing.spans import Trajectory
+
+# The loop instance whose run is executing in this task: a super().run() call adds no second span.
+_running: ContextVar[Any] = ContextVar("rollscope_running_loop", default=None)
+# The trajectory the last run in this task belonged to. Not reset on purpose: verl scores the
+# output after run returns, in the same task, and attaches the reward through it.
+last_trajectory: ContextVar[Trajectory | None] = ContextVar("rollscope_last_trajectory", default=None)
+
+
+def sample_index_from(kwargs: dict[str, Any]) -> Any:
+    extra = kwargs.get("extra_info") or {}
+    if isinstance(extra, dict) and extra.get("index") is not None:
+        return extra["index"]
+    return kwargs.get("index")
+
+
+def _trajectory_for(loop: AgentLoopBase, kwargs: dict[str, Any]) -> contextlib.AbstractContextManager:
+    """Open a trajectory only when nobody (runner, verl, a caller) has opened one."""
+    if current_frame.get() is not None:
+        return contextlib.nullcontext()
+    allowed, verl_attrs = verl_context()
+    if not allowed or verl_attrs is not None:
+        return contextlib.nullcontext()  # verl decided: untraced, or its trajectory is joined by the span
+    return rollout_trace_attr(
+        sample_index=sample_index_from(kwargs),
+        step=kwargs.get("step"),
+        rollout_n=kwargs.get("rollout_n"),
+        validate=bool(kwargs.get("validate", False)),
+        name=type(loop).__name__,
+    )
+
+
+def record_output_reward(output: Any) -> None:
+    """Put what the loop's output says about reward on the current trajectory."""
+    reward = getattr(output, "reward_score", None)
+    extra = getattr(output, "extra_fields", None) or {}
+    details = {k: extra[k] for k in ("turn_scores", "tool_rewards") if extra.get(k)}
+    if reward is not None or details:
+        set_reward(reward, **details)
+
+
+def _traced_run(run: Any, owner: type) -> Any:
+    span_name = f"{owner.__name__}.run"
+
+    @functools.wraps(run)
+    async def traced_run(self: AgentLoopBase, sampling_params: dict[str, Any], **kwargs: Any) -> Any:
+        if get_tracer() is None or _running.get() is self:
+            return await run(self, sampling_params, **kwargs)
+        running = _running.set(self)
+        try:
+            with _trajectory_for(self, kwargs):
+                span = _begin(span_name, SpanKind.AGENT, {"sampling_params": sampling_params, **kwargs})
+                if span is None:  # tracing disabled here (trace=False, or not sampled)
+                    return await run(self, sampling_params, **kwargs)
+                last_trajectory.set(span.trajectory)
+                try:
+                    output = await run(self, sampling_params, **kwargs)
+                    record_output_reward(output)
+                except BaseException as exc:
+                    _end(span, None, exc)
+                    raise
+                _end(span, output)
+                return output
+        finally:
+            _running.reset(running)
+
+    traced_run.__rollscope_traced__ = True  # type: ignore[attr-defined]
+    return traced_run
+
+
+def _without_verl_trace(fn: Any) -> Any:
+    """verl's own ``@rollout_trace_op`` on an inherited ``run`` would record it a second time in
+    verl's backend; rollscope's wrapper replaces it."""
+    code = getattr(fn, "__code__", None)
+    if code is not None and code.co_filename.endswith("rollout_trace.py") and hasattr(fn, "__wrapped__"):
+        return fn.__wrapped__
+    return fn
+
+
+class TracedAgentLoop(AgentLoopBase):
+    """verl's ``AgentLoopBase`` with tracing built in; see the module docstring."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # The class's own run, or one inherited from a class outside rollscope (a verl loop
+        # mixed in after TracedAgentLoop): either way wrapped once, here.
+        run = cls.__dict__.get("run", getattr(cls, "run", None))
+        if run is None or getattr(run, "__rollscope_traced__", False) or getattr(run, "__isabstractmethod__", False):
+            return
+        cls.run = _traced_run(_without_verl_trace(run), cls)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.server_manager = traced_client(self.server_manager, self.tokenizer)

@@ -1,0 +1,97 @@
+"""Tools from YAML, in verl's own format, plus function tools by dotted path.
+
+```yaml
+tools:
+  - class_name: rollscope.tools.builtin.calculator.CalculatorTool   # verl's format, unchanged
+    config: {type: native, timeout: 5}
+    tool_schema: {type: function, function: {name: calculator, ...}}   # optional for rollscope tools
+  - function: my_package.tools:lookup                                  # a @tool or typed function
+    config: {timeout: 10}
+```
+
+Every problem is reported as one ``ToolConfigError`` naming the file and the entry.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+from verl.tools.base_tool import BaseTool
+from verl.tools.schemas import OpenAIFunctionToolSchema
+
+from rollscope.tools.function_tool import FunctionTool, load_object
+from rollscope.tools.schema import ToolDefinitionError
+
+
+class ToolConfigError(ValueError):
+    pass
+
+
+def load_tools(path: str | os.PathLike) -> list[BaseTool]:
+    """Instantiate every tool a YAML file declares; names must be unique."""
+    try:
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+    except OSError as exc:
+        raise ToolConfigError(f"{path}: cannot read tool config: {exc.strerror or exc}") from exc
+    except yaml.YAMLError as exc:
+        raise ToolConfigError(f"{path}: not valid YAML: {exc}") from exc
+    entries = (doc or {}).get("tools") if isinstance(doc, dict) else None
+    if not isinstance(entries, list):
+        raise ToolConfigError(f"{path}: expected a top-level 'tools:' list")
+    tools: list[BaseTool] = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        label = f"{path}: tools[{i}]"
+        if isinstance(entry, dict):
+            label += f" ({entry.get('class_name') or entry.get('function') or '?'})"
+        try:
+            tool = _build(entry)
+        except (ToolDefinitionError, ValidationError, TypeError, ValueError) as exc:
+            raise ToolConfigError(f"{label}: {_one_line(exc)}") from exc
+        if tool.name in seen:
+            raise ToolConfigError(f"{label}: duplicate tool name {tool.name!r} (also tools[{seen[tool.name]}])")
+        seen[tool.name] = i
+        tools.append(tool)
+    return tools
+
+
+def _build(entry: Any) -> BaseTool:
+    if not isinstance(entry, dict):
+        raise ToolDefinitionError(f"each entry must be a mapping, got {type(entry).__name__}")
+    config = dict(entry.get("config") or {})
+    tool_type = config.get("type", "native")
+    if tool_type != "native":
+        raise ToolDefinitionError(f"config.type {tool_type!r} is not supported (only 'native')")
+    schema = _schema(entry.get("tool_schema"))
+    if "function" in entry:
+        return FunctionTool({**config, "function": entry["function"]}, schema)
+    if "class_name" not in entry:
+        raise ToolDefinitionError("needs 'class_name' (a BaseTool subclass) or 'function' (a dotted path)")
+    cls = load_object(entry["class_name"])
+    if not (isinstance(cls, type) and issubclass(cls, BaseTool)):
+        raise ToolDefinitionError(f"{entry['class_name']!r} is not a subclass of verl's BaseTool")
+    tool = cls(config=config, tool_schema=schema)
+    if getattr(tool, "tool_schema", None) is None:
+        raise ToolDefinitionError("no tool_schema given and the class provides none")
+    return tool
+
+
+def _schema(raw: Any) -> OpenAIFunctionToolSchema | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise ToolDefinitionError("tool_schema must be a mapping")
+    return OpenAIFunctionToolSchema.model_validate(raw)
+
+
+def _one_line(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        errs = exc.errors()
+        return "bad tool_schema: " + "; ".join(
+            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errs[:3]
+        )
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

@@ -1,0 +1,92 @@
+"""TracedTool: verl's BaseTool with every lifecycle method traced and every failure contained.
+
+A subclass overrides ``execute`` (and maybe ``create``, ``calc_reward``, ``release``) with plain
+methods, no decorator: ``__init_subclass__`` wraps each override once. ``execute`` also gets the
+tool's timeout (``config["timeout"]`` seconds, default 30) and turns a failure or timeout into
+error text in the ``ToolResponse`` the model sees plus an error span, never an exception out of
+the agent loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from verl.tools.base_tool import BaseTool
+from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+
+from rollscope.tracing import SpanKind, rollout_trace_op, trace_span
+
+log = logging.getLogger("rollscope.tools")
+
+DEFAULT_TIMEOUT_S = 30.0
+# Only execute counts as a tool call; the other lifecycle methods get spans of their own kinds.
+_LIFECYCLE = {"create": SpanKind.CUSTOM, "calc_reward": SpanKind.REWARD, "release": SpanKind.CUSTOM}
+
+
+class ToolError(Exception):
+    """Raised inside a tool to send a clean message (no traceback) back to the model."""
+
+
+class TracedTool(BaseTool):
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for name, kind in _LIFECYCLE.items():
+            method = cls.__dict__.get(name)
+            if method is not None and not getattr(method, "__rollscope_traced__", False):
+                setattr(cls, name, rollout_trace_op(method, kind=kind, name=f"{cls.__name__}.{name}"))
+        execute = cls.__dict__.get("execute")
+        if execute is not None and not getattr(execute, "__rollscope_traced__", False):
+            cls.execute = _contained_execute(execute, f"{cls.__name__}.execute")
+
+    def __init__(self, config: dict | None, tool_schema: OpenAIFunctionToolSchema | None) -> None:
+        # BaseTool.__init__ prints the schema; a tool per trajectory makes that noise, so no super().
+        self.config = dict(config or {})
+        self.tool_schema = tool_schema or self.get_openai_tool_schema()
+        if self.tool_schema is None:
+            raise ValueError(f"{type(self).__name__}: no tool_schema given and get_openai_tool_schema() returned None")
+        self.name = self.tool_schema.function.name
+        self.timeout_s = float(self.config.get("timeout", DEFAULT_TIMEOUT_S))
+
+    async def execute(
+        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
+    ) -> tuple[ToolResponse, float, dict]:
+        raise NotImplementedError(f"{type(self).__name__} must implement execute()")
+
+
+def error_response(tool: str, message: str) -> tuple[ToolResponse, float, dict]:
+    return ToolResponse(text=f"Error: {message}"), 0.0, {"error": message, "tool": tool}
+
+
+def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[..., Any]:
+    @functools.wraps(func)
+    async def execute(self: TracedTool, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
+        inputs = {"instance_id": instance_id, "parameters": parameters}
+        with trace_span(span_name, SpanKind.TOOL, inputs, **{"tool.name": self.name}) as span:
+            try:
+                result = await asyncio.wait_for(func(self, instance_id, parameters, **kwargs), self.timeout_s)
+            except asyncio.TimeoutError:
+                result = error_response(self.name, f"tool '{self.name}' timed out after {self.timeout_s:g}s")
+                span.fail(TimeoutError(result[2]["error"]))
+            except ToolError as exc:
+                result = error_response(self.name, str(exc))
+                span.fail(exc)
+            except Exception as exc:
+                log.warning("tool %r failed: %s: %s", self.name, type(exc).__name__, exc)
+                result = error_response(self.name, f"tool '{self.name}' failed: {type(exc).__name__}: {exc}")
+                span.fail(exc)
+            span.outputs = _describe(result)
+            return result
+
+    execute.__rollscope_traced__ = True  # type: ignore[attr-defined]
+    return execute
+
+
+def _describe(result: Any) -> Any:
+    """The trace view of execute's (ToolResponse, reward, metrics) tuple."""
+    if isinstance(result, tuple) and len(result) == 3 and isinstance(result[0], ToolResponse):
+        return {"text": result[0].text, "reward": result[1], "metrics": result[2]}
+    return result
