@@ -46,9 +46,8 @@ class ScriptedLLM:
         text = self._reply(turn, prompt_ids)
         ids = self._cache.get(text)
         if ids is None:
-            ids = self._cache[text] = self.tokenizer.encode(text, add_special_tokens=False) + [
-                self.tokenizer.eos_token_id
-            ]
+            ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
+            self._cache[text] = ids
         max_tokens = sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens")
         ids = ids[:max_tokens] if max_tokens else ids
         return TokenOutput(token_ids=list(ids), log_probs=[-0.01 * (i + 1) for i in range(len(ids))],

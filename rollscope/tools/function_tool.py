@@ -17,7 +17,7 @@ from typing import Any, overload
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from rollscope.tools.schema import ToolDefinitionError, check_arguments, schema_from_function
-from rollscope.tools.traced_tool import ToolError, TracedTool
+from rollscope.tools.traced_tool import ExecuteResult, ToolError, TracedTool
 
 
 def load_object(path: str) -> Any:
@@ -64,9 +64,7 @@ class FunctionTool(TracedTool):
         self.is_async = inspect.iscoroutinefunction(fn)
         super().__init__(config, tool_schema or schema_from_function(fn, name))
 
-    async def execute(
-        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
-    ) -> tuple[ToolResponse, float, dict]:
+    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> ExecuteResult:
         problems = check_arguments(self.tool_schema, parameters)
         if problems:
             raise ToolError(f"invalid arguments for '{self.name}': " + "; ".join(problems))
@@ -84,7 +82,7 @@ class FunctionTool(TracedTool):
         return f"FunctionTool({self.name!r} -> {self.fn.__module__}.{self.fn.__qualname__})"
 
 
-def as_tool_result(result: Any) -> tuple[ToolResponse, float, dict]:
+def as_tool_result(result: Any) -> ExecuteResult:
     """A function's return value as execute's (ToolResponse, reward, metrics).
 
     str -> text; ToolResponse as is; (value, reward) or (value, reward, metrics) tuples;

@@ -27,6 +27,10 @@ DEFAULT_TIMEOUT_S = 30.0
 _LIFECYCLE = {"create": SpanKind.CUSTOM, "calc_reward": SpanKind.REWARD, "release": SpanKind.CUSTOM}
 
 
+#: What ``execute`` returns: (what the model sees, the step reward, metrics).
+ExecuteResult = tuple[ToolResponse, float, dict]
+
+
 class ToolError(Exception):
     """Raised inside a tool to send a clean message (no traceback) back to the model."""
 
@@ -51,13 +55,11 @@ class TracedTool(BaseTool):
         self.name = self.tool_schema.function.name
         self.timeout_s = float(self.config.get("timeout", DEFAULT_TIMEOUT_S))
 
-    async def execute(
-        self, instance_id: str, parameters: dict[str, Any], **kwargs: Any
-    ) -> tuple[ToolResponse, float, dict]:
+    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> ExecuteResult:
         raise NotImplementedError(f"{type(self).__name__} must implement execute()")
 
 
-def error_response(tool: str, message: str) -> tuple[ToolResponse, float, dict]:
+def error_response(tool: str, message: str) -> ExecuteResult:
     return ToolResponse(text=f"Error: {message}"), 0.0, {"error": message, "tool": tool}
 
 

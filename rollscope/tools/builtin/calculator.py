@@ -9,7 +9,7 @@ from typing import Any
 
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-from rollscope.tools.traced_tool import ToolError, TracedTool
+from rollscope.tools.traced_tool import ExecuteResult, ToolError, TracedTool
 
 _BINARY = {
     ast.Add: operator.add,
@@ -78,7 +78,7 @@ class CalculatorTool(TracedTool):
     def __init__(self, config: dict | None = None, tool_schema: OpenAIFunctionToolSchema | None = None) -> None:
         super().__init__(config, tool_schema or OpenAIFunctionToolSchema.model_validate(SCHEMA))
 
-    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> ExecuteResult:
         expression = parameters.get("expression")
         if not isinstance(expression, str):
             raise ToolError("'expression' must be a string")
