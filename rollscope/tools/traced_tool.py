@@ -49,7 +49,9 @@ class TracedTool(BaseTool):
     def __init__(self, config: dict | None, tool_schema: OpenAIFunctionToolSchema | None) -> None:
         # BaseTool.__init__ prints the schema; a tool per trajectory makes that noise, so no super().
         self.config = dict(config or {})
-        self.tool_schema = tool_schema or self.get_openai_tool_schema()
+        self.tool_schema = tool_schema
+        if self.tool_schema is None:  # a subclass may describe itself
+            self.tool_schema = self.get_openai_tool_schema()
         if self.tool_schema is None:
             raise ValueError(f"{type(self).__name__}: no tool_schema given and get_openai_tool_schema() returned None")
         self.name = self.tool_schema.function.name

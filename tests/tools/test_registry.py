@@ -1,0 +1,77 @@
+"""Tool YAML: verl's format unchanged, function tools by path, and one clear error per mistake."""
+
+import asyncio
+import textwrap
+
+import pytest
+from verl.tools.tool_registry import initialize_tools_from_config
+
+from rollscope.configs import path as config_path
+from rollscope.tools import ToolConfigError, load_tools
+
+
+def _yaml(tmp_path, body):
+    p = tmp_path / "tools.yaml"
+    p.write_text(textwrap.dedent(body))
+    return p
+
+
+def test_verl_format_and_function_entries(tmp_path):
+    p = _yaml(tmp_path, """
+        tools:
+          - class_name: rollscope.tools.builtin.CalculatorTool
+            config: {type: native, timeout: 3}
+          - function: tests.tools.sample_tools:shout
+          - function: tests.tools.sample_tools.whisper
+            config: {timeout: 1}
+          - class_name: rollscope.tools.FunctionTool
+            config: {type: native, function: "tests.tools.sample_tools:whisper"}
+            tool_schema:
+              type: function
+              function:
+                name: murmur
+                description: Lower-case a text, renamed.
+                parameters: {type: object, properties: {text: {type: string}}, required: [text]}
+        """)
+    tools = load_tools(p)
+    assert [t.name for t in tools] == ["calculator", "shout", "whisper", "murmur"]
+    assert tools[0].timeout_s == 3 and tools[2].timeout_s == 1
+    response, _, _ = asyncio.run(tools[3].execute("i", {"text": "QUIET"}))
+    assert response.text == "quiet"
+
+
+def test_verls_own_loader_reads_the_shipped_yaml():
+    tools = initialize_tools_from_config(str(config_path("gsm8k_tools.yaml")))
+    assert [t.name for t in tools] == ["calculator", "submit_answer"]
+
+
+@pytest.mark.parametrize(
+    ("body", "message"),
+    [
+        ("tools:\n  - class_name: rollscope.tools.builtin.Nope\n    config: {type: native}\n",
+         r"tools\[0\] \(rollscope.tools.builtin.Nope\): module 'rollscope.tools.builtin' has no attribute 'Nope'"),
+        ("tools:\n  - class_name: tests.tools.sample_tools.NotATool\n    config: {type: native}\n",
+         r"tools\[0\] \(tests.tools.sample_tools.NotATool\): 'tests.tools.sample_tools.NotATool' is not a subclass"),
+        ("tools:\n  - class_name: rollscope.tools.builtin.CalculatorTool\n    config: {type: native}\n"
+         "    tool_schema: {type: function, function: {name: calc}}\n",
+         r"tools\[0\] \(rollscope.tools.builtin.CalculatorTool\): bad tool_schema: function.description: Field required"),
+        ("tools:\n  - function: tests.tools.sample_tools:shout\n  - function: tests.tools.sample_tools:shout\n",
+         r"tools\[1\] \(tests.tools.sample_tools:shout\): duplicate tool name 'shout' \(also tools\[0\]\)"),
+        ("tools:\n  - function: no_such_module_xyz:fn\n",
+         r"tools\[0\] \(no_such_module_xyz:fn\): cannot import module 'no_such_module_xyz'"),
+        ("tools:\n  - config: {type: native}\n", r"tools\[0\] \(\?\): needs 'class_name'"),
+        ("tools:\n  - class_name: rollscope.tools.builtin.CalculatorTool\n    config: {type: mcp}\n",
+         r"config.type 'mcp' is not supported"),
+        ("tool: []\n", r"expected a top-level 'tools:' list"),
+        ("tools: [\n", r"not valid YAML"),
+    ],
+)  # fmt: skip
+def test_mistakes_name_the_file_and_entry(tmp_path, body, message):
+    p = _yaml(tmp_path, body)
+    with pytest.raises(ToolConfigError, match=f"^{p}: .*{message}" if "tools[" not in message else message):
+        load_tools(p)
+
+
+def test_missing_file(tmp_path):
+    with pytest.raises(ToolConfigError, match="cannot read tool config"):
+        load_tools(tmp_path / "absent.yaml")
