@@ -9,8 +9,14 @@ from rollscope import tracing
 from rollscope.tools import ToolError, TracedTool
 
 SCHEMA = OpenAIFunctionToolSchema.model_validate(
-    {"type": "function", "function": {"name": "lookup", "description": "Look a key up.",
-                                      "parameters": {"type": "object", "properties": {}}}}  # fmt: skip
+    {
+        "type": "function",
+        "function": {
+            "name": "lookup",
+            "description": "Look a key up.",
+            "parameters": {"type": "object", "properties": {}},
+        },
+    }
 )
 
 
