@@ -17,13 +17,14 @@ from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
 from verl.utils.ray_utils import get_event_loop
 
 MALFORMED_CALL = "__malformed_tool_call__"
+_DECODER = json.JSONDecoder()
 _BLOCK = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.DOTALL)
 
 
 def parse_call(body: str) -> FunctionCall:
     """One ``<tool_call>`` body -> a call, or a MALFORMED_CALL explaining the problem."""
-    try:
-        call = json.loads(body)
+    try:  # the first JSON value; trailing text (an end-of-turn token after a cut-off call) is ignored
+        call, _ = _DECODER.raw_decode(body)
     except json.JSONDecodeError as exc:
         return _malformed(f"the tool call is not valid JSON ({exc.msg} at position {exc.pos})", body)
     if not isinstance(call, dict):

@@ -18,3 +18,27 @@ def tokenizer(model_dir):
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(model_dir)
+
+
+def build_loop(cls, config, tokenizer, llm, tools=()):
+    """An agent loop as verl's worker builds one (call it inside the running event loop)."""
+    from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    return cls(trainer_config=DictConfigWrap(config), server_manager=llm, tokenizer=tokenizer, processor=None,
+               dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data), tools=ToolListWrap(list(tools)))  # fmt: skip
+
+
+def with_overrides(config, **multi_turn):
+    import copy
+
+    cfg = copy.deepcopy(config)
+    for key, value in multi_turn.items():
+        cfg.actor_rollout_ref.rollout.multi_turn[key] = value
+    return cfg
+
+
+def call(name, **arguments):
+    import json
+
+    return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'

@@ -1,0 +1,103 @@
+"""rollscope's ToolAgentLoop on verl's real classes, a real tokenizer and a ScriptedLLM test double."""
+
+import asyncio
+
+import pytest
+
+from rollscope import tracing
+from rollscope.agentloops import ToolAgentLoop
+from rollscope.llm import ScriptedLLM
+from rollscope.tools.builtin import AnswerCheckerTool, CalculatorTool
+from tests.agentloops.conftest import build_loop, call, with_overrides
+
+PROMPT = [{"role": "user", "content": "What is 17 * 23?"}]
+SAMPLING = {"temperature": 1.0, "logprobs": True}
+
+
+def run_loop(config, tokenizer, replies, tools=None, **kwargs):
+    llm = ScriptedLLM(tokenizer, replies)
+
+    async def main():
+        loop = build_loop(ToolAgentLoop, config, tokenizer, llm, tools if tools is not None else [CalculatorTool()])
+        return await loop.run(SAMPLING, raw_prompt=list(PROMPT), **kwargs)
+
+    return asyncio.run(main())
+
+
+def tool_messages(tokenizer, output):
+    text = tokenizer.decode(output.response_ids)
+    return [part.split("<|im_end|>")[0] for part in text.split("<|im_start|>tool\n")[1:]]
+
+
+def test_conversation_is_traced_turn_by_turn(verl_config, tokenizer, trace_dir, read_store):
+    tracing.init_tracing(trace_dir=str(trace_dir), token2text=True)
+    out = run_loop(verl_config, tokenizer, [call("calculator", expression="17 * 23"), "The answer is 391."],
+                   extra_info={"index": 12}, step=3, rollout_n=1)  # fmt: skip
+    assert tool_messages(tokenizer, out) == ["391"]
+    [t] = read_store().trajectories()
+    assert (t.sample_index, t.step, t.rollout_n, t.agent_name) == (12, 3, 1, "ToolAgentLoop")
+    assert (t.num_llm_calls, t.num_tool_calls, t.num_errors) == (2, 1, 0)
+    [run] = t.tree()
+    assert run.name == "ToolAgentLoop.run" and run.kind == "agent"
+    assert [c.kind for c in run.children] == ["llm", "tool", "llm"]
+    first = run.children[0]
+    assert first.attributes["gen_ai.usage.input_tokens"] == len(first.inputs["prompt_ids"])
+    assert first.attributes["gen_ai.usage.output_tokens"] == len(first.outputs["token_ids"])
+    assert first.attributes["gen_ai.response.finish_reasons"] == ["completed"]
+    assert "What is 17 * 23?" in first.inputs["prompt_text"]  # token2text through the loop's tokenizer
+    assert first.outputs["response_text"].startswith('<tool_call>{"name": "calculator"')
+    assert run.children[1].outputs["text"] == "391"
+
+
+MALFORMED = [
+    ('<tool_call>{"name": "calculator", "arguments": {expression: 1}}</tool_call>',
+     "Error: the tool call is not valid JSON"),
+    (call("calc", expression="1+1"), "Error: unknown tool 'calc'; available tools: calculator"),
+    (call("calculator", expression=5), "Error: invalid arguments for 'calculator': argument 'expression' must be string"),
+    (call("calculator"), "Error: invalid arguments for 'calculator': missing required argument 'expression'"),
+    ('<tool_call>{"name": "calculator", "arguments": [1, 2]}</tool_call>',
+     "Error: invalid arguments for 'calculator': arguments must be a JSON object, got list"),
+    ('<tool_call>{"arguments": {"expression": "1"}}</tool_call>', "Error: the tool call has no 'name' string"),
+    ('<tool_call>{"name": "calculator", "arguments": "{not json"}</tool_call>',
+     "Error: arguments for 'calculator' are not valid JSON"),
+    (call("calculator", expression="1/0"), "Error: division by zero"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("reply", "message"), MALFORMED)
+def test_malformed_calls_are_answered_and_traced(verl_config, tokenizer, local_tracer, read_store, reply, message):
+    out = run_loop(verl_config, tokenizer, [reply, call("calculator", expression="2+2"), "Done: 4."])
+    [bad, good] = tool_messages(tokenizer, out)
+    assert bad.startswith(message)
+    assert good == "4"  # the model recovered and the loop went on
+    [t] = read_store().trajectories()
+    errors = [s for s in t.spans if s.status == "error"]
+    assert len(errors) == 1 and errors[0].kind == "tool"
+    assert message.removeprefix("Error: ") in errors[0].error_message
+    assert t.status == "ok" and t.num_llm_calls == 3
+
+
+def test_unterminated_call_from_a_stop_string_is_parsed(verl_config, tokenizer, local_tracer):
+    out = run_loop(verl_config, tokenizer, ['<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}',
+                                            "42"])  # fmt: skip
+    assert tool_messages(tokenizer, out) == ["42"]
+
+
+def test_parallel_calls_up_to_the_limit(verl_config, tokenizer, local_tracer, read_store):
+    cfg = with_overrides(verl_config, max_parallel_calls=2)
+    reply = call("calculator", expression="1+1") + call("calculator", expression="2+2") + call(
+        "calculator", expression="3+3")
+    out = run_loop(cfg, tokenizer, [reply, "done"])
+    assert tool_messages(tokenizer, out) == ["2", "4"]  # the third call is beyond max_parallel_calls
+    assert read_store().trajectories()[0].num_tool_calls == 2
+
+
+def test_turn_limit_and_tool_rewards(verl_config, tokenizer, local_tracer, read_store):
+    cfg = with_overrides(verl_config, max_assistant_turns=2)
+    checker = AnswerCheckerTool()
+    out = run_loop(cfg, tokenizer, [call("submit_answer", answer="391")], tools=[CalculatorTool(), checker],
+                   tools_kwargs={"submit_answer": {"create_kwargs": {"ground_truth": "391"}}})  # fmt: skip
+    assert out.extra_fields["tool_rewards"] == [1.0]
+    [t] = read_store().trajectories()
+    assert t.num_llm_calls == 2  # stopped by max_assistant_turns although the model kept calling
+    assert t.attributes["reward_details"] == {"tool_rewards": [1.0]}

@@ -1,0 +1,92 @@
+"""What a user writes: a TracedAgentLoop subclass with no tracing code, traced completely."""
+
+import asyncio
+from uuid import uuid4
+
+from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop as VerlSingleTurn
+
+from rollscope import tracing
+from rollscope.agentloops import SingleTurnAgentLoop, ToolAgentLoop, TracedAgentLoop
+from rollscope.llm import ScriptedLLM
+from rollscope.tools.builtin import CalculatorTool
+from tests.agentloops.conftest import build_loop, call
+
+
+class EchoAgent(TracedAgentLoop):
+    """A user's loop: one generate through self.server_manager, a reward it computes itself."""
+
+    async def run(self, sampling_params, **kwargs):
+        prompt_ids = self.tokenizer.apply_chat_template(kwargs["raw_prompt"], add_generation_prompt=True, tokenize=True,
+                                                        return_dict=False)
+        out = await self.server_manager.generate(uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params)
+        text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
+        return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=out.token_ids, response_mask=[1] * len(out.token_ids),
+                               reward_score=float("391" in text), num_turns=2, metrics=AgentLoopMetrics())  # fmt: skip
+
+
+class CheckedToolAgent(ToolAgentLoop):
+    """Overrides run and calls super().run(): still one run span."""
+
+    async def run(self, sampling_params, **kwargs):
+        output = await super().run(sampling_params, **kwargs)
+        output.reward_score = 1.0 if output.num_turns > 2 else 0.0
+        return output
+
+
+class PlainVerlSingleTurn(TracedAgentLoop, VerlSingleTurn):
+    """A verl loop mixed in with no run of its own: its inherited run is traced."""
+
+
+PROMPT = [{"role": "user", "content": "What is 17 * 23?"}]
+
+
+def _run(cls, config, tokenizer, replies, tools=(), **kwargs):
+    async def main():
+        loop = build_loop(cls, config, tokenizer, ScriptedLLM(tokenizer, replies), tools)
+        return await loop.run({"temperature": 1.0}, raw_prompt=list(PROMPT), **kwargs)
+
+    return asyncio.run(main())
+
+
+def test_user_loop_without_decorators(verl_config, tokenizer, local_tracer, read_store):
+    out = _run(EchoAgent, verl_config, tokenizer, ["The answer is 391."], extra_info={"index": 4}, validate=True)
+    assert out.reward_score == 1.0
+    [t] = read_store().trajectories()
+    assert (t.sample_index, t.validate, t.agent_name, t.reward, t.status) == (4, True, "EchoAgent", 1.0, "ok")
+    assert [(s.kind, s.name) for s in t.spans] == [("agent", "EchoAgent.run"), ("llm", "llm.generate")]
+    assert t.spans[1].parent_id == t.spans[0].id
+
+
+def test_super_run_chain_records_one_run_span(verl_config, tokenizer, local_tracer, read_store):
+    _run(CheckedToolAgent, verl_config, tokenizer, [call("calculator", expression="1+1"), "2"],
+         tools=[CalculatorTool()], index=8)  # fmt: skip
+    [t] = read_store().trajectories()
+    runs = [s for s in t.spans if s.kind == "agent"]
+    assert [s.name for s in runs] == ["CheckedToolAgent.run"]
+    assert (t.sample_index, t.reward, t.num_llm_calls, t.num_tool_calls) == (8, 1.0, 2, 1)
+
+
+def test_inherited_verl_run_and_bundled_single_turn(verl_config, tokenizer, local_tracer, read_store):
+    _run(PlainVerlSingleTurn, verl_config, tokenizer, ["391"], index=1)
+    _run(SingleTurnAgentLoop, verl_config, tokenizer, ["391"], index=2)
+    by_sample = {t.sample_index: t for t in read_store().trajectories()}
+    assert [s.name for s in by_sample[1].spans] == ["PlainVerlSingleTurn.run", "llm.generate"]
+    assert [s.name for s in by_sample[2].spans] == ["SingleTurnAgentLoop.run", "llm.generate"]
+
+
+def test_runs_untraced_when_tracing_is_off(verl_config, tokenizer):
+    assert tracing.get_tracer() is None
+    out = _run(EchoAgent, verl_config, tokenizer, ["391"])
+    assert out.reward_score == 1.0
+
+
+def test_the_runners_trajectory_is_joined_not_duplicated(verl_config, tokenizer, local_tracer, read_store):
+    async def main():
+        loop = build_loop(EchoAgent, verl_config, tokenizer, ScriptedLLM(tokenizer, ["391"]))
+        with tracing.rollout_trace_attr(step=5, sample_index=9, rollout_n=3, name="runner"):
+            await loop.run({}, raw_prompt=list(PROMPT), index=100)
+
+    asyncio.run(main())
+    [t] = read_store().trajectories()
+    assert (t.step, t.sample_index, t.rollout_n, t.agent_name) == (5, 9, 3, "runner")
