@@ -26,6 +26,8 @@ from rollscope.tracing.spans import Trajectory
 
 # The loop instance whose run is executing in this task: a super().run() call adds no second span.
 _running: ContextVar[Any] = ContextVar("rollscope_running_loop", default=None)
+# The name verl's registry knows the loop by, set by the worker hook: trajectories carry it.
+agent_name: ContextVar[str | None] = ContextVar("rollscope_agent_name", default=None)
 # The trajectory the last run in this task belonged to. Not reset on purpose: verl scores the
 # output after run returns, in the same task, and attaches the reward through it.
 last_trajectory: ContextVar[Trajectory | None] = ContextVar("rollscope_last_trajectory", default=None)
@@ -50,7 +52,7 @@ def _trajectory_for(loop: AgentLoopBase, kwargs: dict[str, Any]) -> contextlib.A
         step=kwargs.get("step"),
         rollout_n=kwargs.get("rollout_n"),
         validate=bool(kwargs.get("validate", False)),
-        name=type(loop).__name__,
+        name=agent_name.get() or type(loop).__name__,
     )
 
 
@@ -73,7 +75,8 @@ def _traced_run(run: Any, owner: type) -> Any:
         running = _running.set(self)
         try:
             with _trajectory_for(self, kwargs):
-                span = _begin(span_name, SpanKind.AGENT, {"sampling_params": sampling_params, **kwargs})
+                span = _begin(span_name, SpanKind.AGENT, {"sampling_params": sampling_params, **kwargs},
+                              trajectory_name=agent_name.get() or type(self).__name__)  # fmt: skip
                 if span is None:  # tracing disabled here (trace=False, or not sampled)
                     return await run(self, sampling_params, **kwargs)
                 last_trajectory.set(span.trajectory)

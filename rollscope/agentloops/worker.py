@@ -19,6 +19,7 @@ import ray
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
 from verl.utils.rollout_trace import RolloutTraceConfig
 
+from rollscope.agentloops.traced_loop import agent_name as loop_agent_name
 from rollscope.agentloops.traced_loop import last_trajectory
 from rollscope.tracing import get_tracer, init_from_verl_config, set_reward
 
@@ -43,8 +44,12 @@ class TracedAgentLoopWorker(AgentLoopWorker):
         tracer = get_tracer()
         if tracer is not None and trace:
             trace = tracer.sampler.should_trace(trajectory["step"], trajectory["sample_index"])
-        return await super()._run_agent_loop(sampling_params, trajectory, agent_name=agent_name, trace=trace,
-                                             **kwargs)  # fmt: skip
+        token = loop_agent_name.set(agent_name)
+        try:
+            return await super()._run_agent_loop(sampling_params, trajectory, agent_name=agent_name, trace=trace,
+                                                 **kwargs)  # fmt: skip
+        finally:
+            loop_agent_name.reset(token)
 
     async def _compute_score(self, outputs: list[Any], kwargs: dict) -> None:
         await super()._compute_score(outputs, kwargs)

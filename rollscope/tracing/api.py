@@ -165,15 +165,18 @@ def rollout_trace_op(
     return wrapper
 
 
-def _begin(name: str, kind: SpanKind, inputs: Any, attributes: dict | None = None) -> Span | None:
-    """Start a span under the current frame (opening a trajectory if there is none); None if untraced."""
+def _begin(
+    name: str, kind: SpanKind, inputs: Any, attributes: dict | None = None, trajectory_name: str | None = None
+) -> Span | None:
+    """Start a span under the current frame (opening a trajectory, named ``trajectory_name`` or
+    ``name``, if there is none); None if untraced."""
     tracer = runtime._tracer
     if tracer is None or not trace_enabled.get():
         return None
     parent = current_frame.get()
     implicit = None
     if parent is None:
-        implicit = parent = _open_implicit(tracer, name)
+        implicit = parent = _open_implicit(tracer, trajectory_name or name)
         if implicit is None:
             return None
     span = tracer.start_span(name, kind, parent, inputs, attributes)

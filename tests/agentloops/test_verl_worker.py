@@ -1,0 +1,138 @@
+"""Proof that it works inside verl: verl's real AgentLoopWorker (rollscope's hooked subclass), a
+config composed from verl's own YAML, the loop from agent_loop_config_path, tools from
+tool_config_path, a GRPO batch with n=2; only the LLM servers are a test double (ScriptedLLM)."""
+
+import asyncio
+
+import numpy as np
+import pytest
+from verl.protocol import DataProto
+from verl.utils.rollout_trace import RolloutTraceConfig
+
+from rollscope import tracing
+from rollscope.agentloops import TracedAgentLoopWorker
+from rollscope.configs import path as config_path
+from rollscope.llm import ScriptedLLM
+from rollscope.store import TraceStore
+from tests.agentloops.conftest import call
+from tests.verl_env import compose_config
+
+QUESTIONS = ["What is 17 * 23?", "What is 12 * 12?", "What is 9 * 9?"]
+ANSWERS = ["391", "144", "81"]
+
+
+@pytest.fixture
+def worker_config(model_dir, tmp_path):
+    loops = tmp_path / "agent_loops.yaml"
+    loops.write_text("- name: gsm8k_agent\n  _target_: tests.agentloops.user_loops.GSM8KAgent\n")
+    RolloutTraceConfig.reset()
+    yield compose_config(model_dir, [
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={config_path('gsm8k_tools.yaml')}",
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+        "actor_rollout_ref.rollout.trace.backend=local",
+        "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=2",
+        f"+rollscope.trace.trace_dir={tmp_path / 'traces'}",
+        "+rollscope.trace.sample_seed=3",
+    ])  # fmt: skip
+    RolloutTraceConfig.reset()
+
+
+def scripted_llm(tokenizer):
+    def reply(turn, prompt_ids):
+        text = tokenizer.decode(prompt_ids)
+        k = next(i for i, q in enumerate(QUESTIONS) if q in text)
+        a, b = QUESTIONS[k].removeprefix("What is ").removesuffix("?").split(" * ")
+        return [call("calculator", expression=f"{a} * {b}"), call("submit_answer", answer=ANSWERS[k]),
+                f"The answer is {ANSWERS[k]}."][min(turn, 2)]  # fmt: skip
+
+    return ScriptedLLM(tokenizer, reply)
+
+
+def grpo_batch(n, step):
+    rows = [i for i in range(len(QUESTIONS)) for _ in range(n)]  # verl repeats each prompt n times, interleaved
+    return DataProto.from_dict(
+        non_tensors={
+            "raw_prompt": np.array([[{"role": "user", "content": QUESTIONS[i]}] for i in rows], dtype=object),
+            "index": np.array(rows),
+            "agent_name": np.array(["gsm8k_agent"] * len(rows), dtype=object),
+            "data_source": np.array(["gsm8k"] * len(rows), dtype=object),
+            "reward_model": np.array([{"ground_truth": ANSWERS[i]} for i in rows], dtype=object),
+            "extra_info": np.array([{"index": i} for i in rows], dtype=object),
+            "tools_kwargs": np.array(
+                [{"submit_answer": {"create_kwargs": {"ground_truth": ANSWERS[i]}}} for i in rows], dtype=object
+            ),
+        },
+        meta_info={"global_steps": step, "validate": False},
+    )
+
+
+@pytest.mark.slow
+def test_generate_sequences_in_verls_worker(worker_config, tokenizer, tmp_path):
+    async def main():
+        worker = TracedAgentLoopWorker(worker_config, scripted_llm(tokenizer))
+        return await worker.generate_sequences(grpo_batch(n=2, step=7))
+
+    out = asyncio.run(main())
+    assert out.batch["responses"].shape[0] == 6
+    assert int(out.batch["response_mask"].sum()) > 0
+    tracing.flush_tracing()
+    store = TraceStore(tmp_path / "traces")
+    trajectories = store.trajectories()
+    chosen = tracing.select_samples(range(3), step=7, k=2, seed=3)
+    # max_samples_per_step_per_worker=2: two whole GRPO groups, chosen deterministically
+    assert {t.sample_index for t in trajectories} == chosen
+    assert sorted((t.sample_index, t.rollout_n) for t in trajectories) == sorted(
+        (s, r) for s in chosen for r in (0, 1))
+    for t in trajectories:
+        assert (t.step, t.validate, t.experiment, t.project) == (7, False, "cpu", "rollscope_tests")
+        assert t.status == "ok" and t.reward == 1.0
+        assert t.attributes["opened_by"] == "verl" and t.agent_name == "gsm8k_agent"
+        assert (t.num_llm_calls, t.num_tool_calls, t.num_errors) == (3, 2, 0)
+        [run] = t.tree()
+        assert run.name == "GSM8KAgent.run"
+        assert [c.kind for c in run.children if c.kind in ("llm", "tool")] == ["llm", "tool", "llm", "tool", "llm"]
+        lifecycle = [c.name for c in run.children if c.kind not in ("llm", "tool")]
+        assert lifecycle == ["AnswerCheckerTool.create", "AnswerCheckerTool.release"]
+        assert [c.attributes.get("tool.name") for c in run.children if c.kind == "tool"] == ["calculator", "submit_answer"]
+    group = store.group(step=7, sample_index=min(chosen))
+    assert [t.rollout_n for t in group] == [0, 1]
+    tracing.shutdown_tracing()
+
+
+@pytest.mark.slow
+def test_reward_computed_by_verl_after_run_lands_on_the_trajectory(worker_config, tokenizer, tmp_path):
+    """verl scores after run returns (a reward-loop Ray actor); the worker hook attaches it."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class LengthReward:  # a real Ray actor standing where verl's RewardLoopWorker runs
+        def compute_score(self, data):
+            return {"reward_score": float(data.batch["responses"].shape[-1]) / 1000,
+                    "reward_extra_info": {"scorer": "length"}}  # fmt: skip
+
+    worker_config.actor_rollout_ref.rollout.agent.default_agent_loop = "rollscope_tool_agent"
+    worker_config.actor_rollout_ref.rollout.agent.agent_loop_config_path = str(config_path("agent_loops.yaml"))
+    worker_config.actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker = None
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        async def main():
+            worker = TracedAgentLoopWorker(worker_config, scripted_llm(tokenizer), None, [LengthReward.remote()])
+            batch = grpo_batch(n=1, step=2)
+            batch.non_tensor_batch.pop("agent_name")  # default_agent_loop applies
+            return await worker.generate_sequences(batch)
+
+        out = asyncio.run(main())
+    finally:
+        ray.shutdown()
+    tracing.flush_tracing()
+    trajectories = TraceStore(tmp_path / "traces").trajectories()
+    assert len(trajectories) == 3
+    for t in trajectories:
+        assert t.agent_name == "rollscope_tool_agent"  # verl's registry name
+        assert t.reward is not None and t.reward > 0
+        assert t.attributes["reward_details"]["source"] == "verl_reward"
+        assert t.attributes["reward_details"]["scorer"] == "length"
+    assert len(out) == 3
+    tracing.shutdown_tracing()
