@@ -15,6 +15,8 @@ from typing import Any
 from rollscope.tracing.redaction import REDACTED, Redactor
 
 MAX_DEPTH = 24
+# No secret shape is shorter than this ('pwd=abcd'), so shorter strings skip the redaction regex.
+MIN_SECRET_TEXT = 8
 DEFAULT_MAX_PAYLOAD_CHARS = 20_000
 
 # Token-id fields and the name their decoded text is stored under (verl's names where it has them).
@@ -52,6 +54,8 @@ class PayloadShaper:
         tokenizer: Any = None,
     ) -> None:
         self.redactor = redactor
+        # Keys repeat endlessly (prompt_ids, sampling_params, ...): decide once per key.
+        self._secret_key: dict[str, bool] = {}
         self.max_chars = max_payload_chars
         self.token2text = token2text
         self.tokenizer = tokenizer
@@ -61,7 +65,8 @@ class PayloadShaper:
         return self._convert(value, 0, decoder)
 
     def _string(self, s: str) -> str:
-        s = self.redactor.text(s)
+        if len(s) >= MIN_SECRET_TEXT:
+            s = self.redactor.text(s)
         if self.max_chars is not None and len(s) > self.max_chars:
             s = f"{s[: self.max_chars]}…[truncated {len(s) - self.max_chars} chars]"
         return s
@@ -81,8 +86,11 @@ class PayloadShaper:
         if t is dict:
             return self._mapping(v, depth, decoder)
         if t is list or t is tuple:
-            if t is list and v and type(v[0]) is int and set(map(type, v)) == _INT_ONLY:
-                return v  # token ids: the common big case, nothing to convert
+            if v and (t0 := type(v[0])) in _NUMBER_TYPES and set(map(type, v)) == {t0}:
+                # token ids and log-probabilities: the big lists, converted in C or not at all
+                if t0 is int:
+                    return v if -(2**63) <= min(v) and max(v) < 2**63 else [self._convert(x, 0, None) for x in v]
+                return v if all(map(math.isfinite, v)) else [x if math.isfinite(x) else str(x) for x in v]
             return [self._convert(x, depth + 1, decoder) for x in v]
         if isinstance(v, str):
             return self._string(str(v))
@@ -110,9 +118,13 @@ class PayloadShaper:
         out: dict[str, Any] = {}
         for k, val in m.items():
             key = k if isinstance(k, str) else str(k)
-            if type(val) is str and self.redactor.is_secret_key(key):
-                out[key] = REDACTED
-                continue
+            if type(val) is str:
+                secret = self._secret_key.get(key)
+                if secret is None:
+                    secret = self._secret_key[key] = self.redactor.is_secret_key(key)
+                if secret:
+                    out[key] = REDACTED
+                    continue
             out[key] = self._convert(val, depth + 1, decoder)
             if decoder is not None:
                 text_key = text_field_for(key)
@@ -124,7 +136,7 @@ class PayloadShaper:
 
 
 _UNKNOWN = object()
-_INT_ONLY = {int}
+_NUMBER_TYPES = (int, float)
 
 
 def _native(v: Any) -> Any:

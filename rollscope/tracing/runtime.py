@@ -44,9 +44,10 @@ class CallArgs:
 
 class Binder:
     """Maps a call's arguments to parameter names the way verl's trace does (defaults applied,
-    ``self`` left out), precomputed per function because ``Signature.bind`` is slow."""
+    ``self`` left out, extra keywords under the ``**kwargs`` name), precomputed per function
+    because ``Signature.bind`` is slow."""
 
-    __slots__ = ("defaults", "is_method", "names", "signature", "simple")
+    __slots__ = ("defaults", "is_method", "names", "signature", "simple", "var_keyword")
 
     def __init__(self, func: Any) -> None:
         try:
@@ -56,19 +57,28 @@ class Binder:
         params = list(self.signature.parameters.values()) if self.signature else []
         self.is_method = bool(params) and params[0].name in ("self", "cls")
         kinds = {p.kind for p in params}
-        # Simple: only positional-or-keyword / keyword-only parameters, no *args or **kwargs.
+        self.var_keyword = next((p.name for p in params if p.kind is inspect.Parameter.VAR_KEYWORD), None)
+        # Simple: no *args and no positional-only parameters.
         self.simple = self.signature is not None and not kinds & {
-            inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD, inspect.Parameter.POSITIONAL_ONLY
+            inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY
         }
-        self.names = [p.name for p in params]
+        self.names = [p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
         self.defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
 
     def bind(self, args: tuple, kwargs: dict) -> dict[str, Any]:
         if self.simple and len(args) <= len(self.names):
             inputs = dict(zip(self.names, args, strict=False))
-            inputs.update(kwargs)
+            extra = None
+            for key, value in kwargs.items():
+                if self.var_keyword is not None and key not in self.defaults and key not in self.names:
+                    extra = extra or {}
+                    extra[key] = value
+                else:
+                    inputs[key] = value
             for name, default in self.defaults.items():
                 inputs.setdefault(name, default)
+            if self.var_keyword is not None:
+                inputs[self.var_keyword] = extra or {}
         elif self.signature is not None:
             try:
                 bound = self.signature.bind(*args, **kwargs)

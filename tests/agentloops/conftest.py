@@ -1,6 +1,6 @@
 import pytest
 
-from tests.verl_env import compose_config, make_model_dir
+from rollscope.testing import compose_config, make_model_dir
 
 
 @pytest.fixture(scope="session")

@@ -14,8 +14,8 @@ from rollscope.agentloops import TracedAgentLoopWorker
 from rollscope.configs import path as config_path
 from rollscope.llm import ScriptedLLM
 from rollscope.store import TraceStore
+from rollscope.testing import compose_config
 from tests.agentloops.conftest import call
-from tests.verl_env import compose_config
 
 QUESTIONS = ["What is 17 * 23?", "What is 12 * 12?", "What is 9 * 9?"]
 ANSWERS = ["391", "144", "81"]

@@ -1,10 +1,15 @@
-"""What a test needs to run verl's real agent-loop classes on CPU: a model directory (a byte-level
-BPE tokenizer trained here with a ChatML template, a tiny Qwen2 config, no weights) and verl's
-packaged trainer config composed with Hydra."""
+"""Run verl's real agent-loop classes on a CPU, for tests and benchmarks (yours and rollscope's).
+
+verl needs a model directory and a full trainer config even when no GPU server is involved. Here:
+a model directory made on the spot (a byte-level BPE tokenizer trained on a few sentences, with a
+ChatML chat template, and a tiny Qwen2 config — no weights, no download) and verl's own packaged
+``ppo_trainer`` config composed with Hydra. Pair them with ``rollscope.llm.ScriptedLLM``.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
@@ -19,6 +24,7 @@ CORPUS = [
 
 
 def make_model_dir(path: Path) -> Path:
+    """Write tokenizer and config files into ``path`` (created if missing); returns it."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config
 
@@ -41,7 +47,8 @@ def make_model_dir(path: Path) -> Path:
     return path
 
 
-def compose_config(model_dir: Path, overrides: list[str] = ()):
+def compose_config(model_dir: Path, overrides: list[str] = ()) -> Any:
+    """verl's ppo_trainer config for ``model_dir``, with rollscope's test defaults, then ``overrides``."""
     import verl
     from hydra import compose, initialize_config_dir
 
