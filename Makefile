@@ -34,6 +34,7 @@ bench: install
 	mkdir -p benchmarks/out
 	$(BIN)/python benchmarks/bench_trace_op.py --json benchmarks/out/trace_op.json
 	$(BIN)/python benchmarks/bench_store.py --json benchmarks/out/store.json
+	$(BIN)/python benchmarks/bench_agent_loop.py --json benchmarks/out/agent_loop.json
 
 clean:
 	rm -rf $(VENV) rollscope_traces

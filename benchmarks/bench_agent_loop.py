@@ -58,10 +58,12 @@ def one_variant(variant: str, n: int, model_dir: str, latency_s: float = 0.0) ->
         tracing.init_tracing(project="bench", experiment="agent_loop", trace_dir=tmp)
 
     async def trajectory(llm: ScriptedLLM, i: int) -> int:
-        loop = cls(trainer_config=DictConfigWrap(cfg), server_manager=llm, tokenizer=tokenizer, processor=None,
-                   dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data), tools=ToolListWrap(tools))  # fmt: skip
-        out = await loop.run({"temperature": 1.0, "logprobs": True},
-                             raw_prompt=[{"role": "user", "content": f"What is 17 * 23 + 1? ({i})"}], index=i)  # fmt: skip
+        loop = cls(
+            trainer_config=DictConfigWrap(cfg), server_manager=llm, tokenizer=tokenizer, processor=None,
+            dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data), tools=ToolListWrap(tools),
+        )  # fmt: skip
+        prompt = [{"role": "user", "content": f"What is 17 * 23 + 1? ({i})"}]
+        out = await loop.run({"temperature": 1.0, "logprobs": True}, raw_prompt=prompt, index=i)
         return out.num_turns
 
     async def run_all(count: int) -> float:

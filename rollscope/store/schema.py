@@ -1,7 +1,8 @@
 """The local store's on-disk layout: one SQLite file per writer process in a directory.
 
 A file per writer means Ray workers and processes never contend for a write lock (the failure
-mode of MLflow's shared sqlite file); the reader opens every shard and merges. Filter columns are
+mode of MLflow's shared sqlite file); the reader opens every shard and merges. Spans are stored
+clustered by trajectory (one B-tree, no second index): reading a trajectory is one range scan. Filter columns are
 real indexed columns; span payloads (inputs, outputs, attributes) are JSON, zstd-compressed when
 larger than a few hundred bytes.
 """
@@ -17,7 +18,7 @@ from typing import Any
 import orjson
 import zstandard
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 SHARD_SUFFIX = ".rstrace"
 DEFAULT_DIR = "rollscope_traces"
 ENV_DIR = "ROLLSCOPE_TRACE_DIR"
@@ -89,7 +90,7 @@ CREATE INDEX IF NOT EXISTS traj_status ON trajectories (status);
 CREATE INDEX IF NOT EXISTS traj_reward ON trajectories (reward);
 CREATE INDEX IF NOT EXISTS traj_start ON trajectories (start_ns);
 CREATE TABLE IF NOT EXISTS spans (
-    id TEXT PRIMARY KEY,
+    id TEXT NOT NULL,
     trajectory_id TEXT NOT NULL,
     parent_id TEXT,
     name TEXT NOT NULL,
@@ -99,9 +100,9 @@ CREATE TABLE IF NOT EXISTS spans (
     status TEXT NOT NULL,
     error_type TEXT,
     error_message TEXT,
-    payload BLOB
-);
-CREATE INDEX IF NOT EXISTS span_trajectory ON spans (trajectory_id, start_ns);
+    payload BLOB,
+    PRIMARY KEY (trajectory_id, id)
+) WITHOUT ROWID;
 """
 
 

@@ -92,6 +92,10 @@ class PayloadShaper:
                     return v if -(2**63) <= min(v) and max(v) < 2**63 else [self._convert(x, 0, None) for x in v]
                 return v if all(map(math.isfinite, v)) else [x if math.isfinite(x) else str(x) for x in v]
             return [self._convert(x, depth + 1, decoder) for x in v]
+        if hasattr(v, "model_dump") or hasattr(v, "__dataclass_fields__"):  # pydantic / dataclass, first:
+            converted = _native(v)  # the ABC checks below cost more than this
+            if converted is not _UNKNOWN:
+                return self._convert(converted, depth + 1, decoder)
         if isinstance(v, str):
             return self._string(str(v))
         if isinstance(v, bool | int):
@@ -116,15 +120,19 @@ class PayloadShaper:
 
     def _mapping(self, m: Mapping, depth: int, decoder: Any) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        secret_keys = self._secret_key
         for k, val in m.items():
-            key = k if isinstance(k, str) else str(k)
-            if type(val) is str:
-                secret = self._secret_key.get(key)
+            key = k if type(k) is str else str(k)
+            t = type(val)
+            if val is None or t is bool or t is int and -(2**63) <= val < 2**63:
+                out[key] = val  # the common scalars, without a call per value
+                continue
+            if t is str:
+                secret = secret_keys.get(key)
                 if secret is None:
-                    secret = self._secret_key[key] = self.redactor.is_secret_key(key)
-                if secret:
-                    out[key] = REDACTED
-                    continue
+                    secret = secret_keys[key] = self.redactor.is_secret_key(key)
+                out[key] = REDACTED if secret else self._string(val)
+                continue
             out[key] = self._convert(val, depth + 1, decoder)
             if decoder is not None:
                 text_key = text_field_for(key)

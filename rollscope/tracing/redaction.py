@@ -15,19 +15,23 @@ from collections.abc import Iterable, Mapping
 
 REDACTED = "[REDACTED]"
 
-# Credential shapes. Each is redacted whole.
-_SHAPES = [
-    r"sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}",  # OpenAI / Anthropic
-    r"AKIA[0-9A-Z]{16}",  # AWS access key id
-    r"gh[pousr]_[A-Za-z0-9]{20,}",  # GitHub
-    r"github_pat_[A-Za-z0-9_]{20,}",
-    r"hf_[A-Za-z0-9]{20,}",  # Hugging Face
-    r"xox[abprs]-[A-Za-z0-9\-]{10,}",  # Slack
-    r"AIza[0-9A-Za-z\-_]{35}",  # Google
-    r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}",  # JWT
-    r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----",
-    r"(?:(?<=Bearer )|(?<=bearer )|(?<=BEARER ))[A-Za-z0-9\-._~+/]{8,}=*",
+# Credential shapes, each with a literal every match contains: a substring test (tens of
+# nanoseconds) decides whether the regex runs at all, which keeps plain text cheap.
+_SHAPES: list[tuple[str, str, str]] = [  # (literal, regex, replacement)
+    ("sk-", r"sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}", REDACTED),  # OpenAI / Anthropic
+    ("AKIA", r"AKIA[0-9A-Z]{16}", REDACTED),  # AWS access key id
+    ("_", r"gh[pousr]_[A-Za-z0-9]{20,}", REDACTED),  # GitHub
+    ("github_pat_", r"github_pat_[A-Za-z0-9_]{20,}", REDACTED),
+    ("hf_", r"hf_[A-Za-z0-9]{20,}", REDACTED),  # Hugging Face
+    ("xox", r"xox[abprs]-[A-Za-z0-9\-]{10,}", REDACTED),  # Slack
+    ("AIza", r"AIza[0-9A-Za-z\-_]{35}", REDACTED),  # Google
+    ("eyJ", r"eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}", REDACTED),  # JWT
+    ("PRIVATE KEY", r"-----BEGIN [A-Z ]*PRIVATE KEY-----[\s\S]*?-----END [A-Z ]*PRIVATE KEY-----", REDACTED),
+    ("earer", r"(?P<keep>[Bb]earer\s+)[A-Za-z0-9\-._~+/]{8,}=*", rf"\g<keep>{REDACTED}"),
+    ("EARER", r"(?P<keep>BEARER\s+)[A-Za-z0-9\-._~+/]{8,}=*", rf"\g<keep>{REDACTED}"),
 ]
+# Cheap pre-check for the assignment pattern, which has no literal prefix.
+_ASSIGNMENT_WORDS = ("key", "secret", "pass", "pwd", "token")
 
 # `name = value`, `name: value`, `"name": "value"`: keep the name, redact the value.
 _ASSIGNMENT = (
@@ -60,20 +64,26 @@ class Redactor:
     """Replaces secrets in strings and under secret-named keys with ``[REDACTED]``."""
 
     def __init__(self, extra_patterns: Iterable[str] = (), include_environment: bool = True) -> None:
-        literals = [re.escape(v) for v in secret_env_values()] if include_environment else []
-        user = list(extra_patterns)
-        for p in user:
+        self._literals = secret_env_values() if include_environment else []
+        self._shapes = [(hint, re.compile(p), repl) for hint, p, repl in _SHAPES]
+        self._user: list[re.Pattern[str]] = []
+        for p in extra_patterns:
             try:
-                re.compile(p)
+                self._user.append(re.compile(p))
             except re.error as exc:
                 raise ValueError(f"redact pattern {p!r} is not a valid regular expression: {exc}") from exc
-        whole = literals + _SHAPES + user
-        self._whole = re.compile("|".join(f"(?:{p})" for p in whole))
         self._assignment = re.compile(_ASSIGNMENT)
 
     def text(self, s: str) -> str:
-        s = self._whole.sub(REDACTED, s)
-        if "=" in s or ":" in s:
+        for value in self._literals:
+            if value in s:
+                s = s.replace(value, REDACTED)
+        for hint, pattern, replacement in self._shapes:
+            if hint in s:
+                s = pattern.sub(replacement, s)
+        for pattern in self._user:
+            s = pattern.sub(REDACTED, s)
+        if ("=" in s or ":" in s) and any(w in s.lower() for w in _ASSIGNMENT_WORDS):
             s = self._assignment.sub(lambda m: m.group("name") + REDACTED, s)
         return s
 

@@ -71,8 +71,9 @@ class Binder:
             extra = None
             for key, value in kwargs.items():
                 if self.var_keyword is not None and key not in self.defaults and key not in self.names:
-                    extra = extra or {}
-                    extra[key] = value
+                    if value is not None:  # extras left at None (image_data=None, ...) say nothing
+                        extra = extra or {}
+                        extra[key] = value
                 else:
                     inputs[key] = value
             for name, default in self.defaults.items():
