@@ -89,7 +89,7 @@ class PayloadShaper:
             if v and (t0 := type(v[0])) in _NUMBER_TYPES and set(map(type, v)) == {t0}:
                 # token ids and log-probabilities: the big lists, converted in C or not at all
                 if t0 is int:
-                    return v if -(2**63) <= min(v) and max(v) < 2**63 else [self._convert(x, 0, None) for x in v]
+                    return v if min(v) >= -(2**63) and max(v) < 2**63 else [self._convert(x, 0, None) for x in v]
                 return v if all(map(math.isfinite, v)) else [x if math.isfinite(x) else str(x) for x in v]
             return [self._convert(x, depth + 1, decoder) for x in v]
         if hasattr(v, "model_dump") or hasattr(v, "__dataclass_fields__"):  # pydantic / dataclass, first:
@@ -124,7 +124,7 @@ class PayloadShaper:
         for k, val in m.items():
             key = k if type(k) is str else str(k)
             t = type(val)
-            if val is None or t is bool or t is int and -(2**63) <= val < 2**63:
+            if val is None or t is bool or (t is int and -(2**63) <= val < 2**63):
                 out[key] = val  # the common scalars, without a call per value
                 continue
             if t is str:
