@@ -20,7 +20,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 
 from rollscope.agentloops.llm_client import traced_client
 from rollscope.tracing import SpanKind, get_tracer, rollout_trace_attr, set_reward
-from rollscope.tracing.api import _begin, _end
+from rollscope.tracing.api import begin_span, end_span
 from rollscope.tracing.context import current_frame, verl_context
 from rollscope.tracing.spans import Trajectory
 
@@ -75,7 +75,7 @@ def _traced_run(run: Any, owner: type) -> Any:
         running = _running.set(self)
         try:
             with _trajectory_for(self, kwargs):
-                span = _begin(span_name, SpanKind.AGENT, {"sampling_params": sampling_params, **kwargs},
+                span = begin_span(span_name, SpanKind.AGENT, {"sampling_params": sampling_params, **kwargs},
                               trajectory_name=agent_name.get() or type(self).__name__)  # fmt: skip
                 if span is None:  # tracing disabled here (trace=False, or not sampled)
                     return await run(self, sampling_params, **kwargs)
@@ -84,9 +84,9 @@ def _traced_run(run: Any, owner: type) -> Any:
                     output = await run(self, sampling_params, **kwargs)
                     record_output_reward(output)
                 except BaseException as exc:
-                    _end(span, None, exc)
+                    end_span(span, None, exc)
                     raise
-                _end(span, output)
+                end_span(span, output)
                 return output
         finally:
             _running.reset(running)

@@ -132,15 +132,15 @@ def rollout_trace_op(
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             if runtime._tracer is None:
                 return await func(*args, **kwargs)
-            span = _begin(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)))
+            span = begin_span(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)))
             if span is None:
                 return await func(*args, **kwargs)
             try:
                 result = await func(*args, **kwargs)
             except BaseException as exc:
-                _end(span, None, exc)
+                end_span(span, None, exc)
                 raise
-            _end(span, _snapshot(result))
+            end_span(span, _snapshot(result))
             return result
 
         async_wrapper.__rollscope_traced__ = True  # type: ignore[attr-defined]
@@ -150,26 +150,27 @@ def rollout_trace_op(
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if runtime._tracer is None:
             return func(*args, **kwargs)
-        span = _begin(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)))
+        span = begin_span(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)))
         if span is None:
             return func(*args, **kwargs)
         try:
             result = func(*args, **kwargs)
         except BaseException as exc:
-            _end(span, None, exc)
+            end_span(span, None, exc)
             raise
-        _end(span, _snapshot(result))
+        end_span(span, _snapshot(result))
         return result
 
     wrapper.__rollscope_traced__ = True  # type: ignore[attr-defined]
     return wrapper
 
 
-def _begin(
+def begin_span(
     name: str, kind: SpanKind, inputs: Any, attributes: dict | None = None, trajectory_name: str | None = None
 ) -> Span | None:
     """Start a span under the current frame (opening a trajectory, named ``trajectory_name`` or
-    ``name``, if there is none); None if untraced."""
+    ``name``, if there is none); None if untraced. The building block of the decorators, for
+    wrappers that need more control (``TracedAgentLoop``); pair every span with ``end_span``."""
     tracer = runtime._tracer
     if tracer is None or not trace_enabled.get():
         return None
@@ -185,7 +186,7 @@ def _begin(
     return span
 
 
-def _end(span: Span, outputs: Any = None, error: BaseException | None = None) -> None:
+def end_span(span: Span, outputs: Any = None, error: BaseException | None = None) -> None:
     current_frame.reset(span.ctx_token)
     span.ctx_token = None
     tracer = runtime._tracer
@@ -213,16 +214,16 @@ def trace_span(
 ) -> Iterator[Span | _NullSpan]:
     """An ad-hoc span around a block. Set ``span.outputs`` inside the block to record a result;
     ``span.fail(exc)`` marks a handled error (an exception escaping the block is recorded too)."""
-    span = _begin(name, SpanKind(kind), _snapshot(inputs), attributes)
+    span = begin_span(name, SpanKind(kind), _snapshot(inputs), attributes)
     if span is None:
         yield _NullSpan()
         return
     try:
         yield span
     except BaseException as exc:
-        _end(span, span.outputs, exc)
+        end_span(span, span.outputs, exc)
         raise
-    _end(span, span.outputs)
+    end_span(span, span.outputs)
 
 
 def current_span() -> Span | None:

@@ -24,15 +24,6 @@ class SpanKind(str, Enum):
     CUSTOM = "custom"
 
 
-# gen_ai.operation.name for each kind, used by exporters that speak OpenTelemetry.
-GENAI_OPERATION = {
-    SpanKind.AGENT: "invoke_agent",
-    SpanKind.LLM: "chat",
-    SpanKind.TOOL: "execute_tool",
-    SpanKind.REWARD: "reward",
-    SpanKind.CUSTOM: "custom",
-}
-
 STATUS_RUNNING = "running"
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
