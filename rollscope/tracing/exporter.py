@@ -23,9 +23,6 @@ log = logging.getLogger("rollscope.tracing")
 
 _IDLE_POLL_S = 0.005
 _MAX_BATCH = 4096
-# Hand the GIL back every few events: the rollout's event loop waits on it, and a batch shaped or
-# written in one go would stall every in-flight trajectory for up to a switch interval (5 ms).
-_YIELD_EVERY = 8
 
 # Events are tuples whose first element is one of these kinds, except "span ended", which is the
 # bare Span object (the most frequent event, so it gets no tuple).
@@ -106,9 +103,7 @@ class BackendWorker:
                 self._wake.clear()
                 continue
             did_work = False
-            for i in range(min(len(q), _MAX_BATCH)):
-                if i % _YIELD_EVERY == _YIELD_EVERY - 1:
-                    time.sleep(0)
+            for _ in range(min(len(q), _MAX_BATCH)):
                 event = q.popleft()
                 if type(event) is Span:
                     ok = self._call(on_span_end, event)
@@ -199,9 +194,7 @@ class Exporter:
                 self._wake.clear()
                 continue
             batch = []
-            for i in range(min(len(q), _MAX_BATCH)):
-                if i % _YIELD_EVERY == _YIELD_EVERY - 1:
-                    time.sleep(0)
+            for _ in range(min(len(q), _MAX_BATCH)):
                 event = q.popleft()
                 if not _is_flush(event):
                     try:
