@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import logging
 from contextvars import ContextVar
 from typing import Any
 
@@ -23,6 +24,8 @@ from rollscope.tracing import SpanKind, get_tracer, rollout_trace_attr, set_rewa
 from rollscope.tracing.api import begin_span, end_span
 from rollscope.tracing.context import current_frame, verl_context
 from rollscope.tracing.spans import Trajectory
+
+log = logging.getLogger("rollscope.agentloops")
 
 # The loop instance whose run is executing in this task: a super().run() call adds no second span.
 _running: ContextVar[Any] = ContextVar("rollscope_running_loop", default=None)
@@ -57,12 +60,17 @@ def _trajectory_for(loop: AgentLoopBase, kwargs: dict[str, Any]) -> contextlib.A
 
 
 def record_output_reward(output: Any) -> None:
-    """Put what the loop's output says about reward on the current trajectory."""
+    """Put what the loop's output says about reward on the current trajectory (never raises: an
+    odd reward value must not fail the rollout that produced it)."""
     reward = getattr(output, "reward_score", None)
     extra = getattr(output, "extra_fields", None) or {}
     details = {k: extra[k] for k in ("turn_scores", "tool_rewards") if extra.get(k)}
-    if reward is not None or details:
+    if reward is None and not details:
+        return
+    try:
         set_reward(reward, **details)
+    except (TypeError, ValueError) as exc:
+        log.warning("reward %r not recorded: %s", reward, exc)
 
 
 def _traced_run(run: Any, owner: type) -> Any:
@@ -75,17 +83,18 @@ def _traced_run(run: Any, owner: type) -> Any:
         running = _running.set(self)
         try:
             with _trajectory_for(self, kwargs):
-                span = begin_span(span_name, SpanKind.AGENT, {"sampling_params": sampling_params, **kwargs},
-                              trajectory_name=agent_name.get() or type(self).__name__)  # fmt: skip
+                inputs = {"sampling_params": sampling_params, **kwargs}
+                name = agent_name.get() or type(self).__name__
+                span = begin_span(span_name, SpanKind.AGENT, inputs, trajectory_name=name)
                 if span is None:  # tracing disabled here (trace=False, or not sampled)
                     return await run(self, sampling_params, **kwargs)
                 last_trajectory.set(span.trajectory)
                 try:
                     output = await run(self, sampling_params, **kwargs)
-                    record_output_reward(output)
                 except BaseException as exc:
                     end_span(span, None, exc)
                     raise
+                record_output_reward(output)
                 end_span(span, output)
                 return output
         finally:

@@ -12,6 +12,7 @@ returns to the trajectory that ``run`` recorded.
 
 from __future__ import annotations
 
+import logging
 from typing import Any
 
 import numpy as np
@@ -21,7 +22,9 @@ from verl.utils.rollout_trace import RolloutTraceConfig
 
 from rollscope.agentloops.traced_loop import agent_name as loop_agent_name
 from rollscope.agentloops.traced_loop import last_trajectory
-from rollscope.tracing import get_tracer, init_from_verl_config, set_reward
+from rollscope.tracing import get_tracer, init_from_verl_config
+
+log = logging.getLogger("rollscope.agentloops")
 
 
 class TracedAgentLoopWorker(AgentLoopWorker):
@@ -53,11 +56,14 @@ class TracedAgentLoopWorker(AgentLoopWorker):
 
     async def _compute_score(self, outputs: list[Any], kwargs: dict) -> None:
         await super()._compute_score(outputs, kwargs)
-        trajectory = last_trajectory.get()
-        final = outputs[-1]
-        if trajectory is not None and final.reward_score is not None:
-            extra = final.extra_fields.get("reward_extra_info") or {}
-            set_reward(final.reward_score, trajectory_id=trajectory.id, source="verl_reward", **extra)
+        tracer, trajectory, final = get_tracer(), last_trajectory.get(), outputs[-1]
+        if tracer is None or trajectory is None or final.reward_score is None:
+            return
+        extra = final.extra_fields.get("reward_extra_info") or {}
+        try:
+            tracer.reward(trajectory.id, float(final.reward_score), {"source": "verl_reward", **extra})
+        except (TypeError, ValueError) as exc:  # an odd score must not fail the batch
+            log.warning("reward %r not recorded: %s", final.reward_score, exc)
 
 
 class TracedAgentLoopManager(AgentLoopManager):
