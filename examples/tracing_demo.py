@@ -14,9 +14,12 @@ import argparse
 import ast
 import asyncio
 import operator
+import os
 import random
 import re
 import statistics
+import sys
+from pathlib import Path
 
 from rollscope import tracing
 from rollscope.store import TraceStore
@@ -126,7 +129,9 @@ def main() -> None:
     d = store.diff(best, worst)
     print(f"\ndiff rollout {best.rollout_n} vs {worst.rollout_n}: fields {d.fields or 'same'}; "
           f"first divergence at turn {d.first_divergence}")
-    print(f"\nlist them again with:  rollscope traces ls --dir {directory} --experiment calculator")
+    cli = Path(sys.executable).with_name("rollscope")
+    cli_name = os.path.relpath(cli) if cli.exists() else "rollscope"
+    print(f"\nlist them again with:  {cli_name} traces ls --dir {directory} --experiment calculator")
 
 
 if __name__ == "__main__":
