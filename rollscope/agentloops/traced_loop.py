@@ -73,6 +73,23 @@ def record_output_reward(output: Any) -> None:
         log.warning("reward %r not recorded: %s", reward, exc)
 
 
+# AgentLoopOutput fields the run span leaves out: they repeat what the llm spans already hold
+# (prompt ids, per-token log-probabilities) or are bulky media.
+_REPEATED_FIELDS = ("prompt_ids", "response_logprobs", "routed_experts", "multi_modal_data",
+                    "mm_processor_kwargs", "mm_processor_output")  # fmt: skip
+
+
+def run_output_view(output: Any) -> Any:
+    """What the run span records of an AgentLoopOutput: the trained-on response (ids and mask),
+    reward, turns, metrics and extra fields; the rest is in the llm spans."""
+    dump = getattr(output, "model_dump", None)
+    if not callable(dump):
+        return output
+    view = dump(exclude=set(_REPEATED_FIELDS))
+    view["prompt_length"] = len(getattr(output, "prompt_ids", None) or [])
+    return view
+
+
 def _traced_run(run: Any, owner: type) -> Any:
     span_name = f"{owner.__name__}.run"
 
@@ -95,7 +112,7 @@ def _traced_run(run: Any, owner: type) -> Any:
                     end_span(span, None, exc)
                     raise
                 record_output_reward(output)
-                end_span(span, output)
+                end_span(span, run_output_view(output))
                 return output
         finally:
             _running.reset(running)

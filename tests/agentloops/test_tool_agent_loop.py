@@ -47,6 +47,10 @@ def test_conversation_is_traced_turn_by_turn(verl_config, tokenizer, trace_dir, 
     assert "What is 17 * 23?" in first.inputs["prompt_text"]  # token2text through the loop's tokenizer
     assert first.outputs["response_text"].startswith('<tool_call>{"name": "calculator"')
     assert run.children[1].outputs["text"] == "391"
+    # the run span keeps what was trained on and leaves out what the llm spans already hold
+    assert run.outputs["response_ids"] == out.response_ids and run.outputs["response_mask"] == out.response_mask
+    assert "prompt_ids" not in run.outputs and "response_logprobs" not in run.outputs
+    assert run.outputs["prompt_length"] == len(out.prompt_ids)
 
 
 MALFORMED = [
