@@ -86,7 +86,7 @@ class TraceStore:
         """Trajectories matching every given filter, sorted, then sliced by offset/limit."""
         where, params = _where(
             project=project, experiment=experiment, step=step, sample_index=sample_index,
-            rollout_n=rollout_n, validate=validate, agent_name=agent, status=status,
+            rollout_n=rollout_n, validate=validate, agent=agent, status=status,
             min_reward=min_reward, max_reward=max_reward, has_error=has_error,
         )  # fmt: skip
         if order_by not in _ORDER:
@@ -164,14 +164,14 @@ class TraceStore:
 def _where(**filters: Any) -> tuple[str, list[Any]]:
     clauses: list[str] = []
     params: list[Any] = []
-    for column in ("project", "experiment", "step", "sample_index", "rollout_n", "agent_name", "status"):
-        value = filters.get(column)
+    # filter name -> column
+    for name, column in (("project", "project"), ("experiment", "experiment"), ("step", "step"),
+                         ("sample_index", "sample_index"), ("rollout_n", "rollout_n"), ("agent", "agent_name"),
+                         ("status", "status")):  # fmt: skip
+        value = filters.get(name)
         if value is not None:
             clauses.append(f"{column} = ?")
             params.append(value)
-    if filters.get("agent") is not None:
-        clauses.append("agent_name = ?")
-        params.append(filters["agent"])
     if filters.get("validate") is not None:
         clauses.append("validate = ?")
         params.append(int(bool(filters["validate"])))

@@ -130,7 +130,7 @@ def rollout_trace_op(
 
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            if runtime._tracer is None:
+            if runtime._tracer is None or not trace_enabled.get():  # before building any CallArgs
                 return await func(*args, **kwargs)
             span = begin_span(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)))
             if span is None:
@@ -148,7 +148,7 @@ def rollout_trace_op(
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if runtime._tracer is None:
+        if runtime._tracer is None or not trace_enabled.get():
             return func(*args, **kwargs)
         span = begin_span(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)))
         if span is None:
