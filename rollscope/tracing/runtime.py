@@ -19,7 +19,7 @@ from rollscope.tracing.backends import create_backends, parse_backend_names
 from rollscope.tracing.payload import DEFAULT_MAX_PAYLOAD_CHARS, PayloadShaper
 from rollscope.tracing.redaction import Redactor
 from rollscope.tracing.sampling import TraceSampler
-from rollscope.tracing.spans import Span, SpanKind, Trajectory
+from rollscope.tracing.spans import STATUS_ERROR, Span, SpanKind, Trajectory
 
 log = logging.getLogger("rollscope.tracing")
 
@@ -166,6 +166,11 @@ class Tracer:
 
     def end_span(self, span: Span, outputs: Any = None, error: BaseException | None = None) -> None:
         span.finish(outputs, error)
+        counts = span.trajectory.counts
+        kind = span.kind.value
+        counts[kind] = counts.get(kind, 0) + 1
+        if span.status == STATUS_ERROR:
+            counts["errors"] = counts.get("errors", 0) + 1
         self._submit(span)  # a bare Span in the queue means "span ended": one tuple fewer per span
 
     def reward(self, trajectory_id: str, reward: float | None, details: dict[str, Any]) -> None:

@@ -134,6 +134,7 @@ class Trajectory(_Timed):
     __slots__ = (
         "agent_name",
         "attributes",
+        "counts",
         "experiment",
         "project",
         "reward",
@@ -156,6 +157,7 @@ class Trajectory(_Timed):
         attributes: dict[str, Any] | None = None,
     ) -> None:
         self._begin()
+        self.counts: dict[str, int] = {}  # ended spans per kind, and "errors": live figures for runners
         self.project = project
         self.experiment = experiment
         self.step = step

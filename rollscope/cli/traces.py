@@ -1,11 +1,9 @@
-"""The ``rollscope`` command. Subcommands are small functions registered in ``COMMANDS``."""
+"""``rollscope traces ...``: read the local trace store."""
 
 from __future__ import annotations
 
 import argparse
 import json
-import sys
-from collections.abc import Callable
 
 from rollscope.store import TraceStore
 
@@ -58,34 +56,4 @@ def _s(v: object) -> str:
     return "" if v is None else str(v)
 
 
-COMMANDS: dict[str, dict[str, tuple[Callable[[argparse.ArgumentParser], None], Callable[..., int], str]]] = {
-    "traces": {"ls": (_add_filters, traces_ls, "list trajectories, filtered and sorted")},
-}
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rollscope", description="Traced agent loops for RL on verl.")
-    groups = parser.add_subparsers(dest="group", required=True)
-    for group, commands in COMMANDS.items():
-        gp = groups.add_parser(group).add_subparsers(dest="command", required=True)
-        for name, (add_args, fn, help_text) in commands.items():
-            p = gp.add_parser(name, help=help_text, description=help_text)
-            add_args(p)
-            p.set_defaults(func=fn)
-    return parser
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    try:
-        return args.func(args)
-    except (FileNotFoundError, ValueError, KeyError) as exc:
-        print(f"rollscope: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
-        return 2
-    except BrokenPipeError:  # output piped into head and closed early
-        sys.stderr.close()
-        return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+COMMANDS = {"ls": (_add_filters, traces_ls, "list trajectories, filtered and sorted")}

@@ -1,0 +1,63 @@
+"""The ``rollscope`` command: subcommands are small functions registered in ``COMMANDS``.
+
+Errors a user can fix (a bad config key, a missing dataset, a server that is down) end the command
+with one line naming what and where, and a non-zero exit code; no traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from rollscope.cli import run, traces
+from rollscope.llm.base import LLMServerError
+
+Command = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
+
+# group -> {subcommand -> command}; a group given as a single command has no subcommands.
+COMMANDS: dict[str, dict[str, Command] | Command] = {
+    "run": run.COMMAND,
+    "traces": traces.COMMANDS,
+}
+EXIT_BAD_INPUT, EXIT_LLM = 2, 3
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rollscope", description="Traced agent loops for RL on verl.")
+    groups = parser.add_subparsers(dest="group", required=True)
+    for group, commands in COMMANDS.items():
+        if isinstance(commands, tuple):
+            add_args, fn, help_text = commands
+            p = groups.add_parser(group, help=help_text, description=help_text)
+            add_args(p)
+            p.set_defaults(func=fn)
+            continue
+        gp = groups.add_parser(group).add_subparsers(dest="command", required=True)
+        for name, (add_args, fn, help_text) in commands.items():
+            p = gp.add_parser(name, help=help_text, description=help_text)
+            add_args(p)
+            p.set_defaults(func=fn)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except LLMServerError as exc:
+        print(f"rollscope: error: {exc}", file=sys.stderr)
+        return EXIT_LLM
+    except (FileNotFoundError, ValueError, KeyError) as exc:
+        print(f"rollscope: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except BrokenPipeError:  # output piped into head and closed early
+        sys.stderr.close()
+        return 0
+    except KeyboardInterrupt:
+        print("rollscope: interrupted (what was traced is in the store)", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,5 @@
+import sys
+
+from rollscope.cli import main
+
+sys.exit(main())

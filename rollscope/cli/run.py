@@ -1,0 +1,80 @@
+"""``rollscope run NAME_OR_CONFIG [options] [key=value ...]``: run agent loops, traced, outside training."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+from pathlib import Path
+
+from rich.console import Console
+
+from rollscope.runner.config import RunConfig, bundled, load_config
+from rollscope.runner.progress import RunProgress, summary
+from rollscope.runner.runner import Runner, RunStats
+
+# flag -> config key (flags are shortcuts for the most used overrides)
+FLAGS = {"limit": "limit", "n": "n", "trace_dir": "trace_dir", "backend": "backend", "llm": "llm", "model": "model",
+         "workers": "workers", "concurrency": "concurrency", "step": "step", "experiment": "experiment"}  # fmt: skip
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("config", metavar="NAME_OR_CONFIG",
+                   help=f"a bundled example ({', '.join(bundled())}) or a run config YAML")  # fmt: skip
+    p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. sampling.temperature=0.2")
+    p.add_argument("--limit", type=int, help="first N dataset rows")
+    p.add_argument("--n", type=int, help="rollouts per row (a GRPO group)")
+    p.add_argument("--trace-dir", help="local trace store directory (default ./rollscope_traces)")
+    p.add_argument("--backend", help="trace backends, comma-separated (default local)")
+    p.add_argument("--llm", help="embedded | http(s)://HOST:PORT | sglang:URL | scripted:FILE")
+    p.add_argument("--model", help="tokenizer directory for a server LLM")
+    p.add_argument("--workers", type=int, help="spread the work over W Ray actors")
+    p.add_argument("--concurrency", type=int, help="trajectories in flight per worker")
+    p.add_argument("--step", type=int, help="the step number trajectories are recorded under")
+    p.add_argument("--experiment", help="experiment name (default: the config's name)")
+    p.add_argument("--validate", action="store_true", help="record as validation rollouts")
+    p.add_argument("--quiet", action="store_true", help="no progress bar, only the summary")
+
+
+def run_command(args: argparse.Namespace) -> int:
+    flags = [f"{key}={getattr(args, flag)}" for flag, key in FLAGS.items() if getattr(args, flag) is not None]
+    if args.validate:
+        flags.append("validate=true")
+    config = load_config(args.config, [*args.overrides, *flags])
+    console = Console(stderr=True)
+    if config.workers > 1:
+        from rollscope.runner.distributed import run_on_ray
+
+        stats = run_on_ray(config, console=console, show_progress=not args.quiet)
+    else:
+        stats = asyncio.run(run_local(config, console=console, show_progress=not args.quiet))
+    trace_dir = str(Path(config.trace_dir).resolve())
+    Console().print(summary(stats, name=config.name, trace_dir=trace_dir, experiment=config.experiment or config.name,
+                            backend=config.backend))  # fmt: skip
+    return 0
+
+
+def start_tracing(config: RunConfig, tokenizer: object) -> None:
+    from rollscope.tracing import init_tracing
+
+    init_tracing(backend=config.backend, project=config.project, experiment=config.experiment or config.name,
+                 token2text=config.token2text, tokenizer=tokenizer, trace_dir=config.trace_dir)  # fmt: skip
+
+
+async def run_local(config: RunConfig, *, console: Console, show_progress: bool = True) -> RunStats:
+    from rollscope.tracing import shutdown_tracing
+
+    runner = Runner(config)
+    with console.status(f"loading {config.llm} and {config.agent}…", spinner="dots"):
+        runner.setup()
+    start_tracing(config, runner.tokenizer)
+    try:
+        jobs = runner.jobs()
+        with RunProgress(runner.stats, config.name, console, total=len(jobs), enabled=show_progress) as progress:
+            await runner.run(jobs, on_outcome=progress.update)
+    finally:
+        await runner.close()
+        shutdown_tracing()
+    return runner.stats
+
+
+COMMAND = (add_args, run_command, "run agent loops on a dataset, traced (a bundled example or a config)")

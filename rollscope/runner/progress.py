@@ -1,0 +1,79 @@
+"""What a person watching ``rollscope run`` sees: a live progress bar, then a summary table."""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from rollscope.runner.runner import RunStats
+
+
+def _figures(stats: RunStats) -> str:
+    elapsed = max(stats.elapsed, 1e-9)
+    reward = "-" if stats.mean_reward is None else f"{stats.mean_reward:.3f}"
+    return (f"{stats.tokens / elapsed:6.1f} tok/s · {stats.tool_calls} tool calls · "
+            f"{stats.span_errors + stats.failed} errors · reward {reward}")  # fmt: skip
+
+
+class RunProgress:
+    """A rich progress bar fed from ``RunStats``; on a non-terminal (CI logs) one line per 10%."""
+
+    def __init__(self, stats: RunStats, title: str, console: Console | None = None, *, total: int | None = None,
+                 enabled: bool = True) -> None:  # fmt: skip
+        self.stats = stats
+        self.console = console or Console(stderr=True)
+        self.enabled = enabled
+        self.live = enabled and self.console.is_terminal
+        self._next_line = 0.1
+        self.progress = Progress(
+            TextColumn(f"[bold]{title}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+            TimeRemainingColumn(), TextColumn("{task.fields[figures]}"), console=self.console, transient=False,
+        )  # fmt: skip
+        self.total = total
+        self.task = self.progress.add_task(title, total=total, figures="")
+
+    def __enter__(self) -> RunProgress:
+        if self.live:
+            self.progress.start()
+        return self
+
+    def update(self, *_: Any) -> None:
+        if not self.enabled:
+            return
+        s = self.stats
+        total = self.total or s.total
+        if self.live:
+            self.progress.update(self.task, completed=s.done, total=total or None, figures=_figures(s))
+        elif total and s.done / total >= self._next_line:
+            while s.done / total >= self._next_line:
+                self._next_line += 0.1
+            print(f"{s.done}/{total} trajectories · {_figures(s)}", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.live:
+            self.update()
+            self.progress.stop()
+
+
+def summary(stats: RunStats, *, name: str, trace_dir: str, experiment: str, backend: str) -> Table:
+    table = Table(title=f"rollscope run: {name}", show_header=False, title_justify="left")
+    table.add_column(style="bold")
+    table.add_column()
+    elapsed = stats.elapsed
+    rows = [
+        ("trajectories", f"{stats.done} of {stats.total}" + (f" ({stats.failed} failed)" if stats.failed else "")),
+        ("mean reward", "-" if stats.mean_reward is None else f"{stats.mean_reward:.3f} over {stats.rewarded}"),
+        ("tool calls", str(stats.tool_calls)),
+        ("error spans", str(stats.span_errors)),
+        ("model tokens", f"{stats.tokens} ({stats.tokens / max(elapsed, 1e-9):.1f}/s)"),
+        ("wall time", f"{elapsed:.1f} s ({60 * stats.done / max(elapsed, 1e-9):.1f} trajectories/min)"),
+        ("traces", f"{trace_dir} (backend: {backend}, experiment: {experiment})"),
+        ("open them", f"rollscope traces ls --dir {trace_dir} --experiment {experiment}"),
+    ]
+    for key, value in rows:
+        table.add_row(key, value)
+    return table

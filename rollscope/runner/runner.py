@@ -1,0 +1,288 @@
+"""Runs agent loops outside training: the same loop classes, tools and traces as inside verl.
+
+Each trajectory is run as verl's ``AgentLoopWorker`` runs one: a fresh loop instance built with
+Hydra from the registry entry (or a dotted class path), a trajectory opened with verl's attributes
+(step, sample_index, rollout_n, validate, agent name), ``run(sampling_params, **row)``, then the
+reward. Concurrency is bounded by a semaphore; counters are kept for the progress display.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+import logging
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollscope.llm.base import LLMServerError
+from rollscope.runner.config import RunConfig, RunConfigError
+from rollscope.runner.dataset import load_rows, loop_kwargs
+from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward, trace_span
+
+
+@dataclass
+class Job:
+    row: dict[str, Any]
+    position: int
+    rollout_n: int
+
+
+@dataclass
+class Outcome:
+    sample_index: Any
+    rollout_n: int
+    trajectory_id: str | None = None
+    reward: float | None = None
+    num_turns: int = 0
+    tool_calls: int = 0
+    errors: int = 0
+    response_tokens: int = 0
+    error: str | None = None
+
+
+@dataclass
+class RunStats:
+    """Live figures, updated as trajectories finish (read by the progress display)."""
+
+    total: int = 0
+    done: int = 0
+    failed: int = 0
+    tool_calls: int = 0
+    span_errors: int = 0
+    tokens: int = 0
+    reward_sum: float = 0.0
+    rewarded: int = 0
+    started: float = field(default_factory=time.monotonic)
+
+    def add(self, outcome: Outcome) -> None:
+        self.done += 1
+        self.failed += outcome.error is not None
+        self.tool_calls += outcome.tool_calls
+        self.span_errors += outcome.errors
+        self.tokens += outcome.response_tokens
+        if outcome.reward is not None:
+            self.reward_sum += outcome.reward
+            self.rewarded += 1
+
+    def merge(self, other: RunStats) -> None:
+        for name in ("total", "done", "failed", "tool_calls", "span_errors", "tokens", "rewarded"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.reward_sum += other.reward_sum
+
+    @property
+    def mean_reward(self) -> float | None:
+        return self.reward_sum / self.rewarded if self.rewarded else None
+
+    @property
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+
+def resolve_agent(name: str) -> dict[str, Any]:
+    """The Hydra entry for a loop: verl's registry (rollscope's loops included) or a dotted class path."""
+    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
+
+    import rollscope.agentloops  # noqa: F401  (registers rollscope's loops with verl)
+
+    if name in _agent_loop_registry:
+        return dict(_agent_loop_registry[name])
+    module, _, attr = name.replace(":", ".").rpartition(".")
+    try:
+        getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        known = ", ".join(sorted(_agent_loop_registry))
+        raise RunConfigError(f"agent {name!r}: neither a registered loop ({known}) nor a class ({exc})") from None
+    return {"_target_": f"{module}.{attr}"}
+
+
+def resolve_reward(spec: str | None) -> Callable[..., Any] | None:
+    if spec is None:
+        return None
+    module, _, attr = spec.replace(":", ".").rpartition(".")
+    try:
+        fn = getattr(importlib.import_module(module), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise RunConfigError(f"reward {spec!r}: cannot import it ({exc})") from None
+    if not callable(fn):
+        raise RunConfigError(f"reward {spec!r}: not a function")
+    return fn
+
+
+def trainer_config(config: RunConfig, model_path: str) -> Any:
+    """verl's ppo_trainer config with the run's lengths, multi-turn settings and extra overrides."""
+    from rollscope.testing import compose_config
+
+    overrides = [
+        f"actor_rollout_ref.rollout.prompt_length={config.prompt_length}",
+        f"actor_rollout_ref.rollout.response_length={config.response_length}",
+        f"trainer.project_name={config.project}",
+        f"trainer.experiment_name={config.experiment or config.name}",
+        *(f"actor_rollout_ref.rollout.multi_turn.{k}={_hydra_value(v)}" for k, v in config.multi_turn.items()),
+        *config.verl,
+    ]
+    try:
+        return compose_config(model_path, overrides)
+    except Exception as exc:  # Hydra raises several types for a bad override
+        raise RunConfigError(f"verl config: {exc}") from None
+
+
+class _OncePerMessage(logging.Filter):
+    """verl warns on every loop built for a model type it has no token builder for: say it once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: set[str] = set()
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message in self.seen:
+            return False
+        self.seen.add(message)
+        return True
+
+
+_ONCE = _OncePerMessage()
+
+
+def _hydra_value(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+class Runner:
+    """Build once (``setup``), then ``await run()``. ``llm``/``tokenizer`` may be passed in (tests,
+    Ray workers that share nothing); otherwise they come from ``config.llm``."""
+
+    def __init__(self, config: RunConfig, *, llm: Any = None, tokenizer: Any = None) -> None:
+        self.config = config
+        self.llm, self.tokenizer = llm, tokenizer
+        self.stats = RunStats()
+        self.outcomes: list[Outcome] = []
+
+    def setup(self) -> None:
+        from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
+
+        from rollscope.agentloops.llm_client import traced_client
+        from rollscope.tools.registry import load_tools
+
+        cfg = self.config
+        wiring_log = logging.getLogger("verl.utils.tokenizer.continuous_token_wiring")
+        if _ONCE not in wiring_log.filters:
+            wiring_log.addFilter(_ONCE)
+        if cfg.dataset is None:
+            raise RunConfigError(f"{cfg.name}: no dataset (set dataset=PATH)")
+        base = getattr(cfg, "_base", None)
+        if base and base not in sys.path:
+            sys.path.insert(0, base)  # a user's agent or reward module beside the config imports by name
+        self.rows = load_rows(cfg.resolve(cfg.dataset), cfg.limit)
+        self.agent_entry = resolve_agent(cfg.agent)
+        self.reward_fn = resolve_reward(cfg.reward)
+        if self.llm is None:
+            from rollscope.llm.factory import create_llm
+
+            self.llm, self.tokenizer = create_llm(
+                cfg.llm, model=cfg.resolve(cfg.model) if cfg.model else None,
+                chat_template=cfg.resolve(cfg.chat_template), max_tokens=cfg.response_length, seed=cfg.seed,
+            )  # fmt: skip
+        self.trainer_config = trainer_config(cfg, cfg.resolve(cfg.model) if cfg.model else cfg.llm)
+        self.tools = ToolListWrap(load_tools(cfg.resolve(cfg.tools)) if cfg.tools else [])
+        self.server = traced_client(self.llm, self.tokenizer)
+        self._wraps = (DictConfigWrap(self.trainer_config), DictConfigWrap(self.trainer_config.data))
+        self.sampling_params = {"logprobs": True, **cfg.sampling}
+
+    def jobs(self) -> list[Job]:
+        return [Job(row, i, k) for i, row in enumerate(self.rows) for k in range(self.config.n)]
+
+    def new_loop(self, entry: dict[str, Any]) -> Any:
+        from hydra.utils import instantiate
+        from verl.utils.dataset.rl_dataset import RLHFDataset
+
+        trainer, data = self._wraps
+        return instantiate(entry, trainer_config=trainer, server_manager=self.server, tokenizer=self.tokenizer,
+                           processor=None, dataset_cls=RLHFDataset, data_config=data, tools=self.tools)  # fmt: skip
+
+    async def run(self, jobs: list[Job] | None = None,
+                  on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:  # fmt: skip
+        """Run the jobs; an LLM that cannot answer stops the run (LLMServerError), after what is
+        done has been counted and traced."""
+        jobs = self.jobs() if jobs is None else jobs
+        self.stats.total += len(jobs)
+        if not self.outcomes:
+            self.stats.started = time.monotonic()  # rates count from the first trajectory, not from setup
+        limit = asyncio.Semaphore(self.config.concurrency)
+
+        async def bounded(job: Job) -> Outcome:
+            async with limit:
+                return await self.run_one(job)
+
+        if hasattr(self.llm, "check"):
+            await self.llm.check()
+        tasks = [asyncio.ensure_future(bounded(job)) for job in jobs]
+        try:
+            for task in asyncio.as_completed(tasks):
+                outcome = await task
+                self.outcomes.append(outcome)
+                self.stats.add(outcome)
+                if on_outcome is not None:
+                    on_outcome(outcome)
+        finally:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+        return self.outcomes
+
+    async def run_one(self, job: Job) -> Outcome:
+        from rollscope.agentloops.traced_loop import agent_name as loop_agent_name
+
+        kwargs = loop_kwargs(job.row, job.position)
+        name = kwargs.get("agent_name") or self.config.agent
+        entry = self.agent_entry if name == self.config.agent else resolve_agent(str(name))
+        outcome = Outcome(sample_index=kwargs["index"], rollout_n=job.rollout_n)
+        token = loop_agent_name.set(str(name))
+        try:
+            with rollout_trace_attr(sample_index=kwargs["index"], step=self.config.step, rollout_n=job.rollout_n,
+                                    validate=self.config.validate, name=str(name)) as trajectory:  # fmt: skip
+                try:
+                    output = await self.new_loop(entry).run(dict(self.sampling_params), **kwargs)
+                    outcome.reward = await self._reward(output, kwargs)
+                    outcome.num_turns = output.num_turns
+                    outcome.response_tokens = int(sum(output.response_mask))
+                finally:
+                    if trajectory is not None:
+                        outcome.trajectory_id = trajectory.id
+                        outcome.tool_calls = trajectory.counts.get("tool", 0)
+                        outcome.errors = trajectory.counts.get("errors", 0)
+        except LLMServerError:
+            raise
+        except Exception as exc:  # one broken trajectory must not end the run; its trace has the error
+            outcome.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            loop_agent_name.reset(token)
+        return outcome
+
+    async def _reward(self, output: Any, kwargs: dict[str, Any]) -> float | None:
+        if self.reward_fn is None:
+            return None if output.reward_score is None else float(output.reward_score)
+        mask = output.response_mask
+        own_ids = [t for t, m in zip(output.response_ids, mask, strict=False) if m]
+        solution = self.tokenizer.decode(own_ids, skip_special_tokens=True)
+        ground_truth = (kwargs.get("reward_model") or {}).get("ground_truth")
+        with trace_span("reward", SpanKind.REWARD, {"solution": solution, "ground_truth": ground_truth}) as span:
+            value = self.reward_fn(kwargs.get("data_source"), solution, ground_truth, kwargs.get("extra_info"))
+            if inspect.isawaitable(value):
+                value = await value
+            value = float(value["score"] if isinstance(value, dict) else value)
+            span.outputs = value
+        set_reward(value, source="reward_fn")
+        output.reward_score = value
+        return value
+
+    async def close(self) -> None:
+        close = getattr(self.llm, "close", None)
+        if close is not None:
+            result = close()
+            if inspect.isawaitable(result):
+                await result

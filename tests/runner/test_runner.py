@@ -1,0 +1,118 @@
+"""The runner against ScriptedLLM (the test double for a model) with real verl loops, tools and store."""
+
+import asyncio
+
+import pytest
+
+from examples.custom_agent.system_prompt_agent import SystemPromptAgent
+from rollscope.cli.run import start_tracing
+from rollscope.llm import ScriptedLLM
+from rollscope.llm.base import LLMServerError
+from rollscope.runner.config import load_config
+from rollscope.runner.runner import Runner
+from rollscope.store import TraceStore
+from rollscope.testing import make_model_dir
+from rollscope.tracing import shutdown_tracing
+
+CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "61 * 16"}}</tool_call>'
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(make_model_dir(tmp_path_factory.mktemp("model")))
+
+
+def run(config, llm, tokenizer):
+    runner = Runner(config, llm=llm, tokenizer=tokenizer)
+    runner.setup()
+    start_tracing(config, tokenizer)
+    try:
+        asyncio.run(runner.run())
+    finally:
+        shutdown_tracing()
+    return runner
+
+
+def test_runs_every_sample_n_times_with_verls_attributes(tmp_path, tokenizer):
+    config = load_config("gsm8k-calculator", ["limit=3", "n=2", "step=5", "validate=true", f"trace_dir={tmp_path}"])
+    runner = run(config, ScriptedLLM(tokenizer, [CALL, "The answer is 976."]), tokenizer)
+    assert runner.stats.done == 6 and runner.stats.failed == 0
+    assert runner.stats.tool_calls == 6
+    assert sorted(o.reward for o in runner.outcomes) == [0, 0, 0, 0, 1, 1]  # only sample 0's answer is 976
+
+    with TraceStore(tmp_path) as store:
+        records = store.trajectories(limit=100)
+        assert len(records) == 6
+        assert {(r.sample_index, r.rollout_n) for r in records} == {(i, k) for i in range(3) for k in range(2)}
+        assert {(r.step, r.validate, r.experiment, r.agent_name) for r in records} == {
+            (5, True, "gsm8k-calculator", "rollscope_tool_agent")}
+        best = store.get(next(r.id for r in records if r.sample_index == 0))
+        assert best.reward == 1.0
+        kinds = [s.kind for s in best.spans]
+        assert kinds.count("llm") == 2 and kinds.count("tool") == 1 and "reward" in kinds
+        reward_span = next(s for s in best.spans if s.name == "reward")
+        assert reward_span.inputs["solution"].endswith("The answer is 976.")  # the model's own text only
+        assert "<tool_response>" not in reward_span.inputs["solution"]
+
+
+def test_users_agent_class_named_by_path(tmp_path, tokenizer):
+    config = load_config("examples/custom_agent/config.yaml", ["limit=2", f"trace_dir={tmp_path}", "llm=scripted"])
+    runner = run(config, ScriptedLLM(tokenizer, ["The answer is 976."]), tokenizer)
+    assert runner.stats.done == 2
+    with TraceStore(tmp_path) as store:
+        traj = store.get(store.trajectories(limit=1)[0].id)
+    assert traj.agent_name == "system_prompt_agent:SystemPromptAgent"
+    run_span = next(s for s in traj.spans if s.kind == "agent")
+    assert run_span.name == "SystemPromptAgent.run"
+    llm_span = next(s for s in traj.spans if s.kind == "llm")
+    assert SystemPromptAgent.system_prompt in str(llm_span.inputs)
+
+
+def test_a_broken_trajectory_is_recorded_and_the_run_goes_on(tmp_path, tokenizer):
+    config = load_config("gsm8k-calculator", ["limit=4", f"trace_dir={tmp_path}"])
+    runner = Runner(config, llm=ScriptedLLM(tokenizer, ["The answer is 1."]), tokenizer=tokenizer)
+    runner.setup()
+    runner.rows[1]["agent_name"] = "tests.runner.agents:BrokenAgent"
+    runner.rows[2]["agent_name"] = "rollscope_single_turn"
+    start_tracing(config, tokenizer)
+    asyncio.run(runner.run())
+    shutdown_tracing()
+    failed = [o for o in runner.outcomes if o.error]
+    assert [(o.sample_index, o.error) for o in failed] == [(1, "RuntimeError: broken on sample 1")]
+    with TraceStore(tmp_path) as store:
+        assert store.count() == 4
+        assert {r.sample_index: r.agent_name for r in store.trajectories(status="error")} == {
+            1: "tests.runner.agents:BrokenAgent"}
+        assert store.trajectories(sample_index=2)[0].agent_name == "rollscope_single_turn"
+
+
+class DiesAfter(ScriptedLLM):
+    """Test double: a model server that answers ``n`` requests, then is gone."""
+
+    def __init__(self, tokenizer, replies, n):
+        super().__init__(tokenizer, replies)
+        self.left = n
+
+    async def generate(self, request_id, **kwargs):
+        self.left -= 1
+        if self.left < 0:
+            raise LLMServerError("http://127.0.0.1:9/v1/completions: cannot reach the server")
+        return await super().generate(request_id, **kwargs)
+
+
+def test_a_dead_llm_stops_the_run_and_keeps_what_was_traced(tmp_path, tokenizer):
+    config = load_config("gsm8k-calculator", ["limit=8", "concurrency=1", f"trace_dir={tmp_path}"])
+    runner = Runner(config, llm=DiesAfter(tokenizer, ["The answer is 1."], n=3), tokenizer=tokenizer)
+    runner.setup()
+    start_tracing(config, tokenizer)
+    with pytest.raises(LLMServerError, match="cannot reach"):
+        asyncio.run(runner.run())
+    shutdown_tracing()
+    assert runner.stats.done == 3
+    with TraceStore(tmp_path) as store:
+        assert store.count(status="ok") == 3
+        # the trajectory that met the dead server, and at most one that had started behind it (cancelled)
+        assert 1 <= store.count(status="error") <= 2
+        assert store.count() == store.count(status="ok") + store.count(status="error")
