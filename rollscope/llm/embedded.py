@@ -12,8 +12,8 @@ from the raw distribution (temperature 1), as vLLM reports it.
 
 One llama.cpp context serves all requests, one at a time on a dedicated thread (llama.cpp contexts
 are not thread-safe); decoding releases the GIL, so the event loop and the tracer keep running.
-The KV cache is reused for the longest common prefix with the previous request, which makes the
-next turn of the same conversation cheap.
+The KV cache is reused for the prefix shared with the previous request (in whole 64-token chunks,
+so outputs do not depend on what ran before), which makes the next turn of a conversation cheap.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ from rollscope.llm.base import LLMServerError, max_new_tokens, stop_list
 CACHE = Path.home() / ".cache" / "rollscope"
 CHAT_TEMPLATE = "gemma_tools.jinja"
 END_OF_TURN = "<end_of_turn>"
+CHUNK = 64  # prompt evaluation batch, aligned to absolute positions (see _prefill)
 
 
 def default_model_path() -> Path:
@@ -141,6 +142,7 @@ class EmbeddedLLM:
         # Free llama.cpp's memory before interpreter teardown (its own __del__ fails that late).
         self._finalizer = weakref.finalize(self, _free, self._llama, self._executor)
         self.tokens_generated = 0
+        self._aligned_upto = 0  # the cached positions that were evaluated in full aligned chunks
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
                        **kwargs: Any) -> TokenOutput:  # fmt: skip
@@ -193,19 +195,25 @@ class EmbeddedLLM:
                            extra_fields={"finish_reason": finish})  # fmt: skip
 
     def _prefill(self, prompt_ids: list[int]) -> None:
-        """Evaluate the prompt, keeping the cached prefix it shares with what the context holds."""
+        """Evaluate the prompt in CHUNK-aligned batches, reusing cached full chunks it shares with
+        the last prompt. Aligned chunks make the numbers independent of the cache state: quantized
+        kernels compute a position slightly differently in differently shaped batches, so free-form
+        prefix reuse gave the same prompt different log-probabilities (up to ~0.1) from run to run."""
         llama = self._llama
         shared = 0
         for a, b in zip(llama.input_ids[: llama.n_tokens], prompt_ids, strict=False):
             if a != b:
                 break
             shared += 1
-        shared = min(shared, len(prompt_ids) - 1)  # at least one token is decoded, for fresh logits
-        if shared > 0 and llama._ctx.kv_cache_seq_rm(-1, shared, -1):
-            llama.n_tokens = shared
+        keep = min(shared, self._aligned_upto, len(prompt_ids) - 1) // CHUNK * CHUNK
+        if keep > 0 and llama._ctx.kv_cache_seq_rm(-1, keep, -1):
+            llama.n_tokens = keep
         else:
             llama.reset()
-        llama.eval(prompt_ids[llama.n_tokens:])
+            keep = 0
+        for start in range(keep, len(prompt_ids), CHUNK):
+            llama.eval(prompt_ids[start : start + CHUNK])
+        self._aligned_upto = len(prompt_ids) // CHUNK * CHUNK
 
     async def close(self) -> None:
         self._finalizer()

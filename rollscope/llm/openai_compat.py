@@ -76,11 +76,17 @@ class OpenAICompatibleLLM:
             try:
                 return await self.endpoint.post("/v1/completions", {**body, "prompt": prompt_ids})
             except LLMServerError as exc:
-                if self.tokenizer is None or not any(f"HTTP {c}" in str(exc) for c in (400, 422)):
+                # An HTTP answer (not a transport failure) to a token-id prompt: try text once; a server
+                # that takes it (llama-cpp-python answers 500 with a validation error) gets text from now on.
+                if self.tokenizer is None or "HTTP " not in str(exc):
                     raise
-                self.text_prompts = True  # this server takes text only: remember, and say so once
+        bos = getattr(self.tokenizer, "bos_token_id", None)
+        if prompt_ids and prompt_ids[0] == bos:
+            prompt_ids = prompt_ids[1:]  # a text-prompt server adds its own BOS
         text = self.tokenizer.decode(prompt_ids, skip_special_tokens=False)
-        return await self.endpoint.post("/v1/completions", {**body, "prompt": text})
+        data = await self.endpoint.post("/v1/completions", {**body, "prompt": text})
+        self.text_prompts = True
+        return data
 
     def _parse(self, data: dict[str, Any], stop: list[str]) -> TokenOutput:
         where = f"{self.endpoint.base_url}/v1/completions"
