@@ -50,5 +50,5 @@ def test_missing_and_unknown_files(tmp_path):
     with pytest.raises(DatasetError, match="dataset not found"):
         load_rows(tmp_path / "none.jsonl")
     (tmp_path / "d.csv").write_text("a,b\n")
-    with pytest.raises(DatasetError, match="unknown dataset format '.csv'"):
+    with pytest.raises(DatasetError, match=r"unknown dataset format '\.csv'"):
         load_rows(tmp_path / "d.csv")
