@@ -7,9 +7,10 @@ TokenOutput`` (verl's ``LLMServerClient`` contract), so the same client serves v
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
-from verl.workers.rollout.replica import TokenOutput
+if TYPE_CHECKING:
+    from verl.workers.rollout.replica import TokenOutput
 
 
 class LLMServerError(RuntimeError):

@@ -29,8 +29,16 @@ class RunnerActor:
         config = RunConfig(**fields)
         config._base = base
         self.runner = Runner(config)
-        self.runner.setup()
+        self.error: Exception | None = None
+        try:
+            self.runner.setup()
+        except (LLMServerError, ValueError, FileNotFoundError) as exc:  # handed to the driver by ready()
+            self.error = exc
+            return
         start_tracing(config, self.runner.tokenizer)
+
+    async def ready(self) -> Exception | None:
+        return self.error
 
     async def run(self, jobs: list[tuple[int, int]]) -> RunStats:
         from rollscope.tracing import flush_tracing
@@ -48,7 +56,8 @@ class RunnerActor:
     async def close(self) -> None:
         from rollscope.tracing import shutdown_tracing
 
-        await self.runner.close()
+        if self.error is None:
+            await self.runner.close()
         shutdown_tracing()
 
 
@@ -56,7 +65,7 @@ def run_on_ray(config: RunConfig, *, console: Console, show_progress: bool = Tru
     import ray
 
     if not ray.is_initialized():
-        ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=True)
+        ray.init(include_dashboard=False, logging_level="ERROR", log_to_driver=False)  # errors come back as values
     workers = config.workers
     cpus = ray.cluster_resources().get("CPU", 1.0)
     actor_cls = ray.remote(num_cpus=min(1.0, cpus / workers), max_concurrency=2)(RunnerActor)
@@ -68,10 +77,11 @@ def run_on_ray(config: RunConfig, *, console: Console, show_progress: bool = Tru
     jobs = [(i, k) for i in range(len(rows)) for k in range(config.n)]
     with console.status(f"starting {workers} Ray workers ({config.llm}, {config.agent})…", spinner="dots"):
         actors = [actor_cls.remote(fields, getattr(config, "_base", ".")) for _ in range(workers)]
-        try:
-            ray.get([a.stats.remote() for a in actors])  # constructors done: config errors surface here
-        except ray.exceptions.RayActorError as exc:
-            raise _unwrap(exc) from None
+        for error in ray.get([a.ready.remote() for a in actors]):
+            if error is not None:
+                for actor in actors:
+                    ray.kill(actor)
+                raise error
     stats = RunStats(total=len(jobs))
     pending = [a.run.remote(jobs[i::workers]) for i, a in enumerate(actors)]
     refs = list(pending)

@@ -130,22 +130,10 @@ def trainer_config(config: RunConfig, model_path: str) -> Any:
         raise RunConfigError(f"verl config: {exc}") from None
 
 
-class _OncePerMessage(logging.Filter):
-    """verl warns on every loop built for a model type it has no token builder for: say it once."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.seen: set[str] = set()
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        message = record.getMessage()
-        if message in self.seen:
-            return False
-        self.seen.add(message)
-        return True
-
-
-_ONCE = _OncePerMessage()
+def _no_builder_warning(record: logging.LogRecord) -> bool:
+    """verl warns, for every loop it builds, that it has no token builder for a model type and uses
+    the default one; for rollscope's templates (the embedded model's included) the default is right."""
+    return "No model-specific Continuous Token builder" not in record.getMessage()
 
 
 def _hydra_value(value: Any) -> str:
@@ -170,8 +158,8 @@ class Runner:
 
         cfg = self.config
         wiring_log = logging.getLogger("verl.utils.tokenizer.continuous_token_wiring")
-        if _ONCE not in wiring_log.filters:
-            wiring_log.addFilter(_ONCE)
+        if _no_builder_warning not in wiring_log.filters:
+            wiring_log.addFilter(_no_builder_warning)
         if cfg.dataset is None:
             raise RunConfigError(f"{cfg.name}: no dataset (set dataset=PATH)")
         base = getattr(cfg, "_base", None)

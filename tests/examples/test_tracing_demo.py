@@ -1,4 +1,4 @@
-"""`make demo`'s script, run as a user would, against a fresh directory."""
+"""examples/tracing_demo.py (the tracing API on its own, no runner), run as a user would."""
 
 import subprocess
 import sys

@@ -1,5 +1,6 @@
 """A local HTTP stand-in for a model server: answers each POST with a function of its JSON body and
-keeps the requests, so a client's side of a server contract can be checked on 127.0.0.1."""
+keeps the requests, so a client's side of a server contract can be checked on 127.0.0.1. GET
+``/v1/models`` lists one model, as OpenAI-compatible servers do."""
 
 from __future__ import annotations
 
@@ -22,6 +23,14 @@ class StandInServer:
                 reply = answer(self.path, body)
                 raw = reply if isinstance(reply, bytes) else json.dumps(reply).encode()
                 self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self) -> None:
+                raw = json.dumps({"object": "list", "data": [{"id": "stand-in", "object": "model"}]}).encode()
+                self.send_response(200 if self.path == "/v1/models" else 404)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(raw)))
                 self.end_headers()

@@ -1,0 +1,117 @@
+"""`rollscope run` as a user runs it: a subprocess, its exit code, what it prints."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.llm.stand_in import StandInServer
+from tests.llm.test_server_clients import free_port
+
+REPLIES = """replies:
+  - '<tool_call>{"name": "calculator", "arguments": {"expression": "61 * 16"}}</tool_call>'
+  - 'The answer is 976.'
+"""
+ENV = {**os.environ, "WANDB_ERROR_REPORTING": "false", "COLUMNS": "200"}
+
+
+def rollscope(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "rollscope.cli", *args], capture_output=True, text=True, env=ENV,
+                          cwd=cwd, timeout=300)  # fmt: skip
+
+
+@pytest.fixture
+def replies(tmp_path):
+    path = tmp_path / "replies.yaml"
+    path.write_text(REPLIES)
+    return path
+
+
+def assert_one_line_error(result, code, *fragments):
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("rollscope: error: ")
+    for fragment in fragments:
+        assert fragment in line, line
+
+
+def test_run_prints_a_summary_and_the_traces_are_listed(tmp_path, replies):
+    traces = tmp_path / "traces"
+    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--limit", "3", "--n", "2",
+                       "--trace-dir", str(traces), "--step", "4")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "6 of 6" in result.stdout and "0.333 over 6" in result.stdout  # sample 0's answer is 976
+    assert str(traces) in result.stdout
+    assert f"rollscope traces ls --dir {traces} --experiment gsm8k-calculator" in result.stdout
+    assert "6/6 trajectories" in result.stderr  # progress lines when not on a terminal
+    listed = json.loads(rollscope("traces", "ls", "--dir", str(traces), "--json").stdout)
+    assert len(listed) == 6 and {t["step"] for t in listed} == {4}
+
+
+def test_bad_config_key(replies):
+    result = rollscope("run", "gsm8k-calculator", f"llm=scripted:{replies}", "temprature=0")
+    assert_one_line_error(result, 2, "override 'temprature=0'", "unknown config key 'temprature'")
+
+
+def test_unknown_example():
+    assert_one_line_error(rollscope("run", "no-such-example"), 2, "no such config file or bundled example",
+                          "gsm8k-calculator")  # fmt: skip
+
+
+def test_missing_dataset(tmp_path, replies):
+    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", f"dataset={tmp_path}/none.jsonl")
+    assert_one_line_error(result, 2, f"{tmp_path}/none.jsonl: dataset not found")
+
+
+def test_unreadable_dataset_row(tmp_path, replies):
+    data = tmp_path / "d.jsonl"
+    data.write_text('{"prompt": [{"role": "user", "content": "hi"}]}\nnot json\n')
+    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", f"dataset={data}")
+    assert_one_line_error(result, 2, f"{data}: line 2: invalid JSON")
+
+
+def test_server_down(tmp_path, replies):
+    from rollscope.testing import make_model_dir
+
+    model = make_model_dir(tmp_path / "model")
+    url = f"http://127.0.0.1:{free_port()}"
+    result = rollscope("run", "gsm8k-calculator", "--llm", url, "--model", str(model), "--trace-dir",
+                       str(tmp_path / "t"))  # fmt: skip
+    assert_one_line_error(result, 3, f"{url}/v1/models: cannot reach the server")
+
+
+def test_server_answering_garbage_keeps_what_was_traced(tmp_path):
+    """A server whose answers stop making sense mid-run: one error line, exit 3, and the
+    trajectories finished before it are in the store."""
+    from rollscope.testing import make_model_dir
+
+    model = make_model_dir(tmp_path / "model")
+    answered = []
+
+    def answer(path, body):
+        answered.append(body)
+        if len(answered) > 2:
+            return b"<html>502 Bad Gateway</html>"
+        return {"choices": [{"text": "", "token_ids": [2], "logprobs": None, "finish_reason": "stop"}]}
+
+    with StandInServer(answer) as server:
+        result = rollscope("run", "gsm8k-calculator", "--llm", server.url, "--model", str(model), "model_name=x",
+                           "--concurrency", "1", "--trace-dir", str(tmp_path / "t"), "--limit", "5")  # fmt: skip
+        assert_one_line_error(result, 2, "unknown config key 'model_name'")
+        result = rollscope("run", "gsm8k-calculator", "--llm", server.url, "--model", str(model),
+                           "--concurrency", "1", "--trace-dir", str(tmp_path / "t"), "--limit", "5")  # fmt: skip
+    assert_one_line_error(result, 3, "/v1/completions: answered with something that is not JSON")
+    listed = json.loads(rollscope("traces", "ls", "--dir", str(tmp_path / "t"), "--json", "--status", "ok").stdout)
+    assert len(listed) == 2
+
+
+def test_user_agent_config_relative_paths(tmp_path, replies):
+    repo = Path(__file__).parents[2]
+    result = rollscope("run", str(repo / "examples/custom_agent/config.yaml"), "--llm", f"scripted:{replies}",
+                       "--limit", "2", "--trace-dir", str(tmp_path / "t"), "--quiet", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert "2 of 2" in result.stdout and result.stderr.strip() == ""

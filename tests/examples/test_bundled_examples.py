@@ -1,0 +1,51 @@
+"""The three bundled examples on the embedded model, end to end (the path `make demo` takes)."""
+
+import asyncio
+
+import pytest
+
+from rollscope.cli.run import start_tracing
+from rollscope.llm.embedded import EmbeddedLLM
+from rollscope.runner.config import load_config
+from rollscope.runner.runner import Runner
+from rollscope.store import TraceStore
+from rollscope.tracing import shutdown_tracing
+from tests.cli.test_run_cli import rollscope
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def llm():
+    model = EmbeddedLLM()
+    yield model
+    asyncio.run(model.close())
+
+
+@pytest.mark.parametrize(("example", "tool"), [("gsm8k-calculator", "calculator"), ("python-tasks", "python"),
+                                               ("search-qa", "search")])  # fmt: skip
+def test_example_runs_on_the_embedded_model(tmp_path, llm, example, tool):
+    config = load_config(example, ["limit=2", "sampling.temperature=0", f"trace_dir={tmp_path}"])
+    runner = Runner(config, llm=llm, tokenizer=llm.tokenizer)
+    runner.setup()
+    start_tracing(config, llm.tokenizer)
+    try:
+        asyncio.run(runner.run())
+    finally:
+        shutdown_tracing()
+    assert runner.stats.done == 2 and runner.stats.failed == 0
+    assert all(o.reward is not None for o in runner.outcomes)
+    with TraceStore(tmp_path) as store:
+        trajectories = [store.get(r.id) for r in store.trajectories()]
+    assert len(trajectories) == 2
+    spans = [s for t in trajectories for s in t.spans]
+    llm_spans = [s for s in spans if s.kind == "llm"]
+    assert llm_spans and all(s.attributes["gen_ai.usage.output_tokens"] > 0 for s in llm_spans)
+    assert any(f'"name": "{tool}"' in s.outputs["response_text"] for s in llm_spans)  # the model called the tool
+    assert any(s.kind == "tool" for s in spans) and any(s.name == "reward" for s in spans)
+
+
+def test_make_demo_command(tmp_path):
+    result = rollscope("run", "gsm8k-calculator", "--limit", "2", "--trace-dir", str(tmp_path / "t"), cwd=tmp_path)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "2 of 2" in result.stdout and "rollscope traces ls --dir" in result.stdout
