@@ -44,11 +44,12 @@ test: install lint
 
 # Several minutes; the MLflow extra is the anchor of the store benchmark.
 bench: install
-	$(BIN)/pip install -q -e '.[test,mlflow]'
+	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[test,embedded,mlflow]'
 	mkdir -p benchmarks/out
 	$(BIN)/python benchmarks/bench_trace_op.py --json benchmarks/out/trace_op.json
 	$(BIN)/python benchmarks/bench_store.py --json benchmarks/out/store.json
 	$(BIN)/python benchmarks/bench_agent_loop.py --json benchmarks/out/agent_loop.json
+	$(BIN)/python benchmarks/bench_runner.py --json benchmarks/out/runner.json
 
 clean:
 	rm -rf $(VENV) rollscope_traces

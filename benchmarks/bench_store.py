@@ -86,7 +86,8 @@ def _synthetic_rows(n: int, seed: int, steps: int = 100, rollouts: int = 8):
         sample, rollout = divmod(rest, rollouts)
         reward = float(rng.random() < 0.5)
         trajectories.append((tid, "bench", "q", step, sample, rollout, 0, "tool_agent", "ok", reward,
-                             now + i, now + i + 1000, 7, 3, 3, 0, None, None, None))  # fmt: skip
+                             now + i, now + i + 1000, 7, 3, 3, 0, rng.randint(20, 400), 0, None, None,
+                             None))  # fmt: skip
         parent = None
         for j in range(SPANS_PER_TRAJECTORY):
             sid = new_id()

@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from rollscope.cli import run, traces
+from rollscope.cli import run, traces, ui
 from rollscope.llm.base import LLMServerError
 
 Command = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
@@ -19,6 +19,7 @@ Command = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Na
 COMMANDS: dict[str, dict[str, Command] | Command] = {
     "run": run.COMMAND,
     "traces": traces.COMMANDS,
+    "ui": ui.COMMAND,
 }
 EXIT_BAD_INPUT, EXIT_LLM = 2, 3
 

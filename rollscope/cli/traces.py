@@ -22,6 +22,8 @@ def _add_filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-reward", type=float)
     p.add_argument("--errors", action=argparse.BooleanOptionalAction, default=None, dest="has_error",
                    help="only trajectories with (--errors) or without (--no-errors) an error span")  # fmt: skip
+    p.add_argument("--tool-errors", action=argparse.BooleanOptionalAction, default=None, dest="tool_error",
+                   help="only trajectories with (--tool-errors) or without a failed tool call")  # fmt: skip
     p.add_argument("--sort", default="step", choices=["step", "start", "reward", "duration"])
     p.add_argument("--desc", action="store_true")
     p.add_argument("--limit", type=int, default=50)
@@ -29,7 +31,7 @@ def _add_filters(p: argparse.ArgumentParser) -> None:
 
 
 _FILTERS = ("project", "experiment", "step", "sample_index", "rollout_n", "validate", "agent", "status",
-            "min_reward", "max_reward", "has_error")  # fmt: skip
+            "min_reward", "max_reward", "has_error", "tool_error")  # fmt: skip
 
 
 def traces_ls(args: argparse.Namespace) -> int:
@@ -56,4 +58,93 @@ def _s(v: object) -> str:
     return "" if v is None else str(v)
 
 
-COMMANDS = {"ls": (_add_filters, traces_ls, "list trajectories, filtered and sorted")}
+def _add_dir(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dir", help="trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _add_show(p: argparse.ArgumentParser) -> None:
+    p.add_argument("id", help="trajectory id (from `rollscope traces ls`)")
+    p.add_argument("--full", action="store_true", help="do not shorten long texts")
+    _add_dir(p)
+
+
+def traces_show(args: argparse.Namespace) -> int:
+    from rollscope.cli.render import console, show_trajectory
+
+    with TraceStore(args.dir) as store:
+        record = store.get(args.id)
+    if args.json:
+        print(json.dumps({**record.to_dict(), "spans": [_span_dict(s) for s in record.spans]}, indent=1, default=str))
+        return 0
+    show_trajectory(console(), record, full=args.full)
+    return 0
+
+
+def _add_diff(p: argparse.ArgumentParser) -> None:
+    p.add_argument("a", help="trajectory id")
+    p.add_argument("b", help="trajectory id")
+    p.add_argument("--full", action="store_true", help="do not shorten long texts")
+    _add_dir(p)
+
+
+def traces_diff(args: argparse.Namespace) -> int:
+    from rollscope.cli.render import console, show_diff
+    from rollscope.store.diff import turn_text
+
+    with TraceStore(args.dir) as store:
+        diff = store.diff(args.a, args.b)
+    if args.json:
+        print(json.dumps({
+            "a": diff.left.id, "b": diff.right.id, "fields": diff.fields, "first_divergence": diff.first_divergence,
+            "turns": [{"index": t.index, "changed": t.changed,
+                       "a": None if t.left is None else {"name": t.left.name, "text": turn_text(t.left)},
+                       "b": None if t.right is None else {"name": t.right.name, "text": turn_text(t.right)}}
+                      for t in diff.turns],
+        }, indent=1, default=str))  # fmt: skip
+        return 0
+    show_diff(console(), diff, full=args.full)
+    return 0
+
+
+def _add_group(p: argparse.ArgumentParser) -> None:
+    p.add_argument("step", type=int)
+    p.add_argument("sample", help="sample index")
+    p.add_argument("--experiment")
+    _add_dir(p)
+
+
+def traces_group(args: argparse.Namespace) -> int:
+    from rollscope.cli.render import console, show_group
+    from rollscope.store.grpo import group_advantages
+
+    sample = int(args.sample) if args.sample.lstrip("-").isdigit() else args.sample
+    with TraceStore(args.dir) as store:
+        records = store.group(args.step, sample, experiment=args.experiment)
+    if not records:
+        raise KeyError(f"no trajectories for step {args.step}, sample {args.sample} in {store.path}")
+    mean, std, members = group_advantages(records)
+    if args.json:
+        rollouts = [{**m.record.to_dict(), "advantage": m.advantage, "normalized_advantage": m.normalized}
+                    for m in members]  # fmt: skip
+        print(json.dumps({"step": args.step, "sample_index": sample, "mean_reward": mean, "std_reward": std,
+                          "rollouts": rollouts}, indent=1, default=str))  # fmt: skip
+        return 0
+    show_group(console(), args.step, sample, mean, std, members)
+    return 0
+
+
+_SPAN_FIELDS = ("id", "parent_id", "name", "kind", "start_ns", "end_ns", "status", "error_type", "error_message",
+                "inputs", "outputs", "attributes")  # fmt: skip
+
+
+def _span_dict(span: object) -> dict:
+    return {k: getattr(span, k) for k in _SPAN_FIELDS}
+
+
+COMMANDS = {
+    "ls": (_add_filters, traces_ls, "list trajectories, filtered and sorted"),
+    "show": (_add_show, traces_show, "one trajectory: turns, tool calls and results, timing, tokens, reward, errors"),
+    "diff": (_add_diff, traces_diff, "two trajectories side by side, turn by turn"),
+    "group": (_add_group, traces_group, "a GRPO group: every rollout of one sample at one step, with advantages"),
+}

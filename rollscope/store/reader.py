@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
 
-from rollscope.store.records import SpanRecord, TrajectoryRecord
+from rollscope.store.records import SpanRecord, StepStats, TrajectoryRecord
 from rollscope.store.schema import SHARD_SUFFIX, SPAN_COLUMNS, TRAJECTORY_COLUMNS, decode_payload, resolve_dir
 
 _ORDER = {
@@ -18,6 +19,9 @@ _ORDER = {
     "duration": "(end_ns - start_ns)",
 }
 _SELECT_TRAJ = f"SELECT {', '.join(TRAJECTORY_COLUMNS)} FROM trajectories"
+# Columns added after schema version 2, read as 0 from older shards.
+_ADDED_COLUMNS = ("num_tokens", "num_tool_errors")
+_LEGACY = re.compile(r"\b(" + "|".join(_ADDED_COLUMNS) + r")\b")
 _SELECT_SPANS = f"SELECT {', '.join(SPAN_COLUMNS)} FROM spans WHERE trajectory_id = ? ORDER BY start_ns, id"
 
 
@@ -33,6 +37,7 @@ class TraceStore:
         if not self.path.is_dir():
             raise FileNotFoundError(f"no trace store at {self.path} (set --dir or ROLLSCOPE_TRACE_DIR)")
         self._conns: dict[Path, sqlite3.Connection] = {}
+        self._legacy: set[Path] = set()  # shards written before num_tokens / num_tool_errors existed
 
     # ---- shards ----
     def shards(self) -> list[Path]:
@@ -44,13 +49,17 @@ class TraceStore:
             db = sqlite3.connect(shard, check_same_thread=False)
             db.execute("PRAGMA query_only=ON")
             self._conns[shard] = db
+            columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
+            if columns and not columns.issuperset(_ADDED_COLUMNS):
+                self._legacy.add(shard)
         return db
 
     def _query(self, sql: str, params: list[Any]) -> list[tuple[Path, tuple]]:
         rows: list[tuple[Path, tuple]] = []
         for shard in self.shards():
             try:
-                cur = self._conn(shard).execute(sql, params)
+                db = self._conn(shard)
+                cur = db.execute(_LEGACY.sub("0", sql) if shard in self._legacy else sql, params)
             except sqlite3.DatabaseError as exc:
                 if "no such table" in str(exc):  # a shard whose writer has not created its schema yet
                     continue
@@ -78,6 +87,7 @@ class TraceStore:
         min_reward: float | None = None,
         max_reward: float | None = None,
         has_error: bool | None = None,
+        tool_error: bool | None = None,
         order_by: str = "step",
         descending: bool = False,
         limit: int | None = None,
@@ -87,7 +97,7 @@ class TraceStore:
         where, params = _where(
             project=project, experiment=experiment, step=step, sample_index=sample_index,
             rollout_n=rollout_n, validate=validate, agent=agent, status=status,
-            min_reward=min_reward, max_reward=max_reward, has_error=has_error,
+            min_reward=min_reward, max_reward=max_reward, has_error=has_error, tool_error=tool_error,
         )  # fmt: skip
         if order_by not in _ORDER:
             raise ValueError(f"order_by must be one of {', '.join(_ORDER)}, got {order_by!r}")
@@ -106,6 +116,20 @@ class TraceStore:
     def count(self, **filters: Any) -> int:
         where, params = _where(**filters)
         return sum(r[0] for _, r in self._query(f"SELECT COUNT(*) FROM trajectories{where}", params))
+
+    def steps(self, **filters: Any) -> list[StepStats]:
+        """Per-step aggregates of the matching trajectories (one indexed GROUP BY per shard)."""
+        where, params = _where(**filters)
+        sql = ("SELECT step, COUNT(*), COUNT(reward), TOTAL(reward), TOTAL(num_tool_calls), TOTAL(num_errors > 0), "
+               f"TOTAL(num_llm_calls), TOTAL(num_tokens) FROM trajectories{where} GROUP BY step")  # fmt: skip
+        merged: dict[Any, list[float]] = {}
+        for _, (step, *values) in self._query(sql, params):
+            acc = merged.setdefault(step, [0.0] * len(values))
+            for i, v in enumerate(values):
+                acc[i] += v
+        return [StepStats(step, int(n), int(rewarded), total, int(tools), int(errors), int(llm), int(tokens))
+                for step, (n, rewarded, total, tools, errors, llm, tokens) in
+                sorted(merged.items(), key=lambda kv: (kv[0] is not None, kv[0] or 0))]  # fmt: skip
 
     def get(self, trajectory_id: str) -> TrajectoryRecord:
         rows = self._query(f"{_SELECT_TRAJ} WHERE id = ?", [trajectory_id])
@@ -183,6 +207,8 @@ def _where(**filters: Any) -> tuple[str, list[Any]]:
         params.append(filters["max_reward"])
     if filters.get("has_error") is not None:
         clauses.append("num_errors > 0" if filters["has_error"] else "num_errors = 0")
+    if filters.get("tool_error") is not None:
+        clauses.append("num_tool_errors > 0" if filters["tool_error"] else "num_tool_errors = 0")
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 

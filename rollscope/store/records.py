@@ -47,6 +47,8 @@ class TrajectoryRecord:
     num_llm_calls: int
     num_tool_calls: int
     num_errors: int
+    num_tokens: int  # output tokens of the llm spans
+    num_tool_errors: int
     error_type: str | None
     error_message: str | None
     attributes: dict[str, Any]
@@ -95,7 +97,49 @@ class TrajectoryRecord:
             "num_turns": self.num_llm_calls,
             "num_tool_calls": self.num_tool_calls,
             "num_errors": self.num_errors,
+            "num_tokens": self.num_tokens,
+            "num_tool_errors": self.num_tool_errors,
             "error_type": self.error_type,
             "error_message": self.error_message,
             "attributes": self.attributes,
         }
+
+
+@dataclass
+class StepStats:
+    """One training step at a glance: what the viewer's per-step charts plot."""
+
+    step: int | None
+    trajectories: int
+    rewarded: int
+    reward_sum: float
+    tool_calls: int
+    with_errors: int
+    llm_calls: int
+    tokens: int
+
+    @property
+    def mean_reward(self) -> float | None:
+        return self.reward_sum / self.rewarded if self.rewarded else None
+
+    @property
+    def tool_calls_per_trajectory(self) -> float:
+        return self.tool_calls / self.trajectories
+
+    @property
+    def error_rate(self) -> float:
+        return self.with_errors / self.trajectories
+
+    @property
+    def turns_per_trajectory(self) -> float:
+        return self.llm_calls / self.trajectories
+
+    @property
+    def tokens_per_trajectory(self) -> float:
+        return self.tokens / self.trajectories
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "trajectories": self.trajectories, "mean_reward": self.mean_reward,
+                "tool_calls_per_trajectory": self.tool_calls_per_trajectory, "error_rate": self.error_rate,
+                "turns_per_trajectory": self.turns_per_trajectory,
+                "tokens_per_trajectory": self.tokens_per_trajectory}  # fmt: skip

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import zstandard
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3  # 3: num_tokens, num_tool_errors
 SHARD_SUFFIX = ".rstrace"
 DEFAULT_DIR = "rollscope_traces"
 ENV_DIR = "ROLLSCOPE_TRACE_DIR"
@@ -40,6 +40,8 @@ TRAJECTORY_COLUMNS = (
     "num_llm_calls",
     "num_tool_calls",
     "num_errors",
+    "num_tokens",
+    "num_tool_errors",
     "error_type",
     "error_message",
     "attributes",
@@ -79,6 +81,8 @@ CREATE TABLE IF NOT EXISTS trajectories (
     num_llm_calls INTEGER NOT NULL DEFAULT 0,
     num_tool_calls INTEGER NOT NULL DEFAULT 0,
     num_errors INTEGER NOT NULL DEFAULT 0,
+    num_tokens INTEGER NOT NULL DEFAULT 0,
+    num_tool_errors INTEGER NOT NULL DEFAULT 0,
     error_type TEXT,
     error_message TEXT,
     attributes TEXT

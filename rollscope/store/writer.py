@@ -28,7 +28,8 @@ _SET_REWARD = (
 )
 _ADD_COUNTS = (
     "UPDATE trajectories SET num_spans = num_spans + ?, num_llm_calls = num_llm_calls + ?, "
-    "num_tool_calls = num_tool_calls + ?, num_errors = num_errors + ? WHERE id = ?"
+    "num_tool_calls = num_tool_calls + ?, num_errors = num_errors + ?, num_tokens = num_tokens + ?, "
+    "num_tool_errors = num_tool_errors + ? WHERE id = ?"
 )
 
 
@@ -58,7 +59,7 @@ class ShardWriter:
         trajectories: Iterable[Sequence[Any]] = (),
         spans: Iterable[Sequence[Any]] = (),
         rewards: Iterable[tuple[str, float | None, dict[str, Any]]] = (),
-        counts: Iterable[tuple[int, int, int, int, str]] = (),
+        counts: Iterable[tuple[int, int, int, int, int, int, str]] = (),
     ) -> None:
         """One transaction: either all of it is in the shard afterwards or none of it."""
         db = self._db

@@ -10,6 +10,14 @@ from rollscope.store.writer import ShardWriter
 from rollscope.tracing.backends.base import TraceBackend
 from rollscope.tracing.spans import STATUS_ERROR, Span, SpanKind, Trajectory
 
+_NO_COUNTS = (0, 0, 0, 0, 0, 0)  # spans, llm calls, tool calls, errors, output tokens, tool errors
+
+
+def _output_tokens(span: Span) -> int:
+    attributes = span.attributes
+    value = attributes.get("gen_ai.usage.output_tokens", 0) if isinstance(attributes, dict) else 0
+    return value if type(value) is int else 0
+
 
 class LocalBackend(TraceBackend):
     name = "local"
@@ -37,29 +45,33 @@ class LocalBackend(TraceBackend):
         return self.writer.directory
 
     def _row(self, t: Trajectory) -> tuple:
-        c = self._counts.get(t.id, (0, 0, 0, 0))
+        c = self._counts.get(t.id, _NO_COUNTS)
         return (
             t.id, t.project, t.experiment, t.step, t.sample_index, t.rollout_n, int(t.validate),
             t.agent_name, t.status, t.reward, t.start_ns, t.end_ns, c[0], c[1], c[2],
-            c[3] + (t.status == STATUS_ERROR), t.error_type, t.error_message,
+            c[3] + (t.status == STATUS_ERROR), c[4], c[5], t.error_type, t.error_message,
             encode_json(t.attributes).decode() if t.attributes else None,
         )  # fmt: skip
 
     def on_trajectory_start(self, trajectory: Trajectory) -> None:
-        self._counts[trajectory.id] = [0, 0, 0, 0]
+        self._counts[trajectory.id] = list(_NO_COUNTS)
         self._trajectories[trajectory.id] = self._row(trajectory)
 
     def on_span_end(self, span: Span) -> None:
         kind, error = span.kind, span.status == STATUS_ERROR
+        llm, tool = kind is SpanKind.LLM, kind is SpanKind.TOOL
+        tokens = _output_tokens(span) if llm else 0
         c = self._counts.get(span.trajectory_id)
         if c is not None:
             c[0] += 1
-            c[1] += kind is SpanKind.LLM
-            c[2] += kind is SpanKind.TOOL
+            c[1] += llm
+            c[2] += tool
             c[3] += error
+            c[4] += tokens
+            c[5] += tool and error
         else:  # a span that outlived its trajectory
-            self._late_counts.append((1, int(kind is SpanKind.LLM), int(kind is SpanKind.TOOL), int(error),
-                                      span.trajectory_id))
+            self._late_counts.append((1, int(llm), int(tool), int(error), tokens, int(tool and error),
+                                      span.trajectory_id))  # fmt: skip
         payload = {"inputs": span.inputs, "outputs": span.outputs, "attributes": span.attributes}
         self._spans.append((
             span.id, span.trajectory_id, span.parent_id, span.name, span.kind.value, span.start_ns,

@@ -1,0 +1,42 @@
+"""``rollscope ui``: serve the web viewer over a trace store (127.0.0.1 unless told otherwise)."""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dir", help="trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    p.add_argument("--port", type=int, default=8765, help="port (0 picks a free one; default 8765)")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1; others expose your traces to the network)")  # fmt: skip
+
+
+def ui_command(args: argparse.Namespace) -> int:
+    from rollscope.viewer.server import make_server
+
+    server = make_server(args.dir, args.host, args.port)
+    host, port = server.server_address[:2]
+    if not _loopback(args.host):
+        print(f"rollscope: warning: serving traces on {host}, reachable from other machines", file=sys.stderr)
+    print(f"rollscope viewer on http://{host}:{port}/ (store: {server.RequestHandlerClass.viewer.store().path}); "
+          "Ctrl-C to stop", flush=True)  # fmt: skip
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+def _loopback(host: str) -> bool:
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return host == "localhost"
+
+
+COMMAND = (add_args, ui_command, "serve the web viewer over a trace store")

@@ -1,0 +1,215 @@
+"""``rollscope ui``: a local web viewer over the trace store, standard library HTTP plus Jinja2.
+
+Pages are rendered on the server with autoescaping on (trace content is data, never markup), the
+store is re-read on every request (a refresh shows trajectories written since), and only fixed
+routes exist: no request names a file, so none can reach one outside the package. Binds to
+127.0.0.1 unless told otherwise.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, quote, urlencode, urlsplit
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from rollscope.store import TraceStore
+from rollscope.store.diff import turn_text
+from rollscope.store.grpo import group_advantages
+from rollscope.viewer.charts import charts
+from rollscope.viewer.views import figures, first_user_message, main_text, tool_call
+
+PAGE_SIZE = 100
+STATIC = {"/static/style.css": ("style.css", "text/css; charset=utf-8")}
+SORTS = ("step", "start", "reward", "duration")
+
+
+class BadRequest(ValueError):
+    """A query parameter that cannot be used; shown to the user as a 400 page."""
+
+
+class Viewer:
+    """Renders pages from a store directory; ``handle`` is the whole web interface, testable without HTTP."""
+
+    def __init__(self, directory: str | None = None) -> None:
+        self.directory = directory
+        self._local = threading.local()  # SQLite connections are per thread
+        self.env = Environment(loader=PackageLoader("rollscope.viewer", "templates"), trim_blocks=True,
+                               lstrip_blocks=True, autoescape=select_autoescape(default=True))  # fmt: skip
+        self.env.globals.update(figures=figures, main_text=main_text, tool_call=tool_call, turn_text=turn_text,
+                                fmt=_fmt, quote=quote)  # fmt: skip
+        TraceStore(directory).close()  # fail now, with the store's message, if the directory is not a store
+        self.routes: dict[str, Callable[[dict[str, str], list[str]], str]] = {
+            "/": self.index, "/compare": self.compare, "/group": self.group, "/steps": self.steps,
+        }  # fmt: skip
+
+    def store(self) -> TraceStore:
+        store = getattr(self._local, "store", None)
+        if store is None:
+            store = self._local.store = TraceStore(self.directory)
+        return store
+
+    def handle(self, target: str) -> tuple[int, str, bytes]:
+        url = urlsplit(target)
+        query = parse_qs(url.query)
+        single = {k: v[-1] for k, v in query.items() if v and v[-1] != ""}
+        try:
+            if url.path in STATIC:
+                name, content_type = STATIC[url.path]
+                return 200, content_type, resources.files("rollscope.viewer").joinpath("static", name).read_bytes()
+            if url.path.startswith("/t/") and "/" not in url.path[3:]:
+                return 200, "text/html; charset=utf-8", self.trajectory(url.path[3:]).encode()
+            route = self.routes.get(url.path)
+            if route is None:
+                return self._error(404, f"no page at {url.path}")
+            return 200, "text/html; charset=utf-8", route(single, query.get("id", [])).encode()
+        except BadRequest as exc:
+            return self._error(400, str(exc))
+        except KeyError as exc:
+            return self._error(404, str(exc.args[0] if exc.args else exc))
+
+    def _error(self, status: int, message: str) -> tuple[int, str, bytes]:
+        page = self.env.get_template("error.html").render(status=status, message=message, title=str(status))
+        return status, "text/html; charset=utf-8", page.encode()
+
+    # ---- pages ----
+    def index(self, q: dict[str, str], _: list[str]) -> str:
+        filters = _filters(q)
+        sort = q.get("sort", "step")
+        if sort not in SORTS:
+            raise BadRequest(f"sort must be one of {', '.join(SORTS)}")
+        page = _int(q, "page", 1, minimum=1)
+        store = self.store()
+        total = store.count(**filters)
+        rows = store.trajectories(**filters, order_by=sort, descending=q.get("desc") == "1", limit=PAGE_SIZE,
+                                  offset=(page - 1) * PAGE_SIZE)  # fmt: skip
+        pages = max(1, -(-total // PAGE_SIZE))
+        keep = {k: v for k, v in q.items() if k != "page"}
+        return self._render("index.html", title="trajectories", rows=rows, total=total, page=page, pages=pages,
+                            q=q, sorts=SORTS, page_url=lambda p: "/?" + urlencode({**keep, "page": p}))  # fmt: skip
+
+    def trajectory(self, trajectory_id: str) -> str:
+        record = self.store().get(trajectory_id)
+        start = record.start_ns
+        total = max((record.end_ns or max((s.end_ns or s.start_ns) for s in record.spans or [record])) - start, 1)
+
+        def bar(span: Any) -> tuple[float, float]:
+            left = 100 * (span.start_ns - start) / total
+            width = 100 * ((span.end_ns or span.start_ns) - span.start_ns) / total
+            return round(min(max(left, 0), 100), 2), round(min(max(width, 0.3), 100 - left), 2)
+
+        return self._render("trajectory.html", title=record.id, t=record, roots=record.tree(), bar=bar,
+                            task=first_user_message(record))  # fmt: skip
+
+    def compare(self, q: dict[str, str], ids: list[str]) -> str:
+        ids = list(dict.fromkeys(i for i in ids if i))
+        if not 2 <= len(ids) <= 4:
+            raise BadRequest(f"compare takes 2 to 4 trajectories (id=...&id=...), got {len(ids)}")
+        records = [self.store().get(i) for i in ids]
+        columns = [[s for s in r.spans if s.kind in ("llm", "tool")] for r in records]
+        rows = []
+        for i in range(max(len(c) for c in columns)):
+            cells = [c[i] if i < len(c) else None for c in columns]
+            texts = [None if s is None else (s.name, turn_text(s), s.status) for s in cells]
+            rows.append((i, cells, [t != texts[0] for t in texts]))
+        return self._render("compare.html", title="compare", records=records, rows=rows)
+
+    def group(self, q: dict[str, str], _: list[str]) -> str:
+        step = _int(q, "step", None)
+        if step is None or "sample" not in q:
+            raise BadRequest("a group is named by step and sample: /group?step=S&sample=I")
+        sample: Any = int(q["sample"]) if q["sample"].lstrip("-").isdigit() else q["sample"]
+        filters = {k: q[k] for k in ("experiment", "project") if k in q}
+        records = self.store().group(step, sample, **filters)
+        if not records:
+            raise KeyError(f"no trajectories for step {step}, sample {sample}")
+        mean, std, members = group_advantages(records)
+        compare = "/compare?" + urlencode([("id", r.id) for r in records[:4]])
+        return self._render("group.html", title=f"group {step}/{sample}", step=step, sample=sample, mean=mean,
+                            std=std, members=members, compare=compare)  # fmt: skip
+
+    def steps(self, q: dict[str, str], _: list[str]) -> str:
+        filters = _filters(q)
+        stats = self.store().steps(**filters)
+        return self._render("steps.html", title="steps", stats=stats, charts=charts(stats), q=q)
+
+    def _render(self, template: str, **context: Any) -> str:
+        return self.env.get_template(template).render(**context)
+
+
+def _fmt(value: Any, digits: int = 3) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.{digits}g}"
+    return str(value)
+
+
+def _int(q: dict[str, str], key: str, default: int | None, minimum: int | None = None) -> int | None:
+    if key not in q:
+        return default
+    try:
+        value = int(q[key])
+    except ValueError:
+        raise BadRequest(f"{key} must be an integer, got {q[key]!r}") from None
+    if minimum is not None and value < minimum:
+        raise BadRequest(f"{key} must be at least {minimum}")
+    return value
+
+
+def _float(q: dict[str, str], key: str) -> float | None:
+    if key not in q:
+        return None
+    try:
+        return float(q[key])
+    except ValueError:
+        raise BadRequest(f"{key} must be a number, got {q[key]!r}") from None
+
+
+def _flag(q: dict[str, str], key: str) -> bool | None:
+    value = q.get(key)
+    if value is None:
+        return None
+    if value not in ("yes", "no"):
+        raise BadRequest(f"{key} must be yes or no")
+    return value == "yes"
+
+
+def _filters(q: dict[str, str]) -> dict[str, Any]:
+    sample = q.get("sample")
+    return {
+        "project": q.get("project"), "experiment": q.get("experiment"), "step": _int(q, "step", None),
+        "sample_index": int(sample) if sample and sample.lstrip("-").isdigit() else sample,
+        "rollout_n": _int(q, "rollout", None), "validate": _flag(q, "validate"), "agent": q.get("agent"),
+        "status": q.get("status"), "min_reward": _float(q, "min_reward"), "max_reward": _float(q, "max_reward"),
+        "has_error": _flag(q, "errors"), "tool_error": _flag(q, "tool_errors"),
+    }  # fmt: skip
+
+
+class _Handler(BaseHTTPRequestHandler):
+    viewer: Viewer
+
+    def do_GET(self) -> None:
+        started = time.perf_counter()
+        status, content_type, body = self.viewer.handle(self.path)
+        self.send_response(status)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Server-Timing", f"app;dur={1000 * (time.perf_counter() - started):.1f}")
+        self.send_header("X-Content-Type-Options", "nosniff")
+        self.send_header("Content-Security-Policy", "default-src 'self'; style-src 'self'; script-src 'none'")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def make_server(directory: str | None, host: str = "127.0.0.1", port: int = 8765) -> ThreadingHTTPServer:
+    handler = type("Handler", (_Handler,), {"viewer": Viewer(directory)})
+    return ThreadingHTTPServer((host, port), handler)

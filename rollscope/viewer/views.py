@@ -1,0 +1,69 @@
+"""What a person reads of a span, shared by the CLI and the web UI: one summary line, the main text
+(the model's reply, a tool's arguments and result), the figures (tokens, latency)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rollscope.store.diff import turn_text
+from rollscope.store.records import SpanRecord, TrajectoryRecord
+
+
+def shorten(text: str | None, limit: int | None) -> str | None:
+    if text is None or limit is None or len(text) <= limit:
+        return text
+    return f"{text[:limit]}… [{len(text) - limit} more chars]"
+
+
+def as_text(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+
+
+def tokens(span: SpanRecord) -> tuple[int | None, int | None]:
+    a = span.attributes or {}
+    return a.get("gen_ai.usage.input_tokens"), a.get("gen_ai.usage.output_tokens")
+
+
+def figures(span: SpanRecord) -> str:
+    parts = []
+    if span.duration_s is not None:
+        parts.append(f"{span.duration_s:.3f}s")
+    prompt, output = tokens(span)
+    if output is not None:
+        parts.append(f"{prompt} → {output} tokens")
+    finish = (span.outputs or {}).get("extra_fields", {}) if isinstance(span.outputs, dict) else {}
+    if isinstance(finish, dict) and finish.get("finish_reason"):
+        parts.append(f"finish {finish['finish_reason']}")
+    return " · ".join(parts)
+
+
+def tool_call(span: SpanRecord) -> tuple[str, str | None, str | None]:
+    """(tool name, arguments, result) of a tool span."""
+    name = (span.attributes or {}).get("tool.name") or span.name
+    inputs = span.inputs if isinstance(span.inputs, dict) else {}
+    arguments = inputs.get("parameters", inputs.get("arguments", inputs or None))
+    return name, None if arguments is None else as_text(arguments), turn_text(span)
+
+
+def main_text(span: SpanRecord) -> str | None:
+    """The text that matters most in a span: a reply, a tool result, an error, a reward."""
+    if span.error_message:
+        return span.error_message
+    if span.kind == "tool":
+        _, arguments, result = tool_call(span)
+        return f"{arguments} → {result}" if arguments else result
+    if span.kind == "reward":
+        return as_text(span.outputs)
+    return turn_text(span) if span.kind == "llm" else None
+
+
+def first_user_message(record: TrajectoryRecord) -> str | None:
+    """The task the trajectory started from (the last user message of the run's raw prompt)."""
+    for span in record.spans:
+        prompt = (span.inputs or {}).get("raw_prompt") if isinstance(span.inputs, dict) else None
+        if isinstance(prompt, list):
+            users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
+            if users:
+                return as_text(users[-1])
+    return None
