@@ -24,8 +24,13 @@ $(WHEELS)/.llama-cpp-$(LLAMA_CPP): | $(BIN)/python
 		CMAKE_ARGS="$(LLAMA_CMAKE)" $(BIN)/pip wheel -q --no-deps -w $(WHEELS) llama-cpp-python==$(LLAMA_CPP)
 	touch $@
 
+# The viewer's browser tests drive Debian's Chromium (no browser downloads); needs root or sudo.
+/usr/bin/chromedriver:
+	command -v apt-get >/dev/null && (apt-get update -qq || true) && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null
+
 # torch first, pinned, so that verl does not pull a multi-GB CUDA build.
-$(VENV)/.installed: pyproject.toml $(WHEELS)/.llama-cpp-$(LLAMA_CPP) | $(BIN)/python
+$(VENV)/.installed: pyproject.toml $(WHEELS)/.llama-cpp-$(LLAMA_CPP) /usr/bin/chromedriver | $(BIN)/python
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[test,embedded]'
 	touch $@
@@ -50,6 +55,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_store.py --json benchmarks/out/store.json
 	$(BIN)/python benchmarks/bench_agent_loop.py --json benchmarks/out/agent_loop.json
 	$(BIN)/python benchmarks/bench_runner.py --json benchmarks/out/runner.json
+	$(BIN)/python benchmarks/bench_viewer.py --json benchmarks/out/viewer.json
 
 clean:
 	rm -rf $(VENV) rollscope_traces

@@ -142,18 +142,24 @@ def _median_ms(fn, repeats: int) -> float:
     return statistics.median(times)
 
 
-def _query(total_spans: int, tmp: str) -> dict:
-    from rollscope.store import TraceStore
+def build_store(total_spans: int, directory: str, shards: int = 4) -> None:
+    """A store of ``total_spans`` spans in ``shards`` shard files (the viewer benchmark reuses it)."""
     from rollscope.store.writer import ShardWriter
 
     n = total_spans // SPANS_PER_TRAJECTORY
-    t0 = time.perf_counter()
-    for shard in range(4):
-        rows_t, rows_s = _synthetic_rows(n // 4, seed=shard)
-        w = ShardWriter(tmp)
+    for shard in range(shards):
+        rows_t, rows_s = _synthetic_rows(n // shards, seed=shard)
+        w = ShardWriter(directory)
         for i in range(0, len(rows_t), 2000):
             w.write(rows_t[i : i + 2000], rows_s[i * 7 : (i + 2000) * 7])
         w.close()
+
+
+def _query(total_spans: int, tmp: str) -> dict:
+    from rollscope.store import TraceStore
+
+    t0 = time.perf_counter()
+    build_store(total_spans, tmp)
     build_s = time.perf_counter() - t0
     store = TraceStore(tmp)
     spans = sum(t.num_spans for t in store.trajectories())

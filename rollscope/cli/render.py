@@ -58,10 +58,11 @@ def _add_span(parent: Tree, span: SpanRecord, limit: int | None) -> None:
     style = "bold red" if span.status == "error" else KIND_STYLE.get(span.kind, "")
     label = f"[{style}]{escape(span.name)}[/{style}] [dim]{span.kind} · {escape(figures(span))}[/dim]"
     node = parent.add(label)
+    if span.error_message:
+        node.add(f"[red]{escape(span.error_type or 'error')}: {escape(shorten(span.error_message, limit))}[/red]")
     text = main_text(span)
     if text:
-        shown = escape(shorten(text, limit))
-        node.add(f"[red]{shown}[/red]" if span.status == "error" else shown)
+        node.add(escape(shorten(text, limit)))
     for child in span.children:
         _add_span(node, child, limit)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import json
 import os
 import re
@@ -12,11 +14,12 @@ from typing import Any
 from rollscope.store.records import SpanRecord, StepStats, TrajectoryRecord
 from rollscope.store.schema import SHARD_SUFFIX, SPAN_COLUMNS, TRAJECTORY_COLUMNS, decode_payload, resolve_dir
 
+# order name -> SQL sort terms; every order ends with id, so equal keys page deterministically
 _ORDER = {
-    "start": "start_ns",
-    "step": "step, sample_index, rollout_n, start_ns",
-    "reward": "reward",
-    "duration": "(end_ns - start_ns)",
+    "start": "start_ns, id",
+    "step": "step, sample_index, rollout_n, start_ns, id",
+    "reward": "reward, id",
+    "duration": "(end_ns - start_ns), id",
 }
 _SELECT_TRAJ = f"SELECT {', '.join(TRAJECTORY_COLUMNS)} FROM trajectories"
 # Columns added after schema version 2, read as 0 from older shards.
@@ -58,14 +61,17 @@ class TraceStore:
         rows: list[tuple[Path, tuple]] = []
         for shard in self.shards():
             try:
-                db = self._conn(shard)
-                cur = db.execute(_LEGACY.sub("0", sql) if shard in self._legacy else sql, params)
+                cur = self._conn(shard).execute(self._sql(shard, sql), params)
             except sqlite3.DatabaseError as exc:
                 if "no such table" in str(exc):  # a shard whose writer has not created its schema yet
                     continue
                 raise sqlite3.DatabaseError(f"{shard}: {exc}") from exc
             rows.extend((shard, r) for r in cur)
         return rows
+
+    def _sql(self, shard: Path, sql: str) -> str:
+        self._conn(shard)
+        return _LEGACY.sub("0", sql) if shard in self._legacy else sql
 
     def close(self) -> None:
         for db in self._conns.values():
@@ -102,16 +108,32 @@ class TraceStore:
         if order_by not in _ORDER:
             raise ValueError(f"order_by must be one of {', '.join(_ORDER)}, got {order_by!r}")
         direction = " DESC" if descending else ""
-        order = ", ".join(f"{c}{direction}" for c in _ORDER[order_by].split(", "))
-        sql = f"{_SELECT_TRAJ}{where} ORDER BY {order}"
-        if limit is not None:  # each shard contributes at most offset+limit rows
-            sql += f" LIMIT {int(limit) + int(offset)}"
-        rows = self._query(sql, params)
-        records = [self._record(shard, row) for shard, row in rows]
-        if len({shard for shard, _ in rows}) > 1:
-            records.sort(key=_sort_key(order_by), reverse=descending)
-        end = None if limit is None else offset + limit
-        return records[offset:end]
+        terms = _ORDER[order_by].split(", ")
+        order = ", ".join(f"{c}{direction}" for c in terms)
+        if limit is None:
+            rows = self._query(f"{_SELECT_TRAJ}{where} ORDER BY {order}", params)
+            records = [self._record(shard, row) for shard, row in rows]
+            if len({shard for shard, _ in rows}) > 1:
+                records.sort(key=lambda r: _null_first_key(_record_key(r, order_by)), reverse=descending)
+            return records[offset:]
+        # A page: each shard's first offset+limit sort keys (small tuples, sorted by SQLite), merged;
+        # whole rows are read only for the page itself.
+        keys = f"SELECT {', '.join(terms)} FROM trajectories{where} ORDER BY {order} LIMIT {int(limit) + int(offset)}"
+        streams: dict[Path, list[tuple]] = {}  # per shard: (*sort keys as _null_first tuples, shard); id last
+        for shard, row in self._query(keys, params):
+            streams.setdefault(shard, []).append((*map(_null_first, row), shard))
+        merged = heapq.merge(*streams.values(), reverse=descending)
+        page = list(itertools.islice(merged, offset, offset + limit))
+        wanted: dict[Path, list[str]] = {}
+        for *_, tid, shard in page:
+            wanted.setdefault(shard, []).append(tid[2])
+        found: dict[tuple[Path, str], TrajectoryRecord] = {}
+        for shard, ids in wanted.items():
+            marks = ", ".join("?" * len(ids))
+            for row in self._conn(shard).execute(self._sql(shard, f"{_SELECT_TRAJ} WHERE id IN ({marks})"), ids):
+                record = self._record(shard, row)
+                found[(shard, record.id)] = record
+        return [found[(shard, tid[2])] for *_, tid, shard in page]
 
     def count(self, **filters: Any) -> int:
         where, params = _where(**filters)
@@ -212,15 +234,16 @@ def _where(**filters: Any) -> tuple[str, list[Any]]:
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
-def _sort_key(order_by: str) -> Any:
-    # NULLs first, as SQLite orders them within each shard.
-    def nulls_first(v: Any) -> tuple:
-        return (v is not None, isinstance(v, str), v if v is not None else 0)
+def _null_first(v: Any) -> tuple:
+    """A Python sort key ordering values as SQLite does: NULL, then numbers, then text."""
+    return (v is not None, isinstance(v, str), v if v is not None else 0)
 
-    if order_by == "step":
-        return lambda r: (nulls_first(r.step), nulls_first(r.sample_index), nulls_first(r.rollout_n), r.start_ns)
-    if order_by == "reward":
-        return lambda r: nulls_first(r.reward)
-    if order_by == "duration":
-        return lambda r: nulls_first(r.duration_s)
-    return lambda r: r.start_ns
+
+def _null_first_key(values: tuple) -> tuple:
+    return tuple(map(_null_first, values))
+
+
+def _record_key(r: TrajectoryRecord, order_by: str) -> tuple:
+    duration = None if r.end_ns is None else r.end_ns - r.start_ns
+    return {"start": (r.start_ns, r.id), "step": (r.step, r.sample_index, r.rollout_n, r.start_ns, r.id),
+            "reward": (r.reward, r.id), "duration": (duration, r.id)}[order_by]  # fmt: skip

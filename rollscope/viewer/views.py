@@ -47,9 +47,8 @@ def tool_call(span: SpanRecord) -> tuple[str, str | None, str | None]:
 
 
 def main_text(span: SpanRecord) -> str | None:
-    """The text that matters most in a span: a reply, a tool result, an error, a reward."""
-    if span.error_message:
-        return span.error_message
+    """The text that matters most in a span: a reply, a tool's arguments and result, a reward (an
+    error is shown beside it, from ``span.error_message``)."""
     if span.kind == "tool":
         _, arguments, result = tool_call(span)
         return f"{arguments} → {result}" if arguments else result

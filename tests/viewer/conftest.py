@@ -1,0 +1,54 @@
+"""A store recorded through the real tracing API: 3 steps x 2 samples x GRPO groups of 4, llm and
+tool spans with token counts, rewards, a failed tool call, and a tool result carrying HTML."""
+
+import threading
+
+import pytest
+
+from rollscope import tracing
+from rollscope.viewer.server import make_server
+
+HOSTILE = '<script>window.__xss = 1</script><img src="x" onerror="window.__xss = 2">'
+
+
+def record(trace_dir, steps=3, samples=2, rollouts=4, experiment="viewer"):
+    tracing.init_tracing(project="proj", experiment=experiment, trace_dir=str(trace_dir))
+    for step in range(steps):
+        for sample in range(samples):
+            for n in range(rollouts):
+                with tracing.rollout_trace_attr(step=step, sample_index=sample, rollout_n=n, name="tool_agent"):
+                    with tracing.trace_span("ToolAgentLoop.run", kind="agent",
+                                            inputs={"raw_prompt": [{"role": "user", "content": f"What is {step} + {n}?"}]}):  # fmt: skip
+                        with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": "<bos>question"},
+                                                **{"gen_ai.usage.input_tokens": 20, "gen_ai.usage.output_tokens": 10 + n}) as s:  # fmt: skip
+                            s.outputs = {"response_text": f"<tool_call>calculator {step}+{n}</tool_call>"}
+                        with tracing.trace_span("CalculatorTool.execute", kind="tool", inputs={"parameters": {"expression": f"{step}+{n}"}},
+                                                **{"tool.name": "calculator"}) as s:  # fmt: skip
+                            if n == 3:
+                                s.fail(ValueError("calculator: bad expression"))
+                                s.outputs = {"text": "Error: bad expression"}
+                            else:
+                                s.outputs = {"text": HOSTILE if (step, sample, n) == (0, 0, 1) else str(step + n)}
+                        with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": "<bos>more"},
+                                                **{"gen_ai.usage.input_tokens": 40, "gen_ai.usage.output_tokens": 5}) as s:  # fmt: skip
+                            s.outputs = {"response_text": f"The answer is {step + n}."}
+                    tracing.set_reward(float(n % 2) + step * 0.1)
+    assert tracing.flush_tracing(30)
+    tracing.shutdown_tracing()
+
+
+@pytest.fixture(scope="module")
+def store_dir(tmp_path_factory):
+    path = tmp_path_factory.mktemp("viewer") / "traces"
+    record(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(store_dir):
+    httpd = make_server(str(store_dir), port=0)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()

@@ -1,0 +1,91 @@
+"""The viewer over HTTP on 127.0.0.1: pages, filters, escaping, refusals, a store still being written."""
+
+import re
+
+import httpx
+
+from rollscope.store import TraceStore
+from tests.viewer.conftest import HOSTILE, record
+
+
+def get(server, path):
+    return httpx.get(server + path, timeout=30)
+
+
+def ids_on(page):
+    return re.findall(r'href="/t/([0-9a-f]+)"', page)
+
+
+def test_table_filters_and_pages(server, store_dir):
+    page = get(server, "/").text
+    assert "24 matching" in page and len(set(ids_on(page))) == 24
+    assert "7 matching" not in page
+    filtered = get(server, "/?step=1&sample=0&rollout=").text
+    assert "4 matching" in filtered
+    assert "6 matching" in get(server, "/?tool_errors=yes").text  # rollout 3 of every group
+    assert "12 matching" in get(server, "/?min_reward=1").text
+    with TraceStore(store_dir) as store:
+        best = store.trajectories(order_by="reward", descending=True, limit=1)[0]
+    assert ids_on(get(server, "/?sort=reward&desc=1").text)[0] == best.id
+
+
+def test_trajectory_page_has_the_span_tree(server, store_dir):
+    with TraceStore(store_dir) as store:
+        t = store.trajectories(step=2, sample_index=1, rollout_n=3)[0]
+    page = get(server, f"/t/{t.id}").text
+    assert "The answer is 5." in page and "calculator: bad expression" in page
+    assert 'class="span kind-tool span-error"' in page
+    assert "20 → 13 tokens" in page and "What is 2 + 3?" in page
+    assert f'id="reward">{t.reward:.3g}<' in page
+
+
+def test_trace_content_is_escaped(server, store_dir):
+    with TraceStore(store_dir) as store:
+        t = store.trajectories(step=0, sample_index=0, rollout_n=1)[0]
+    response = get(server, f"/t/{t.id}")
+    assert HOSTILE not in response.text and "&lt;script&gt;window.__xss = 1&lt;/script&gt;" in response.text
+    assert "script-src 'none'" in response.headers["content-security-policy"]
+
+
+def test_compare_group_and_steps(server, store_dir):
+    with TraceStore(store_dir) as store:
+        group = store.group(1, 0)
+    page = get(server, "/compare?" + "&".join(f"id={r.id}" for r in group[:3])).text
+    assert all(r.id in page for r in group[:3]) and "The answer is 1." in page and "The answer is 3." in page
+    assert "differs" in page
+    page = get(server, "/group?step=1&sample=0").text
+    assert 'id="mean">0.6<' in page  # rewards 0.1, 1.1, 0.1, 1.1
+    assert "+0.500" in page and "-0.500" in page and "+1.00" in page
+    page = get(server, "/steps").text
+    assert page.count("<polyline") == 5 and "tokens per trajectory" in page
+    assert re.search(r">2</a></td><td>8</td><td>0.7</td>", page)  # step 2: 8 trajectories, mean 0.7
+
+
+def test_bad_requests_and_traversal_are_refused(server):
+    assert get(server, "/compare?id=only-one").status_code == 400
+    assert get(server, "/?step=x").status_code == 400
+    assert get(server, "/t/nope").status_code == 404
+    for path in ("/static/../../etc/passwd", "/static/%2e%2e/%2e%2e/etc/passwd", "/t/../../etc/passwd",
+                 "/../rollscope/viewer/server.py", "/static/style.css/../../server.py"):  # fmt: skip
+        response = httpx.Client().send(httpx.Request("GET", server + path), follow_redirects=False)
+        assert response.status_code == 404, path
+        assert "root:" not in response.text and "import" not in response.text
+    assert get(server, "/static/style.css").headers["content-type"].startswith("text/css")
+
+
+def test_binds_to_localhost_by_default(store_dir):
+    from rollscope.viewer.server import make_server
+
+    httpd = make_server(str(store_dir), port=0)
+    try:
+        assert httpd.server_address[0] == "127.0.0.1"
+    finally:
+        httpd.server_close()
+
+
+def test_a_refresh_shows_new_trajectories(server, store_dir):
+    before = int(re.search(r"(\d+) matching", get(server, "/").text).group(1))
+    record(store_dir, steps=1, samples=1, rollouts=2, experiment="later")  # another writer, another shard
+    after = get(server, "/").text
+    assert f"{before + 2} matching" in after
+    assert "2 matching" in get(server, "/?experiment=later").text
