@@ -48,11 +48,14 @@ class ShardWriter:
         except OSError as exc:
             raise OSError(f"cannot create trace directory {self.directory}: {exc.strerror or exc}") from exc
         self.path = self.directory / shard_name()
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        # NORMAL in WAL mode: a committed transaction survives a killed process (not a power cut).
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.executescript(DDL)
+        try:
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            # NORMAL in WAL mode: a committed transaction survives a killed process (not a power cut).
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(DDL)
+        except sqlite3.Error as exc:
+            raise OSError(f"cannot create trace store {self.path}: {exc}") from exc
 
     def write(
         self,
@@ -73,8 +76,13 @@ class ShardWriter:
             )
             db.executemany(_ADD_COUNTS, counts)
             db.execute("COMMIT")
+        except sqlite3.Error as exc:
+            if db.in_transaction:  # SQLite has already rolled back on some errors (a full disk)
+                db.execute("ROLLBACK")
+            raise sqlite3.OperationalError(f"trace store {self.path}: {exc}") from exc
         except BaseException:
-            db.execute("ROLLBACK")
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
 
     def close(self) -> None:

@@ -82,11 +82,30 @@ def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[...
                 log.warning("tool %r failed: %s: %s", self.name, type(exc).__name__, exc)
                 result = error_response(self.name, f"tool '{self.name}' failed: {type(exc).__name__}: {exc}")
                 span.fail(exc)
+            result, problem = _checked(self.name, result)
+            if problem is not None:
+                span.fail(problem)
             span.outputs = _describe(result)
             return result
 
     execute.__rollscope_traced__ = True  # type: ignore[attr-defined]
     return execute
+
+
+def _checked(tool: str, result: Any) -> tuple[ExecuteResult, Exception | None]:
+    """What verl's loop can use: a (ToolResponse, reward, metrics) tuple whose text the tokenizer
+    can encode (a lone surrogate in a tool's output would otherwise crash the rollout there)."""
+    if not (isinstance(result, tuple) and len(result) == 3 and isinstance(result[0], ToolResponse)):
+        message = f"tool '{tool}' returned {type(result).__name__}, not (ToolResponse, reward, metrics)"
+        return error_response(tool, message), TypeError(message)
+    text = result[0].text
+    if isinstance(text, str):
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            result = (result[0].model_copy(update={"text": text.encode("utf-8", "replace").decode("utf-8")}),
+                      *result[1:])  # fmt: skip
+    return result, None
 
 
 def _describe(result: Any) -> Any:

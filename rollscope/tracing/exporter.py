@@ -215,7 +215,7 @@ class Exporter:
                 w.backend.name: {
                     "exported": w.exported,
                     "queued": len(w.queue),
-                    "dropped": w.dropped,
+                    "dropped": w.dropped + getattr(w.backend, "dropped_spans", 0),
                     "errors": w.errors,
                     "lossless": w.backend.lossless,
                 }

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sqlite3
 from typing import Any
 
 from rollscope.store.schema import encode_json, encode_payload, resolve_dir
@@ -10,6 +11,7 @@ from rollscope.store.writer import ShardWriter
 from rollscope.tracing.backends.base import TraceBackend
 from rollscope.tracing.spans import STATUS_ERROR, Span, SpanKind, Trajectory
 
+MAX_RETAINED_SPANS = 200_000  # kept in memory for a retry while the store cannot be written
 _NO_COUNTS = (0, 0, 0, 0, 0, 0)  # spans, llm calls, tool calls, errors, output tokens, tool errors
 
 
@@ -36,9 +38,10 @@ class LocalBackend(TraceBackend):
         self._trajectories: dict[str, tuple] = {}
         self._spans: list[tuple] = []
         self._rewards: list[tuple[str, float | None, dict[str, Any]]] = []
-        self._late_counts: list[tuple[int, int, int, int, str]] = []
-        # Per open trajectory: [spans, llm calls, tool calls, errors].
+        self._late_counts: list[tuple] = []
+        # Per open trajectory: see _NO_COUNTS.
         self._counts: dict[str, list[int]] = {}
+        self.dropped_spans = 0  # given up while the disk stayed full (see flush)
 
     @property
     def directory(self) -> os.PathLike:
@@ -88,12 +91,38 @@ class LocalBackend(TraceBackend):
     def flush(self) -> None:
         if not (self._trajectories or self._spans or self._rewards or self._late_counts):
             return
-        # On failure (a full disk, say) the buffers are kept and retried on the next flush.
-        self.writer.write(self._trajectories.values(), self._spans, self._rewards, self._late_counts)
-        self._trajectories = {}
-        self._spans = []
-        self._rewards = []
-        self._late_counts = []
+        try:
+            self.writer.write(self._trajectories.values(), self._spans, self._rewards, self._late_counts)
+        except sqlite3.OperationalError:
+            # A full disk, say: write what still fits, one trajectory per transaction, keep the rest
+            # for the next flush (bounded), and let the error be reported.
+            self._write_what_fits()
+            raise
+        self._trajectories, self._spans, self._rewards, self._late_counts = {}, [], [], []
+
+    def _write_what_fits(self) -> None:
+        spans_of: dict[str, list[tuple]] = {}
+        for row in self._spans:
+            spans_of.setdefault(row[1], []).append(row)
+        kept: dict[str, tuple] = {}
+        for tid, row in self._trajectories.items():
+            try:
+                self.writer.write([row], spans_of.get(tid, []), [r for r in self._rewards if r[0] == tid])
+                spans_of.pop(tid, None)
+            except sqlite3.OperationalError:
+                kept[tid] = row
+        total = sum(len(rows) for rows in spans_of.values())
+        for tid in list(spans_of):  # over the bound: the oldest trajectories go first
+            if total <= MAX_RETAINED_SPANS:
+                break
+            rows = spans_of.pop(tid)
+            total -= len(rows)
+            self.dropped_spans += len(rows)
+            kept.pop(tid, None)
+        spans = [row for rows in spans_of.values() for row in rows]
+        written = set(self._trajectories) - set(kept)
+        self._trajectories, self._spans = kept, spans
+        self._rewards = [r for r in self._rewards if r[0] not in written]
 
     def close(self) -> None:
         self.writer.close()
