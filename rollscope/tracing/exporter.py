@@ -170,7 +170,10 @@ class Exporter:
         for w in self.workers:
             w.stop()
         for w in self.workers:
-            w.thread.join(_left(deadline))
+            left = _left(deadline)
+            # An idle worker only has to notice the stop: it gets that second even when a hung
+            # backend used up the timeout, so the local store is closed properly.
+            w.thread.join(left if left is None or w.queue else max(left, 1.0))
             if w.thread.is_alive():
                 ok = False
                 w.dropped += len(w.queue)

@@ -34,6 +34,15 @@ def shot(driver, name):
     assert driver.save_screenshot(str(path)) and path.stat().st_size > 1000
 
 
+def click_and_wait(driver, element, url_part):
+    """Click a link or submit button and wait until the new page has loaded (a click returns before)."""
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    element.click()
+    WebDriverWait(driver, 20).until(lambda d: url_part in d.current_url
+                                    and d.execute_script("return document.readyState") == "complete")  # fmt: skip
+
+
 def rows(driver):
     from selenium.webdriver.common.by import By
 
@@ -49,10 +58,10 @@ def test_load_filter_open(server, browser):
     shot(browser, "1-trajectories")
     browser.find_element(By.NAME, "step").send_keys("1")
     Select(browser.find_element(By.NAME, "tool_errors")).select_by_value("no")
-    browser.find_element(By.ID, "apply").click()
-    assert len(rows(browser)) == 6 and "step=1" in browser.current_url
+    click_and_wait(browser, browser.find_element(By.ID, "apply"), "step=1")
+    assert len(rows(browser)) == 6
     shot(browser, "2-filtered")
-    rows(browser)[0].find_element(By.CSS_SELECTOR, "td:nth-child(2) a").click()
+    click_and_wait(browser, rows(browser)[0].find_element(By.CSS_SELECTOR, "td:nth-child(2) a"), "/t/")
     assert browser.find_element(By.ID, "spans").is_displayed()
     assert "The answer is" in browser.find_element(By.ID, "spans").text
     shot(browser, "3-trajectory")
@@ -81,18 +90,18 @@ def test_compare_group_steps(server, browser):
     boxes = browser.find_elements(By.CSS_SELECTOR, "#trajectories input[type=checkbox]")
     for box in boxes[:3]:
         box.click()
-    browser.find_element(By.ID, "compare").click()
+    click_and_wait(browser, browser.find_element(By.ID, "compare"), "/compare")
     headers = browser.find_elements(By.CSS_SELECTOR, "#compare-table thead th")
     assert len(headers) == 4  # turn + 3 trajectories
     assert browser.find_elements(By.CSS_SELECTOR, "#compare-table td.differs")
     shot(browser, "5-compare")
 
     browser.get(server + "/?step=2&sample=1")
-    rows(browser)[0].find_element(By.CSS_SELECTOR, "td:nth-child(5) a").click()
+    click_and_wait(browser, rows(browser)[0].find_element(By.CSS_SELECTOR, "td:nth-child(5) a"), "/group")
     assert browser.find_element(By.ID, "mean").text == "0.7"
     assert len(browser.find_elements(By.CSS_SELECTOR, "#group tbody tr")) == 4
     shot(browser, "6-group")
-    browser.find_element(By.ID, "compare-group").click()
+    click_and_wait(browser, browser.find_element(By.ID, "compare-group"), "/compare")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#compare-table thead th")) == 5
 
     browser.get(server + "/steps")
