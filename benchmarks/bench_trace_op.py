@@ -31,9 +31,9 @@ os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 sys.path.insert(0, os.path.dirname(__file__))
 
 from verl.utils import rollout_trace as vt
-from weave_inproc import InMemoryTraceServer, make_client
 
 from rollscope import tracing
+from rollscope.weave_inproc import InMemoryTraceServer, make_client
 
 
 class Plain:

@@ -137,7 +137,7 @@ class Exporter:
         self,
         backends: list[TraceBackend],
         shape: Callable[[Any], Any],
-        max_queue: int = 10_000,
+        max_queue: int = 2_000,
     ) -> None:
         self.ingest: deque = deque()
         self._shape = shape

@@ -107,7 +107,7 @@ class Tracer:
         max_payload_chars: int | None = DEFAULT_MAX_PAYLOAD_CHARS,
         redact_patterns: Iterable[str] = (),
         tokenizer: Any = None,
-        max_queue: int = 10_000,
+        max_queue: int = 2_000,
         **backend_options: Any,
     ) -> None:
         self.settings = dict(

@@ -18,9 +18,9 @@ REPLIES = """replies:
 ENV = {**os.environ, "WANDB_ERROR_REPORTING": "false", "COLUMNS": "200"}
 
 
-def rollscope(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "rollscope.cli", *args], capture_output=True, text=True, env=ENV,
-                          cwd=cwd, timeout=300)  # fmt: skip
+def rollscope(*args, cwd=None, env_extra=None):
+    return subprocess.run([sys.executable, "-m", "rollscope.cli", *args], capture_output=True, text=True,
+                          env={**ENV, **(env_extra or {})}, cwd=cwd, timeout=300)  # fmt: skip
 
 
 @pytest.fixture

@@ -67,21 +67,7 @@ def test_python_tool_runs_code_and_reports_errors():
     assert "sandbox_runner" not in response.text  # the model sees its own frames only
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize(
-    ("code", "expect"),
-    [
-        ("import socket; socket.socket()", "socket.__new__ is not allowed"),
-        ("print(open('/etc/hostname').read())", "access to /etc/hostname is not allowed"),
-        ("import os; os.fork()", "os.fork is not allowed"),
-        ("import subprocess; subprocess.run(['true'])", "not allowed"),
-        ("x = bytearray(3 * 1024 ** 3)", "MemoryError"),
-        ("open('../escape.txt', 'w')", "is not allowed"),
-    ],
-)
-def test_python_tool_limits(code, expect):
-    result = asyncio.run(run_sandboxed(code, wall_s=5, cpu_s=2, memory_mb=256))
-    assert result["status"] == "error" and expect in result["output"]
+# Escape attempts (files, network, processes, memory): tests/reliability/test_sandbox_escapes.py
 
 
 @pytest.mark.slow

@@ -1,4 +1,5 @@
-"""An in-process Weave trace server for the real weave client (no W&B account, no network).
+"""An in-process Weave trace server for the real weave client (no W&B account, no network): a test
+double of W&B's server, for tests and benchmarks (the client itself is real).
 
 Used as the anchor in benchmarks: verl's own ``rollout_trace_op`` with the weave backend, recording
 through the real ``WeaveClient`` into this server. It stores what it is sent, so the benchmark can

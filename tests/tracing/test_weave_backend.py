@@ -1,0 +1,69 @@
+"""The weave backend with the real weave client, recording into an in-process trace server
+(rollscope.weave_inproc: a test double of W&B's server; the client is weave's own)."""
+
+import pytest
+
+from rollscope import tracing
+from rollscope.tracing.backends.weave import call_id
+from rollscope.weave_inproc import InMemoryTraceServer, make_client
+
+
+@pytest.fixture
+def weave_server(monkeypatch):
+    import weave
+    from weave.trace.context.weave_client_context import set_weave_client_global
+
+    def no_second_init(*args, **kwargs):
+        raise AssertionError("weave.init called although a client exists")
+
+    monkeypatch.setattr(weave, "init", no_second_init)
+    server = InMemoryTraceServer()
+    client = make_client(server, project="rollscope-test")
+    yield server, client
+    set_weave_client_global(None)
+
+
+def rollout(i, reward):
+    with tracing.rollout_trace_attr(step=3, sample_index=i, rollout_n=1, validate=False, name="tool_agent"):
+        with tracing.trace_span("ToolAgentLoop.run", kind="agent", inputs={"raw_prompt": "q"}) as run:
+            with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_ids": [1, 2]}) as s:
+                s.outputs = {"response_text": "<tool_call>...</tool_call>"}
+            with tracing.trace_span("calculator", kind="tool", inputs={"expression": "1/0"}) as s:
+                s.fail(ZeroDivisionError("division by zero"))
+            run.outputs = {"answer": "x"}
+        tracing.set_reward(reward)
+
+
+def test_calls_nest_carry_verls_attributes_and_the_reward(weave_server, trace_dir):
+    server, client = weave_server
+    tracing.init_tracing(backend="local,weave", project="proj", experiment="exp", trace_dir=str(trace_dir))
+    rollout(0, 1.0)
+    rollout(1, 0.0)
+    assert tracing.flush_tracing(30)
+    client.flush()
+    starts = {r["start"]["id"]: r["start"] for r in server.starts}
+    ends = {r["end"]["id"]: r["end"] for r in server.ends}
+    assert len(starts) == len(ends) == 2 * 4  # root + run + llm + tool, per trajectory
+    roots = [s for s in starts.values() if s.get("parent_id") is None]
+    assert len(roots) == 2
+    for root in roots:
+        assert root["attributes"]["step"] == 3 and root["attributes"]["rollout_n"] == 1
+        assert root["attributes"]["experiment_name"] == "exp" and root["attributes"]["validate"] is False
+        children = [s for s in starts.values() if s["trace_id"] == root["trace_id"] and s is not root]
+        assert len(children) == 3 and all(c["attributes"]["sample_index"] == root["attributes"]["sample_index"]
+                                          for c in children)  # fmt: skip
+    first = roots[0]["trace_id"]
+    [tool] = [s for s in starts.values() if s["trace_id"] == first and "/op/calculator:" in s["op_name"]]
+    [run] = [s for s in starts.values() if s["trace_id"] == first and "/op/ToolAgentLoop.run:" in s["op_name"]]
+    assert tool["parent_id"] == run["id"]
+    assert "division by zero" in ends[tool["id"]]["exception"]
+    rewards = sorted(ends[r["id"]]["output"]["reward"] for r in roots)
+    assert rewards == [0.0, 1.0]
+    # recorded times and stable ids: the root starts when the trajectory did
+    from rollscope.store import TraceStore
+
+    with TraceStore(trace_dir) as store:
+        t = store.trajectories(sample_index=0)[0]
+    assert call_id(t.id) in starts
+    started = starts[call_id(t.id)]["started_at"]
+    assert abs(started.timestamp() - t.start_ns / 1e9) < 1e-3
