@@ -28,7 +28,6 @@ import tempfile
 import time
 
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
-sys.path.insert(0, os.path.dirname(__file__))
 
 from verl.utils import rollout_trace as vt
 

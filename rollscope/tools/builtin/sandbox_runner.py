@@ -23,6 +23,16 @@ BLOCKED_EVENTS = {
 }  # fmt: skip
 
 
+# Other file-system events whose path arguments are checked like open's (reading: listing a directory;
+# writing: anything that changes the file system).
+READ_EVENTS = {"os.listdir", "os.scandir"}
+WRITE_EVENTS = {
+    "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate", "os.utime",
+    "os.link", "os.symlink", "shutil.copyfile", "shutil.copymode", "shutil.copystat", "shutil.rmtree",
+    "shutil.move", "shutil.make_archive", "shutil.unpack_archive",
+}  # fmt: skip
+
+
 class SandboxViolation(PermissionError):
     pass
 
@@ -35,12 +45,19 @@ def _guard(event, args):
     if event in BLOCKED_EVENTS:
         raise SandboxViolation(f"sandbox: {event} is not allowed")
     if event == "open" and args and isinstance(args[0], (str, bytes, os.PathLike)):
-        path = os.path.realpath(os.fsdecode(args[0]))
         mode = args[1] if len(args) > 1 and isinstance(args[1], str) else "r"
-        writing = any(c in mode for c in "wax+")
-        if _inside(path, (WORKDIR,)) or (not writing and _inside(path, ALLOWED_READ)):
-            return
-        raise SandboxViolation(f"sandbox: access to {path} is not allowed")
+        _check_path(args[0], writing=any(c in mode for c in "wax+"))
+    elif event in READ_EVENTS or event in WRITE_EVENTS:
+        for arg in args:
+            if isinstance(arg, (str, bytes, os.PathLike)):
+                _check_path(arg, writing=event in WRITE_EVENTS)
+
+
+def _check_path(arg, writing):
+    path = os.path.realpath(os.fsdecode(arg))
+    if _inside(path, (WORKDIR,)) or (not writing and _inside(path, ALLOWED_READ)):
+        return
+    raise SandboxViolation(f"sandbox: access to {path} is not allowed")
 
 
 def main():

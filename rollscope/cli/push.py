@@ -1,0 +1,38 @@
+"""``rollscope push --to weave [--dir DIR] [filters]``: replay stored trajectories into a backend."""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    from rollscope.push import DESTINATIONS
+
+    p.add_argument("--to", required=True, choices=sorted(DESTINATIONS), help="destination backend")
+    p.add_argument("--dir", help="trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    p.add_argument("--project", help="destination project (Weave: entity/project; default: the store's)")
+    p.add_argument("--experiment")
+    p.add_argument("--step", type=int)
+    p.add_argument("--validate", action=argparse.BooleanOptionalAction, default=None)
+
+
+def push_command(args: argparse.Namespace) -> int:
+    from rollscope.push import DESTINATIONS, push
+
+    destination = DESTINATIONS[args.to](project=args.project)
+    filters = {"experiment": args.experiment, "step": args.step, "validate": args.validate}
+    console = Console(stderr=True)
+    pushed = total = 0
+    with Progress(TextColumn(f"push to {args.to}"), BarColumn(), MofNCompleteColumn(), console=console,
+                  disable=not console.is_terminal) as progress:  # fmt: skip
+        task = progress.add_task("push", total=None)
+        for pushed, total in push(args.to, args.dir, destination=destination, **filters):
+            progress.update(task, completed=pushed, total=total)
+    print(f"pushed {pushed} trajectories to {args.to}" + ("" if total else " (nothing new: all were pushed before)"))
+    return 0
+
+
+COMMAND = (add_args, push_command, "replay stored trajectories into a backend (idempotent, resumable)")

@@ -1,0 +1,91 @@
+"""``rollscope push``: replay trajectories from the local store into a backend once the network is
+there (training clusters often have none).
+
+Idempotent and resumable through a ledger beside the shards (``pushed.sqlite``): a trajectory is
+recorded there, per destination, only after the destination confirmed it (a flush), so pushing
+twice sends nothing twice and an interrupted push resumes where it stopped. Destinations that key
+records by id (Weave: call ids derived from rollscope's ids) would not duplicate even without it.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, Protocol
+
+from rollscope.store import TraceStore
+from rollscope.store.records import TrajectoryRecord
+
+LEDGER = "pushed.sqlite"
+
+
+class Destination(Protocol):
+    def write(self, record: TrajectoryRecord) -> None: ...
+    def flush(self) -> None: ...
+
+
+class WeaveDestination:
+    def __init__(self, project: str | None = None, client: Any = None) -> None:
+        from rollscope.tracing.backends.weave import WeaveBackend
+
+        self.backend = WeaveBackend(project=project, weave_project=project, weave_client=client)
+
+    def write(self, record: TrajectoryRecord) -> None:
+        from rollscope.tracing.backends.weave import trajectory_view, write_trajectory
+
+        spans = [s for s in record.spans if (s.attributes or {}).get("verl.traced") != "weave"]
+        write_trajectory(self.backend.client, trajectory_view(record, None), spans)
+
+    def flush(self) -> None:
+        self.backend.flush()
+
+
+DESTINATIONS: dict[str, Callable[..., Destination]] = {"weave": WeaveDestination}
+
+
+class Ledger:
+    """Which trajectories each destination has confirmed (a small SQLite file in the store dir)."""
+
+    def __init__(self, directory: Path) -> None:
+        self.db = sqlite3.connect(directory / LEDGER, isolation_level=None)
+        self.db.execute("CREATE TABLE IF NOT EXISTS pushed (destination TEXT, trajectory_id TEXT, pushed_at REAL, "
+                        "PRIMARY KEY (destination, trajectory_id))")  # fmt: skip
+
+    def done(self, destination: str) -> set[str]:
+        return {r[0] for r in self.db.execute("SELECT trajectory_id FROM pushed WHERE destination = ?", [destination])}
+
+    def record(self, destination: str, ids: list[str]) -> None:
+        now = time.time()
+        self.db.executemany("INSERT OR IGNORE INTO pushed VALUES (?, ?, ?)", [(destination, i, now) for i in ids])
+
+    def close(self) -> None:
+        self.db.close()
+
+
+def push(to: str, directory: str | None = None, *, batch: int = 50, destination: Destination | None = None,
+         **filters: Any) -> Iterator[tuple[int, int]]:  # fmt: skip
+    """Push the matching finished trajectories not yet pushed to ``to``; yields (pushed, total) after
+    each confirmed batch."""
+    if destination is None:
+        if to not in DESTINATIONS:
+            raise ValueError(f"--to {to}: unknown destination (available: {', '.join(DESTINATIONS)})")
+        destination = DESTINATIONS[to]()
+    with TraceStore(directory) as store:
+        ledger = Ledger(store.path)
+        try:
+            done = ledger.done(to)
+            todo = [r for r in store.trajectories(**filters) if r.status != "running" and r.id not in done]
+            pending: list[str] = []
+            for n, record in enumerate(todo, 1):
+                record.spans  # noqa: B018  (load them now, from this store)
+                destination.write(record)
+                pending.append(record.id)
+                if len(pending) == batch or n == len(todo):
+                    destination.flush()
+                    ledger.record(to, pending)
+                    pending = []
+                    yield n, len(todo)
+        finally:
+            ledger.close()

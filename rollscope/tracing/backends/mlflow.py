@@ -1,0 +1,106 @@
+"""``mlflow``: each trajectory an MLflow trace, its attributes searchable trace tags.
+
+Tags: ``step``, ``sample_index``, ``rollout_n``, ``validate``, ``experiment_name``, ``agent``,
+``reward`` and ``status`` — so ``mlflow.search_traces(filter_string="tags.step = '120'")`` finds a
+step. Spans keep their nesting, recorded start and end times, inputs, outputs and errors. Traces are
+written when the trajectory ends (a late reward is not added).
+
+A SQLite tracking store is created once, in WAL mode, under a file lock, before any trace is
+written: several workers starting at once against MLflow's SQLite default otherwise race through
+its schema migrations and crash.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+from rollscope.tracing.backends.base import TraceBackend
+from rollscope.tracing.spans import Span, Trajectory
+
+_SPAN_TYPES = {"llm": "LLM", "tool": "TOOL", "agent": "AGENT", "reward": "EVALUATOR"}
+
+
+def prepare_tracking_store(uri: str) -> None:
+    """Create (and migrate) a SQLite tracking store once, in WAL mode; other URIs are left alone."""
+    if not uri.startswith("sqlite:///"):
+        return
+    path = Path(uri.removeprefix("sqlite:///"))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{path}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # one process migrates; the others wait, then find it done
+        db = sqlite3.connect(path)
+        db.execute("PRAGMA journal_mode=WAL")
+        db.close()
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+        SqlAlchemyStore(uri, str(path.parent / "mlartifacts"))
+
+
+class MlflowBackend(TraceBackend):
+    name = "mlflow"
+    options = frozenset({"mlflow_tracking_uri", "mlflow_experiment"})
+
+    def __init__(self, *, project: str | None = None, experiment: str | None = None,
+                 mlflow_tracking_uri: str | None = None, mlflow_experiment: str | None = None) -> None:  # fmt: skip
+        super().__init__(project=project, experiment=experiment)
+        import mlflow
+
+        if mlflow_tracking_uri:
+            prepare_tracking_store(mlflow_tracking_uri)
+            mlflow.set_tracking_uri(mlflow_tracking_uri)
+        name = mlflow_experiment or project or "rollscope"
+        found = mlflow.get_experiment_by_name(name)
+        self.experiment_id = found.experiment_id if found else mlflow.create_experiment(name)
+        self._open: dict[str, tuple[Trajectory, list[Span]]] = {}
+
+    def on_trajectory_start(self, trajectory: Trajectory) -> None:
+        self._open[trajectory.id] = (trajectory, [])
+
+    def on_span_end(self, span: Span) -> None:
+        entry = self._open.get(span.trajectory_id)
+        if entry is not None:
+            entry[1].append(span)
+
+    def on_reward(self, trajectory_id: str, reward: float, details: dict[str, Any]) -> None:
+        entry = self._open.get(trajectory_id)
+        if entry is not None:
+            entry[0].reward = reward
+
+    def on_trajectory_end(self, trajectory: Trajectory) -> None:
+        _, spans = self._open.pop(trajectory.id, (trajectory, []))
+        write_trace(self.experiment_id, trajectory, spans, self.experiment)
+
+    def flush(self) -> None:
+        import mlflow
+
+        mlflow.flush_trace_async_logging()  # MLflow exports traces on its own thread
+
+
+def write_trace(experiment_id: str, t: Any, spans: list[Any], experiment: str | None = None) -> None:
+    """One MLflow trace for a trajectory (a live Trajectory or a stored record) and its spans."""
+    import mlflow
+
+    tags = {"step": t.step, "sample_index": t.sample_index, "rollout_n": t.rollout_n, "validate": bool(t.validate),
+            "experiment_name": t.experiment or experiment, "agent": t.agent_name, "reward": t.reward,
+            "status": t.status, "rollscope.trajectory_id": t.id}  # fmt: skip
+    tags = {k: str(v) for k, v in tags.items() if v is not None}
+    root = mlflow.start_span_no_context(t.agent_name or "agent_loop", span_type="AGENT", tags=tags,
+                                        experiment_id=experiment_id, start_time_ns=t.start_ns,
+                                        inputs={"trajectory_id": t.id})  # fmt: skip
+    live = {t.id: root}
+    ordered = sorted(spans, key=lambda s: (s.start_ns, s.id))
+    for s in ordered:
+        kind = s.kind if isinstance(s.kind, str) else s.kind.value
+        live[s.id] = mlflow.start_span_no_context(
+            s.name, span_type=_SPAN_TYPES.get(kind, "UNKNOWN"), parent_span=live.get(s.parent_id, root),
+            inputs=s.inputs, attributes={k: v for k, v in (s.attributes or {}).items() if v is not None},
+            start_time_ns=s.start_ns,
+        )  # fmt: skip
+    for s in reversed(ordered):
+        status = "ERROR" if s.status == "error" else "OK"
+        live[s.id].end(outputs=s.outputs, status=status, end_time_ns=s.end_ns or s.start_ns)
+    root.end(outputs={"status": t.status, "reward": t.reward}, status="ERROR" if t.status == "error" else "OK",
+             end_time_ns=t.end_ns or t.start_ns)  # fmt: skip

@@ -1,0 +1,74 @@
+"""`rollscope push`: stored trajectories replayed into Weave (the real client, an in-process
+server), with no duplicate on a second push and a resume after an interruption."""
+
+import pytest
+
+from rollscope import tracing
+from rollscope.push import Ledger, WeaveDestination, push
+from rollscope.tracing.backends.weave import call_id
+from rollscope.weave_inproc import InMemoryTraceServer, make_client
+
+
+@pytest.fixture
+def stored(trace_dir):
+    tracing.init_tracing(project="proj", experiment="offline", trace_dir=str(trace_dir))
+    for i in range(12):
+        with tracing.rollout_trace_attr(step=i // 4, sample_index=i % 4, rollout_n=0, name="agent"):
+            with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_ids": [1, 2, 3]}) as s:
+                s.outputs = {"response_text": f"answer {i}"}
+            tracing.set_reward(float(i % 2))
+    tracing.shutdown_tracing()
+    return trace_dir
+
+
+@pytest.fixture
+def weave_client():
+    from weave.trace.context.weave_client_context import set_weave_client_global
+
+    server = InMemoryTraceServer()
+    yield server, make_client(server, project="pushed")
+    set_weave_client_global(None)
+
+
+class Interrupted(Exception):
+    pass
+
+
+class DiesAfter(WeaveDestination):
+    """Test double: the network goes away after ``n`` trajectories."""
+
+    def __init__(self, client, n):
+        super().__init__(client=client)
+        self.left = n
+
+    def write(self, record):
+        if self.left == 0:
+            raise Interrupted("connection lost")
+        self.left -= 1
+        super().write(record)
+
+
+def test_push_is_idempotent_and_resumes(stored, weave_client):
+    server, client = weave_client
+    with pytest.raises(Interrupted):
+        for _ in push("weave", str(stored), batch=5, destination=DiesAfter(client, 7)):
+            pass
+    client.flush()
+    ledger = Ledger(stored)
+    assert len(ledger.done("weave")) == 5  # the confirmed batch; the 2 after it will be sent again
+    ledger.close()
+
+    progress = list(push("weave", str(stored), batch=5, destination=WeaveDestination(client=client)))
+    assert progress[-1] == (7, 7)
+    assert list(push("weave", str(stored), destination=WeaveDestination(client=client))) == []  # nothing new
+    client.flush()
+    roots = {r["start"]["id"] for r in server.starts if r["start"].get("parent_id") is None}
+    from rollscope.store import TraceStore
+
+    with TraceStore(stored) as store:
+        ids = {call_id(t.id) for t in store.trajectories()}
+        assert roots == ids  # every trajectory in Weave, under its stable id
+    ends = [r["end"] for r in server.ends if r["end"]["id"] in ids]
+    assert sorted({e["id"]: e["output"]["reward"] for e in ends}.values()) == [0.0] * 6 + [1.0] * 6
+    # re-sent trajectories (the 2 after the last confirmed batch) reuse their ids: nothing new appears
+    assert len(roots) == 12

@@ -1,0 +1,55 @@
+"""The mlflow backend against a real SQLite tracking store, read back with mlflow.search_traces."""
+
+import subprocess
+import sys
+
+import pytest
+
+from rollscope import tracing
+
+pytestmark = pytest.mark.slow
+
+
+def test_trajectories_are_searchable_traces(tmp_path):
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    tracing.init_tracing(backend="local,mlflow", project="proj", experiment="exp", trace_dir=str(tmp_path / "t"),
+                         mlflow_tracking_uri=uri, mlflow_experiment="rollscope-test")  # fmt: skip
+    for i in range(4):
+        with tracing.rollout_trace_attr(step=7, sample_index=i, rollout_n=0, name="tool_agent"):
+            with tracing.trace_span("ToolAgentLoop.run", kind="agent", inputs={"q": i}):
+                with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt": "p"}) as s:
+                    s.outputs = {"response_text": f"answer {i}"}
+                with tracing.trace_span("calculator", kind="tool", inputs={"expression": "1/0"}) as s:
+                    if i == 3:
+                        s.fail(ZeroDivisionError("division by zero"))
+            tracing.set_reward(float(i % 2))
+    assert tracing.flush_tracing(120)
+    assert tracing.stats()["backends"]["mlflow"]["errors"] == 0
+    mlflow.set_tracking_uri(uri)
+    experiment = mlflow.get_experiment_by_name("rollscope-test")
+    traces = mlflow.search_traces(experiment_ids=[experiment.experiment_id], filter_string="tags.step = '7'",
+                                  return_type="list")  # fmt: skip
+    assert len(traces) == 4
+    by_sample = {t.info.tags["sample_index"]: t for t in traces}
+    assert by_sample["1"].info.tags["reward"] == "1.0" and by_sample["1"].info.tags["experiment_name"] == "exp"
+    spans = {s.name: s for s in by_sample["3"].data.spans}
+    assert spans["calculator"].parent_id == spans["ToolAgentLoop.run"].span_id
+    assert spans["calculator"].status.status_code == "ERROR"
+    assert spans["llm.generate"].outputs == {"response_text": "answer 3"}
+    rewarded = mlflow.search_traces(experiment_ids=[experiment.experiment_id], filter_string="tags.reward = '1.0'",
+                                    return_type="list")  # fmt: skip
+    assert len(rewarded) == 2
+
+
+def test_workers_starting_together_share_one_tracking_store(tmp_path):
+    """Four processes create the same SQLite tracking store at once: no migration crash."""
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    code = ("import sys; from rollscope.tracing.backends.mlflow import prepare_tracking_store as p; "
+            "p(sys.argv[1])")  # fmt: skip
+    procs = [subprocess.Popen([sys.executable, "-c", code, uri], stderr=subprocess.PIPE) for _ in range(4)]
+    assert [p.wait(120) for p in procs] == [0, 0, 0, 0], [p.stderr.read().decode()[-500:] for p in procs]
+    import sqlite3
+
+    assert sqlite3.connect(tmp_path / "mlflow.db").execute("PRAGMA journal_mode").fetchone() == ("wal",)
