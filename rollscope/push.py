@@ -27,7 +27,7 @@ class Destination(Protocol):
 
 
 class WeaveDestination:
-    def __init__(self, project: str | None = None, client: Any = None) -> None:
+    def __init__(self, project: str | None = None, endpoint: str | None = None, client: Any = None) -> None:
         from rollscope.tracing.backends.weave import WeaveBackend
 
         self.backend = WeaveBackend(project=project, weave_project=project, weave_client=client)
@@ -42,7 +42,39 @@ class WeaveDestination:
         self.backend.flush()
 
 
-DESTINATIONS: dict[str, Callable[..., Destination]] = {"weave": WeaveDestination}
+class MlflowDestination:
+    def __init__(self, project: str | None = None, endpoint: str | None = None) -> None:
+        from rollscope.tracing.backends.mlflow import MlflowBackend
+
+        self.backend = MlflowBackend(project=project, mlflow_tracking_uri=endpoint)
+
+    def write(self, record: TrajectoryRecord) -> None:
+        from rollscope.tracing.backends.mlflow import write_trace
+
+        write_trace(self.backend.experiment_id, record, record.spans)
+
+    def flush(self) -> None:
+        self.backend.flush()
+
+
+class OtelDestination:
+    def __init__(self, project: str | None = None, endpoint: str | None = None) -> None:
+        from rollscope.tracing.backends.otel import OtelBackend
+
+        self.backend = OtelBackend(project=project, otel_endpoint=endpoint)
+
+    def write(self, record: TrajectoryRecord) -> None:
+        from rollscope.tracing.backends.otel import write_spans
+
+        write_spans(self.backend.tracer, record, record.spans)
+
+    def flush(self) -> None:
+        self.backend.flush()
+
+
+DESTINATIONS: dict[str, Callable[..., Destination]] = {
+    "mlflow": MlflowDestination, "otel": OtelDestination, "weave": WeaveDestination,
+}
 
 
 class Ledger:

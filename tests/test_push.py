@@ -72,3 +72,21 @@ def test_push_is_idempotent_and_resumes(stored, weave_client):
     assert sorted({e["id"]: e["output"]["reward"] for e in ends}.values()) == [0.0] * 6 + [1.0] * 6
     # re-sent trajectories (the 2 after the last confirmed batch) reuse their ids: nothing new appears
     assert len(roots) == 12
+
+
+def test_push_to_mlflow_from_the_command_line(stored, tmp_path):
+    """The CLI end to end into a real SQLite MLflow store; a second push sends nothing."""
+    import mlflow
+
+    from tests.cli.test_run_cli import rollscope
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    first = rollscope("push", "--to", "mlflow", "--dir", str(stored), "--endpoint", uri, "--project", "pushed")
+    assert first.returncode == 0, first.stderr[-2000:]
+    assert "pushed 12 trajectories to mlflow" in first.stdout
+    again = rollscope("push", "--to", "mlflow", "--dir", str(stored), "--endpoint", uri, "--project", "pushed")
+    assert "nothing new" in again.stdout
+    mlflow.set_tracking_uri(uri)
+    experiment = mlflow.get_experiment_by_name("pushed")
+    traces = mlflow.search_traces(experiment_ids=[experiment.experiment_id], return_type="list")
+    assert len(traces) == 12 and {t.info.tags["experiment_name"] for t in traces} == {"offline"}

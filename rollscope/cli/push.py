@@ -13,7 +13,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
     p.add_argument("--to", required=True, choices=sorted(DESTINATIONS), help="destination backend")
     p.add_argument("--dir", help="trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
-    p.add_argument("--project", help="destination project (Weave: entity/project; default: the store's)")
+    p.add_argument("--project", help="destination project (Weave: entity/project; MLflow: experiment)")
+    p.add_argument("--endpoint", help="MLflow tracking URI, or OTLP traces endpoint (default: their env variables)")
     p.add_argument("--experiment")
     p.add_argument("--step", type=int)
     p.add_argument("--validate", action=argparse.BooleanOptionalAction, default=None)
@@ -22,7 +23,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 def push_command(args: argparse.Namespace) -> int:
     from rollscope.push import DESTINATIONS, push
 
-    destination = DESTINATIONS[args.to](project=args.project)
+    destination = DESTINATIONS[args.to](project=args.project, endpoint=args.endpoint)
     filters = {"experiment": args.experiment, "step": args.step, "validate": args.validate}
     console = Console(stderr=True)
     pushed = total = 0

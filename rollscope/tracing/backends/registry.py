@@ -16,6 +16,7 @@ ENTRY_POINT_GROUP = "rollscope.trace_backends"
 _BUILTIN: dict[str, str] = {
     "local": "rollscope.tracing.backends.local:LocalBackend",
     "none": "rollscope.tracing.backends.none:NoneBackend",
+    "otel": "rollscope.tracing.backends.otel:OtelBackend",
     "mlflow": "rollscope.tracing.backends.mlflow:MlflowBackend",
     "weave": "rollscope.tracing.backends.weave:WeaveBackend",
 }
