@@ -56,6 +56,8 @@ bench: install
 	$(BIN)/python benchmarks/bench_agent_loop.py --json benchmarks/out/agent_loop.json
 	$(BIN)/python benchmarks/bench_runner.py --json benchmarks/out/runner.json
 	$(BIN)/python benchmarks/bench_viewer.py --json benchmarks/out/viewer.json
+	$(BIN)/python benchmarks/bench_faults.py --json benchmarks/out/faults.json
+	$(BIN)/python benchmarks/bench_backends.py --json benchmarks/out/backends.json
 
 clean:
 	rm -rf $(VENV) rollscope_traces
