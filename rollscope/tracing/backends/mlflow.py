@@ -17,7 +17,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from rollscope.tracing.backends.base import TraceBackend
+from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.spans import Span, Trajectory
 
 _SPAN_TYPES = {"llm": "LLM", "tool": "TOOL", "agent": "AGENT", "reward": "EVALUATOR"}
@@ -39,7 +39,7 @@ def prepare_tracking_store(uri: str) -> None:
         SqlAlchemyStore(uri, str(path.parent / "mlartifacts"))
 
 
-class MlflowBackend(TraceBackend):
+class MlflowBackend(TrajectoryBackend):
     name = "mlflow"
     options = frozenset({"mlflow_tracking_uri", "mlflow_experiment"})
 
@@ -54,23 +54,8 @@ class MlflowBackend(TraceBackend):
         name = mlflow_experiment or project or "rollscope"
         found = mlflow.get_experiment_by_name(name)
         self.experiment_id = found.experiment_id if found else mlflow.create_experiment(name)
-        self._open: dict[str, tuple[Trajectory, list[Span]]] = {}
 
-    def on_trajectory_start(self, trajectory: Trajectory) -> None:
-        self._open[trajectory.id] = (trajectory, [])
-
-    def on_span_end(self, span: Span) -> None:
-        entry = self._open.get(span.trajectory_id)
-        if entry is not None:
-            entry[1].append(span)
-
-    def on_reward(self, trajectory_id: str, reward: float, details: dict[str, Any]) -> None:
-        entry = self._open.get(trajectory_id)
-        if entry is not None:
-            entry[0].reward = reward
-
-    def on_trajectory_end(self, trajectory: Trajectory) -> None:
-        _, spans = self._open.pop(trajectory.id, (trajectory, []))
+    def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
         write_trace(self.experiment_id, trajectory, spans, self.experiment)
 
     def flush(self) -> None:

@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rollscope.tracing.backends.base import TraceBackend
+from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.spans import Span, Trajectory
 
 MAX_ATTRIBUTE_CHARS = 8_192
 
 
-class OtelBackend(TraceBackend):
+class OtelBackend(TrajectoryBackend):
     name = "otel"
     options = frozenset({"otel_endpoint", "otel_headers", "otel_service_name"})
 
@@ -36,23 +36,8 @@ class OtelBackend(TraceBackend):
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=otel_endpoint,
                                                                              headers=otel_headers)))  # fmt: skip
         self.tracer = self.provider.get_tracer("rollscope")
-        self._open: dict[str, tuple[Trajectory, list[Span]]] = {}
 
-    def on_trajectory_start(self, trajectory: Trajectory) -> None:
-        self._open[trajectory.id] = (trajectory, [])
-
-    def on_span_end(self, span: Span) -> None:
-        entry = self._open.get(span.trajectory_id)
-        if entry is not None:
-            entry[1].append(span)
-
-    def on_reward(self, trajectory_id: str, reward: float, details: dict[str, Any]) -> None:
-        entry = self._open.get(trajectory_id)
-        if entry is not None:
-            entry[0].reward = reward
-
-    def on_trajectory_end(self, trajectory: Trajectory) -> None:
-        _, spans = self._open.pop(trajectory.id, (trajectory, []))
+    def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
         write_spans(self.tracer, trajectory, spans, self.experiment)
 
     def flush(self) -> None:

@@ -18,7 +18,7 @@ import datetime
 import uuid
 from typing import Any
 
-from rollscope.tracing.backends.base import TraceBackend
+from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.spans import Span, Trajectory
 
 _NAMESPACE = uuid.UUID("6f1d3c2e-5b7a-4e2f-9c1d-7a2b3c4d5e6f")
@@ -33,7 +33,7 @@ def _time(ns: int | None) -> datetime.datetime | None:
     return None if ns is None else datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.timezone.utc)
 
 
-class WeaveBackend(TraceBackend):
+class WeaveBackend(TrajectoryBackend):
     name = "weave"
     options = frozenset({"weave_project", "weave_client"})
 
@@ -42,8 +42,6 @@ class WeaveBackend(TraceBackend):
         super().__init__(project=project, experiment=experiment)
         self._client = weave_client
         self._weave_project = weave_project or project or "rollscope"
-        self._open: dict[str, tuple[Trajectory, list[Span]]] = {}
-        self.late_rewards = 0  # rewards for trajectories already written (see on_reward)
 
     @property
     def client(self) -> Any:
@@ -57,23 +55,10 @@ class WeaveBackend(TraceBackend):
                 self._client = weave.init(self._weave_project)
         return self._client
 
-    def on_trajectory_start(self, trajectory: Trajectory) -> None:
-        self._open[trajectory.id] = (trajectory, [])
+    def keep(self, span: Span) -> bool:
+        return (span.attributes or {}).get("verl.traced") != "weave"
 
-    def on_span_end(self, span: Span) -> None:
-        entry = self._open.get(span.trajectory_id)
-        if entry is not None and (span.attributes or {}).get("verl.traced") != "weave":
-            entry[1].append(span)
-
-    def on_reward(self, trajectory_id: str, reward: float, details: dict[str, Any]) -> None:
-        entry = self._open.get(trajectory_id)
-        if entry is None:
-            self.late_rewards += 1
-            return
-        entry[0].reward = reward
-
-    def on_trajectory_end(self, trajectory: Trajectory) -> None:
-        _, spans = self._open.pop(trajectory.id, (trajectory, []))
+    def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
         write_trajectory(self.client, trajectory_view(trajectory, self.experiment), spans)
 
     def flush(self) -> None:

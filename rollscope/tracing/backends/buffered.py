@@ -1,0 +1,43 @@
+"""The shared shape of backends that take a whole trajectory at once (Weave, MLflow, OpenTelemetry):
+spans are held until their trajectory ends, then written together with their recorded times, so
+parents exist before children and a replay from the store (``rollscope push``) writes the same."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rollscope.tracing.backends.base import TraceBackend
+from rollscope.tracing.spans import Span, Trajectory
+
+
+class TrajectoryBackend(TraceBackend):
+    def __init__(self, *, project: str | None = None, experiment: str | None = None) -> None:
+        super().__init__(project=project, experiment=experiment)
+        self._open: dict[str, tuple[Trajectory, list[Span]]] = {}
+        self.late_rewards = 0  # rewards for trajectories already written: in the local store only
+
+    def keep(self, span: Span) -> bool:
+        """Whether a span is written (all, unless a backend says otherwise)."""
+        return True
+
+    def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
+        raise NotImplementedError
+
+    def on_trajectory_start(self, trajectory: Trajectory) -> None:
+        self._open[trajectory.id] = (trajectory, [])
+
+    def on_span_end(self, span: Span) -> None:
+        entry = self._open.get(span.trajectory_id)
+        if entry is not None and self.keep(span):
+            entry[1].append(span)
+
+    def on_reward(self, trajectory_id: str, reward: float, details: dict[str, Any]) -> None:
+        entry = self._open.get(trajectory_id)
+        if entry is None:
+            self.late_rewards += 1
+        else:
+            entry[0].reward = reward
+
+    def on_trajectory_end(self, trajectory: Trajectory) -> None:
+        _, spans = self._open.pop(trajectory.id, (trajectory, []))
+        self.write(trajectory, spans)
