@@ -141,7 +141,6 @@ class EmbeddedLLM:
         self._lock = threading.Lock()  # callers on other threads (sync use) share the context too
         # Free llama.cpp's memory before interpreter teardown (its own __del__ fails that late).
         self._finalizer = weakref.finalize(self, _free, self._llama, self._executor)
-        self.tokens_generated = 0
         self._aligned_upto = 0  # the cached positions that were evaluated in full aligned chunks
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
@@ -190,7 +189,6 @@ class EmbeddedLLM:
                     break
             llama.eval([token])
         llama._sampler = None
-        self.tokens_generated += len(ids)
         return TokenOutput(token_ids=ids, log_probs=log_probs, stop_reason="completed",
                            extra_fields={"finish_reason": finish})  # fmt: skip
 

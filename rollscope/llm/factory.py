@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from rollscope.llm.base import LLMServerError
+from rollscope.llm.base import LLMClient, LLMServerError
 
 CACHE = Path.home() / ".cache" / "rollscope"
 
@@ -83,7 +83,7 @@ KINDS: dict[str, Callable[[str, str | None, str | None, int, int], tuple[Any, An
 
 
 def create_llm(spec: str, *, model: str | None = None, chat_template: str | None = None, max_tokens: int = 512,
-               seed: int = 0) -> tuple[Any, Any]:  # fmt: skip
+               seed: int = 0) -> tuple[LLMClient, Any]:  # fmt: skip
     """The client for ``spec`` and its tokenizer."""
     if spec.startswith(("http://", "https://")):
         return _openai(spec, model, chat_template, max_tokens, seed)

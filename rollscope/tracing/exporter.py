@@ -219,6 +219,7 @@ class Exporter:
                     "exported": w.exported,
                     "queued": len(w.queue),
                     "dropped": w.dropped + getattr(w.backend, "dropped_spans", 0),
+                    "late_rewards": getattr(w.backend, "late_rewards", 0),
                     "errors": w.errors,
                     "lossless": w.backend.lossless,
                 }
