@@ -17,40 +17,26 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
+sys.path.insert(0, str(Path(__file__).parent))
+from bench_runner import run_rounds, scripted_runner, variant_cli  # a sibling script, not a package
 
 VARIANTS = ["off", "local", "local,fault-down", "local,fault-slow", "local,fault-raising"]
-REPLIES = ['<tool_call>{"name": "calculator", "arguments": {"expression": "61 * 16"}}</tool_call>',
-           "The answer is 976."]
 
 
 def one_variant(variant: str, n: int, latency_s: float) -> dict:
     from rollscope import tracing
-    from rollscope.llm import ScriptedLLM
-    from rollscope.llm.factory import _scripted
-    from rollscope.runner.config import load_config
-    from rollscope.runner.runner import Runner
     from rollscope.store import TraceStore
     from rollscope.testing import register_fault_backends
 
     register_fault_backends(delay_s=5.0)
-    tmp = tempfile.mkdtemp()
-    replies = Path(tmp) / "replies.json"
-    replies.write_text(json.dumps(REPLIES))
-    _, tokenizer = _scripted(str(replies), None, None, 512, 0)
-    config = load_config("gsm8k-calculator", ["limit=40", f"n={-(-n // 40)}", "concurrency=64", "reward=null",
-                                              f"trace_dir={tmp}/traces"])  # fmt: skip
-    runner = Runner(config, llm=ScriptedLLM(tokenizer, REPLIES, latency_s=latency_s), tokenizer=tokenizer)
-    runner.setup()
+    runner, jobs, trace_dir = scripted_runner(n, latency_s)
     if variant != "off":
-        tracing.init_tracing(backend=variant, trace_dir=f"{tmp}/traces", token2text=True, tokenizer=tokenizer)
-    jobs = runner.jobs()[:n]
+        tracing.init_tracing(backend=variant, trace_dir=trace_dir, token2text=True, tokenizer=runner.tokenizer)
     t0 = time.perf_counter()
     asyncio.run(runner.run(jobs))
     elapsed = time.perf_counter() - t0
@@ -59,23 +45,16 @@ def one_variant(variant: str, n: int, latency_s: float) -> dict:
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:  # the local store, whatever the other backend does
             tracing.flush_tracing(timeout=1)
-            if TraceStore(f"{tmp}/traces").count(status="ok") == n:
+            if TraceStore(trace_dir).count(status="ok") == n:
                 break
-        stored = TraceStore(f"{tmp}/traces").count(status="ok")
+        stored = TraceStore(trace_dir).count(status="ok")
         tracing.shutdown_tracing(timeout=2)
     return {"elapsed_s": elapsed, "stored": stored}
 
 
 def setting(args: argparse.Namespace, latency_ms: float) -> dict:
-    rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    stored: dict[str, list] = {v: [] for v in VARIANTS}
-    for _ in range(args.rounds):
-        for v in VARIANTS:
-            cmd = [sys.executable, __file__, "--variant", v, "--trajectories", str(args.trajectories),
-                   "--latency-s", str(latency_ms / 1000)]  # fmt: skip
-            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
-            rates[v].append(args.trajectories / out["elapsed_s"])
-            stored[v].append(out["stored"])
+    rates, outputs = run_rounds(__file__, VARIANTS, args, latency_ms)
+    stored = {v: [out["stored"] for out in outs] for v, outs in outputs.items()}
     med = {v: statistics.median(r) for v, r in rates.items()}
     print(f"LLM latency {latency_ms:g} ms/turn, {args.trajectories} trajectories, 64 concurrent:")
     for v in VARIANTS:
@@ -87,16 +66,8 @@ def setting(args: argparse.Namespace, latency_ms: float) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--trajectories", type=int, default=1000)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--latency-ms", default="0,200")
-    ap.add_argument("--json")
-    ap.add_argument("--variant", help=argparse.SUPPRESS)
-    ap.add_argument("--latency-s", type=float, default=0.0, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.variant:
-        print(json.dumps(one_variant(args.variant, args.trajectories, args.latency_s)))
+    args = variant_cli(one_variant)
+    if args is None:
         return
     results = {f"latency_{ms}ms": setting(args, float(ms)) for ms in args.latency_ms.split(",")}
     if args.json:

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 
@@ -34,27 +35,67 @@ REPLIES = ['<tool_call>{"name": "calculator", "arguments": {"expression": "61 * 
            "The answer is 976."]
 
 
-def one_variant(variant: str, n: int, latency_s: float) -> dict:
-    from rollscope.cli.run import start_tracing
+def scripted_runner(n: int, latency_s: float) -> tuple:
+    """(runner, its first n jobs, trace dir): the gsm8k-calculator loop over 40 rows, 64 at a time,
+    ScriptedLLM (a test double: calculator call, then the answer) as the model. Shared with
+    bench_faults.py."""
     from rollscope.llm import ScriptedLLM
     from rollscope.llm.factory import _scripted
     from rollscope.runner.config import load_config
-    from rollscope.runner.dataset import loop_kwargs
     from rollscope.runner.runner import Runner
-    from rollscope.store import TraceStore
-    from rollscope.tracing import flush_tracing, shutdown_tracing
 
     tmp = tempfile.mkdtemp()
     replies = Path(tmp) / "replies.json"
     replies.write_text(json.dumps(REPLIES))
     _, tokenizer = _scripted(str(replies), None, None, 512, 0)
-    rows = 40
-    config = load_config("gsm8k-calculator", [f"limit={rows}", f"n={-(-n // rows)}", "concurrency=64", "reward=null",
+    config = load_config("gsm8k-calculator", ["limit=40", f"n={-(-n // 40)}", "concurrency=64", "reward=null",
                                               f"trace_dir={tmp}/traces"])  # fmt: skip
     runner = Runner(config, llm=ScriptedLLM(tokenizer, REPLIES, latency_s=latency_s), tokenizer=tokenizer)
     runner.setup()
-    start_tracing(config, tokenizer)
-    jobs = runner.jobs()[:n]
+    return runner, runner.jobs()[:n], f"{tmp}/traces"
+
+
+def run_rounds(script: str, variants: list[str], args: argparse.Namespace, latency_ms: float) -> tuple[dict, dict]:
+    """Every (round, variant) of ``script`` in a fresh interpreter: (trajectories/s, raw outputs) per variant."""
+    rates: dict[str, list[float]] = {v: [] for v in variants}
+    outputs: dict[str, list[dict]] = {v: [] for v in variants}
+    for _ in range(args.rounds):
+        for v in variants:
+            cmd = [sys.executable, script, "--variant", v, "--trajectories", str(args.trajectories),
+                   "--latency-s", str(latency_ms / 1000)]  # fmt: skip
+            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+            rates[v].append(args.trajectories / out["elapsed_s"])
+            outputs[v].append(out)
+    return rates, outputs
+
+
+def variant_cli(one_variant: Any, extra: dict[str, Any] | None = None) -> argparse.Namespace | None:
+    """The command line both benchmarks share; runs one variant and returns None when asked to."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--trajectories", type=int, default=1000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--latency-ms", default="0,200")
+    for flag, default in (extra or {}).items():
+        ap.add_argument(flag, type=type(default), default=default)
+    ap.add_argument("--json")
+    ap.add_argument("--variant", help=argparse.SUPPRESS)
+    ap.add_argument("--latency-s", type=float, default=0.0, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.variant:
+        print(json.dumps(one_variant(args.variant, args.trajectories, args.latency_s)))
+        return None
+    return args
+
+
+def one_variant(variant: str, n: int, latency_s: float) -> dict:
+    from rollscope.cli.run import start_tracing
+    from rollscope.runner.dataset import loop_kwargs
+    from rollscope.store import TraceStore
+    from rollscope.tracing import flush_tracing, shutdown_tracing
+
+    runner, jobs, trace_dir = scripted_runner(n, latency_s)
+    config = runner.config
+    start_tracing(config, runner.tokenizer)
 
     async def direct() -> None:
         limit = asyncio.Semaphore(config.concurrency)
@@ -75,20 +116,14 @@ def one_variant(variant: str, n: int, latency_s: float) -> dict:
     asyncio.run(direct() if variant == "direct" else through_runner())
     elapsed = time.perf_counter() - t0
     flush_tracing(300)
-    stored = TraceStore(f"{tmp}/traces").count()
+    stored = TraceStore(trace_dir).count()
     shutdown_tracing()
     assert stored == n, stored
     return {"elapsed_s": elapsed}
 
 
 def overhead(args: argparse.Namespace, latency_ms: float) -> dict:
-    rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
-    for _ in range(args.rounds):
-        for v in VARIANTS:
-            cmd = [sys.executable, __file__, "--variant", v, "--trajectories", str(args.trajectories),
-                   "--latency-s", str(latency_ms / 1000)]  # fmt: skip
-            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
-            rates[v].append(args.trajectories / out["elapsed_s"])
+    rates, _ = run_rounds(__file__, VARIANTS, args, latency_ms)
     med = {v: statistics.median(r) for v, r in rates.items()}
     cost = (1 - med["runner"] / med["direct"]) * 100
     print(f"runner overhead, LLM latency {latency_ms:g} ms/turn, {args.trajectories} trajectories x 2 turns, "
@@ -144,17 +179,8 @@ def embedded(limit: int) -> dict:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--trajectories", type=int, default=1000)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--latency-ms", default="0,200")
-    ap.add_argument("--embedded-limit", type=int, default=8)
-    ap.add_argument("--json")
-    ap.add_argument("--variant", help=argparse.SUPPRESS)
-    ap.add_argument("--latency-s", type=float, default=0.0, help=argparse.SUPPRESS)
-    args = ap.parse_args()
-    if args.variant:
-        print(json.dumps(one_variant(args.variant, args.trajectories, args.latency_s)))
+    args = variant_cli(one_variant, {"--embedded-limit": 8})
+    if args is None:
         return
     results = {f"overhead_{ms}ms": overhead(args, float(ms)) for ms in args.latency_ms.split(",")}
     results["embedded"] = embedded(args.embedded_limit)
