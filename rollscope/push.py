@@ -26,54 +26,40 @@ class Destination(Protocol):
     def flush(self) -> None: ...
 
 
-class WeaveDestination:
-    def __init__(self, project: str | None = None, endpoint: str | None = None, client: Any = None) -> None:
-        from rollscope.tracing.backends.weave import WeaveBackend
+class BackendDestination:
+    """A trace backend fed stored records: the remote backends take a whole trajectory at once
+    (``TrajectoryBackend.write``), from a live Trajectory or a stored record alike."""
 
-        self.backend = WeaveBackend(project=project, weave_project=project, weave_client=client)
+    def __init__(self, backend: Any) -> None:
+        self.backend = backend
 
     def write(self, record: TrajectoryRecord) -> None:
-        from rollscope.tracing.backends.weave import trajectory_view, write_trajectory
-
-        spans = [s for s in record.spans if (s.attributes or {}).get("verl.traced") != "weave"]
-        write_trajectory(self.backend.client, trajectory_view(record, None), spans)
+        self.backend.write(record, [s for s in record.spans if self.backend.keep(s)])
 
     def flush(self) -> None:
         self.backend.flush()
 
 
-class MlflowDestination:
-    def __init__(self, project: str | None = None, endpoint: str | None = None) -> None:
-        from rollscope.tracing.backends.mlflow import MlflowBackend
+def weave_destination(project: str | None = None, endpoint: str | None = None, client: Any = None) -> Destination:
+    from rollscope.tracing.backends.weave import WeaveBackend
 
-        self.backend = MlflowBackend(project=project, mlflow_tracking_uri=endpoint)
-
-    def write(self, record: TrajectoryRecord) -> None:
-        from rollscope.tracing.backends.mlflow import write_trace
-
-        write_trace(self.backend.experiment_id, record, record.spans)
-
-    def flush(self) -> None:
-        self.backend.flush()
+    return BackendDestination(WeaveBackend(project=project, weave_project=project, weave_client=client))
 
 
-class OtelDestination:
-    def __init__(self, project: str | None = None, endpoint: str | None = None) -> None:
-        from rollscope.tracing.backends.otel import OtelBackend
+def mlflow_destination(project: str | None = None, endpoint: str | None = None) -> Destination:
+    from rollscope.tracing.backends.mlflow import MlflowBackend
 
-        self.backend = OtelBackend(project=project, otel_endpoint=endpoint)
+    return BackendDestination(MlflowBackend(project=project, mlflow_tracking_uri=endpoint))
 
-    def write(self, record: TrajectoryRecord) -> None:
-        from rollscope.tracing.backends.otel import write_spans
 
-        write_spans(self.backend.tracer, record, record.spans)
+def otel_destination(project: str | None = None, endpoint: str | None = None) -> Destination:
+    from rollscope.tracing.backends.otel import OtelBackend
 
-    def flush(self) -> None:
-        self.backend.flush()
+    return BackendDestination(OtelBackend(project=project, otel_endpoint=endpoint))
 
 
 DESTINATIONS: dict[str, Callable[..., Destination]] = {
-    "mlflow": MlflowDestination, "otel": OtelDestination, "weave": WeaveDestination,
+    "mlflow": mlflow_destination, "otel": otel_destination, "weave": weave_destination,
 }
 
 
