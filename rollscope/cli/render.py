@@ -10,7 +10,7 @@ from rich.tree import Tree
 from rollscope.store.diff import TrajectoryDiff, turn_text
 from rollscope.store.grpo import GroupMember
 from rollscope.store.records import SpanRecord, TrajectoryRecord
-from rollscope.viewer.views import figures, first_user_message, main_text, shorten
+from rollscope.viewer.views import figures, first_user_message, fmt, main_text, shorten
 
 TEXT_LIMIT = 600
 KIND_STYLE = {"agent": "bold cyan", "llm": "green", "tool": "yellow", "reward": "magenta", "custom": "dim"}
@@ -20,23 +20,17 @@ def console() -> Console:
     return Console(highlight=False, soft_wrap=False)
 
 
-def _fmt(value: object, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
-
-
 def show_trajectory(out: Console, record: TrajectoryRecord, *, full: bool = False) -> None:
     limit = None if full else TEXT_LIMIT
     head = Table(show_header=False, box=None, padding=(0, 2))
     for key, value in (
         ("trajectory", record.id),
         ("experiment", f"{record.project or '-'} / {record.experiment or '-'}"),
-        ("step · sample · rollout", f"{_fmt(record.step)} · {_fmt(record.sample_index)} · {_fmt(record.rollout_n)}"
+        ("step · sample · rollout", f"{fmt(record.step)} · {fmt(record.sample_index)} · {fmt(record.rollout_n)}"
                                     + (" · validation" if record.validate else "")),
         ("agent", record.agent_name or "-"),
         ("status", f"[red]{record.status}[/red]" if record.status == "error" else record.status),
-        ("reward", _fmt(record.reward)),
+        ("reward", fmt(record.reward)),
         ("turns · tool calls · tokens", f"{record.num_llm_calls} · {record.num_tool_calls} · {record.num_tokens}"),
         ("errors", f"[red]{record.num_errors}[/red]" if record.num_errors else "0"),
         ("duration", "-" if record.duration_s is None else f"{record.duration_s:.3f}s"),
@@ -70,12 +64,12 @@ def _add_span(parent: Tree, span: SpanRecord, limit: int | None) -> None:
 def show_diff(out: Console, diff: TrajectoryDiff, *, full: bool = False) -> None:
     limit = None if full else TEXT_LIMIT // 2
     left, right = diff.left, diff.right
-    out.print(f"[bold]A[/bold] {left.id} (step {_fmt(left.step)}, sample {_fmt(left.sample_index)}, "
-              f"rollout {_fmt(left.rollout_n)}, reward {_fmt(left.reward)})")  # fmt: skip
-    out.print(f"[bold]B[/bold] {right.id} (step {_fmt(right.step)}, sample {_fmt(right.sample_index)}, "
-              f"rollout {_fmt(right.rollout_n)}, reward {_fmt(right.reward)})")  # fmt: skip
+    out.print(f"[bold]A[/bold] {left.id} (step {fmt(left.step)}, sample {fmt(left.sample_index)}, "
+              f"rollout {fmt(left.rollout_n)}, reward {fmt(left.reward)})")  # fmt: skip
+    out.print(f"[bold]B[/bold] {right.id} (step {fmt(right.step)}, sample {fmt(right.sample_index)}, "
+              f"rollout {fmt(right.rollout_n)}, reward {fmt(right.reward)})")  # fmt: skip
     for name, (a, b) in diff.fields.items():
-        out.print(f"  {name}: {_fmt(a)} → {_fmt(b)}")
+        out.print(f"  {name}: {fmt(a)} → {fmt(b)}")
     table = Table(show_lines=True)
     table.add_column("#", justify="right")
     table.add_column("A")
@@ -99,14 +93,14 @@ def _turn_cell(span: SpanRecord | None, limit: int | None) -> str:
 
 def show_group(out: Console, step: int, sample: object, mean: float | None, std: float | None,
                members: list[GroupMember]) -> None:  # fmt: skip
-    table = Table(title=f"step {step}, sample {sample}: {len(members)} rollouts, mean reward {_fmt(mean)}, "
-                        f"std {_fmt(std)}", title_justify="left")  # fmt: skip
+    table = Table(title=f"step {step}, sample {sample}: {len(members)} rollouts, mean reward {fmt(mean)}, "
+                        f"std {fmt(std)}", title_justify="left")  # fmt: skip
     for column in ("rollout", "id", "status", "reward", "advantage", "adv/std", "turns", "tools", "errors", "secs"):
         table.add_column(column, justify="left" if column in ("id", "status") else "right")
     for m in members:
         r = m.record
         adv = "-" if m.advantage is None else f"{m.advantage:+.3f}"
-        table.add_row(_fmt(r.rollout_n), r.id, r.status, _fmt(r.reward), adv,
+        table.add_row(fmt(r.rollout_n), r.id, r.status, fmt(r.reward), adv,
                       "-" if m.normalized is None else f"{m.normalized:+.2f}", str(r.num_llm_calls),
-                      str(r.num_tool_calls), str(r.num_errors), _fmt(r.duration_s))  # fmt: skip
+                      str(r.num_tool_calls), str(r.num_errors), fmt(r.duration_s))  # fmt: skip
     out.print(table)

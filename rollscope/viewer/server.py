@@ -22,7 +22,7 @@ from rollscope.store import TraceStore
 from rollscope.store.diff import turn_text
 from rollscope.store.grpo import group_advantages
 from rollscope.viewer.charts import charts
-from rollscope.viewer.views import figures, first_user_message, main_text, tool_call
+from rollscope.viewer.views import figures, first_user_message, fmt, main_text, tool_call
 
 PAGE_SIZE = 100
 STATIC = {"/static/style.css": ("style.css", "text/css; charset=utf-8")}
@@ -42,7 +42,7 @@ class Viewer:
         self.env = Environment(loader=PackageLoader("rollscope.viewer", "templates"), trim_blocks=True,
                                lstrip_blocks=True, autoescape=select_autoescape(default=True))  # fmt: skip
         self.env.globals.update(figures=figures, main_text=main_text, tool_call=tool_call, turn_text=turn_text,
-                                fmt=_fmt, quote=quote)  # fmt: skip
+                                fmt=fmt, quote=quote)  # fmt: skip
         TraceStore(directory).close()  # fail now, with the store's message, if the directory is not a store
         self.routes: dict[str, Callable[[dict[str, str], list[str]], str]] = {
             "/": self.index, "/compare": self.compare, "/group": self.group, "/steps": self.steps,
@@ -140,14 +140,6 @@ class Viewer:
 
     def _render(self, template: str, **context: Any) -> str:
         return self.env.get_template(template).render(**context)
-
-
-def _fmt(value: Any, digits: int = 3) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.{digits}g}"
-    return str(value)
 
 
 def _int(q: dict[str, str], key: str, default: int | None, minimum: int | None = None) -> int | None:

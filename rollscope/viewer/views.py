@@ -10,6 +10,13 @@ from rollscope.store.diff import turn_text
 from rollscope.store.records import SpanRecord, TrajectoryRecord
 
 
+def fmt(value: object, digits: int = 3) -> str:
+    """A figure as shown: '-' for none, floats to a few significant digits."""
+    if value is None:
+        return "-"
+    return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+
+
 def shorten(text: str | None, limit: int | None) -> str | None:
     if text is None or limit is None or len(text) <= limit:
         return text
