@@ -15,8 +15,9 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar, overload
 
 from rollscope.tracing import runtime
+from rollscope.tracing.callargs import Binder, CallArgs
 from rollscope.tracing.context import current_frame, trace_enabled, verl_context
-from rollscope.tracing.runtime import Binder, CallArgs, Tracer
+from rollscope.tracing.runtime import Tracer
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 F = TypeVar("F", bound=Callable[..., Any])

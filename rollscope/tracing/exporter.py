@@ -1,10 +1,12 @@
-"""Moves trace events off the rollout's thread: shape once, then fan out to one worker per backend.
+"""Moves trace events off the rollout's thread: shape once, then fan out to the backends' workers.
 
-The hot path only appends to a deque (no lock, no wake-up call, no I/O). A shaping thread drains it
-every few milliseconds, turns payloads into JSON-safe redacted values, and hands each batch to every
-backend's worker. A worker for a lossy backend has a bounded queue and drops (and counts) what does
-not fit, so a slow or dead backend never slows the rollout or the other backends; a lossless
-backend (the local store) gets an unbounded queue and so never drops.
+The hot path only appends to a deque (no lock, no wake-up call, no I/O). A thread drains it every
+few milliseconds, shapes the events when a backend in this process needs them shaped (payloads
+become JSON-safe redacted values), and hands each batch to every worker: one per backend here, and
+the trace sidecar's (``sidecar``), which ships batches to a helper process that shapes and stores.
+A worker for a lossy backend has a bounded queue and drops (and counts) what does not fit, so a
+slow or dead backend never slows the rollout or the other backends; a lossless backend (the local
+store) gets an unbounded queue and so never drops.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from rollscope.tracing.spans import Span
 log = logging.getLogger("rollscope.tracing")
 
 _IDLE_POLL_S = 0.005
-_MAX_BATCH = 4096
+MAX_BATCH = 4096
 
 # Events are tuples whose first element is one of these kinds, except "span ended", which is the
 # bare Span object (the most frequent event, so it gets no tuple).
@@ -33,23 +35,27 @@ REWARD = 4
 _FLUSH = 5
 
 
-def _is_flush(event: Any) -> bool:
+def is_flush(event: Any) -> bool:
     return type(event) is tuple and event[0] == _FLUSH
 
 
-class _Marker:
-    """Travels through every queue; set when the last worker has passed it."""
+class Marker:
+    """Travels through every queue; set when the last worker has passed it (then calls ``then``)."""
 
-    def __init__(self, parties: int) -> None:
+    def __init__(self, parties: int, then: Callable[[], None] | None = None) -> None:
         self.remaining = parties
         self.lock = threading.Lock()
         self.done = threading.Event()
+        self.then = then
 
     def arrive(self) -> None:
         with self.lock:
             self.remaining -= 1
-            if self.remaining <= 0:
-                self.done.set()
+            if self.remaining != 0:
+                return
+        self.done.set()
+        if self.then is not None:
+            self.then()
 
 
 class BackendWorker:
@@ -57,6 +63,7 @@ class BackendWorker:
 
     def __init__(self, backend: TraceBackend, max_queue: int) -> None:
         self.backend = backend
+        self.name = backend.name
         self.max_queue = None if backend.lossless else max_queue
         self.queue: deque = deque()
         self.dropped = 0
@@ -72,8 +79,8 @@ class BackendWorker:
         if self.max_queue is not None:
             room = self.max_queue - len(self.queue)
             if room < len(events):
-                kept = [e for e in events if _is_flush(e)]
-                ordinary = [e for e in events if not _is_flush(e)]
+                kept = [e for e in events if is_flush(e)]
+                ordinary = [e for e in events if not is_flush(e)]
                 keep_n = max(room, 0)
                 self.dropped += len(ordinary) - keep_n
                 events = ordinary[:keep_n] + kept
@@ -83,6 +90,34 @@ class BackendWorker:
     def stop(self) -> None:
         self._stop = True
         self._wake.set()
+
+    def close(self, timeout: float | None) -> bool:
+        """After ``stop``: wait for the queue to drain, then close the backend."""
+        # An idle worker only has to notice the stop: it gets that second even when a hung
+        # backend used up the timeout, so the local store is closed properly.
+        self.thread.join(timeout if timeout is None or self.queue else max(timeout, 1.0))
+        if self.thread.is_alive():
+            self.dropped += len(self.queue)
+            log.warning("trace backend %r did not finish in time; %d events not exported", self.name, len(self.queue))
+            return False
+        try:
+            self.backend.close()
+        except Exception as exc:
+            self.errors += 1
+            log.warning("trace backend %r failed to close: %s", self.name, exc)
+        return True
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        return {
+            self.name: {
+                "exported": self.exported,
+                "queued": len(self.queue),
+                "dropped": self.dropped + getattr(self.backend, "dropped_spans", 0),
+                "late_rewards": getattr(self.backend, "late_rewards", 0),
+                "errors": self.errors,
+                "lossless": self.backend.lossless,
+            }
+        }
 
     def _run(self) -> None:
         handlers: dict[int, Callable[..., None]] = {
@@ -103,7 +138,7 @@ class BackendWorker:
                 self._wake.clear()
                 continue
             did_work = False
-            for _ in range(min(len(q), _MAX_BATCH)):
+            for _ in range(min(len(q), MAX_BATCH)):
                 event = q.popleft()
                 if type(event) is Span:
                     ok = self._call(on_span_end, event)
@@ -127,34 +162,46 @@ class BackendWorker:
             self.errors += 1
             if not self._warned:
                 self._warned = True
-                log.warning("trace backend %r failed (%s: %s); rollouts continue, further errors are counted",
-                            self.backend.name, type(exc).__name__, exc)
+                log.warning(
+                    "trace backend %r failed (%s: %s); rollouts continue, further errors are counted",
+                    self.backend.name,
+                    type(exc).__name__,
+                    exc,
+                )
             return False
 
 
 class Exporter:
-    def __init__(
-        self,
-        backends: list[TraceBackend],
-        shape: Callable[[Any], Any],
-        max_queue: int = 2_000,
-    ) -> None:
+    """The ingest queue and the thread that moves its events to the workers.
+
+    ``shape`` runs on that thread for every event (None: events go to the workers as captured,
+    when every backend sits in the trace sidecar, which shapes them itself).
+    """
+
+    def __init__(self, workers: list[Any], shape: Callable[[Any], Any] | None) -> None:
         self.ingest: deque = deque()
         self._shape = shape
-        self.workers = [BackendWorker(b, max_queue) for b in backends]
+        self.workers = workers
         self.shape_errors = 0
         self._stop = False
         self._wake = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="rollscope-exporter", daemon=True)
-        self._thread.start()
+        self._thread: threading.Thread | None = None
+        if shape is None and len(workers) == 1 and hasattr(workers[0], "take_ingest"):
+            workers[0].take_ingest(self.ingest, self._wake)  # the sidecar's sender reads the queue itself
+        else:
+            self._thread = threading.Thread(target=self._run, name="rollscope-exporter", daemon=True)
+            self._thread.start()
 
     # Hot path: a bound deque.append, nothing more.
     def submit(self, event: Span | tuple) -> None:
         self.ingest.append(event)
 
+    def submit_many(self, events: list) -> None:
+        self.ingest.extend(events)
+
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until every event submitted before this call reached every backend and was flushed."""
-        marker = _Marker(len(self.workers))
+        marker = Marker(len(self.workers))
         if not self.workers:
             marker.done.set()
         self.ingest.append((_FLUSH, marker))
@@ -166,29 +213,22 @@ class Exporter:
         ok = self.flush(timeout)
         self._stop = True
         self._wake.set()
-        self._thread.join(_left(deadline))
+        if self._thread is not None:
+            self._thread.join(_left(deadline))
         for w in self.workers:
             w.stop()
         for w in self.workers:
-            left = _left(deadline)
-            # An idle worker only has to notice the stop: it gets that second even when a hung
-            # backend used up the timeout, so the local store is closed properly.
-            w.thread.join(left if left is None or w.queue else max(left, 1.0))
-            if w.thread.is_alive():
-                ok = False
-                w.dropped += len(w.queue)
-                log.warning("trace backend %r did not finish in time; %d events not exported",
-                            w.backend.name, len(w.queue))
-                continue
-            try:
-                w.backend.close()
-            except Exception as exc:
-                w.errors += 1
-                log.warning("trace backend %r failed to close: %s", w.backend.name, exc)
+            ok = w.close(_left(deadline)) and ok
         return ok
+
+    def abandon(self) -> None:
+        """In a forked child, whose copy of this exporter has no threads: release what it holds."""
+        for w in self.workers:
+            getattr(w, "abandon", _ignore)()
 
     def _run(self) -> None:
         q = self.ingest
+        shape = self._shape
         while True:
             if not q:
                 if self._stop:
@@ -196,36 +236,29 @@ class Exporter:
                 self._wake.wait(_IDLE_POLL_S)
                 self._wake.clear()
                 continue
-            batch = []
-            for _ in range(min(len(q), _MAX_BATCH)):
-                event = q.popleft()
-                if not _is_flush(event):
-                    try:
-                        event = self._shape(event)
-                    except Exception as exc:
-                        self.shape_errors += 1
-                        log.warning("could not shape trace event: %s: %s", type(exc).__name__, exc)
-                        continue
-                batch.append(event)
+            n = min(len(q), MAX_BATCH)
+            if shape is None:
+                batch = [q.popleft() for _ in range(n)]
+            else:
+                batch = []
+                for _ in range(n):
+                    event = q.popleft()
+                    if not is_flush(event):
+                        try:
+                            event = shape(event)
+                        except Exception as exc:
+                            self.shape_errors += 1
+                            log.warning("could not shape trace event: %s: %s", type(exc).__name__, exc)
+                            continue
+                    batch.append(event)
             for w in self.workers:
                 w.submit(batch)
 
     def stats(self) -> dict[str, Any]:
-        return {
-            "pending": len(self.ingest),
-            "shape_errors": self.shape_errors,
-            "backends": {
-                w.backend.name: {
-                    "exported": w.exported,
-                    "queued": len(w.queue),
-                    "dropped": w.dropped + getattr(w.backend, "dropped_spans", 0),
-                    "late_rewards": getattr(w.backend, "late_rewards", 0),
-                    "errors": w.errors,
-                    "lossless": w.backend.lossless,
-                }
-                for w in self.workers
-            },
-        }
+        backends: dict[str, dict[str, Any]] = {}
+        for w in self.workers:
+            backends.update(w.stats())
+        return {"pending": len(self.ingest), "shape_errors": self.shape_errors, "backends": backends}
 
 
 def _ignore(*_: Any) -> None:

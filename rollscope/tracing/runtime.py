@@ -1,97 +1,31 @@
 """The process-wide tracer: configuration, backends and exporter, and its lifecycle.
 
 ``init_tracing`` builds one ``Tracer``; while none exists every traced call costs one global
-lookup. The tracer turns trajectory and span lifecycle calls into events for the exporter and
-shapes those events (JSON, redaction, truncation, token2text) on the exporter's thread.
+lookup. The tracer turns trajectory and span lifecycle calls into events for the exporter. Backends
+that can run outside this process (the local store) run in the trace sidecar, which also shapes
+their events (JSON, redaction, truncation); backends that must stay here (Weave, through verl's
+client) get events shaped on the exporter's thread, as does everything when token2text needs the
+traced object's tokenizer.
 """
 
 from __future__ import annotations
 
 import atexit
-import inspect
 import logging
 import os
 from collections.abc import Iterable
 from typing import Any
 
 from rollscope.tracing import exporter as ev
-from rollscope.tracing.backends import create_backends, parse_backend_names
+from rollscope.tracing.backends import parse_backend_names, resolve_backends
 from rollscope.tracing.payload import DEFAULT_MAX_PAYLOAD_CHARS, PayloadShaper
 from rollscope.tracing.redaction import Redactor
 from rollscope.tracing.sampling import TraceSampler
+from rollscope.tracing.shaping import EventShaper
+from rollscope.tracing.sidecar import SidecarError, SidecarWorker
 from rollscope.tracing.spans import STATUS_ERROR, Span, SpanKind, Trajectory
 
 log = logging.getLogger("rollscope.tracing")
-
-
-class CallArgs:
-    """A traced call's raw arguments, bound to parameter names later, on the exporter thread."""
-
-    __slots__ = ("args", "binder", "kwargs")
-
-    def __init__(self, binder: Binder, args: tuple, kwargs: dict) -> None:
-        self.binder = binder
-        self.args = args
-        self.kwargs = kwargs
-
-    def owner(self) -> Any:
-        """The bound instance (``self``) when the call is a method call."""
-        return self.args[0] if self.binder.is_method and self.args else None
-
-    def bind(self) -> dict[str, Any]:
-        return self.binder.bind(self.args, self.kwargs)
-
-
-class Binder:
-    """Maps a call's arguments to parameter names the way verl's trace does (defaults applied,
-    ``self`` left out, extra keywords under the ``**kwargs`` name), precomputed per function
-    because ``Signature.bind`` is slow."""
-
-    __slots__ = ("defaults", "is_method", "names", "signature", "simple", "var_keyword")
-
-    def __init__(self, func: Any) -> None:
-        try:
-            self.signature: inspect.Signature | None = inspect.signature(func)
-        except (TypeError, ValueError):
-            self.signature = None
-        params = list(self.signature.parameters.values()) if self.signature else []
-        self.is_method = bool(params) and params[0].name in ("self", "cls")
-        kinds = {p.kind for p in params}
-        self.var_keyword = next((p.name for p in params if p.kind is inspect.Parameter.VAR_KEYWORD), None)
-        # Simple: no *args and no positional-only parameters.
-        self.simple = self.signature is not None and not kinds & {
-            inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.POSITIONAL_ONLY
-        }
-        self.names = [p.name for p in params if p.kind is not inspect.Parameter.VAR_KEYWORD]
-        self.defaults = {p.name: p.default for p in params if p.default is not inspect.Parameter.empty}
-
-    def bind(self, args: tuple, kwargs: dict) -> dict[str, Any]:
-        if self.simple and len(args) <= len(self.names):
-            inputs = dict(zip(self.names, args, strict=False))
-            extra = None
-            for key, value in kwargs.items():
-                if self.var_keyword is not None and key not in self.defaults and key not in self.names:
-                    if value is not None:  # extras left at None (image_data=None, ...) say nothing
-                        extra = extra or {}
-                        extra[key] = value
-                else:
-                    inputs[key] = value
-            for name, default in self.defaults.items():
-                inputs.setdefault(name, default)
-            if self.var_keyword is not None:
-                inputs[self.var_keyword] = extra or {}
-        elif self.signature is not None:
-            try:
-                bound = self.signature.bind(*args, **kwargs)
-            except TypeError:
-                return {"args": list(args[self.is_method :]), **kwargs}
-            bound.apply_defaults()
-            inputs = dict(bound.arguments)
-        else:
-            return {"args": list(args), **kwargs}
-        if self.is_method:
-            inputs.pop(self.names[0], None)
-        return inputs
 
 
 class Tracer:
@@ -108,24 +42,50 @@ class Tracer:
         redact_patterns: Iterable[str] = (),
         tokenizer: Any = None,
         max_queue: int = 2_000,
+        sidecar: bool | None = None,
         **backend_options: Any,
     ) -> None:
         self.settings = dict(
             backend=backend, project=project, experiment=experiment, token2text=token2text,
             max_samples_per_step_per_worker=max_samples_per_step_per_worker, sample_seed=sample_seed,
             max_payload_chars=max_payload_chars, redact_patterns=tuple(redact_patterns),
-            tokenizer=tokenizer, max_queue=max_queue, **backend_options,
+            tokenizer=tokenizer, max_queue=max_queue, sidecar=sidecar, **backend_options,
         )  # fmt: skip
         self.project = project
         self.experiment = experiment
         self.token2text = token2text
         self.sampler = TraceSampler(max_samples_per_step_per_worker, sample_seed)
         self.shaper = PayloadShaper(Redactor(redact_patterns), max_payload_chars, token2text, tokenizer)
-        names = parse_backend_names(backend)
-        self.backends = create_backends(names, {"project": project, "experiment": experiment}, backend_options)
-        self.exporter = ev.Exporter(self.backends, self._shape, max_queue=max_queue)
+        if sidecar is None:
+            sidecar = os.environ.get("ROLLSCOPE_TRACE_SIDECAR", "1") != "0"
+        common = {"project": project, "experiment": experiment}
+        resolved = resolve_backends(parse_backend_names(backend), backend_options)
+        outside = [r for r in resolved if sidecar and _can_run_outside(r[1])]
+        workers: list[Any] = []
+        if outside:
+            config = {
+                "backends": [(n, f"{c.__module__}:{c.__qualname__}", _plain_options(o)) for n, c, o in outside],
+                "settings": common, "max_payload_chars": max_payload_chars,
+                "redact_patterns": list(redact_patterns), "max_queue": max_queue,
+            }  # fmt: skip
+            inside_count = len(resolved) - len(outside)
+            try:
+                workers.append(SidecarWorker(config, shaped=bool(inside_count) or token2text))
+            except SidecarError as exc:
+                log.warning("%s; tracing into %s in this process instead", exc, ", ".join(n for n, _, _ in outside))
+                outside = []
+        here = [r for r in resolved if r not in outside]
+        try:
+            self.backends = [cls(**common, **options) for _, cls, options in here]
+        except BaseException:
+            for w in workers:
+                w.stop()
+                w.close(5.0)
+            raise
+        workers += [ev.BackendWorker(b, max_queue) for b in self.backends]
+        self.exporter = ev.Exporter(workers, EventShaper(self.shaper) if here or token2text else None)
         self._submit = self.exporter.submit
-        self._emit_span_start = any(b.wants_span_start for b in self.backends)
+        self._emit_span_start = any(cls.wants_span_start for _, cls, _ in resolved)
 
     # ---- lifecycle calls made on the rollout's thread: build an object, append an event ----
     def open_trajectory(
@@ -176,41 +136,6 @@ class Tracer:
     def reward(self, trajectory_id: str, reward: float | None, details: dict[str, Any]) -> None:
         self._submit((ev.REWARD, trajectory_id, reward, details))
 
-    # ---- shaping, on the exporter thread ----
-    def _shape(self, event: Span | tuple) -> Span | tuple:
-        shape = self.shaper.shape
-        if type(event) is Span:
-            self._shape_span(event, ended=True)
-            return event
-        kind = event[0]
-        if kind == ev.SPAN_START:
-            self._shape_span(event[1], ended=False)
-        elif kind == ev.TRAJECTORY_START or kind == ev.TRAJECTORY_END:
-            t: Trajectory = event[1]
-            if t.attributes:
-                t.attributes = shape(t.attributes)
-            if t.error_message is not None:
-                t.error_message = shape(t.error_message)
-        elif kind == ev.REWARD:
-            return (kind, event[1], event[2], shape(event[3]))
-        return event
-
-    def _shape_span(self, span: Span, ended: bool) -> None:
-        shape = self.shaper.shape
-        if not span.shaped:  # inputs once, at the first event seen for the span
-            raw = span.inputs
-            if isinstance(raw, CallArgs):
-                if self.token2text:
-                    span.decoder = getattr(raw.owner(), "tokenizer", None)
-                raw = raw.bind()
-            span.inputs = shape(raw, span.decoder)
-            span.shaped = True
-        span.attributes = shape(span.attributes) if span.attributes else {}
-        if ended:
-            span.outputs = shape(span.outputs, span.decoder)
-            if span.error_message is not None:
-                span.error_message = shape(span.error_message)
-
     def flush(self, timeout: float | None = 30.0) -> bool:
         return self.exporter.flush(timeout)
 
@@ -223,6 +148,15 @@ class Tracer:
 
     def stats(self) -> dict[str, Any]:
         return self.exporter.stats()
+
+
+def _can_run_outside(cls: Any) -> bool:
+    """Out-of-process backends go to the sidecar, which imports them by module path."""
+    return isinstance(cls, type) and getattr(cls, "out_of_process", False) and cls.__module__ != "__main__"
+
+
+def _plain_options(options: dict[str, Any]) -> dict[str, Any]:
+    return {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in options.items()}
 
 
 def _as_int(v: Any) -> Any:
@@ -257,8 +191,9 @@ def init_tracing(
 ) -> Tracer:
     """Start tracing in this process (replacing, after a flush, any tracer started before).
 
-    Extra options: ``max_payload_chars``, ``redact_patterns``, ``tokenizer``, ``max_queue``, and
-    the options of the chosen backends (``trace_dir`` for ``local``).
+    Extra options: ``max_payload_chars``, ``redact_patterns``, ``tokenizer``, ``max_queue``,
+    ``sidecar`` (False keeps every backend in this process; default from ``ROLLSCOPE_TRACE_SIDECAR``,
+    on), and the options of the chosen backends (``trace_dir`` for ``local``).
     """
     global _tracer, _atexit_registered
     new = Tracer(
@@ -296,6 +231,7 @@ def _restart_in_child() -> None:
     global _tracer
     if _tracer is not None:
         settings = dict(_tracer.settings)
+        _tracer.exporter.abandon()
         _tracer = None
         try:
             _tracer = Tracer(**settings)

@@ -4,16 +4,16 @@ from rollscope.tracing.backends.base import TraceBackend
 from rollscope.tracing.backends.registry import (
     available_backends,
     backend_class,
-    create_backends,
     parse_backend_names,
     register_backend,
+    resolve_backends,
 )
 
 __all__ = [
     "TraceBackend",
     "available_backends",
     "backend_class",
-    "create_backends",
     "parse_backend_names",
     "register_backend",
+    "resolve_backends",
 ]

@@ -1,6 +1,7 @@
 """The one interface every trace destination implements (cf. OpenTelemetry's SpanProcessor).
 
-A backend runs on its own worker thread and receives events in order, already shaped: payloads are
+A backend runs on its own worker thread (in the traced process, or in the trace sidecar when it
+says ``out_of_process``) and receives events in order, already shaped: payloads are
 JSON-safe, truncated and redacted. It never runs on the rollout's event loop, so it may block; what
 it cannot take in time is dropped by its worker and counted, unless ``lossless`` is set.
 """
@@ -21,6 +22,10 @@ class TraceBackend:
     lossless: ClassVar[bool] = False
     #: Whether ``on_span_start`` is wanted. When no backend wants it, the hot path skips the event.
     wants_span_start: ClassVar[bool] = False
+    #: Whether the backend may run in the trace sidecar, a helper process (``tracing.sidecar``):
+    #: true for a backend that needs nothing from the traced process but its options, is
+    #: importable by module path, and whose work would otherwise compete with the rollout.
+    out_of_process: ClassVar[bool] = False
 
     def __init__(self, *, project: str | None = None, experiment: str | None = None) -> None:
         self.project = project

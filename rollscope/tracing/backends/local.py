@@ -25,6 +25,7 @@ class LocalBackend(TraceBackend):
     name = "local"
     options = frozenset({"trace_dir"})
     lossless = True
+    out_of_process = True  # encoding, compression and SQLite: the bulk of tracing's CPU
 
     def __init__(
         self,

@@ -27,7 +27,8 @@ def register_backend(name: str, factory: type[TraceBackend] | Callable[..., Trac
     _registered[name] = factory
 
 
-def _load(target: str) -> Any:
+def load_class(target: str) -> Any:
+    """'package.module:Class' -> the class (how the trace sidecar finds its backends)."""
     module, _, attr = target.partition(":")
     return getattr(importlib.import_module(module), attr)
 
@@ -42,7 +43,7 @@ def backend_class(name: str) -> Any:
     if name in _registered:
         return _registered[name]
     if name in _BUILTIN:
-        return _load(_BUILTIN[name])
+        return load_class(_BUILTIN[name])
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
             return ep.load()
@@ -62,20 +63,20 @@ def parse_backend_names(spec: str | list[str] | tuple[str, ...] | None) -> list[
     return names
 
 
-def create_backends(names: list[str], settings: dict[str, Any], options: dict[str, Any]) -> list[TraceBackend]:
-    """Instantiate each named backend with ``settings`` (project, experiment) and the options it
-    declares; an option no backend declares is an error rather than silently ignored."""
-    classes = [(n, backend_class(n)) for n in names]
+def resolve_backends(names: list[str], options: dict[str, Any]) -> list[tuple[str, Any, dict[str, Any]]]:
+    """(name, class, the options it declares) per backend; an option no backend declares is an
+    error rather than silently ignored."""
+    resolved = []
     claimed: set[str] = set()
-    backends = []
-    for _, cls in classes:
+    for name in names:
+        cls = backend_class(name)
         accepted = getattr(cls, "options", frozenset())
         mine = {k: v for k, v in options.items() if k in accepted}
         claimed |= set(mine)
-        backends.append(cls(**settings, **mine))
+        resolved.append((name, cls, mine))
     unknown = sorted(set(options) - claimed)
     if unknown:
         raise ValueError(
             f"trace option(s) {', '.join(unknown)} not accepted by backend(s) {', '.join(names) or '(none)'}"
         )
-    return backends
+    return resolved

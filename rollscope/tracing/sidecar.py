@@ -1,0 +1,412 @@
+"""The trace sidecar: a helper process that shapes trace events and runs the backends able to live
+outside the traced process (the local store), so their CPU never competes with the rollout for
+the traced process's GIL.
+
+What stays in the traced process is the capture (the hooks) and the packing (``wire``): about a
+quarter of the per-trajectory work, and the cheapest quarter. With an instant LLM on 2 cores that is
+the difference between ~20 % and ~1-2 % of rollout throughput (benchmarks/RESULTS.md, issue 3).
+
+Protocol: length-prefixed frames over the child's stdin and a private copy of its stdout.
+    parent -> child   CONFIG (first), EVENTS, FLUSH id, CLOSE
+    child -> parent   READY or FAILED, LOG, FLUSHED id stats, CLOSED ok stats
+The child ignores Ctrl-C (the parent decides when tracing ends) and closes cleanly when the
+parent disappears (end of its stdin), so a killed rollout loses at most what was in the pipe.
+If the sidecar dies, its backends continue inside the traced process with a warning; events it
+had not confirmed are counted as dropped.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import signal
+import struct
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from rollscope.tracing import wire
+from rollscope.tracing.exporter import _FLUSH, MAX_BATCH, BackendWorker, Exporter, Marker, is_flush
+from rollscope.tracing.payload import PayloadShaper
+from rollscope.tracing.redaction import Redactor
+from rollscope.tracing.shaping import EventShaper
+
+log = logging.getLogger("rollscope.tracing")
+
+_HEADER = struct.Struct("<IB")  # body length, frame kind
+CONFIG, EVENTS, FLUSH, CLOSE, READY, FAILED, LOG, FLUSHED, CLOSED = range(9)
+START_TIMEOUT_S = 60.0
+# How often the sending thread wakes. Each wake-up takes the GIL from the rollout for a moment, so
+# fewer, larger batches cost less; a flush wakes it at once.
+SEND_INTERVAL_S = 0.02
+# The sidecar's work can wait (its queues are unbounded for the local store); the rollout's cannot.
+SIDECAR_NICE = 10
+
+
+def _write_frame(fd: int, kind: int, body: bytes = b"") -> None:
+    data = memoryview(_HEADER.pack(len(body), kind) + body)
+    while data:
+        data = data[os.write(fd, data) :]
+
+
+def _read_exact(fd: int, n: int) -> bytes | None:
+    chunks, left = [], n
+    while left:
+        chunk = os.read(fd, min(left, 1 << 20))
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _read_frame(fd: int) -> tuple[int, bytes] | None:
+    header = _read_exact(fd, _HEADER.size)
+    if header is None:
+        return None
+    length, kind = _HEADER.unpack(header)
+    body = _read_exact(fd, length) if length else b""
+    return None if body is None else (kind, body)
+
+
+def make_event_shaper(max_payload_chars: int | None, redact_patterns: tuple[str, ...]) -> EventShaper:
+    return EventShaper(PayloadShaper(Redactor(redact_patterns), max_payload_chars))
+
+
+class SidecarError(RuntimeError):
+    """The sidecar could not be started (its backends then run in the traced process)."""
+
+
+# ------------------------------------------------------------------------------------------------
+# The traced process's end
+# ------------------------------------------------------------------------------------------------
+class SidecarWorker:
+    """Stands where a BackendWorker would: takes event batches, packs and sends them, and turns
+    the child's acknowledgements into flush arrivals and stats."""
+
+    def __init__(self, config: dict[str, Any], shaped: bool) -> None:
+        # config: backends [(name, "module:Class", options)], settings, max_payload_chars,
+        # redact_patterns, max_queue; shaped: the traced process shapes events itself.
+        self.config = {**config, "shaped": shaped}
+        self.names = [name for name, _, _ in config["backends"]]
+        self.name = "sidecar(" + ",".join(self.names) + ")"
+        self.queue: deque = deque()
+        self.dropped = 0
+        self.errors = 0
+        self._sent = 0  # events written to the pipe
+        self._confirmed = 0  # of those, how many the child confirmed stored (at a flush)
+        self._closing = False
+        self._child_stats: dict[str, dict[str, Any]] = {}
+        self._pending: dict[int, Marker] = {}
+        self._next_flush = 0
+        self._wake = threading.Event()
+        self._stop = False
+        self._closed = threading.Event()
+        self._close_ok = False
+        self._lock = threading.Lock()
+        self._fallback: list[BackendWorker] | None = None
+        self._fallback_shape = None if shaped else make_event_shaper(config["max_payload_chars"],
+                                                                       tuple(config["redact_patterns"]))  # fmt: skip
+        self._start()
+        self.thread = threading.Thread(target=self._run, name="rollscope-sidecar-send", daemon=True)
+        self.thread.start()
+
+    # ---- start ----
+    def _start(self) -> None:
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", "from rollscope.tracing.sidecar import main; main()"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
+            )  # fmt: skip
+        except OSError as exc:
+            raise SidecarError(f"cannot start the trace sidecar: {exc}") from exc
+        self._out, self._in = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        _write_frame(self._out, CONFIG, pickle.dumps(self.config))
+        reply = _read_frame_timeout(self._in, START_TIMEOUT_S)
+        if reply is None or reply[0] not in (READY, FAILED):
+            self.proc.kill()
+            raise SidecarError(f"the trace sidecar (pid {self.proc.pid}) did not start")
+        if reply[0] == FAILED:
+            error_type, message = wire.decode(reply[1])
+            self.proc.wait(5)
+            # The backends' own errors (a trace directory that cannot be created) reach the caller as is.
+            raise (OSError if error_type == "OSError" else ValueError)(message)
+        self.pid = self.proc.pid
+        self._reader = threading.Thread(target=self._read, name="rollscope-sidecar-read", daemon=True)
+        self._reader.start()
+
+    # ---- the worker interface the Exporter uses ----
+    def take_ingest(self, ingest: deque, wake: threading.Event) -> None:
+        """Read the exporter's ingest queue directly (when nothing is shaped in this process):
+        one thread fewer to wake, and so fewer GIL hand-offs with the rollout."""
+        self.queue, self._wake = ingest, wake
+
+    def submit(self, events: list) -> None:
+        self.queue.extend(events)
+        self._wake.set()
+
+    def stop(self) -> None:
+        self._stop = True
+        self._wake.set()
+
+    def close(self, timeout: float | None) -> bool:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        self.thread.join(_left(deadline))
+        if self._fallback is not None:
+            return all(w.close(_left(deadline)) for w in self._fallback)
+        self._closing = True
+        try:
+            _write_frame(self._out, CLOSE)
+        except OSError:
+            pass
+        ok = self._closed.wait(_left(deadline)) and self._close_ok
+        try:
+            self.proc.wait(max(_left(deadline) or 0.0, 1.0))
+        except subprocess.TimeoutExpired:
+            log.warning("trace sidecar (pid %d) did not finish in time; killed", self.pid)
+            self.proc.kill()
+            ok = False
+        for f in (self.proc.stdin, self.proc.stdout):
+            f.close()
+        return ok
+
+    def abandon(self) -> None:
+        """In a forked child: the pipes belong to the parent's tracer; let go without a word."""
+        for f in (self.proc.stdin, self.proc.stdout):
+            try:
+                os.close(f.fileno())
+            except OSError:
+                pass
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        if self._fallback is not None:
+            out: dict[str, dict[str, Any]] = {}
+            for w in self._fallback:
+                out.update(w.stats())
+            stats_list = out.values()
+        else:
+            out = {n: dict(self._child_stats.get(n, _EMPTY_STATS)) for n in self.names}
+            stats_list = out.values()
+        for s in stats_list:
+            s["queued"] += len(self.queue)
+            s["dropped"] += self.dropped
+            s["errors"] += self.errors
+        return out
+
+    # ---- sending ----
+    def _run(self) -> None:
+        while True:
+            q = self.queue  # (replaced by the exporter's ingest queue right after start)
+            if not q:
+                if self._stop:
+                    return
+                self._wake.wait(SEND_INTERVAL_S)
+                self._wake.clear()
+                continue
+            batch: list = []
+            for _ in range(min(len(q), MAX_BATCH)):
+                event = q.popleft()
+                if is_flush(event):
+                    self._send(batch)
+                    batch = []
+                    self._send_flush(event[1])
+                else:
+                    batch.append(event)
+            self._send(batch)
+            if not self._stop:
+                self._wake.wait(SEND_INTERVAL_S)  # let a batch build up: each wake-up costs the rollout
+                self._wake.clear()
+
+    def _send(self, batch: list) -> None:
+        if not batch:
+            return
+        if self._fallback is None:
+            try:
+                body = wire.encode(batch)
+            except Exception:
+                body = wire.encode(self._packable(batch))
+            try:  # only this thread writes to the pipe: no lock held while the child is slow
+                _write_frame(self._out, EVENTS, body)
+                self._sent += len(batch)
+                return
+            except OSError:
+                self._child_gone("its pipe closed")
+        self._to_fallback(batch)
+
+    def _packable(self, batch: list) -> list:
+        """The events of a batch that failed to pack, one by one; one that still fails is dropped."""
+        out = []
+        for event in batch:
+            try:
+                wire.encode(event)
+                out.append(event)
+            except Exception as exc:
+                self.errors += 1
+                log.warning("trace event not sent to the sidecar: %s: %s", type(exc).__name__, exc)
+        return out
+
+    def _send_flush(self, marker: Marker) -> None:
+        if self._fallback is None:
+            with self._lock:
+                self._next_flush += 1
+                self._pending[self._next_flush] = (marker, self._sent)
+            try:
+                _write_frame(self._out, FLUSH, struct.pack("<Q", self._next_flush))
+                return
+            except OSError:
+                self._child_gone("its pipe closed")
+                return  # the marker was pending: _child_gone let it through
+        self._fallback_flush(marker)
+
+    # ---- receiving ----
+    def _read(self) -> None:
+        while True:
+            frame = _read_frame(self._in)
+            if frame is None:
+                break
+            kind, body = frame
+            if kind == LOG:
+                level, message = wire.decode(body)
+                log.log(level, "trace sidecar: %s", message)
+            elif kind == FLUSHED:
+                flush_id, stats = wire.decode(body)
+                with self._lock:
+                    self._child_stats = stats
+                    marker, sent = self._pending.pop(flush_id, (None, 0))
+                    self._confirmed = max(self._confirmed, sent)
+                if marker is not None:
+                    marker.arrive()
+            elif kind == CLOSED:
+                self._close_ok, self._child_stats = wire.decode(body)
+                break
+        if self._closing:
+            self._closed.set()
+        else:
+            self._child_gone(f"it exited with code {self.proc.wait()}")
+
+    # ---- when the child is gone: its backends continue here ----
+    def _child_gone(self, why: str) -> None:
+        from rollscope.tracing.backends.registry import load_class
+
+        with self._lock:
+            if self._fallback is not None:
+                return
+            lost = self._sent - self._confirmed
+            self.dropped += lost
+            log.warning("trace sidecar (pid %d) stopped: %s; %s continue in this process; up to %d events "
+                        "sent since its last confirmed flush may be missing", self.pid, why,
+                        ", ".join(self.names), lost)  # fmt: skip
+            settings = self.config["settings"]
+            workers = []
+            for name, path, options in self.config["backends"]:
+                try:
+                    workers.append(BackendWorker(load_class(path)(**settings, **options), self.config["max_queue"]))
+                except Exception as exc:
+                    self.errors += 1
+                    log.warning("trace backend %r could not be restarted here: %s", name, exc)
+            self._fallback = workers
+            pending, self._pending = list(self._pending.values()), {}
+        for marker, _ in pending:
+            marker.arrive()
+
+    def _to_fallback(self, batch: list) -> None:
+        if self._fallback_shape is not None:
+            batch = [self._fallback_shape(e) for e in batch]
+        for w in self._fallback or ():
+            w.submit(batch)
+
+    def _fallback_flush(self, marker: Marker) -> None:
+        workers = self._fallback or []
+        if not workers:
+            marker.arrive()
+            return
+        inner = Marker(len(workers), then=marker.arrive)
+        for w in workers:
+            w.submit([(_FLUSH, inner)])
+
+
+_EMPTY_STATS = {"exported": 0, "queued": 0, "dropped": 0, "late_rewards": 0, "errors": 0, "lossless": True}
+
+
+def _read_frame_timeout(fd: int, timeout: float) -> tuple[int, bytes] | None:
+    result: list = []
+    reader = threading.Thread(target=lambda: result.append(_read_frame(fd)), daemon=True)
+    reader.start()
+    reader.join(timeout)
+    return result[0] if result else None
+
+
+def _left(deadline: float | None) -> float | None:
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
+
+
+# ------------------------------------------------------------------------------------------------
+# The sidecar process
+# ------------------------------------------------------------------------------------------------
+class _FrameLogHandler(logging.Handler):
+    """The child's warnings (a full disk, a failing backend) go to the traced process's logger."""
+
+    def __init__(self, send: Any) -> None:
+        super().__init__(logging.WARNING)
+        self.send = send
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            self.send(LOG, wire.encode((record.levelno, record.getMessage())))
+        except Exception:
+            pass
+
+
+def main() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    os.nice(SIDECAR_NICE)
+    fd_in = 0
+    fd_out = os.dup(1)
+    os.dup2(2, 1)  # anything a library prints goes to stderr, never into the protocol
+    lock = threading.Lock()
+
+    def send(kind: int, body: bytes = b"") -> None:
+        with lock:
+            _write_frame(fd_out, kind, body)
+
+    root = logging.getLogger("rollscope")
+    root.addHandler(_FrameLogHandler(send))
+    root.propagate = False
+    frame = _read_frame(fd_in)
+    if frame is None or frame[0] != CONFIG:
+        return
+    config = pickle.loads(frame[1])
+    try:
+        exporter = _build(config)
+    except Exception as exc:
+        send(FAILED, wire.encode((type(exc).__name__, str(exc))))
+        return
+    send(READY)
+    while True:
+        frame = _read_frame(fd_in)
+        if frame is None:  # the traced process is gone: keep what it sent
+            exporter.close(30.0)
+            return
+        kind, body = frame
+        if kind == EVENTS:
+            exporter.submit_many(wire.decode(body))
+        elif kind == FLUSH:
+            exporter.flush(None)
+            send(FLUSHED, wire.encode((struct.unpack("<Q", body)[0], exporter.stats()["backends"])))
+        elif kind == CLOSE:
+            ok = exporter.close(None)
+            send(CLOSED, wire.encode((ok, exporter.stats()["backends"])))
+            return
+
+
+def _build(config: dict[str, Any]) -> Exporter:
+    from rollscope.tracing.backends.registry import load_class
+
+    backends = [load_class(path)(**config["settings"], **options) for _, path, options in config["backends"]]
+    shape = None if config["shaped"] else make_event_shaper(config["max_payload_chars"],
+                                                            tuple(config["redact_patterns"]))  # fmt: skip
+    return Exporter([BackendWorker(b, config["max_queue"]) for b in backends], shape)
