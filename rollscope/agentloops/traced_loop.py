@@ -79,15 +79,24 @@ _REPEATED_FIELDS = ("prompt_ids", "response_logprobs", "routed_experts", "multi_
                     "mm_processor_kwargs", "mm_processor_output")  # fmt: skip
 
 
-def run_output_view(output: Any) -> Any:
+class RunOutput:
     """What the run span records of an AgentLoopOutput: the trained-on response (ids and mask),
-    reward, turns, metrics and extra fields; the rest is in the llm spans."""
-    dump = getattr(output, "model_dump", None)
-    if not callable(dump):
-        return output
-    view = dump(exclude=set(_REPEATED_FIELDS))
-    view["prompt_length"] = len(getattr(output, "prompt_ids", None) or [])
-    return view
+    reward, turns, metrics and extra fields; the rest is in the llm spans. The view is taken when
+    the span is packed or shaped, off the event loop (``payload.native``)."""
+
+    __slots__ = ("output",)
+
+    def __init__(self, output: Any) -> None:
+        self.output = output
+
+    def __trace_view__(self) -> Any:
+        output = self.output
+        dump = getattr(output, "model_dump", None)
+        if not callable(dump):
+            return output
+        view = dump(exclude=set(_REPEATED_FIELDS))
+        view["prompt_length"] = len(getattr(output, "prompt_ids", None) or [])
+        return view
 
 
 def _traced_run(run: Any, owner: type) -> Any:
@@ -112,7 +121,7 @@ def _traced_run(run: Any, owner: type) -> Any:
                     end_span(span, None, exc)
                     raise
                 record_output_reward(output)
-                end_span(span, run_output_view(output))
+                end_span(span, RunOutput(output))
                 return output
         finally:
             _running.reset(running)

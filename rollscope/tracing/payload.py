@@ -109,7 +109,7 @@ class PayloadShaper:
             if converted is not UNKNOWN:
                 return self._convert(converted, depth + 1, decoder)
         if isinstance(v, str):
-            return self._string(str(v))
+            return self._string(str.__str__(v))  # a str enum member: its value
         if isinstance(v, bool | int):
             return int(v) if not isinstance(v, bool) else bool(v)
         if isinstance(v, float):
@@ -160,7 +160,17 @@ _NUMBER_TYPES = (int, float)
 
 
 def native(v: Any) -> Any:
-    """Plain Python structure for well-known rich objects, or UNKNOWN."""
+    """Plain Python structure for well-known rich objects, or UNKNOWN.
+
+    An object may say how it is traced with a ``__trace_view__()`` method: the hot path then
+    records the object, and the view is computed later, off the rollout's thread.
+    """
+    view = getattr(type(v), "__trace_view__", None)
+    if view is not None:
+        try:
+            return view(v)
+        except Exception:
+            return UNKNOWN
     fields = getattr(v, "__dict__", None)
     if hasattr(v, "__pydantic_fields_set__") and fields is not None and not isinstance(v, type):
         # pydantic v2: the fields as set (model_dump costs ten times as much)

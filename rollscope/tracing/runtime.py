@@ -127,7 +127,7 @@ class Tracer:
     def end_span(self, span: Span, outputs: Any = None, error: BaseException | None = None) -> None:
         span.finish(outputs, error)
         counts = span.trajectory.counts
-        kind = span.kind.value
+        kind = span.kind  # a SpanKind is found under its value ("llm")
         counts[kind] = counts.get(kind, 0) + 1
         if span.status == STATUS_ERROR:
             counts["errors"] = counts.get("errors", 0) + 1

@@ -91,7 +91,9 @@ class SidecarWorker:
     def __init__(self, config: dict[str, Any], shaped: bool) -> None:
         # config: backends [(name, "module:Class", options)], settings, max_payload_chars,
         # redact_patterns, max_queue; shaped: the traced process shapes events itself.
-        self.config = {**config, "shaped": shaped}
+        # sys.path too: a backend class the application made importable at run time (the runner
+        # adds a config's folder) must import in the child as well.
+        self.config = {**config, "shaped": shaped, "sys_path": list(sys.path)}
         self.names = [name for name, _, _ in config["backends"]]
         self.name = "sidecar(" + ",".join(self.names) + ")"
         self.queue: deque = deque()
@@ -380,6 +382,7 @@ def main() -> None:
     if frame is None or frame[0] != CONFIG:
         return
     config = pickle.loads(frame[1])
+    sys.path[:] = config["sys_path"]
     try:
         exporter = _build(config)
     except Exception as exc:

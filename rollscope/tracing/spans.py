@@ -23,6 +23,10 @@ class SpanKind(str, Enum):
     REWARD = "reward"  # reward computation
     CUSTOM = "custom"
 
+    # Hashes as its value, in C: a kind is a dict key on the hot path (``Trajectory.counts``),
+    # where it also finds the plain string ("llm"), and Enum's own __hash__ is Python code.
+    __hash__ = str.__hash__
+
 
 STATUS_RUNNING = "running"
 STATUS_OK = "ok"

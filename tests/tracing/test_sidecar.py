@@ -1,0 +1,224 @@
+"""The trace sidecar: a real helper process behind the local store, and what happens when it or
+the traced process dies, cannot start, or is sent what pickle cannot take."""
+
+import dataclasses
+import logging
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+from pydantic import BaseModel
+
+from rollscope import tracing
+from rollscope.store import TraceStore
+from rollscope.tracing import sidecar, wire
+from rollscope.tracing.callargs import Binder, CallArgs
+from rollscope.tracing.payload import PayloadShaper
+from rollscope.tracing.redaction import Redactor
+from rollscope.tracing.spans import Span, SpanKind, Trajectory
+
+
+def rollouts(n, start=0, secret=""):
+    for i in range(start, start + n):
+        with tracing.rollout_trace_attr(step=1, sample_index=i, rollout_n=0):
+            with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_ids": [1, 2, 3], "note": secret}) as s:
+                s.outputs = {"token_ids": [4, 5], "log_probs": [-0.5, float("nan")]}
+            tracing.set_reward(1.0)
+
+
+def the_sidecar():
+    workers = [w for w in tracing.get_tracer().exporter.workers if isinstance(w, sidecar.SidecarWorker)]
+    assert len(workers) == 1
+    return workers[0]
+
+
+def test_local_store_is_written_by_a_helper_process(trace_dir, monkeypatch):
+    monkeypatch.setenv("ROLLSCOPE_TEST_SECRET_TOKEN", "s3cr3t-value-123")  # the child redacts it too
+    tracing.init_tracing(trace_dir=str(trace_dir), experiment="e")
+    worker = the_sidecar()
+    assert worker.proc.pid != os.getpid() and worker.proc.poll() is None
+    assert tracing.get_tracer().backends == []  # nothing shaped or stored in this process
+    rollouts(20, secret="s3cr3t-value-123")
+    assert tracing.flush_tracing(30)
+    assert tracing.stats()["backends"]["local"]["exported"] == 20 * 4  # start, span, reward, end
+    with TraceStore(trace_dir) as store:
+        assert store.count(experiment="e", step=1) == 20
+        t = store.trajectories(limit=1)[0]
+        assert t.reward == 1.0 and t.num_llm_calls == 1
+        (span,) = store.spans(t.id)
+        assert span.inputs == {"prompt_ids": [1, 2, 3], "note": "[REDACTED]"}
+        assert span.outputs == {"token_ids": [4, 5], "log_probs": [-0.5, "nan"]}
+        assert f"-{worker.proc.pid}-" in t.shard  # the child's own shard
+    assert tracing.shutdown_tracing(30)
+    assert worker.proc.returncode == 0
+
+
+def test_killed_sidecar_rollouts_go_on_and_the_store_continues_here(trace_dir, caplog):
+    tracing.init_tracing(trace_dir=str(trace_dir))
+    rollouts(10)
+    assert tracing.flush_tracing(30)
+    worker = the_sidecar()
+    with caplog.at_level(logging.WARNING, logger="rollscope"):
+        os.kill(worker.proc.pid, signal.SIGKILL)
+        worker.proc.wait(10)
+        rollouts(15, start=10)
+        assert tracing.flush_tracing(30)
+    assert any("trace sidecar" in r.getMessage() and "continue in this process" in r.getMessage()
+               for r in caplog.records), [r.getMessage() for r in caplog.records]  # fmt: skip
+    assert [w.name for w in worker._fallback] == ["local"]
+    tracing.shutdown_tracing(30)
+    with TraceStore(trace_dir) as store:
+        # The ten confirmed before the kill are there; of the rest, whatever reached the child
+        # before it died plus everything after, written in this process (a second shard).
+        assert store.count() >= 10 + 15 - worker.dropped
+        assert len(store.shards()) == 2
+        assert {t.sample_index for t in store.trajectories(limit=100)} >= set(range(10))
+
+
+def test_the_traced_process_killed_loses_nothing_it_sent(trace_dir):
+    script = textwrap.dedent(f"""
+        import os, signal, time
+        from rollscope import tracing
+        tracing.init_tracing(trace_dir={str(trace_dir)!r})
+        for i in range(40):
+            with tracing.rollout_trace_attr(step=0, sample_index=i):
+                with tracing.trace_span("work") as s:
+                    s.outputs = i
+        time.sleep(1.0)  # the sender ships every few tens of milliseconds
+        print(tracing.get_tracer().exporter.workers[0].proc.pid, flush=True)
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    child = int(proc.stdout.strip())
+    deadline = time.monotonic() + 30
+    while _alive(child) and time.monotonic() < deadline:  # it notices the closed pipe and finishes
+        time.sleep(0.05)
+    assert not _alive(child)
+    with TraceStore(trace_dir) as store:
+        assert store.count(status="ok") == 40
+
+
+def _alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_ctrl_c_reaches_the_rollout_not_the_sidecar(trace_dir):
+    tracing.init_tracing(trace_dir=str(trace_dir))
+    worker = the_sidecar()
+    os.kill(worker.proc.pid, signal.SIGINT)
+    rollouts(5)
+    assert tracing.flush_tracing(30)
+    assert worker.proc.poll() is None
+    assert TraceStore(trace_dir).count() == 5
+
+
+def test_a_sidecar_that_cannot_start_leaves_tracing_in_this_process(trace_dir, monkeypatch, caplog):
+    def no_processes(*args, **kwargs):
+        raise OSError("Resource temporarily unavailable")
+
+    monkeypatch.setattr(sidecar.subprocess, "Popen", no_processes)
+    with caplog.at_level(logging.WARNING, logger="rollscope"):
+        tracer = tracing.init_tracing(trace_dir=str(trace_dir))
+    assert "cannot start the trace sidecar" in caplog.text and "in this process instead" in caplog.text
+    assert [b.name for b in tracer.backends] == ["local"]
+    rollouts(3)
+    assert tracing.flush_tracing(30)
+    assert TraceStore(trace_dir).count() == 3
+
+
+def test_sidecar_off_keeps_every_backend_here(trace_dir, monkeypatch):
+    monkeypatch.setenv("ROLLSCOPE_TRACE_SIDECAR", "0")
+    tracer = tracing.init_tracing(trace_dir=str(trace_dir))
+    assert [b.name for b in tracer.backends] == ["local"]
+    assert not any(isinstance(w, sidecar.SidecarWorker) for w in tracer.exporter.workers)
+
+
+# ---- the wire ----
+class Reply(BaseModel):
+    text: str
+    ids: list[int]
+
+
+@dataclasses.dataclass
+class Point:
+    x: int
+    y: float
+
+
+class NoRepr:
+    def __repr__(self):
+        raise RuntimeError("no")
+
+
+def a_function():
+    pass
+
+
+ODD_VALUES = [
+    Reply(text="hi", ids=[1, 2]),
+    Point(1, 2.5),
+    np.arange(4),
+    np.float32(1.5),
+    {3, 1, 2},
+    frozenset({"a"}),
+    (1, "two", None),
+    NoRepr(),
+    Point,  # a class: its repr, never a reference the child would import
+    a_function,
+    os.environ.__class__,
+    {"nested": [{"deeper": Reply(text="x", ids=[])}], 7: "int key"},
+    "x" * 30_000,
+    2**70,
+    float("inf"),
+    b"\xff\xfe bytes",
+    SpanKind.TOOL,
+]
+
+
+@pytest.mark.parametrize("value", ODD_VALUES, ids=lambda v: type(v).__name__)
+def test_what_the_wire_carries_shapes_like_the_original(value):
+    shaper = PayloadShaper(Redactor(), 20_000)
+    carried = wire.decode(wire.encode(value))
+    assert shaper.shape(carried) == shaper.shape(value)
+
+
+def test_spans_trajectories_and_call_arguments_cross_whole():
+    t = Trajectory(project="p", experiment="e", step=3, sample_index=4, rollout_n=1, validate=True,
+                   agent_name="a", attributes={"k": "v"})  # fmt: skip
+    t.reward = 0.5
+    t.finish()
+
+    def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        pass
+
+    args = CallArgs(Binder(generate), (object(), "r1"), {"prompt_ids": [1, 2], "sampling_params": {}, "x": 1})
+    span = Span("llm.generate", SpanKind.LLM, t, t.id, args, {"gen_ai.usage.output_tokens": 2})
+    span.finish({"token_ids": [3]})
+    t2, s2 = wire.decode(wire.encode([t, span]))
+    assert (t2.id, t2.step, t2.sample_index, t2.validate, t2.reward, t2.status, t2.end_ns) == \
+        (t.id, 3, 4, True, 0.5, "ok", t.end_ns)  # fmt: skip
+    assert (s2.id, s2.trajectory_id, s2.parent_id, s2.kind, s2.start_ns, s2.end_ns) == \
+        (span.id, t.id, t.id, SpanKind.LLM, span.start_ns, span.end_ns)  # fmt: skip
+    assert s2.inputs == {"request_id": "r1", "prompt_ids": [1, 2], "sampling_params": {}, "kwargs": {"x": 1}}
+    assert s2.outputs == {"token_ids": [3]}
+
+
+def test_the_receiving_end_imports_nothing_it_was_not_built_for():
+    class Evil:
+        def __reduce__(self):
+            return os.system, ("echo pwned",)
+
+    with pytest.raises(pickle.UnpicklingError, match="refuses posix.system"):
+        wire.decode(pickle.dumps(Evil()))
+    assert wire.decode(wire.encode(Evil())).startswith("<tests.tracing.test_sidecar")  # sent as its repr
