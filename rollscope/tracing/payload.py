@@ -165,26 +165,44 @@ def native(v: Any) -> Any:
     An object may say how it is traced with a ``__trace_view__()`` method: the hot path then
     records the object, and the view is computed later, off the rollout's thread.
     """
-    view = getattr(type(v), "__trace_view__", None)
+    t = type(v)
+    convert = _converters.get(t)
+    if convert is None:
+        convert = _converters[t] = _converter_for(t)
+    try:
+        return convert(v)
+    except Exception:
+        return UNKNOWN
+
+
+def _converter_for(t: type) -> Any:
+    """How ``native`` converts instances of ``t``: decided once per type (the checks themselves,
+    a pydantic class's ``__getattr__`` among them, cost more than the conversion)."""
+    view = getattr(t, "__trace_view__", None)
     if view is not None:
-        try:
-            return view(v)
-        except Exception:
-            return UNKNOWN
-    fields = getattr(v, "__dict__", None)
-    if hasattr(v, "__pydantic_fields_set__") and fields is not None and not isinstance(v, type):
-        # pydantic v2: the fields as set (model_dump costs ten times as much)
-        extra = getattr(v, "__pydantic_extra__", None)
-        return {**fields, **extra} if extra else dict(fields)
-    if dataclasses.is_dataclass(v) and not isinstance(v, type):
-        return {f.name: getattr(v, f.name, None) for f in dataclasses.fields(v)}
-    tolist = getattr(v, "tolist", None)  # numpy arrays and scalars, torch tensors
-    if callable(tolist) and type(v).__module__.split(".")[0] in ("numpy", "torch"):
-        try:
-            return tolist()
-        except Exception:
-            return UNKNOWN
+        return view
+    if isinstance(t, type) and issubclass(t, type):
+        return _unknown  # a class: its repr, whatever its metaclass offers
+    if hasattr(t, "__pydantic_fields__") and hasattr(t, "__pydantic_fields_set__"):
+        return _pydantic_fields
+    if dataclasses.is_dataclass(t):
+        return lambda v: {f.name: getattr(v, f.name, None) for f in dataclasses.fields(v)}
+    if t.__module__.split(".")[0] in ("numpy", "torch") and callable(getattr(t, "tolist", None)):
+        return lambda v: v.tolist()  # numpy arrays and scalars, torch tensors
+    return _unknown
+
+
+def _pydantic_fields(v: Any) -> dict[str, Any]:
+    """pydantic v2: the fields as set (model_dump costs ten times as much)."""
+    extra = v.__pydantic_extra__
+    return {**v.__dict__, **extra} if extra else dict(v.__dict__)
+
+
+def _unknown(v: Any) -> Any:
     return UNKNOWN
+
+
+_converters: dict[type, Any] = {}
 
 
 def _decode(tokenizer: Any, ids: list[int]) -> str | None:

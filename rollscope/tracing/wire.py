@@ -20,6 +20,7 @@ from rollscope.tracing.payload import UNKNOWN, native
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 _PROTOCOL = 5
+_KIND_VALUE = {k: k.value for k in SpanKind}
 
 
 def _plain(value: Any) -> Any:
@@ -66,7 +67,7 @@ class _Encoder(pickle.Pickler):
         t = type(obj)
         if t is Span:
             return _span, (
-                obj.id, obj.trajectory_id, obj.parent_id, obj.name, obj.kind.value, obj.start_ns, obj.end_ns,
+                obj.id, obj.trajectory_id, obj.parent_id, obj.name, _KIND_VALUE[obj.kind], obj.start_ns, obj.end_ns,
                 obj.status, obj.error_type, obj.error_message, obj.inputs, obj.outputs, obj.attributes, obj.shaped,
             )  # fmt: skip
         if t is Trajectory:
