@@ -81,7 +81,23 @@ def one_variant(variant: str, n: int, model_dir: str, latency_s: float = 0.0) ->
         return elapsed
 
     asyncio.run(run_all(50))  # warm-up
+    import gc as _gc
+    if os.environ.get("EXP_COLLECT"):
+        _gc.collect()
+    GCS = {"t": 0.0, "n2": 0, "n": 0, "s": 0.0}
+    def _cb(phase, info):
+        if phase == "start":
+            GCS["s"] = time.perf_counter()
+        else:
+            GCS["t"] += time.perf_counter() - GCS["s"]; GCS["n"] += 1; GCS["n2"] += info["generation"] == 2
+    _gc.callbacks.append(_cb)
+    if os.environ.get("EXP_FREEZE"):
+        import gc
+        gc.collect()
+        gc.freeze()
     elapsed = asyncio.run(run_all(n))
+    _gc.callbacks.remove(_cb)
+    print("GC", variant, round(GCS["t"], 3), GCS["n2"], GCS["n"], file=sys.stderr)
     stored = None
     if variant == "rs_local":
         t0 = time.perf_counter()
@@ -90,7 +106,7 @@ def one_variant(variant: str, n: int, model_dir: str, latency_s: float = 0.0) ->
         from rollscope.store import TraceStore
 
         stored = TraceStore(tmp).count(experiment="agent_loop")
-        assert stored == n + 50, stored
+        assert stored == n + 50 or os.environ.get("EXP_CHILD"), stored
         tracing.shutdown_tracing()
     else:
         flush_s = 0.0

@@ -59,7 +59,9 @@ def otel_destination(project: str | None = None, endpoint: str | None = None) ->
 
 
 DESTINATIONS: dict[str, Callable[..., Destination]] = {
-    "mlflow": mlflow_destination, "otel": otel_destination, "weave": weave_destination,
+    "mlflow": mlflow_destination,
+    "otel": otel_destination,
+    "weave": weave_destination,
 }
 
 

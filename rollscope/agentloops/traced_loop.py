@@ -23,6 +23,7 @@ from rollscope.agentloops.llm_client import traced_client
 from rollscope.tracing import SpanKind, get_tracer, rollout_trace_attr, set_reward
 from rollscope.tracing.api import begin_span, end_span
 from rollscope.tracing.context import current_frame, verl_context
+from rollscope.tracing.payload import native
 from rollscope.tracing.spans import Trajectory
 
 log = logging.getLogger("rollscope.agentloops")
@@ -82,7 +83,7 @@ _REPEATED_FIELDS = ("prompt_ids", "response_logprobs", "routed_experts", "multi_
 class RunOutput:
     """What the run span records of an AgentLoopOutput: the trained-on response (ids and mask),
     reward, turns, metrics and extra fields; the rest is in the llm spans. The view is taken when
-    the span is packed or shaped, off the event loop (``payload.native``)."""
+    the span is packed or shaped (``payload.native``)."""
 
     __slots__ = ("output",)
 
@@ -91,10 +92,12 @@ class RunOutput:
 
     def __trace_view__(self) -> Any:
         output = self.output
-        dump = getattr(output, "model_dump", None)
-        if not callable(dump):
+        fields = getattr(output, "__dict__", None)
+        if fields is None:
             return output
-        view = dump(exclude=set(_REPEATED_FIELDS))
+        # (model_dump costs ten times as much; nested models, the metrics, become their fields)
+        view = {k: native(v) if hasattr(v, "__pydantic_fields_set__") else v
+                for k, v in fields.items() if k not in _REPEATED_FIELDS}  # fmt: skip
         view["prompt_length"] = len(getattr(output, "prompt_ids", None) or [])
         return view
 

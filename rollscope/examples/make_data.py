@@ -15,35 +15,59 @@ DATA = Path(__file__).with_name("data")
 
 WORD_PROBLEMS = [
     ("{name} packs {a} boxes with {b} apples in each box. How many apples does {name} pack?", lambda a, b: a * b),
-    ("A shelf holds {a} books. How many books do {b} such shelves hold, as {name} counts them?",
-     lambda a, b: a * b),
+    ("A shelf holds {a} books. How many books do {b} such shelves hold, as {name} counts them?", lambda a, b: a * b),
     ("{name} had {a} marbles and won {b} more. How many marbles does {name} have now?", lambda a, b: a + b),
     ("A tank holds {a} litres. {name} drains {b} litres. How many litres are left?", lambda a, b: a - b),
-    ("{name} shares {p} stickers equally among {b} friends. How many stickers does each friend get?",
-     lambda a, b: a),
+    ("{name} shares {p} stickers equally among {b} friends. How many stickers does each friend get?", lambda a, b: a),
     ("A train travels {a} km every hour for {b} hours. How far does it go?", lambda a, b: a * b),
-    ("{name} saves {a} dollars a week for {b} weeks, then spends 15 dollars. How much is left?",
-     lambda a, b: a * b - 15),
+    (
+        "{name} saves {a} dollars a week for {b} weeks, then spends 15 dollars. How much is left?",
+        lambda a, b: a * b - 15,
+    ),
 ]
 NAMES = ["Ava", "Ben", "Chen", "Dara", "Eli", "Fatima", "Goro", "Hana", "Ivan", "Jude"]
 
 CODE_TASKS = [
-    ("Write a Python function `add(a, b)` that returns the sum of a and b.", "add",
-     [([2, 3], 5), ([-1, 1], 0), ([10, 32], 42)]),
-    ("Write a Python function `is_even(n)` that returns True when n is even.", "is_even",
-     [([4], True), ([7], False), ([0], True)]),
-    ("Write a Python function `reverse(s)` that returns the string s reversed.", "reverse",
-     [(["abc"], "cba"), ([""], ""), (["racecar"], "racecar")]),
-    ("Write a Python function `factorial(n)` that returns n! for n >= 0.", "factorial",
-     [([0], 1), ([5], 120), ([6], 720)]),
-    ("Write a Python function `maximum(xs)` that returns the largest number in the list xs.", "maximum",
-     [([[1, 5, 3]], 5), ([[-2, -9]], -2), ([[7]], 7)]),
-    ("Write a Python function `count_vowels(s)` that returns how many vowels (aeiou) are in s.", "count_vowels",
-     [(["hello"], 2), (["sky"], 0), (["aeiou"], 5)]),
-    ("Write a Python function `fib(n)` returning the n-th Fibonacci number, fib(0)=0, fib(1)=1.", "fib",
-     [([0], 0), ([1], 1), ([10], 55)]),
-    ("Write a Python function `square_all(xs)` that returns a list of the squares of xs.", "square_all",
-     [([[1, 2, 3]], [1, 4, 9]), ([[]], []), ([[-3]], [9])]),
+    (
+        "Write a Python function `add(a, b)` that returns the sum of a and b.",
+        "add",
+        [([2, 3], 5), ([-1, 1], 0), ([10, 32], 42)],
+    ),
+    (
+        "Write a Python function `is_even(n)` that returns True when n is even.",
+        "is_even",
+        [([4], True), ([7], False), ([0], True)],
+    ),
+    (
+        "Write a Python function `reverse(s)` that returns the string s reversed.",
+        "reverse",
+        [(["abc"], "cba"), ([""], ""), (["racecar"], "racecar")],
+    ),
+    (
+        "Write a Python function `factorial(n)` that returns n! for n >= 0.",
+        "factorial",
+        [([0], 1), ([5], 120), ([6], 720)],
+    ),
+    (
+        "Write a Python function `maximum(xs)` that returns the largest number in the list xs.",
+        "maximum",
+        [([[1, 5, 3]], 5), ([[-2, -9]], -2), ([[7]], 7)],
+    ),
+    (
+        "Write a Python function `count_vowels(s)` that returns how many vowels (aeiou) are in s.",
+        "count_vowels",
+        [(["hello"], 2), (["sky"], 0), (["aeiou"], 5)],
+    ),
+    (
+        "Write a Python function `fib(n)` returning the n-th Fibonacci number, fib(0)=0, fib(1)=1.",
+        "fib",
+        [([0], 0), ([1], 1), ([10], 55)],
+    ),
+    (
+        "Write a Python function `square_all(xs)` that returns a list of the squares of xs.",
+        "square_all",
+        [([[1, 2, 3]], [1, 4, 9]), ([[]], []), ([[-3]], [9])],
+    ),
 ]
 
 QUESTIONS = [

@@ -184,7 +184,7 @@ class EmbeddedLLM:
                 break
             if stops:
                 text += self.tokenizer.decode([token])
-                if any(s in text[-(len(s) + 32):] for s in stops):
+                if any(s in text[-(len(s) + 32) :] for s in stops):
                     finish = "stop"
                     break
             llama.eval([token])

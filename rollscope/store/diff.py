@@ -57,9 +57,7 @@ def _turns(record: TrajectoryRecord) -> list[SpanRecord]:
 
 def diff_trajectories(left: TrajectoryRecord, right: TrajectoryRecord) -> TrajectoryDiff:
     summary = ("status", "reward", "num_llm_calls", "num_tool_calls", "num_errors")
-    fields = {
-        f: (getattr(left, f), getattr(right, f)) for f in summary if getattr(left, f) != getattr(right, f)
-    }
+    fields = {f: (getattr(left, f), getattr(right, f)) for f in summary if getattr(left, f) != getattr(right, f)}
     a, b = _turns(left), _turns(right)
     turns = []
     for i in range(max(len(a), len(b))):

@@ -196,9 +196,7 @@ class TraceStore:
         values["validate"] = bool(values["validate"])
         values["attributes"] = json.loads(values["attributes"]) if values["attributes"] else {}
         tid = values["id"]
-        return TrajectoryRecord(
-            **values, shard=shard.name, _load_spans=lambda: self.spans(tid, shard)
-        )
+        return TrajectoryRecord(**values, shard=shard.name, _load_spans=lambda: self.spans(tid, shard))
 
     def __enter__(self) -> TraceStore:
         return self

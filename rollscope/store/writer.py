@@ -19,9 +19,7 @@ _UPSERT_TRAJECTORY = (
     + ", ".join(f"{c} = excluded.{c}" for c in TRAJECTORY_COLUMNS if c not in ("id", "reward"))
     + ", reward = COALESCE(excluded.reward, trajectories.reward)"
 )
-_INSERT_SPAN = (
-    f"INSERT OR REPLACE INTO spans ({', '.join(SPAN_COLUMNS)}) VALUES ({', '.join('?' * len(SPAN_COLUMNS))})"
-)
+_INSERT_SPAN = f"INSERT OR REPLACE INTO spans ({', '.join(SPAN_COLUMNS)}) VALUES ({', '.join('?' * len(SPAN_COLUMNS))})"
 _SET_REWARD = (
     "UPDATE trajectories SET reward = COALESCE(?, reward), "
     "attributes = json_set(COALESCE(attributes, '{}'), '$.reward_details', json(?)) WHERE id = ?"

@@ -91,7 +91,5 @@ def _schema(raw: Any) -> OpenAIFunctionToolSchema | None:
 def _one_line(exc: Exception) -> str:
     if isinstance(exc, ValidationError):
         errs = exc.errors()
-        return "bad tool_schema: " + "; ".join(
-            f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errs[:3]
-        )
+        return "bad tool_schema: " + "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in errs[:3])
     return str(exc).splitlines()[0] if str(exc) else type(exc).__name__

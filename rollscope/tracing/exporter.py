@@ -186,8 +186,11 @@ class Exporter:
         self._stop = False
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        if shape is None and len(workers) == 1 and hasattr(workers[0], "take_ingest"):
-            workers[0].take_ingest(self.ingest, self._wake)  # the sidecar's sender reads the queue itself
+        self._direct = None
+        if shape is None and len(workers) == 1 and hasattr(workers[0], "pack"):
+            # Only the trace sidecar, and nothing to shape here: events are packed as they happen.
+            self._direct = workers[0]
+            self.submit = self._direct.pack  # type: ignore[method-assign]
         else:
             self._thread = threading.Thread(target=self._run, name="rollscope-exporter", daemon=True)
             self._thread.start()
@@ -204,8 +207,11 @@ class Exporter:
         marker = Marker(len(self.workers))
         if not self.workers:
             marker.done.set()
-        self.ingest.append((_FLUSH, marker))
-        self._wake.set()
+        if self._direct is not None:
+            self._direct.submit([(_FLUSH, marker)])
+        else:
+            self.ingest.append((_FLUSH, marker))
+            self._wake.set()
         return marker.done.wait(timeout)
 
     def close(self, timeout: float | None = 10.0) -> bool:

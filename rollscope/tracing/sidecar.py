@@ -3,8 +3,8 @@ outside the traced process (the local store), so their CPU never competes with t
 the traced process's GIL.
 
 What stays in the traced process is the capture (the hooks) and the packing (``wire``): about a
-quarter of the per-trajectory work, and the cheapest quarter. With an instant LLM on 2 cores that is
-the difference between ~20 % and ~1-2 % of rollout throughput (benchmarks/RESULTS.md, issue 3).
+sixth of the per-trajectory work. The sidecar holds what it receives in a ``Backlog`` and stores
+it while the traced process leaves the CPU idle (benchmarks/RESULTS.md, issue 3).
 
 Protocol: length-prefixed frames over the child's stdin and a private copy of its stdout.
     parent -> child   CONFIG (first), EVENTS, FLUSH id, CLOSE
@@ -30,7 +30,8 @@ from collections import deque
 from typing import Any
 
 from rollscope.tracing import wire
-from rollscope.tracing.exporter import _FLUSH, MAX_BATCH, BackendWorker, Exporter, Marker, is_flush
+from rollscope.tracing.backlog import DEFAULT_MAX_BYTES, Backlog
+from rollscope.tracing.exporter import _FLUSH, BackendWorker, Exporter, Marker, is_flush
 from rollscope.tracing.payload import PayloadShaper
 from rollscope.tracing.redaction import Redactor
 from rollscope.tracing.shaping import EventShaper
@@ -85,8 +86,9 @@ class SidecarError(RuntimeError):
 # The traced process's end
 # ------------------------------------------------------------------------------------------------
 class SidecarWorker:
-    """Stands where a BackendWorker would: takes event batches, packs and sends them, and turns
-    the child's acknowledgements into flush arrivals and stats."""
+    """Stands where a BackendWorker would: packs events (``wire.Packer``), sends what was packed
+    every few tens of milliseconds, and turns the child's acknowledgements into flush arrivals
+    and stats."""
 
     def __init__(self, config: dict[str, Any], shaped: bool) -> None:
         # config: backends [(name, "module:Class", options)], settings, max_payload_chars,
@@ -110,6 +112,8 @@ class SidecarWorker:
         self._closed = threading.Event()
         self._close_ok = False
         self._lock = threading.Lock()
+        self._packer = wire.Packer()
+        self._pack_lock = threading.Lock()
         self._fallback: list[BackendWorker] | None = None
         self._fallback_shape = None if shaped else make_event_shaper(config["max_payload_chars"],
                                                                        tuple(config["redact_patterns"]))  # fmt: skip
@@ -142,14 +146,32 @@ class SidecarWorker:
         self._reader.start()
 
     # ---- the worker interface the Exporter uses ----
-    def take_ingest(self, ingest: deque, wake: threading.Event) -> None:
-        """Read the exporter's ingest queue directly (when nothing is shaped in this process):
-        one thread fewer to wake, and so fewer GIL hand-offs with the rollout."""
-        self.queue, self._wake = ingest, wake
+    def pack(self, event: Any) -> None:
+        """Called where the event happens (the rollout's thread, when the Exporter hands this
+        worker its submit): the event is pickled now and its objects are free to go."""
+        with self._pack_lock:
+            self._add(event)
+
+    def _add(self, event: Any) -> None:
+        try:
+            self._packer.add(event)
+        except Exception as exc:
+            self.errors += 1
+            log.warning("trace event not sent to the sidecar: %s: %s", type(exc).__name__, exc)
 
     def submit(self, events: list) -> None:
-        self.queue.extend(events)
-        self._wake.set()
+        for event in events:
+            if is_flush(event):
+                with self._pack_lock:  # what was packed before the marker goes before it
+                    self._move_packed()
+                    self.queue.append(event)
+                self._wake.set()
+            else:
+                self.pack(event)
+
+    def _move_packed(self) -> None:
+        if self._packer.count:
+            self.queue.append(self._packer.take())
 
     def stop(self) -> None:
         self._stop = True
@@ -193,8 +215,9 @@ class SidecarWorker:
         else:
             out = {n: dict(self._child_stats.get(n, _EMPTY_STATS)) for n in self.names}
             stats_list = out.values()
+        queued = self._packer.count + sum(item[1] for item in list(self.queue) if not is_flush(item))
         for s in stats_list:
-            s["queued"] += len(self.queue)
+            s["queued"] += queued
             s["dropped"] += self.dropped
             s["errors"] += self.errors
         return out
@@ -202,54 +225,33 @@ class SidecarWorker:
     # ---- sending ----
     def _run(self) -> None:
         while True:
-            q = self.queue  # (replaced by the exporter's ingest queue right after start)
-            if not q:
-                if self._stop:
-                    return
-                self._wake.wait(SEND_INTERVAL_S)
-                self._wake.clear()
-                continue
-            batch: list = []
-            for _ in range(min(len(q), MAX_BATCH)):
-                event = q.popleft()
-                if is_flush(event):
-                    self._send(batch)
-                    batch = []
-                    self._send_flush(event[1])
-                else:
-                    batch.append(event)
-            self._send(batch)
-            if not self._stop:
-                self._wake.wait(SEND_INTERVAL_S)  # let a batch build up: each wake-up costs the rollout
-                self._wake.clear()
+            with self._pack_lock:
+                self._move_packed()
+            q = self.queue
+            while q:
+                item = q.popleft()
+                try:
+                    if is_flush(item):
+                        self._send_flush(item[1])
+                    else:
+                        self._send(*item)
+                except Exception as exc:  # the sender must outlive anything one batch does
+                    self.errors += 1
+                    log.warning("trace sidecar sender: %s: %s", type(exc).__name__, exc)
+            if self._stop and not self._packer.count:
+                return
+            self._wake.wait(SEND_INTERVAL_S)  # let packed events gather: each wake-up costs the rollout
+            self._wake.clear()
 
-    def _send(self, batch: list) -> None:
-        if not batch:
-            return
+    def _send(self, body: bytes, count: int) -> None:
         if self._fallback is None:
-            try:
-                body = wire.encode(batch)
-            except Exception:
-                body = wire.encode(self._packable(batch))
             try:  # only this thread writes to the pipe: no lock held while the child is slow
-                _write_frame(self._out, EVENTS, body)
-                self._sent += len(batch)
+                _write_frame(self._out, EVENTS, struct.pack("<I", count) + body)
+                self._sent += count
                 return
             except OSError:
                 self._child_gone("its pipe closed")
-        self._to_fallback(batch)
-
-    def _packable(self, batch: list) -> list:
-        """The events of a batch that failed to pack, one by one; one that still fails is dropped."""
-        out = []
-        for event in batch:
-            try:
-                wire.encode(event)
-                out.append(event)
-            except Exception as exc:
-                self.errors += 1
-                log.warning("trace event not sent to the sidecar: %s: %s", type(exc).__name__, exc)
-        return out
+        self._to_fallback(wire.unpack(body))
 
     def _send_flush(self, marker: Marker) -> None:
         if self._fallback is None:
@@ -388,21 +390,33 @@ def main() -> None:
     except Exception as exc:
         send(FAILED, wire.encode((type(exc).__name__, str(exc))))
         return
+    max_mb = float(os.environ.get("ROLLSCOPE_SIDECAR_BACKLOG_MB", DEFAULT_MAX_BYTES / 2**20))
+    backlog = Backlog(lambda chunk: exporter.submit_many(wire.unpack(chunk)), os.getppid(), int(max_mb * 2**20))
+
+    def stats() -> dict[str, Any]:
+        out = exporter.stats()["backends"]
+        for s in out.values():
+            s["queued"] += backlog.events
+        return out
+
     send(READY)
     while True:
         frame = _read_frame(fd_in)
         if frame is None:  # the traced process is gone: keep what it sent
+            backlog.close()
             exporter.close(30.0)
             return
         kind, body = frame
         if kind == EVENTS:
-            exporter.submit_many(wire.decode(body))
+            backlog.add(body[4:], struct.unpack_from("<I", body)[0])
         elif kind == FLUSH:
+            backlog.drain()
             exporter.flush(None)
-            send(FLUSHED, wire.encode((struct.unpack("<Q", body)[0], exporter.stats()["backends"])))
+            send(FLUSHED, wire.encode((struct.unpack("<Q", body)[0], stats())))
         elif kind == CLOSE:
+            backlog.close()
             ok = exporter.close(None)
-            send(CLOSED, wire.encode((ok, exporter.stats()["backends"])))
+            send(CLOSED, wire.encode((ok, stats())))
             return
 
 

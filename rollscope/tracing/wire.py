@@ -11,12 +11,14 @@ side never imports anything but the builtins and this module (its unpickler refu
 from __future__ import annotations
 
 import io
+import marshal
 import pickle
+import struct
 from collections.abc import Mapping
 from typing import Any
 
 from rollscope.tracing.callargs import CallArgs
-from rollscope.tracing.payload import UNKNOWN, native
+from rollscope.tracing.payload import UNKNOWN, NoRedaction, PayloadShaper, native
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 _PROTOCOL = 5
@@ -45,7 +47,7 @@ def _trajectory(
     id: str, project: str | None, experiment: str | None, step: Any, sample_index: Any, rollout_n: Any,
     validate: bool, agent_name: str, attributes: Any, reward: float | None, start_ns: int, end_ns: int | None,
     status: str, error_type: str | None, error_message: Any,
-) -> Trajectory:  # fmt: skip
+) -> Trajectory:  # (the order of the trajectory records below)  # fmt: skip
     t = Trajectory(
         project=project, experiment=experiment, step=step, sample_index=sample_index, rollout_n=rollout_n,
         validate=validate, agent_name=agent_name, attributes=attributes,
@@ -117,6 +119,110 @@ def encode(value: Any) -> bytes:
     return buf.getvalue()
 
 
+class Packer:
+    """Packs events one at a time, as they happen, into one growing buffer (``unpack`` reads it).
+
+    Packing at once lets a span's objects die when the traced call returns, as untraced ones do;
+    held in a queue, they would outlive collections and be promoted (benchmarks/RESULTS.md).
+    The common event, a span whose payloads are plain builtins once call arguments are bound and
+    a rich result is viewed, goes through ``marshal`` (several times cheaper than pickle for
+    small values); anything marshal refuses goes through the pickler above. Each record is
+    [tag][length][data]. Not thread-safe: the caller holds a lock.
+    """
+
+    def __init__(self) -> None:
+        self._buf = io.BytesIO()
+        self.count = 0
+
+    def add(self, event: Any) -> None:
+        """Raises only if even the event's plain copy cannot be pickled; the buffer stays whole."""
+        record = _record(event)
+        if record is not None:
+            try:
+                self._write(_MARSHAL, marshal.dumps(record, _MARSHAL_VERSION))
+                return
+            except ValueError:  # an object marshal does not know, somewhere in the payloads
+                pass
+        try:
+            data = encode(event)
+        except Exception:  # a structure too deep for pickle, say
+            data = encode(_plain_event(event))
+        self._write(_PICKLE, data)
+
+    def _write(self, tag: int, data: bytes) -> None:
+        self._buf.write(_RECORD.pack(tag, len(data)))
+        self._buf.write(data)
+        self.count += 1
+
+    def take(self) -> tuple[bytes, int]:
+        """What was packed since the last take, and how many events that is."""
+        data, count = self._buf.getvalue(), self.count
+        self._buf.seek(0)
+        self._buf.truncate()
+        self.count = 0
+        return data, count
+
+
+_RECORD = struct.Struct("<BI")
+_MARSHAL, _PICKLE = 1, 2
+_MARSHAL_VERSION = 2  # no back-references: the fastest for small records (a cycle fails over to pickle)
+_PLAIN_TYPES = (dict, list, str, int, float, type(None), bool, tuple)
+_SPAN_END = 2  # the tag of a span-end record (event kinds 0-4 are tuples' first elements)
+
+
+def _record(event: Any) -> tuple | None:
+    """A tuple of builtins for marshal, or None when the event goes by pickle."""
+    if type(event) is Span:
+        inputs, outputs = event.inputs, event.outputs
+        if type(inputs) is CallArgs:
+            inputs = inputs.bind()
+        if type(outputs) not in _PLAIN_TYPES:
+            plain = native(outputs)
+            if plain is UNKNOWN:
+                return None
+            outputs = plain
+        return (
+            _SPAN_END, event.id, event.trajectory_id, event.parent_id, event.name, _KIND_VALUE[event.kind],
+            event.start_ns, event.end_ns, event.status, event.error_type, event.error_message, inputs, outputs,
+            event.attributes, event.shaped,
+        )  # fmt: skip
+    kind = event[0]
+    if kind == 0 or kind == 3:  # a trajectory opened or closed
+        t = event[1]
+        return (
+            kind, t.id, t.project, t.experiment, t.step, t.sample_index, t.rollout_n, t.validate, t.agent_name,
+            t.attributes, t.reward, t.start_ns, t.end_ns, t.status, t.error_type, t.error_message,
+        )  # fmt: skip
+    if kind == 4:  # a reward
+        return event
+    return None
+
+
+def _event(record: tuple) -> Any:
+    kind = record[0]
+    if kind == _SPAN_END:
+        return _span(*record[1:])
+    if kind == 0 or kind == 3:
+        return (kind, _trajectory(*record[1:]))
+    return record
+
+
+_PLAIN = PayloadShaper(NoRedaction(), None)
+
+
+def _plain_event(event: Any) -> Any:
+    """The event with its payloads made plain (depth-limited, no redaction or truncation: the
+    sidecar still does those)."""
+    if type(event) is Span:
+        inputs = event.inputs.bind() if type(event.inputs) is CallArgs else event.inputs
+        return _span(
+            event.id, event.trajectory_id, event.parent_id, event.name, _KIND_VALUE[event.kind], event.start_ns,
+            event.end_ns, event.status, event.error_type, _PLAIN.shape(event.error_message),
+            _PLAIN.shape(inputs), _PLAIN.shape(event.outputs), _PLAIN.shape(event.attributes), event.shaped,
+        )  # fmt: skip
+    return tuple(_PLAIN.shape(x) if type(x) is not Trajectory else x for x in event)
+
+
 class _Decoder(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         found = _ALLOWED.get((module, name))
@@ -127,3 +233,16 @@ class _Decoder(pickle.Unpickler):
 
 def decode(data: bytes) -> Any:
     return _Decoder(io.BytesIO(data)).load()
+
+
+def unpack(data: bytes) -> list[Any]:
+    """The events of a ``Packer`` buffer, in order."""
+    view = memoryview(data)
+    events = []
+    at, size = 0, _RECORD.size
+    while at < len(view):
+        tag, length = _RECORD.unpack_from(view, at)
+        body = view[at + size : at + size + length]
+        at += size + length
+        events.append(_event(marshal.loads(body)) if tag == _MARSHAL else _Decoder(io.BytesIO(body)).load())
+    return events

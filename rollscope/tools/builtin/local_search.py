@@ -19,9 +19,7 @@ from rollscope.tools.traced_tool import ExecuteResult, ToolError, TracedTool
 
 DEFAULT_CORPUS = Path(__file__).with_name("data") / "search_corpus.jsonl"
 _WORD = re.compile(r"[a-z0-9]+")
-_STOP = frozenset(
-    "a an and are as at be by for from has in is it its of on or that the to was were which with".split()
-)
+_STOP = frozenset("a an and are as at be by for from has in is it its of on or that the to was were which with".split())
 
 SCHEMA = {
     "type": "function",
