@@ -84,8 +84,12 @@ def one(backend: str, n: int) -> dict:
     tracing.shutdown_tracing(60)
     spans = n * SPANS
     assert stats["dropped"] == 0 and stats["errors"] == 0, stats
-    return {"trajectories": n, "spans": spans, "caller_us_per_span": 1e6 * caller / spans,
-            "end_to_end_spans_per_s": spans / total}
+    return {
+        "trajectories": n,
+        "spans": spans,
+        "caller_us_per_span": 1e6 * caller / spans,
+        "end_to_end_spans_per_s": spans / total,
+    }
 
 
 def main() -> None:

@@ -31,8 +31,10 @@ from typing import Any
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 
 VARIANTS = ["direct", "runner"]
-REPLIES = ['<tool_call>{"name": "calculator", "arguments": {"expression": "61 * 16"}}</tool_call>',
-           "The answer is 976."]
+REPLIES = [
+    '<tool_call>{"name": "calculator", "arguments": {"expression": "61 * 16"}}</tool_call>',
+    "The answer is 976.",
+]
 
 
 def scripted_runner(n: int, latency_s: float) -> tuple:
@@ -126,8 +128,10 @@ def overhead(args: argparse.Namespace, latency_ms: float) -> dict:
     rates, _ = run_rounds(__file__, VARIANTS, args, latency_ms)
     med = {v: statistics.median(r) for v, r in rates.items()}
     cost = (1 - med["runner"] / med["direct"]) * 100
-    print(f"runner overhead, LLM latency {latency_ms:g} ms/turn, {args.trajectories} trajectories x 2 turns, "
-          "64 concurrent:")
+    print(
+        f"runner overhead, LLM latency {latency_ms:g} ms/turn, {args.trajectories} trajectories x 2 turns, "
+        "64 concurrent:"
+    )
     for v in VARIANTS:
         print(f"  {v:<7} {med[v]:8.1f} trajectories/s   rounds: " + ", ".join(f"{r:.1f}" for r in rates[v]))
     print(f"  the runner costs {cost:.1f}% of direct asyncio.gather throughput (goal <= 2%)")

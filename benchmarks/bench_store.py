@@ -230,17 +230,23 @@ def main() -> None:
         Path(f"{tmp}/q").mkdir()
         res["query"] = _query(args.spans, f"{tmp}/q")
     i1, i4, m, q = res["ingest_1proc"], res["ingest_4proc"], res["mlflow"], res["query"]
-    print(f"ingest, 1 process:   {i1['spans_per_s']:>10,.0f} spans/s (caller {i1['caller_s']:.2f}s, "
-          f"to disk {i1['total_s']:.2f}s for {i1['spans']:,} spans)")
-    print(f"ingest, 4 processes: {i4['aggregate_spans_per_s']:>10,.0f} spans/s in all; per process "
-          + ", ".join(f"{v:,.0f}" for v in i4["per_process_spans_per_s"]))
+    print(
+        f"ingest, 1 process:   {i1['spans_per_s']:>10,.0f} spans/s (caller {i1['caller_s']:.2f}s, "
+        f"to disk {i1['total_s']:.2f}s for {i1['spans']:,} spans)"
+    )
+    print(
+        f"ingest, 4 processes: {i4['aggregate_spans_per_s']:>10,.0f} spans/s in all; per process "
+        + ", ".join(f"{v:,.0f}" for v in i4["per_process_spans_per_s"])
+    )
     print(f"writer only:         {res['writer_only']['spans_per_s']:>10,.0f} spans/s")
     print(f"mlflow sqlite:       {m['spans_per_s']:>10,.1f} spans/s ({m['spans_per_s'] / 7:.1f} traces/s)")
     print(f"rollscope / mlflow:  {res['ratio_ingest_vs_mlflow']:>10,.0f}x")
-    print(f"query over {q['spans_in_store']:,} spans ({q['trajectories_in_store']:,} trajectories, 4 shards): "
-          f"trajectories(step) {q['trajectories_step_ms']:.1f} ms for {q['trajectories_per_step']} rows, "
-          f"group {q['group_ms']:.1f} ms, first page of 100 {q['first_page_100_ms']:.1f} ms, "
-          f"cold open + step query {q['cold_open_and_step_query_ms']:.1f} ms")
+    print(
+        f"query over {q['spans_in_store']:,} spans ({q['trajectories_in_store']:,} trajectories, 4 shards): "
+        f"trajectories(step) {q['trajectories_step_ms']:.1f} ms for {q['trajectories_per_step']} rows, "
+        f"group {q['group_ms']:.1f} ms, first page of 100 {q['first_page_100_ms']:.1f} ms, "
+        f"cold open + step query {q['cold_open_and_step_query_ms']:.1f} ms"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(res, indent=2))
 

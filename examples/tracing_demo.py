@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rollscope import tracing
 from rollscope.store import TraceStore
+from rollscope.store.schema import resolve_dir
 
 QUESTIONS = [("What is 17 * 23?", 391), ("What is 1234 + 4321?", 5555), ("What is 96 / 8?", 12)]
 _OPS = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv}
@@ -106,11 +107,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--dir", default=None, help="trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
     args = ap.parse_args()
-    tracer = tracing.init_tracing(project="demo", experiment="calculator", trace_dir=args.dir)
+    tracing.init_tracing(project="demo", experiment="calculator", trace_dir=args.dir)
     for step in range(2):
         asyncio.run(rollouts(step, n=4))
     tracing.flush_tracing()
-    directory = tracer.backends[0].directory
+    directory = resolve_dir(args.dir)  # where the local backend writes (the trace sidecar, by default)
 
     store = TraceStore(directory)
     print(f"trajectories in {directory}: {store.count()}  (this run: experiment 'calculator')\n")

@@ -222,3 +222,78 @@ def test_the_receiving_end_imports_nothing_it_was_not_built_for():
     with pytest.raises(pickle.UnpicklingError, match="refuses posix.system"):
         wire.decode(pickle.dumps(Evil()))
     assert wire.decode(wire.encode(Evil())).startswith("<tests.tracing.test_sidecar")  # sent as its repr
+
+
+def test_packed_events_come_back_in_order_whichever_way_they_were_packed():
+    t = Trajectory(project="p", experiment="e", step=1, sample_index=0, rollout_n=0, validate=False, agent_name="a")
+    plain = Span("plain", SpanKind.TOOL, t, t.id, {"ids": [1, 2, 3]})
+    plain.finish({"text": "ok", "nan": float("nan")})
+    rich = Span("rich", SpanKind.LLM, t, t.id, {"nested": [Reply(text="r", ids=[1])]})  # marshal refuses
+    rich.finish(Reply(text="out", ids=[2]))
+    cyclic = []
+    cyclic.append(cyclic)
+    loop = Span("cyclic", SpanKind.CUSTOM, t, t.id, {"loop": cyclic})
+    loop.finish(None)
+    packer = wire.Packer()
+    for event in [(0, t), plain, rich, (4, t.id, 0.5, {"why": "ok"}), loop, (3, t)]:
+        packer.add(event)
+    data, count = packer.take()
+    assert count == 6 and packer.take() == (b"", 0)
+    events = wire.unpack(data)
+    assert [e[0] if type(e) is tuple else e.name for e in events] == [0, "plain", "rich", 4, "cyclic", 3]
+    shaper = PayloadShaper(Redactor(), 20_000)
+    assert events[1].outputs["text"] == "ok" and shaper.shape(events[1].outputs)["nan"] == "nan"
+    assert shaper.shape(events[2].inputs) == {"nested": [{"text": "r", "ids": [1]}]}
+    assert events[2].outputs == {"text": "out", "ids": [2]}
+    assert events[3] == (4, t.id, 0.5, {"why": "ok"})
+    assert "max depth" in str(shaper.shape(events[4].inputs))  # a cycle: stored, bounded
+
+
+def _process(code):
+    return subprocess.Popen([sys.executable, "-c", code])
+
+
+def test_backlog_waits_while_the_traced_process_works_and_drains_on_flush():
+    from rollscope.tracing import backlog as bl
+
+    busy = _process("while True: pass")
+    try:
+        released = []
+        b = bl.Backlog(released.append, busy.pid)
+        for i in range(3):
+            b.add(b"chunk%d" % i, 1)
+        time.sleep(5 * bl.CHECK_S)
+        assert released == [] and b.events == 3  # the traced process used its core throughout
+        b.drain()  # a flush
+        assert released == [b"chunk0", b"chunk1", b"chunk2"] and b.events == 0
+        b.close()
+    finally:
+        busy.kill()
+        busy.wait()
+
+
+def test_backlog_stores_while_the_traced_process_waits_and_stays_bounded():
+    from rollscope.tracing import backlog as bl
+
+    idle = _process("import time; time.sleep(60)")
+    busy = _process("while True: pass")
+    try:
+        released = []
+        b = bl.Backlog(released.append, idle.pid)
+        b.add(b"a", 1)
+        deadline = time.monotonic() + 10
+        while not released and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert released == [b"a"]
+        b.close()
+        bounded = []
+        b = bl.Backlog(bounded.append, busy.pid, max_bytes=10)
+        for chunk in (b"12345678", b"abcdefgh", b"ABCDEFGH"):
+            b.add(chunk, 1)
+        assert bounded == [b"12345678", b"abcdefgh"] and b.bytes == 8  # the oldest went on at once
+        b.close()
+        assert bounded[-1] == b"ABCDEFGH"
+    finally:
+        for p in (idle, busy):
+            p.kill()
+            p.wait()

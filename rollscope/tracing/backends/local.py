@@ -44,10 +44,6 @@ class LocalBackend(TraceBackend):
         self._counts: dict[str, list[int]] = {}
         self.dropped_spans = 0  # given up while the disk stayed full (see flush)
 
-    @property
-    def directory(self) -> os.PathLike:
-        return self.writer.directory
-
     def _row(self, t: Trajectory) -> tuple:
         c = self._counts.get(t.id, _NO_COUNTS)
         return (
