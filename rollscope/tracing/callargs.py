@@ -1,7 +1,7 @@
 """A traced call's arguments, captured on the rollout's thread and bound to names later.
 
-Binding (``Signature.bind``-like, but precomputed per function) happens off the event loop: on the
-exporter thread, or while the call is packed for the trace sidecar.
+Binding (``Signature.bind``-like, but precomputed per function) happens once, after the call: when
+its span is packed for the trace sidecar, or shaped on the exporter thread.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from typing import Any
 
 
 class CallArgs:
-    """A traced call's raw arguments, bound to parameter names later, on the exporter thread."""
+    """A traced call's raw arguments, bound to parameter names later (see the module docstring)."""
 
     __slots__ = ("args", "binder", "kwargs")
 
