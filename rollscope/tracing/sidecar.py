@@ -367,7 +367,8 @@ class _FrameLogHandler(logging.Handler):
 
 def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    os.nice(SIDECAR_NICE)
+    if hasattr(os, "nice"):
+        os.nice(SIDECAR_NICE)
     fd_in = 0
     fd_out = os.dup(1)
     os.dup2(2, 1)  # anything a library prints goes to stderr, never into the protocol
