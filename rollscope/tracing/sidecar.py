@@ -105,7 +105,7 @@ class SidecarWorker:
         self._confirmed = 0  # of those, how many the child confirmed stored (at a flush)
         self._closing = False
         self._child_stats: dict[str, dict[str, Any]] = {}
-        self._pending: dict[int, Marker] = {}
+        self._pending: dict[int, tuple[Marker, int]] = {}  # flush id -> (marker, events sent before it)
         self._next_flush = 0
         self._wake = threading.Event()
         self._stop = False
@@ -148,7 +148,7 @@ class SidecarWorker:
     # ---- the worker interface the Exporter uses ----
     def pack(self, event: Any) -> None:
         """Called where the event happens (the rollout's thread, when the Exporter hands this
-        worker its submit): the event is pickled now and its objects are free to go."""
+        worker its submit): the event is packed now and its objects are free to go."""
         with self._pack_lock:
             self._add(event)
 
