@@ -1,8 +1,9 @@
 """Turns whatever a traced call received or returned into a JSON-safe, bounded, secret-free value.
 
-Runs in the trace sidecar or on the exporter thread, never on the rollout's event loop. Anything goes in (pydantic models,
-dataclasses, numpy and torch values, objects that refuse to be serialized, cycles, NaN); what comes
-out is plain JSON types only, so every backend can store it as is.
+Runs in the trace sidecar or on the exporter thread, never on the rollout's event loop. Anything
+goes in (pydantic models, dataclasses, numpy and torch values, objects that refuse to be
+serialized, cycles, NaN); what comes out is plain JSON types only, so every backend can store it
+as is.
 """
 
 from __future__ import annotations
