@@ -1,9 +1,10 @@
 """Moves trace events off the rollout's thread: shape once, then fan out to the backends' workers.
 
-The hot path only appends to a deque (no lock, no wake-up call, no I/O). A thread drains it every
-few milliseconds, shapes the events when a backend in this process needs them shaped (payloads
-become JSON-safe redacted values), and hands each batch to every worker: one per backend here, and
-the trace sidecar's (``sidecar``), which ships batches to a helper process that shapes and stores.
+The hot path only appends to a deque (no wake-up call, no I/O); or, when the trace sidecar is the
+only destination, packs the event for it on the spot (``sidecar``, ``wire.Packer``). A thread
+drains the deque every few milliseconds, shapes the events when a backend in this process needs
+them shaped (payloads become JSON-safe redacted values), and hands each batch to every worker: one
+per backend here, and the sidecar's, which ships them to the helper process that stores them.
 A worker for a lossy backend has a bounded queue and drops (and counts) what does not fit, so a
 slow or dead backend never slows the rollout or the other backends; a lossless backend (the local
 store) gets an unbounded queue and so never drops.
@@ -24,7 +25,7 @@ from rollscope.tracing.spans import Span
 log = logging.getLogger("rollscope.tracing")
 
 _IDLE_POLL_S = 0.005
-MAX_BATCH = 4096
+_MAX_BATCH = 4096
 
 # Events are tuples whose first element is one of these kinds, except "span ended", which is the
 # bare Span object (the most frequent event, so it gets no tuple).
@@ -138,7 +139,7 @@ class BackendWorker:
                 self._wake.clear()
                 continue
             did_work = False
-            for _ in range(min(len(q), MAX_BATCH)):
+            for _ in range(min(len(q), _MAX_BATCH)):
                 event = q.popleft()
                 if type(event) is Span:
                     ok = self._call(on_span_end, event)
@@ -242,7 +243,7 @@ class Exporter:
                 self._wake.wait(_IDLE_POLL_S)
                 self._wake.clear()
                 continue
-            n = min(len(q), MAX_BATCH)
+            n = min(len(q), _MAX_BATCH)
             if shape is None:
                 batch = [q.popleft() for _ in range(n)]
             else:
