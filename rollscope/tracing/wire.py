@@ -176,11 +176,9 @@ def _record(event: Any) -> tuple | None:
         inputs, outputs = event.inputs, event.outputs
         if type(inputs) is CallArgs:
             inputs = inputs.bind()
-        if type(outputs) not in _PLAIN_TYPES:
-            plain = native(outputs)
-            if plain is UNKNOWN:
-                return None
-            outputs = plain
+        outputs = _fields_of(outputs)
+        if type(outputs) is tuple:  # (ToolResponse, reward, metrics), say
+            outputs = [_fields_of(x) for x in outputs]
         return (
             _SPAN_END, event.id, event.trajectory_id, event.parent_id, event.name, _KIND_VALUE[event.kind],
             event.start_ns, event.end_ns, event.status, event.error_type, event.error_message, inputs, outputs,
@@ -196,6 +194,15 @@ def _record(event: Any) -> tuple | None:
     if kind == 4:  # a reward
         return event
     return None
+
+
+def _fields_of(value: Any) -> Any:
+    """A rich value (a pydantic result, a run's output view) as its fields; others as they are
+    (marshal then refuses what it cannot take, and pickle gets the event)."""
+    if type(value) in _PLAIN_TYPES:
+        return value
+    plain = native(value)
+    return value if plain is UNKNOWN else plain
 
 
 def _event(record: tuple) -> Any:
