@@ -74,8 +74,17 @@ def _read_frame(fd: int) -> tuple[int, bytes] | None:
     return None if body is None else (kind, body)
 
 
-def make_event_shaper(max_payload_chars: int | None, redact_patterns: tuple[str, ...]) -> EventShaper:
-    return EventShaper(PayloadShaper(Redactor(redact_patterns), max_payload_chars))
+def _shaper_for(config: dict[str, Any]) -> EventShaper | None:
+    """How the backends' events are shaped outside the traced process (None: it shaped them)."""
+    if config["shaped"]:
+        return None
+    return EventShaper(PayloadShaper(Redactor(tuple(config["redact_patterns"])), config["max_payload_chars"]))
+
+
+def _worker_for(config: dict[str, Any], path: str, options: dict[str, Any]) -> BackendWorker:
+    from rollscope.tracing.backends.registry import load_class
+
+    return BackendWorker(load_class(path)(**config["settings"], **options), config["max_queue"])
 
 
 class SidecarError(RuntimeError):
@@ -97,7 +106,6 @@ class SidecarWorker:
         # adds a config's folder) must import in the child as well.
         self.config = {**config, "shaped": shaped, "sys_path": list(sys.path)}
         self.names = [name for name, _, _ in config["backends"]]
-        self.name = "sidecar(" + ",".join(self.names) + ")"
         self.queue: deque = deque()
         self.dropped = 0
         self.errors = 0
@@ -115,8 +123,7 @@ class SidecarWorker:
         self._packer = wire.Packer()
         self._pack_lock = threading.Lock()
         self._fallback: list[BackendWorker] | None = None
-        self._fallback_shape = None if shaped else make_event_shaper(config["max_payload_chars"],
-                                                                       tuple(config["redact_patterns"]))  # fmt: skip
+        self._fallback_shape: EventShaper | None = None
         self._start()
         self.thread = threading.Thread(target=self._run, name="rollscope-sidecar-send", daemon=True)
         self.thread.start()
@@ -150,14 +157,11 @@ class SidecarWorker:
         """Called where the event happens (the rollout's thread, when the Exporter hands this
         worker its submit): the event is packed now and its objects are free to go."""
         with self._pack_lock:
-            self._add(event)
-
-    def _add(self, event: Any) -> None:
-        try:
-            self._packer.add(event)
-        except Exception as exc:
-            self.errors += 1
-            log.warning("trace event not sent to the sidecar: %s: %s", type(exc).__name__, exc)
+            try:
+                self._packer.add(event)
+            except Exception as exc:
+                self.errors += 1
+                log.warning("trace event not sent to the sidecar: %s: %s", type(exc).__name__, exc)
 
     def submit(self, events: list) -> None:
         for event in events:
@@ -207,16 +211,14 @@ class SidecarWorker:
                 pass
 
     def stats(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
         if self._fallback is not None:
-            out: dict[str, dict[str, Any]] = {}
             for w in self._fallback:
                 out.update(w.stats())
-            stats_list = out.values()
         else:
             out = {n: dict(self._child_stats.get(n, _EMPTY_STATS)) for n in self.names}
-            stats_list = out.values()
         queued = self._packer.count + sum(item[1] for item in list(self.queue) if not is_flush(item))
-        for s in stats_list:
+        for s in out.values():
             s["queued"] += queued
             s["dropped"] += self.dropped
             s["errors"] += self.errors
@@ -294,8 +296,6 @@ class SidecarWorker:
 
     # ---- when the child is gone: its backends continue here ----
     def _child_gone(self, why: str) -> None:
-        from rollscope.tracing.backends.registry import load_class
-
         with self._lock:
             if self._fallback is not None:
                 return
@@ -304,14 +304,14 @@ class SidecarWorker:
             log.warning("trace sidecar (pid %d) stopped: %s; %s continue in this process; up to %d events "
                         "sent since its last confirmed flush may be missing", self.pid, why,
                         ", ".join(self.names), lost)  # fmt: skip
-            settings = self.config["settings"]
             workers = []
             for name, path, options in self.config["backends"]:
                 try:
-                    workers.append(BackendWorker(load_class(path)(**settings, **options), self.config["max_queue"]))
+                    workers.append(_worker_for(self.config, path, options))
                 except Exception as exc:
                     self.errors += 1
                     log.warning("trace backend %r could not be restarted here: %s", name, exc)
+            self._fallback_shape = _shaper_for(self.config)
             self._fallback = workers
             pending, self._pending = list(self._pending.values()), {}
         for marker, _ in pending:
@@ -422,9 +422,5 @@ def main() -> None:
 
 
 def _build(config: dict[str, Any]) -> Exporter:
-    from rollscope.tracing.backends.registry import load_class
-
-    backends = [load_class(path)(**config["settings"], **options) for _, path, options in config["backends"]]
-    shape = None if config["shaped"] else make_event_shaper(config["max_payload_chars"],
-                                                            tuple(config["redact_patterns"]))  # fmt: skip
-    return Exporter([BackendWorker(b, config["max_queue"]) for b in backends], shape)
+    workers = [_worker_for(config, path, options) for _, path, options in config["backends"]]
+    return Exporter(workers, _shaper_for(config))

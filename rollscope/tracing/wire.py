@@ -47,7 +47,7 @@ def _trajectory(
     id: str, project: str | None, experiment: str | None, step: Any, sample_index: Any, rollout_n: Any,
     validate: bool, agent_name: str, attributes: Any, reward: float | None, start_ns: int, end_ns: int | None,
     status: str, error_type: str | None, error_message: Any,
-) -> Trajectory:  # (the order of the trajectory records below)  # fmt: skip
+) -> Trajectory:  # fmt: skip
     t = Trajectory(
         project=project, experiment=experiment, step=step, sample_index=sample_index, rollout_n=rollout_n,
         validate=validate, agent_name=agent_name, attributes=attributes,
@@ -55,6 +55,22 @@ def _trajectory(
     t.id, t.reward, t.start_ns, t.end_ns = id, reward, start_ns, end_ns
     t.status, t.error_type, t.error_message = status, error_type, error_message
     return t
+
+
+def _span_args(s: Span, error_message: Any, inputs: Any, outputs: Any, attributes: Any) -> tuple:
+    """``_span``'s arguments, the payloads as given."""
+    return (
+        s.id, s.trajectory_id, s.parent_id, s.name, _KIND_VALUE[s.kind], s.start_ns, s.end_ns, s.status,
+        s.error_type, error_message, inputs, outputs, attributes, s.shaped,
+    )  # fmt: skip
+
+
+def _trajectory_args(t: Trajectory) -> tuple:
+    """``_trajectory``'s arguments."""
+    return (
+        t.id, t.project, t.experiment, t.step, t.sample_index, t.rollout_n, t.validate, t.agent_name,
+        t.attributes, t.reward, t.start_ns, t.end_ns, t.status, t.error_type, t.error_message,
+    )  # fmt: skip
 
 
 _ALLOWED: dict[tuple[str, str], Any] = {
@@ -68,16 +84,9 @@ class _Encoder(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         t = type(obj)
         if t is Span:
-            return _span, (
-                obj.id, obj.trajectory_id, obj.parent_id, obj.name, _KIND_VALUE[obj.kind], obj.start_ns, obj.end_ns,
-                obj.status, obj.error_type, obj.error_message, obj.inputs, obj.outputs, obj.attributes, obj.shaped,
-            )  # fmt: skip
+            return _span, _span_args(obj, obj.error_message, obj.inputs, obj.outputs, obj.attributes)
         if t is Trajectory:
-            return _trajectory, (
-                obj.id, obj.project, obj.experiment, obj.step, obj.sample_index, obj.rollout_n, obj.validate,
-                obj.agent_name, obj.attributes, obj.reward, obj.start_ns, obj.end_ns, obj.status,
-                obj.error_type, obj.error_message,
-            )  # fmt: skip
+            return _trajectory, _trajectory_args(obj)
         if t is CallArgs:
             return dict, (obj.bind(),)
         if id(obj) in _GLOBALS:
@@ -179,18 +188,10 @@ def _record(event: Any) -> tuple | None:
         outputs = _fields_of(outputs)
         if type(outputs) is tuple:  # (ToolResponse, reward, metrics), say
             outputs = [_fields_of(x) for x in outputs]
-        return (
-            _SPAN_END, event.id, event.trajectory_id, event.parent_id, event.name, _KIND_VALUE[event.kind],
-            event.start_ns, event.end_ns, event.status, event.error_type, event.error_message, inputs, outputs,
-            event.attributes, event.shaped,
-        )  # fmt: skip
+        return (_SPAN_END, *_span_args(event, event.error_message, inputs, outputs, event.attributes))
     kind = event[0]
     if kind == 0 or kind == 3:  # a trajectory opened or closed
-        t = event[1]
-        return (
-            kind, t.id, t.project, t.experiment, t.step, t.sample_index, t.rollout_n, t.validate, t.agent_name,
-            t.attributes, t.reward, t.start_ns, t.end_ns, t.status, t.error_type, t.error_message,
-        )  # fmt: skip
+        return (kind, *_trajectory_args(event[1]))
     if kind == 4:  # a reward
         return event
     return None
@@ -222,11 +223,9 @@ def _plain_event(event: Any) -> Any:
     sidecar still does those)."""
     if type(event) is Span:
         inputs = event.inputs.bind() if type(event.inputs) is CallArgs else event.inputs
-        return _span(
-            event.id, event.trajectory_id, event.parent_id, event.name, _KIND_VALUE[event.kind], event.start_ns,
-            event.end_ns, event.status, event.error_type, _PLAIN.shape(event.error_message),
-            _PLAIN.shape(inputs), _PLAIN.shape(event.outputs), _PLAIN.shape(event.attributes), event.shaped,
-        )  # fmt: skip
+        plain = _PLAIN.shape
+        return _span(*_span_args(event, plain(event.error_message), plain(inputs), plain(event.outputs),
+                                 plain(event.attributes)))  # fmt: skip
     return tuple(_PLAIN.shape(x) if type(x) is not Trajectory else x for x in event)
 
 
