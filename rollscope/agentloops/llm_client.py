@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
-import time
 from typing import Any
 
-from rollscope.tracing import SpanKind, current_span, rollout_trace_op
+from rollscope.tracing import SpanKind, runtime
+from rollscope.tracing.api import begin_span, end_span, snapshot
+from rollscope.tracing.context import trace_enabled
 
 _VERL_TRACING_BACKENDS = ("weave", "mlflow", "trackio")
+LLM_SPAN_NAME = "llm.generate"
 
 
 def verl_traces_generate() -> str | None:
@@ -34,27 +36,34 @@ class TracedLLMClient:
     def __init__(self, inner: Any, tokenizer: Any = None) -> None:
         self.inner = inner
         self.tokenizer = tokenizer
-        self._verl_backend = verl_traces_generate() if _is_verl_client(inner) else None
+        backend = verl_traces_generate() if _is_verl_client(inner) else None
+        self._attributes = {"verl.traced": backend} if backend else None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    @rollout_trace_op(kind=SpanKind.LLM, name="llm.generate")
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
                        **kwargs: Any) -> Any:  # fmt: skip
-        start = time.perf_counter()
-        output = await self.inner.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kwargs)
-        span = current_span()
-        if span is not None:
-            token_ids = getattr(output, "token_ids", None) or []
-            span.attributes = {
-                "gen_ai.usage.input_tokens": len(prompt_ids),
-                "gen_ai.usage.output_tokens": len(token_ids),
-                "gen_ai.response.finish_reasons": [getattr(output, "stop_reason", None)],
-                "latency_s": time.perf_counter() - start,
-            }
-            if self._verl_backend:
-                span.attributes["verl.traced"] = self._verl_backend
+        """One llm span per call, its inputs as ``rollout_trace_op`` would bind them. Written out
+        rather than decorated: it runs on every turn of every rollout, and the token counts,
+        finish reason and latency are derived where the span is shaped (``shaping``), not here."""
+        call = self.inner.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kwargs)
+        if runtime._tracer is None or not trace_enabled.get():
+            return await call
+        inputs = {
+            "request_id": request_id, "prompt_ids": snapshot(prompt_ids), "sampling_params": snapshot(sampling_params),
+            "kwargs": {k: v for k, v in kwargs.items() if v is not None},
+        }  # fmt: skip
+        span = begin_span(LLM_SPAN_NAME, SpanKind.LLM, inputs, self._attributes)
+        if span is None:
+            return await call
+        span.decoder = self.tokenizer
+        try:
+            output = await call
+        except BaseException as exc:
+            end_span(span, None, exc)
+            raise
+        end_span(span, output)
         return output
 
 

@@ -93,7 +93,7 @@ def _open_implicit(tracer: Tracer, name: str) -> Trajectory | None:
     )
 
 
-def _snapshot(v: Any) -> Any:
+def snapshot(v: Any) -> Any:
     """Copy top-level containers so a caller mutating them later cannot change the trace."""
     t = type(v)
     if t is list or t is dict:
@@ -149,7 +149,7 @@ def rollout_trace_op(
             except BaseException as exc:
                 end_span(span, None, exc)
                 raise
-            end_span(span, _snapshot(result))
+            end_span(span, snapshot(result))
             return result
 
         async_wrapper.__rollscope_traced__ = True  # type: ignore[attr-defined]
@@ -167,7 +167,7 @@ def rollout_trace_op(
         except BaseException as exc:
             end_span(span, None, exc)
             raise
-        end_span(span, _snapshot(result))
+        end_span(span, snapshot(result))
         return result
 
     wrapper.__rollscope_traced__ = True  # type: ignore[attr-defined]
@@ -222,7 +222,7 @@ def trace_span(
 ) -> contextlib.AbstractContextManager[Span | _NullSpan]:
     """An ad-hoc span around a block. Set ``span.outputs`` inside the block to record a result;
     ``span.fail(exc)`` marks a handled error (an exception escaping the block is recorded too)."""
-    return _SpanBlock(name, kind if type(kind) is SpanKind else SpanKind(kind), _snapshot(inputs), attributes)
+    return _SpanBlock(name, kind if type(kind) is SpanKind else SpanKind(kind), snapshot(inputs), attributes)
 
 
 class _SpanBlock:

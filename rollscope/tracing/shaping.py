@@ -8,10 +8,12 @@ the trace sidecar, off the traced process entirely.
 
 from __future__ import annotations
 
+from typing import Any
+
 from rollscope.tracing import exporter as ev
 from rollscope.tracing.callargs import CallArgs
 from rollscope.tracing.payload import PayloadShaper
-from rollscope.tracing.spans import Span, Trajectory
+from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 
 class EventShaper:
@@ -38,16 +40,51 @@ class EventShaper:
 
     def _span(self, span: Span, ended: bool) -> None:
         shape = self.shaper.shape
+        llm = span.kind == SpanKind.LLM
+        attributes = dict(span.attributes) if span.attributes else {}
         if not span.shaped:  # inputs once, at the first event seen for the span
             raw = span.inputs
             if isinstance(raw, CallArgs):
                 if self.shaper.token2text:
                     span.decoder = getattr(raw.owner(), "tokenizer", None)
                 raw = raw.bind()
+            if llm:
+                _input_usage(raw, attributes)
             span.inputs = shape(raw, span.decoder)
             span.shaped = True
-        span.attributes = shape(span.attributes) if span.attributes else {}
         if ended:
+            if llm:
+                _output_usage(span, attributes)
             span.outputs = shape(span.outputs, span.decoder)
             if span.error_message is not None:
                 span.error_message = shape(span.error_message)
+        span.attributes = shape(attributes) if attributes else {}
+
+
+# An llm span's usage attributes (OpenTelemetry GenAI names), derived here from its raw inputs and
+# output rather than computed on the rollout's thread at each turn. Values the caller set win.
+INPUT_TOKENS = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+FINISH_REASONS = "gen_ai.response.finish_reasons"
+LATENCY_S = "latency_s"
+
+
+def _field(value: Any, name: str) -> Any:
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+
+
+def _input_usage(inputs: Any, attributes: dict[str, Any]) -> None:
+    prompt_ids = _field(inputs, "prompt_ids")
+    if isinstance(prompt_ids, list | tuple):
+        attributes.setdefault(INPUT_TOKENS, len(prompt_ids))
+
+
+def _output_usage(span: Span, attributes: dict[str, Any]) -> None:
+    output = span.outputs
+    token_ids = _field(output, "token_ids")
+    if isinstance(token_ids, list | tuple):
+        attributes.setdefault(OUTPUT_TOKENS, len(token_ids))
+    if (isinstance(output, dict) and "stop_reason" in output) or hasattr(output, "stop_reason"):
+        attributes.setdefault(FINISH_REASONS, [_field(output, "stop_reason")])
+    if span.end_ns is not None:
+        attributes.setdefault(LATENCY_S, (span.end_ns - span.start_ns) / 1e9)

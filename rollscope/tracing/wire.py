@@ -135,20 +135,26 @@ class Packer:
     held in a queue, they would outlive collections and be promoted (benchmarks/RESULTS.md).
     The common event, a span whose payloads are plain builtins once call arguments are bound and
     a rich result is viewed, goes through ``marshal`` (several times cheaper than pickle for
-    small values); anything marshal refuses goes through the pickler above. Each record is
-    [tag][length][data]. Not thread-safe: the caller holds a lock.
+    small values); anything marshal refuses goes through the pickler above. The rollout's thread
+    only appends each record's bytes; headers are written by ``join``, on the sending thread. Not
+    thread-safe: the caller holds a lock.
     """
 
     def __init__(self) -> None:
-        self._buf = io.BytesIO()
-        self.count = 0
+        self._tags = bytearray()
+        self._chunks: list[bytes] = []
+
+    @property
+    def count(self) -> int:
+        return len(self._chunks)
 
     def add(self, event: Any) -> None:
-        """Raises only if even the event's plain copy cannot be pickled; the buffer stays whole."""
+        """Raises only if even the event's plain copy cannot be pickled; nothing is half-added."""
         record = _record(event)
         if record is not None:
             try:
-                self._write(_MARSHAL, marshal.dumps(record, _MARSHAL_VERSION))
+                self._chunks.append(marshal.dumps(record, _MARSHAL_VERSION))
+                self._tags.append(_MARSHAL)
                 return
             except ValueError:  # an object marshal does not know, somewhere in the payloads
                 pass
@@ -156,20 +162,21 @@ class Packer:
             data = encode(event)
         except Exception:  # a structure too deep for pickle, say
             data = encode(_plain_event(event))
-        self._write(_PICKLE, data)
+        self._chunks.append(data)
+        self._tags.append(_PICKLE)
 
-    def _write(self, tag: int, data: bytes) -> None:
-        self._buf.write(_RECORD.pack(tag, len(data)))
-        self._buf.write(data)
-        self.count += 1
+    def take(self) -> tuple[bytearray, list[bytes]]:
+        """What was packed since the last take, as ``join`` takes it: swapping two lists is all
+        the caller's lock covers; joining them into one buffer happens outside it."""
+        taken = self._tags, self._chunks
+        self._tags, self._chunks = bytearray(), []
+        return taken
 
-    def take(self) -> tuple[bytes, int]:
-        """What was packed since the last take, and how many events that is."""
-        data, count = self._buf.getvalue(), self.count
-        self._buf.seek(0)
-        self._buf.truncate()
-        self.count = 0
-        return data, count
+
+def join(tags: bytearray, chunks: list[bytes]) -> bytes:
+    """One buffer of [tag][length][data] records (``unpack`` reads it)."""
+    header = _RECORD.pack
+    return b"".join([part for tag, data in zip(tags, chunks, strict=True) for part in (header(tag, len(data)), data)])
 
 
 _RECORD = struct.Struct("<BI")
