@@ -14,9 +14,9 @@ trajectories split into ``--blocks``, in the order A B C C B A ..., the first va
 between rounds): this shared machine's speed drifts by ±20 % over tens of seconds, so variants
 compared seconds apart, not a minute apart. Every block starts from the same garbage-collector
 phase (a full collection first). Percentages: medians of per-round pairs, and pooled over all
-rounds. A traced block gets a tracer of its own (sidecar started before the clock starts); the
-flush after it is reported apart: the trace sidecar stores while the rollout leaves the CPU idle,
-so with an instant LLM it catches up after the block.
+rounds. A round has one tracer, started and warmed before any clock starts and detached during
+untraced blocks; the flush after each traced block is reported apart: the trace sidecar stores
+while the rollout leaves the CPU idle, so with an instant LLM it catches up after the block.
 
 usage: python benchmarks/bench_agent_loop.py [--trajectories 1000] [--blocks 4] [--rounds 3]
                                              [--latency-ms 0,200] [--json OUT]
@@ -39,7 +39,7 @@ from pathlib import Path
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 
 VARIANTS = ["verl_off", "rs_off", "rs_local"]
-WARM_UP = 20  # traced trajectories run by each traced block's tracer before its clock starts
+WARM_UP = 20  # traced trajectories run by each round's tracer before any clock starts
 REPLIES = [
     '<tool_call>{"name": "calculator", "arguments": {"expression": "17 * 23"}}</tool_call>',
     '<tool_call>{"name": "calculator", "arguments": {"expression": "391 + 1"}}</tool_call>',
@@ -61,6 +61,7 @@ def one_round(order: list[str], block: int, model_dir: str, latency_s: float = 0
     from rollscope.store import TraceStore
     from rollscope.testing import compose_config
     from rollscope.tools.builtin import CalculatorTool
+    from rollscope.tracing import runtime
 
     cfg = compose_config(Path(model_dir), ["actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3"])
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -96,17 +97,20 @@ def one_round(order: list[str], block: int, model_dir: str, latency_s: float = 0
         now = time.perf_counter()
         gc_time[phase == "stop"] += now if phase == "stop" else -now
 
+    # One tracer for the round, started and warmed (store opened, code paths run once) before any
+    # clock starts, as the tracer of a training run is. Untraced blocks detach it: they see no
+    # tracer at all, exactly as when tracing was never initialised. (A tracer per traced block
+    # would charge each one a sidecar start, a fork of this large process, that training pays once.)
+    trace_dir = tempfile.mkdtemp()
+    tracer = tracing.init_tracing(project="bench", experiment="agent_loop", trace_dir=trace_dir)
+    asyncio.run(run_all(ToolAgentLoop, WARM_UP))
+    tracing.flush_tracing(60)
+
     gc.callbacks.append(on_gc)
     out = {v: {"elapsed_s": 0.0, "gc_s": 0.0, "catch_up_s": 0.0, "trajectories": 0, "blocks_s": []} for v in order}
     for variant in order:
         traced = variant == "rs_local"
-        if traced:
-            trace_dir = tempfile.mkdtemp()
-            tracing.init_tracing(project="bench", experiment="agent_loop", trace_dir=trace_dir)
-            # A tracer lives as long as training does: warm the sidecar (its store opened, its code
-            # paths run once) before the clock starts, as the tracer of a long run is.
-            asyncio.run(run_all(ToolAgentLoop, WARM_UP))
-            tracing.flush_tracing(60)
+        runtime._tracer = tracer if traced else None
         # Every block starts from the same garbage-collector phase. Otherwise whether a full
         # collection (~0.3 s over the torch/transformers/verl heap, one per ~2,000 trajectories
         # here, traced or not) falls inside a block decides it by ±10 %.
@@ -122,9 +126,10 @@ def one_round(order: list[str], block: int, model_dir: str, latency_s: float = 0
             t0 = time.perf_counter()
             tracing.flush_tracing(300)  # the sidecar stores what it held back while the rollout ran
             res["catch_up_s"] += time.perf_counter() - t0
-            tracing.shutdown_tracing()
-            stored = TraceStore(trace_dir).count(experiment="agent_loop")
-            assert stored == block + WARM_UP, stored
+    runtime._tracer = tracer
+    tracing.shutdown_tracing()
+    stored = TraceStore(trace_dir).count(experiment="agent_loop")
+    assert stored == out["rs_local"]["trajectories"] + WARM_UP, stored
     gc.callbacks.remove(on_gc)
     return out
 

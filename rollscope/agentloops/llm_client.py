@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Awaitable
 from typing import Any
 
 from rollscope.tracing import SpanKind, runtime
@@ -42,18 +43,22 @@ class TracedLLMClient:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       **kwargs: Any) -> Any:  # fmt: skip
+    def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
+                 **kwargs: Any) -> Awaitable[Any]:  # fmt: skip
         """One llm span per call, its inputs as ``rollout_trace_op`` would bind them. Written out
-        rather than decorated: it runs on every turn of every rollout, and the token counts,
-        finish reason and latency are derived where the span is shaped (``shaping``), not here."""
+        rather than decorated, and untraced it hands back the inner call itself: it runs on every
+        turn of every rollout. Token counts, finish reason and latency are derived where the span
+        is shaped (``shaping``), not here."""
         call = self.inner.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kwargs)
         if runtime._tracer is None or not trace_enabled.get():
-            return await call
+            return call
         inputs = {
             "request_id": request_id, "prompt_ids": snapshot(prompt_ids), "sampling_params": snapshot(sampling_params),
             "kwargs": {k: v for k, v in kwargs.items() if v is not None},
         }  # fmt: skip
+        return self._traced(call, inputs)
+
+    async def _traced(self, call: Awaitable[Any], inputs: dict[str, Any]) -> Any:
         span = begin_span(LLM_SPAN_NAME, SpanKind.LLM, inputs, self._attributes)
         if span is None:
             return await call

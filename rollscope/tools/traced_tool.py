@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -71,7 +72,7 @@ def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[...
         inputs = {"instance_id": instance_id, "parameters": parameters}
         with trace_span(span_name, SpanKind.TOOL, inputs, **{"tool.name": self.name}) as span:
             try:
-                result = await asyncio.wait_for(func(self, instance_id, parameters, **kwargs), self.timeout_s)
+                result = await _within(func(self, instance_id, parameters, **kwargs), self.timeout_s)
             except asyncio.TimeoutError:
                 result = error_response(self.name, f"tool '{self.name}' timed out after {self.timeout_s:g}s")
                 span.fail(TimeoutError(result[2]["error"]))
@@ -90,6 +91,17 @@ def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[...
 
     execute.__rollscope_traced__ = True  # type: ignore[attr-defined]
     return execute
+
+
+if sys.version_info >= (3, 11):
+
+    async def _within(call: Any, seconds: float) -> Any:
+        """``wait_for`` without the task it makes per call (a tool call per turn adds up)."""
+        async with asyncio.timeout(seconds):
+            return await call
+
+else:  # Python 3.10 has no asyncio.timeout
+    _within = asyncio.wait_for
 
 
 def _checked(tool: str, result: Any) -> tuple[ExecuteResult, Exception | None]:

@@ -17,6 +17,7 @@ from typing import Any, TypeVar, overload
 from rollscope.tracing import runtime
 from rollscope.tracing.callargs import Binder, CallArgs
 from rollscope.tracing.context import current_frame, trace_enabled, verl_context
+from rollscope.tracing.exporter import SPAN_START
 from rollscope.tracing.runtime import Tracer
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
@@ -189,7 +190,9 @@ def begin_span(
         implicit = parent = _open_implicit(tracer, trajectory_name or name)
         if implicit is None:
             return None
-    span = tracer.start_span(name, kind, parent, inputs, attributes)
+    span = Span(name, kind, parent.trajectory, parent.id, inputs, attributes)
+    if tracer.emit_span_start:
+        tracer.submit((SPAN_START, span))
     span.implicit = implicit
     span.ctx_token = current_frame.set(span)
     return span

@@ -23,7 +23,7 @@ from rollscope.tracing.redaction import Redactor
 from rollscope.tracing.sampling import TraceSampler
 from rollscope.tracing.shaping import EventShaper
 from rollscope.tracing.sidecar import SidecarError, SidecarWorker
-from rollscope.tracing.spans import STATUS_ERROR, Span, SpanKind, Trajectory
+from rollscope.tracing.spans import STATUS_ERROR, Span, Trajectory
 
 log = logging.getLogger("rollscope.tracing")
 
@@ -84,10 +84,12 @@ class Tracer:
             raise
         workers += [ev.BackendWorker(b, max_queue) for b in self.backends]
         self.exporter = ev.Exporter(workers, EventShaper(self.shaper) if here or token2text else None)
-        self._submit = self.exporter.submit
-        self._emit_span_start = any(cls.wants_span_start for _, cls, _ in resolved)
+        self.submit = self.exporter.submit
+        # Whether begin_span (api.py, which builds spans) sends a span-start event too.
+        self.emit_span_start = any(cls.wants_span_start for _, cls, _ in resolved)
 
     # ---- lifecycle calls made on the rollout's thread: build an object, append an event ----
+    # (a span is built by api.begin_span itself: one call layer fewer per traced call)
     def open_trajectory(
         self,
         *,
@@ -109,20 +111,12 @@ class Tracer:
             agent_name=name,
             attributes=attributes,
         )
-        self._submit((ev.TRAJECTORY_START, t))
+        self.submit((ev.TRAJECTORY_START, t))
         return t
 
     def close_trajectory(self, t: Trajectory, error: BaseException | None = None) -> None:
         t.finish(error)
-        self._submit((ev.TRAJECTORY_END, t))
-
-    def start_span(
-        self, name: str, kind: SpanKind, parent: Span | Trajectory, inputs: Any, attributes: dict | None
-    ) -> Span:
-        span = Span(name, kind, parent.trajectory, parent.id, inputs, attributes)
-        if self._emit_span_start:
-            self._submit((ev.SPAN_START, span))
-        return span
+        self.submit((ev.TRAJECTORY_END, t))
 
     def end_span(self, span: Span, outputs: Any = None, error: BaseException | None = None) -> None:
         span.finish(outputs, error)
@@ -131,10 +125,10 @@ class Tracer:
         counts[kind] = counts.get(kind, 0) + 1
         if span.status == STATUS_ERROR:
             counts["errors"] = counts.get("errors", 0) + 1
-        self._submit(span)  # a bare Span in the queue means "span ended": one tuple fewer per span
+        self.submit(span)  # a bare Span in the queue means "span ended": one tuple fewer per span
 
     def reward(self, trajectory_id: str, reward: float | None, details: dict[str, Any]) -> None:
-        self._submit((ev.REWARD, trajectory_id, reward, details))
+        self.submit((ev.REWARD, trajectory_id, reward, details))
 
     def flush(self, timeout: float | None = 30.0) -> bool:
         return self.exporter.flush(timeout)

@@ -96,9 +96,10 @@ class SidecarError(RuntimeError):
 # The traced process's end
 # ------------------------------------------------------------------------------------------------
 class SidecarWorker:
-    """Stands where a BackendWorker would: packs events (``wire.Packer``), sends what was packed
-    every few tens of milliseconds, and turns the child's acknowledgements into flush arrivals
-    and stats."""
+    """Stands where a BackendWorker would: packs each event where it ends (``wire.pack``) into an
+    outbox, sends what the outbox holds every ``SEND_INTERVAL_S``, and turns the child's
+    acknowledgements into flush arrivals and stats. The outbox is a deque, whose appends and
+    pops are atomic: the rollout's thread takes no lock."""
 
     def __init__(self, config: dict[str, Any], shaped: bool) -> None:
         # config: backends [(name, "module:Class", options)], settings, max_payload_chars,
@@ -107,7 +108,7 @@ class SidecarWorker:
         # adds a config's folder) must import in the child as well.
         self.config = {**config, "shaped": shaped, "sys_path": list(sys.path)}
         self.names = [name for name, _, _ in config["backends"]]
-        self.queue: deque = deque()
+        self.outbox: deque = deque()  # packed records (bytes) and flush markers, in order
         self.dropped = 0
         self.errors = 0
         self._sent = 0  # events written to the pipe
@@ -121,8 +122,6 @@ class SidecarWorker:
         self._closed = threading.Event()
         self._close_ok = False
         self._lock = threading.Lock()
-        self._packer = wire.Packer()
-        self._pack_lock = threading.Lock()
         self._fallback: list[BackendWorker] | None = None
         self._fallback_shape: EventShaper | None = None
         self._start()
@@ -157,26 +156,19 @@ class SidecarWorker:
     def pack(self, event: Any) -> None:
         """Called where the event happens (the rollout's thread, when the Exporter hands this
         worker its submit): the event is packed now and its objects are free to go."""
-        with self._pack_lock:
-            try:
-                self._packer.add(event)
-            except Exception as exc:
-                self.errors += 1
-                log.warning("trace event not sent to the sidecar: %s: %s", type(exc).__name__, exc)
+        try:
+            self.outbox.append(wire.pack(event))
+        except Exception as exc:
+            self.errors += 1
+            log.warning("trace event not sent to the sidecar: %s: %s", type(exc).__name__, exc)
 
     def submit(self, events: list) -> None:
         for event in events:
             if is_flush(event):
-                with self._pack_lock:  # what was packed before the marker goes before it
-                    self._move_packed()
-                    self.queue.append(event)
+                self.outbox.append(event)  # after everything packed before it
                 self._wake.set()
             else:
                 self.pack(event)
-
-    def _move_packed(self) -> None:
-        if self._packer.count:
-            self.queue.append(self._packer.take())  # (tags, chunks): joined by the sender
 
     def stop(self) -> None:
         self._stop = True
@@ -218,7 +210,7 @@ class SidecarWorker:
                 out.update(w.stats())
         else:
             out = {n: dict(self._child_stats.get(n, _EMPTY_STATS)) for n in self.names}
-        queued = self._packer.count + sum(len(item[1]) for item in list(self.queue) if not is_flush(item))
+        queued = sum(type(item) is bytes for item in list(self.outbox))
         for s in out.values():
             s["queued"] += queued
             s["dropped"] += self.dropped
@@ -227,27 +219,36 @@ class SidecarWorker:
 
     # ---- sending ----
     def _run(self) -> None:
+        outbox = self.outbox
         while True:
-            with self._pack_lock:
-                self._move_packed()
-            q = self.queue
-            while q:
-                item = q.popleft()
-                try:
-                    if is_flush(item):
-                        self._send_flush(item[1])
-                    else:
-                        self._send(*item)
-                except Exception as exc:  # the sender must outlive anything one batch does
-                    self.errors += 1
-                    log.warning("trace sidecar sender: %s: %s", type(exc).__name__, exc)
-            if self._stop and not self._packer.count:
+            records: list[bytes] = []
+            while outbox:
+                item = outbox.popleft()
+                if type(item) is bytes:
+                    records.append(item)
+                    continue
+                self._ship(records)
+                records = []
+                self._guarded(self._send_flush, item[1])
+            self._ship(records)
+            if self._stop and not outbox:
                 return
             self._wake.wait(SEND_INTERVAL_S)  # let packed events gather: each wake-up costs the rollout
             self._wake.clear()
 
-    def _send(self, tags: bytearray, chunks: list[bytes]) -> None:
-        body, count = wire.join(tags, chunks), len(chunks)
+    def _ship(self, records: list[bytes]) -> None:
+        if records:
+            self._guarded(self._send, records)
+
+    def _guarded(self, send: Any, arg: Any) -> None:
+        try:
+            send(arg)
+        except Exception as exc:  # the sender must outlive anything one batch does
+            self.errors += 1
+            log.warning("trace sidecar sender: %s: %s", type(exc).__name__, exc)
+
+    def _send(self, records: list[bytes]) -> None:
+        body, count = wire.join(records), len(records)
         if self._fallback is None:
             try:  # only this thread writes to the pipe: no lock held while the child is slow
                 _write_frame(self._out, EVENTS, struct.pack("<I", count) + body)

@@ -107,7 +107,12 @@ class Span(_Timed):
         inputs: Any = None,
         attributes: dict[str, Any] | None = None,
     ) -> None:
-        self._begin()
+        # _begin, written out: a span is built for every traced call.
+        self.id = f"{_prefix}{next(_counter):012x}"
+        self.start_ns = time.time_ns()
+        self.end_ns = None
+        self.status = STATUS_RUNNING
+        self.error_type = self.error_message = None
         self.name = name
         self.kind = kind
         self.trajectory = trajectory

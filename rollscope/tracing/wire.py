@@ -1,6 +1,7 @@
-"""Trace events on their way to the trace sidecar: pickle, with both ends restricted.
+"""Trace events on their way to the trace sidecar: ``marshal`` for the common, plain record (see
+``pack``), pickle with both ends restricted for the rest.
 
-The sending side's ``reducer_override`` turns every object that is not a plain builtin into one:
+The pickling side's ``reducer_override`` turns every object that is not a plain builtin into one:
 spans and trajectories into tuples that the functions below rebuild, call arguments into a dict
 of parameter names, pydantic models, dataclasses, numpy and torch values into dicts and lists,
 anything else into its ``repr``. So the C pickler walks the big plain payloads (token ids,
@@ -128,59 +129,40 @@ def encode(value: Any) -> bytes:
     return buf.getvalue()
 
 
-class Packer:
-    """Packs events one at a time, as they happen, into one growing buffer (``unpack`` reads it).
-
-    Packing at once lets a span's objects die when the traced call returns, as untraced ones do;
-    held in a queue, they would outlive collections and be promoted (benchmarks/RESULTS.md).
-    The common event, a span whose payloads are plain builtins once call arguments are bound and
-    a rich result is viewed, goes through ``marshal`` (several times cheaper than pickle for
-    small values); anything marshal refuses goes through the pickler above. The rollout's thread
-    only appends each record's bytes; headers are written by ``join``, on the sending thread. Not
-    thread-safe: the caller holds a lock.
-    """
-
-    def __init__(self) -> None:
-        self._tags = bytearray()
-        self._chunks: list[bytes] = []
-
-    @property
-    def count(self) -> int:
-        return len(self._chunks)
-
-    def add(self, event: Any) -> None:
-        """Raises only if even the event's plain copy cannot be pickled; nothing is half-added."""
-        record = _record(event)
-        if record is not None:
-            try:
-                self._chunks.append(marshal.dumps(record, _MARSHAL_VERSION))
-                self._tags.append(_MARSHAL)
-                return
-            except ValueError:  # an object marshal does not know, somewhere in the payloads
-                pass
+def pack(event: Any) -> bytes:
+    """One event as one record, packed where the event ends so its objects die when the traced
+    call returns, as untraced ones do (held in a queue, they would outlive collections and be
+    promoted: benchmarks/RESULTS.md). The common event, a span whose payloads are plain builtins
+    once call arguments are bound and a rich result is viewed, goes through ``marshal`` (several
+    times cheaper than pickle for small values); anything marshal refuses goes through the pickler
+    above. Raises only if even the event's plain copy cannot be pickled."""
+    record = _record(event)
+    if record is not None:
         try:
-            data = encode(event)
-        except Exception:  # a structure too deep for pickle, say
-            data = encode(_plain_event(event))
-        self._chunks.append(data)
-        self._tags.append(_PICKLE)
-
-    def take(self) -> tuple[bytearray, list[bytes]]:
-        """What was packed since the last take, as ``join`` takes it: swapping two lists is all
-        the caller's lock covers; joining them into one buffer happens outside it."""
-        taken = self._tags, self._chunks
-        self._tags, self._chunks = bytearray(), []
-        return taken
+            return marshal.dumps(record, _MARSHAL_VERSION)
+        except ValueError:  # an object marshal does not know, somewhere in the payloads
+            pass
+    try:
+        return encode(event)
+    except Exception:  # a structure too deep for pickle, say
+        return encode(_plain_event(event))
 
 
-def join(tags: bytearray, chunks: list[bytes]) -> bytes:
-    """One buffer of [tag][length][data] records (``unpack`` reads it)."""
+def join(records: list[bytes]) -> bytes:
+    """``pack``'s records as one buffer of [tag][length][data] (``unpack`` reads it). Written by
+    the sending thread, not per event: a record's first byte tells its format (pickle's PROTO
+    opcode, or marshal's tuple code: ``_record`` always makes a tuple)."""
     header = _RECORD.pack
-    return b"".join([part for tag, data in zip(tags, chunks, strict=True) for part in (header(tag, len(data)), data)])
+    parts = []
+    for data in records:
+        parts.append(header(_PICKLE if data[0] == _PICKLE_PROTO else _MARSHAL, len(data)))
+        parts.append(data)
+    return b"".join(parts)
 
 
 _RECORD = struct.Struct("<BI")
 _MARSHAL, _PICKLE = 1, 2
+_PICKLE_PROTO = pickle.PROTO[0]  # the first byte of every pickle of protocol 2 or later
 _MARSHAL_VERSION = 2  # no back-references: the fastest for small records (a cycle fails over to pickle)
 _PLAIN_TYPES = (dict, list, str, int, float, type(None), bool, tuple)
 _SPAN_END = 2  # the tag of a span-end record (event kinds 0-4 are tuples' first elements)
@@ -249,7 +231,7 @@ def decode(data: bytes) -> Any:
 
 
 def unpack(data: bytes) -> list[Any]:
-    """The events of a ``Packer`` buffer, in order."""
+    """The events of a ``join`` buffer, in order."""
     view = memoryview(data)
     events = []
     at, size = 0, _RECORD.size
