@@ -56,6 +56,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_trace_op.py --json benchmarks/out/trace_op.json
 	$(BIN)/python benchmarks/bench_store.py --json benchmarks/out/store.json
 	$(BIN)/python benchmarks/bench_agent_loop.py --json benchmarks/out/agent_loop.json
+	$(BIN)/python benchmarks/bench_trace_breakdown.py --json benchmarks/out/trace_breakdown.json
 	$(BIN)/python benchmarks/bench_runner.py --json benchmarks/out/runner.json
 	$(BIN)/python benchmarks/bench_viewer.py --json benchmarks/out/viewer.json
 	$(BIN)/python benchmarks/bench_faults.py --json benchmarks/out/faults.json
