@@ -1,16 +1,18 @@
-"""Where tracing's cost on the rollout's thread goes: the hooks, and the packing and sending.
+"""Where tracing's cost on the rollout's thread goes (the hooks; packing and sending), and what
+rollscope's loop costs against verl's, untraced: paired, trajectory by trajectory.
 
 One trajectory at a time (rollscope's ToolAgentLoop, ScriptedLLM answering instantly, 3 turns),
 traced and untraced alternating trajectory by trajectory in one interpreter with one tracer,
 detached for the untraced ones (they see no tracer at all, as when tracing was never
 initialised). Pairs of neighbouring trajectories see the same machine speed, so the median of
 their differences is steady where throughput rounds on this shared machine scatter by ±20 %.
-Two runs, each in a fresh interpreter:
+Three runs, each in a fresh interpreter:
 
   hooks   the tracer's events are discarded where they are submitted: spans, trajectories,
           context variables, the wrappers' own work
   full    the local backend through the trace sidecar: hooks + packing each event + the
           sending thread (the sidecar stores while the process idles, so after the run)
+  verl    no tracer: rollscope's ToolAgentLoop against verl 0.9.1's, alternating
 
 usage: python benchmarks/bench_trace_breakdown.py [--pairs 1500] [--json OUT]
 """
@@ -33,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_agent_loop import REPLIES
 
-MODES = ["hooks", "full"]
+MODES = ["hooks", "full", "verl"]
 
 
 def one_mode(mode: str, pairs: int, model_dir: str) -> dict:
@@ -41,6 +43,7 @@ def one_mode(mode: str, pairs: int, model_dir: str) -> dict:
 
     from transformers import AutoTokenizer
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
+    from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop as VerlToolAgentLoop
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     from rollscope import tracing
@@ -55,41 +58,53 @@ def one_mode(mode: str, pairs: int, model_dir: str) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     tools = [CalculatorTool()]
     llm = ScriptedLLM(tokenizer, REPLIES, latency_s=0.0)
-    tracer = tracing.init_tracing(project="bench", experiment="breakdown", trace_dir=tempfile.mkdtemp())
+    tracer = None
+    if mode != "verl":
+        tracer = tracing.init_tracing(project="bench", experiment="breakdown", trace_dir=tempfile.mkdtemp())
     if mode == "hooks":
         tracer.submit = lambda event: None
 
-    async def trajectory(i: int) -> float:
-        loop = ToolAgentLoop(
+    async def trajectory(cls: type, i: int) -> tuple[float, float]:
+        t0 = time.perf_counter()
+        loop = cls(
             trainer_config=DictConfigWrap(cfg), server_manager=llm, tokenizer=tokenizer, processor=None,
             dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data), tools=ToolListWrap(tools),
         )  # fmt: skip
-        t0 = time.perf_counter()
-        await loop.run(
-            {"temperature": 1.0, "logprobs": True}, raw_prompt=[{"role": "user", "content": f"{i}"}], index=i
-        )
-        return time.perf_counter() - t0
+        t1 = time.perf_counter()
+        prompt = [{"role": "user", "content": f"What is 17 * 23 + 1? ({i})"}]
+        await loop.run({"temperature": 1.0, "logprobs": True}, raw_prompt=prompt, index=i)
+        return t1 - t0, time.perf_counter() - t1
 
-    async def run() -> dict[str, list[float]]:
-        for i in range(100):  # warm-up, both ways
-            runtime._tracer = tracer if i % 2 else None
-            await trajectory(i)
-        times: dict[str, list[float]] = {"off": [], "on": []}
-        for i in range(pairs):
-            for setting in ("off", "on") if i % 2 else ("on", "off"):
-                runtime._tracer = tracer if setting == "on" else None
-                times[setting].append(await trajectory(i))
+    # name -> (loop class, tracer): "a" is the reference, "b" what is compared with it
+    if mode == "verl":
+        settings = {"a": (VerlToolAgentLoop, None), "b": (ToolAgentLoop, None)}
+    else:
+        settings = {"a": (ToolAgentLoop, None), "b": (ToolAgentLoop, tracer)}
+
+    async def run() -> dict[str, list[tuple[float, float]]]:
+        times: dict[str, list[tuple[float, float]]] = {"a": [], "b": []}
+        for i in range(100 + pairs):  # the first 100 pairs warm up
+            for name in ("a", "b") if i % 2 else ("b", "a"):
+                cls, runtime._tracer = settings[name]
+                took = await trajectory(cls, i)
+                if i >= 100:
+                    times[name].append(took)
         runtime._tracer = tracer
         return times
 
     times = asyncio.run(run())
-    tracing.shutdown_tracing()
-    diffs = [(on - off) * 1e6 for off, on in zip(times["off"], times["on"], strict=True)]
-    untraced = statistics.median(times["off"]) * 1e6
+    if tracer is not None:
+        tracing.shutdown_tracing()
+    whole = {k: [build + run for build, run in v] for k, v in times.items()}
+    diffs = [(b - a) * 1e6 for a, b in zip(whole["a"], whole["b"], strict=True)]
+    reference = statistics.median(whole["a"]) * 1e6
     return {
-        "untraced_us": untraced,
+        "reference_us": reference,
         "added_us": statistics.median(diffs),
-        "added_pct": statistics.median(diffs) / untraced * 100,
+        "added_pct": statistics.median(diffs) / reference * 100,
+        "added_building_us": statistics.median(
+            [(b[0] - a[0]) * 1e6 for a, b in zip(times["a"], times["b"], strict=True)]
+        ),
     }
 
 
@@ -111,10 +126,12 @@ def main() -> None:
         for mode in MODES:
             cmd = [sys.executable, __file__, "--mode", mode, "--pairs", str(args.pairs), "--model-dir", model_dir]
             proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
-            results[mode] = json.loads(proc.stdout.strip().splitlines()[-1])
-            r = results[mode]
-            print(f"  {mode:<6} adds {r['added_us']:6.1f} us per trajectory = {r['added_pct']:.1f}% of an"
-                  f" untraced one ({r['untraced_us']:.0f} us), median of {args.pairs} pairs", flush=True)  # fmt: skip
+            results[mode] = r = json.loads(proc.stdout.strip().splitlines()[-1])
+            what = "rollscope's loop, untraced, costs" if mode == "verl" else f"tracing ({mode}) adds"
+            than = "verl's" if mode == "verl" else "an untraced trajectory"
+            print(f"  {mode:<6} {what} {r['added_us']:+6.1f} us per trajectory = {r['added_pct']:+.1f}% of {than}"
+                  f" ({r['reference_us']:.0f} us; building the loop {r['added_building_us']:+.1f} us),"
+                  f" median of {args.pairs} pairs", flush=True)  # fmt: skip
     h, f = results["hooks"], results["full"]
     print(f"  packing and sending: ~{f['added_us'] - h['added_us']:.0f} us per trajectory"
           f" (~{f['added_pct'] - h['added_pct']:.1f}%)")  # fmt: skip

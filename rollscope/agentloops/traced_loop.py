@@ -20,7 +20,7 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 
 from rollscope.agentloops.llm_client import traced_client
-from rollscope.tracing import SpanKind, get_tracer, rollout_trace_attr, set_reward
+from rollscope.tracing import SpanKind, rollout_trace_attr, runtime, set_reward
 from rollscope.tracing.api import begin_span, end_span
 from rollscope.tracing.context import current_frame, verl_context
 from rollscope.tracing.payload import native
@@ -107,7 +107,7 @@ def _traced_run(run: Any, owner: type) -> Any:
 
     @functools.wraps(run)
     async def traced_run(self: AgentLoopBase, sampling_params: dict[str, Any], **kwargs: Any) -> Any:
-        if get_tracer() is None or _running.get() is self:
+        if runtime._tracer is None or _running.get() is self:
             return await run(self, sampling_params, **kwargs)
         running = _running.set(self)
         try:

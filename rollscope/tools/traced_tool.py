@@ -19,7 +19,8 @@ from typing import Any
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-from rollscope.tracing import SpanKind, rollout_trace_op, trace_span
+from rollscope.tracing import SpanKind, rollout_trace_op, runtime
+from rollscope.tracing.api import begin_span, end_span, snapshot
 
 log = logging.getLogger("rollscope.tools")
 
@@ -69,25 +70,32 @@ def error_response(tool: str, message: str) -> ExecuteResult:
 def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[..., Any]:
     @functools.wraps(func)
     async def execute(self: TracedTool, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
-        inputs = {"instance_id": instance_id, "parameters": parameters}
-        with trace_span(span_name, SpanKind.TOOL, inputs, **{"tool.name": self.name}) as span:
-            try:
-                result = await _within(func(self, instance_id, parameters, **kwargs), self.timeout_s)
-            except asyncio.TimeoutError:
-                result = error_response(self.name, f"tool '{self.name}' timed out after {self.timeout_s:g}s")
-                span.fail(TimeoutError(result[2]["error"]))
-            except ToolError as exc:
-                result = error_response(self.name, str(exc))
-                span.fail(exc)
-            except Exception as exc:
-                log.warning("tool %r failed: %s: %s", self.name, type(exc).__name__, exc)
-                result = error_response(self.name, f"tool '{self.name}' failed: {type(exc).__name__}: {exc}")
-                span.fail(exc)
-            result, problem = _checked(self.name, result)
-            if problem is not None:
-                span.fail(problem)
-            span.outputs = _describe(result)
-            return result
+        span = None
+        if runtime._tracer is not None:  # untraced, not even the span's inputs are built
+            inputs = {"instance_id": instance_id, "parameters": snapshot(parameters)}
+            span = begin_span(span_name, SpanKind.TOOL, inputs, {"tool.name": self.name})
+        failure: BaseException | None = None
+        try:
+            result = await _within(func(self, instance_id, parameters, **kwargs), self.timeout_s)
+        except asyncio.TimeoutError:
+            result = error_response(self.name, f"tool '{self.name}' timed out after {self.timeout_s:g}s")
+            failure = TimeoutError(result[2]["error"])
+        except ToolError as exc:
+            result, failure = error_response(self.name, str(exc)), exc
+        except Exception as exc:
+            log.warning("tool %r failed: %s: %s", self.name, type(exc).__name__, exc)
+            result = error_response(self.name, f"tool '{self.name}' failed: {type(exc).__name__}: {exc}")
+            failure = exc
+        except BaseException as exc:  # cancelled: recorded, and on its way
+            if span is not None:
+                end_span(span, None, exc)
+            raise
+        result, problem = _checked(self.name, result)
+        if span is not None:
+            if problem is not None or failure is not None:
+                span.fail(problem or failure)
+            end_span(span, _describe(result))
+        return result
 
     execute.__rollscope_traced__ = True  # type: ignore[attr-defined]
     return execute
