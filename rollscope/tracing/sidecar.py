@@ -221,6 +221,7 @@ class SidecarWorker:
     def _run(self) -> None:
         outbox = self.outbox
         while True:
+            self._wake.clear()  # before draining: a flush marker added meanwhile wakes the next wait
             records: list[bytes] = []
             while outbox:
                 item = outbox.popleft()
@@ -234,7 +235,6 @@ class SidecarWorker:
             if self._stop and not outbox:
                 return
             self._wake.wait(SEND_INTERVAL_S)  # let packed events gather: each wake-up costs the rollout
-            self._wake.clear()
 
     def _ship(self, records: list[bytes]) -> None:
         if records:
