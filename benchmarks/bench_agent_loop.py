@@ -30,11 +30,11 @@ import gc
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
+
+from fresh import run_fresh
 
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 
@@ -179,11 +179,9 @@ def _setting(args: argparse.Namespace, model_dir: str, latency_ms: float) -> dic
     block_s: dict[str, list[list[float]]] = {v: [] for v in VARIANTS}
     for r in range(args.rounds):
         order = _order(r, args.blocks)
-        cmd = [sys.executable, __file__, "--order", ",".join(order), "--trajectories", str(args.trajectories),
-               "--blocks", str(args.blocks), "--model-dir", model_dir,
-               "--latency-s", str(latency_ms / 1000)]  # fmt: skip
-        proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
-        out = json.loads(proc.stdout.strip().splitlines()[-1])
+        out = run_fresh(__file__, "--order", ",".join(order), "--trajectories", str(args.trajectories),
+                        "--blocks", str(args.blocks), "--model-dir", model_dir,
+                        "--latency-s", str(latency_ms / 1000))  # fmt: skip
         for v in VARIANTS:
             rates[v].append(out[v]["trajectories"] / out[v]["elapsed_s"])
             seconds[v] += out[v]["elapsed_s"]

@@ -18,13 +18,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
-import sys
 import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from fresh import run_fresh
 
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 SPANS = 5
@@ -107,9 +107,7 @@ def main() -> None:
     print("backend   trajectories  caller µs/span  end-to-end spans/s  vs local")
     for backend in ("local", "weave", "mlflow", "otel"):
         n = args.mlflow_trajectories if backend == "mlflow" else args.trajectories
-        cmd = [sys.executable, __file__, "--backend", backend, "--n", str(n)]
-        out = subprocess.run(cmd, check=True, capture_output=True, text=True)
-        results[backend] = json.loads(out.stdout.strip().splitlines()[-1])
+        results[backend] = run_fresh(__file__, "--backend", backend, "--n", str(n))
         r, local = results[backend], results["local"]
         print(f"{backend:<9} {n:>12} {r['caller_us_per_span']:>15.1f} {r['end_to_end_spans_per_s']:>19.0f} "
               f"{local['end_to_end_spans_per_s'] / r['end_to_end_spans_per_s']:>8.1f}x slower")  # fmt: skip

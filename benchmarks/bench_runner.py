@@ -21,12 +21,12 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from fresh import run_fresh
 
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 
@@ -63,9 +63,8 @@ def run_rounds(script: str, variants: list[str], args: argparse.Namespace, laten
     outputs: dict[str, list[dict]] = {v: [] for v in variants}
     for _ in range(args.rounds):
         for v in variants:
-            cmd = [sys.executable, script, "--variant", v, "--trajectories", str(args.trajectories),
-                   "--latency-s", str(latency_ms / 1000)]  # fmt: skip
-            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+            out = run_fresh(script, "--variant", v, "--trajectories", str(args.trajectories),
+                            "--latency-s", str(latency_ms / 1000))  # fmt: skip
             rates[v].append(args.trajectories / out["elapsed_s"])
             outputs[v].append(out)
     return rates, outputs

@@ -24,7 +24,6 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -34,6 +33,7 @@ os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 sys.path.insert(0, str(Path(__file__).parent))
 
 from bench_agent_loop import REPLIES
+from fresh import run_fresh
 
 MODES = ["hooks", "full", "verl"]
 
@@ -124,9 +124,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = str(make_model_dir(Path(tmp) / "model"))
         for mode in MODES:
-            cmd = [sys.executable, __file__, "--mode", mode, "--pairs", str(args.pairs), "--model-dir", model_dir]
-            proc = subprocess.run(cmd, check=True, capture_output=True, text=True)
-            results[mode] = r = json.loads(proc.stdout.strip().splitlines()[-1])
+            results[mode] = r = run_fresh(
+                __file__, "--mode", mode, "--pairs", str(args.pairs), "--model-dir", model_dir
+            )
             what = "rollscope's loop, untraced, costs" if mode == "verl" else f"tracing ({mode}) adds"
             than = "verl's" if mode == "verl" else "an untraced trajectory"
             print(f"  {mode:<6} {what} {r['added_us']:+6.1f} us per trajectory = {r['added_pct']:+.1f}% of {than}"

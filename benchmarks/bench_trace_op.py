@@ -22,10 +22,10 @@ import asyncio
 import json
 import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
+
+from fresh import run_fresh
 
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 
@@ -131,8 +131,7 @@ def main():
     for _ in range(args.rounds):
         for v in VARIANTS:
             n = args.weave_calls if v == "verl_weave" else args.calls
-            cmd = [sys.executable, __file__, "--variant", v, "--calls", str(n)]
-            out = json.loads(subprocess.run(cmd, check=True, capture_output=True, text=True).stdout.splitlines()[-1])
+            out = run_fresh(__file__, "--variant", v, "--calls", str(n))
             caller[v].append(out["caller"] / n * 1e6)
             e2e[v].append(out["total"] / n * 1e6)
     med = {v: statistics.median(caller[v]) for v in VARIANTS}
