@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Awaitable
 from typing import Any
 
 from rollscope.tracing import SpanKind, runtime
 from rollscope.tracing.api import begin_span, end_span, snapshot
-from rollscope.tracing.context import trace_enabled
+from rollscope.tracing.context import current_frame, trace_enabled
+from rollscope.tracing.spans import Span, Trajectory
 
 _VERL_TRACING_BACKENDS = ("weave", "mlflow", "trackio")
 LLM_SPAN_NAME = "llm.generate"
@@ -47,16 +49,40 @@ class TracedLLMClient:
                  **kwargs: Any) -> Awaitable[Any]:  # fmt: skip
         """One llm span per call, its inputs as ``rollout_trace_op`` would bind them. Written out
         rather than decorated, and untraced it hands back the inner call itself: it runs on every
-        turn of every rollout. Token counts, finish reason and latency are derived where the span
-        is shaped (``shaping``), not here."""
+        turn of every rollout. Inside a trajectory a call that succeeds is recorded as one leaf-span
+        event when it returns (no Span object, no context change: ``Tracer.leaf_span``). Token
+        counts, finish reason and latency are derived where the span is shaped (``shaping``)."""
         call = self.inner.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kwargs)
         if runtime._tracer is None or not trace_enabled.get():
             return call
+        # The containers the loop mutates later are copied (``snapshot``, inlined for the usual
+        # types); kwargs is this call's own dict (its None entries are dropped where it is shaped).
         inputs = {
-            "request_id": request_id, "prompt_ids": snapshot(prompt_ids), "sampling_params": snapshot(sampling_params),
-            "kwargs": {k: v for k, v in kwargs.items() if v is not None},
-        }  # fmt: skip
-        return self._traced(call, inputs)
+            "request_id": request_id,
+            "prompt_ids": prompt_ids.copy() if type(prompt_ids) is list else snapshot(prompt_ids),
+            "sampling_params": sampling_params.copy() if type(sampling_params) is dict else snapshot(sampling_params),
+            "kwargs": kwargs,
+        }
+        parent = current_frame.get()
+        if parent is None:  # outside any trajectory: the span opens one (begin_span)
+            return self._traced(call, inputs)
+        return self._leaf(call, inputs, parent)
+
+    async def _leaf(self, call: Awaitable[Any], inputs: dict[str, Any], parent: Span | Trajectory) -> Any:
+        start_ns = time.time_ns()
+        try:
+            output = await call
+        except BaseException as exc:
+            span = Span(LLM_SPAN_NAME, SpanKind.LLM, parent.trajectory, parent.id, inputs, self._attributes)
+            span.start_ns, span.decoder = start_ns, self.tokenizer
+            if runtime._tracer is not None:
+                runtime._tracer.end_span(span, None, exc)
+            raise
+        tracer = runtime._tracer
+        if tracer is not None:  # (unless tracing was shut down while the call ran)
+            tracer.leaf_span(parent, LLM_SPAN_NAME, SpanKind.LLM, start_ns, inputs, output, self._attributes,
+                             self.tokenizer)  # fmt: skip
+        return output
 
     async def _traced(self, call: Awaitable[Any], inputs: dict[str, Any]) -> Any:
         span = begin_span(LLM_SPAN_NAME, SpanKind.LLM, inputs, self._attributes)

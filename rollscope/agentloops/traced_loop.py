@@ -44,7 +44,7 @@ def sample_index_from(kwargs: dict[str, Any]) -> Any:
     return kwargs.get("index")
 
 
-def _trajectory_for(loop: AgentLoopBase, kwargs: dict[str, Any]) -> contextlib.AbstractContextManager:
+def _trajectory_for(name: str, kwargs: dict[str, Any]) -> contextlib.AbstractContextManager:
     """Open a trajectory only when nobody (runner, verl, a caller) has opened one."""
     if current_frame.get() is not None:
         return contextlib.nullcontext()
@@ -56,8 +56,11 @@ def _trajectory_for(loop: AgentLoopBase, kwargs: dict[str, Any]) -> contextlib.A
         step=kwargs.get("step"),
         rollout_n=kwargs.get("rollout_n"),
         validate=bool(kwargs.get("validate", False)),
-        name=agent_name.get() or type(loop).__name__,
+        name=name,
     )
+
+
+_REWARD_DETAILS = ("turn_scores", "tool_rewards")
 
 
 def record_output_reward(output: Any) -> None:
@@ -65,7 +68,10 @@ def record_output_reward(output: Any) -> None:
     odd reward value must not fail the rollout that produced it)."""
     reward = getattr(output, "reward_score", None)
     extra = getattr(output, "extra_fields", None) or {}
-    details = {k: extra[k] for k in ("turn_scores", "tool_rewards") if extra.get(k)}
+    details = {}
+    for key in _REWARD_DETAILS:  # (a loop, not a comprehension: no call per rollout)
+        if extra.get(key):
+            details[key] = extra[key]
     if reward is None and not details:
         return
     try:
@@ -111,9 +117,9 @@ def _traced_run(run: Any, owner: type) -> Any:
             return await run(self, sampling_params, **kwargs)
         running = _running.set(self)
         try:
-            with _trajectory_for(self, kwargs):
+            name = agent_name.get() or type(self).__name__
+            with _trajectory_for(name, kwargs):
                 inputs = {"sampling_params": sampling_params, **kwargs}
-                name = agent_name.get() or type(self).__name__
                 span = begin_span(span_name, SpanKind.AGENT, inputs, trajectory_name=name)
                 if span is None:  # tracing disabled here (trace=False, or not sampled)
                     return await run(self, sampling_params, **kwargs)

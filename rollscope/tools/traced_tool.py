@@ -72,7 +72,8 @@ def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[...
     async def execute(self: TracedTool, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
         span = None
         if runtime._tracer is not None:  # untraced, not even the span's inputs are built
-            inputs = {"instance_id": instance_id, "parameters": snapshot(parameters)}
+            params = parameters.copy() if type(parameters) is dict else snapshot(parameters)  # snapshot, inlined
+            inputs = {"instance_id": instance_id, "parameters": params}
             span = begin_span(span_name, SpanKind.TOOL, inputs, {"tool.name": self.name})
         failure: BaseException | None = None
         try:

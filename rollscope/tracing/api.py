@@ -57,7 +57,7 @@ class _TrajectoryBlock:
         tracer = self.tracer = runtime._tracer
         if tracer is None:
             return None
-        if not trace or not tracer.sampler.should_trace(step, sample_index):
+        if not trace or not (tracer.samples_all or tracer.sampler.should_trace(step, sample_index)):
             self.enabled_token = trace_enabled.set(False)
             return None
         t = self.trajectory = tracer.open_trajectory(

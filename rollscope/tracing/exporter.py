@@ -34,6 +34,20 @@ SPAN_START = 1
 TRAJECTORY_END = 3
 REWARD = 4
 _FLUSH = 5
+# A span that began and ended with nothing nested in it (an LLM turn), recorded as one tuple when
+# it ends: (LEAF_SPAN, parent frame, name, kind, start_ns, end_ns, inputs, outputs, attributes,
+# decoder). No Span object, id or context change on the rollout's thread; ``leaf_span`` builds the
+# Span where the event is shaped (the sidecar, or the exporter's thread).
+LEAF_SPAN = 2
+
+
+def leaf_span(event: tuple) -> Span:
+    _, parent, name, kind, start_ns, end_ns, inputs, outputs, attributes, decoder = event
+    span = Span(name, kind, parent.trajectory, parent.id, inputs, attributes)
+    span.start_ns, span.decoder = start_ns, decoder
+    span.finish(outputs)
+    span.end_ns = end_ns
+    return span
 
 
 def is_flush(event: Any) -> bool:
@@ -244,12 +258,11 @@ class Exporter:
                 self._wake.clear()
                 continue
             n = min(len(q), _MAX_BATCH)
-            if shape is None:
-                batch = [q.popleft() for _ in range(n)]
-            else:
-                batch = []
-                for _ in range(n):
-                    event = q.popleft()
+            batch = [q.popleft() for _ in range(n)]
+            batch = [leaf_span(e) if type(e) is tuple and e[0] == LEAF_SPAN else e for e in batch]
+            if shape is not None:
+                events, batch = batch, []
+                for event in events:
                     if not is_flush(event):
                         try:
                             event = shape(event)

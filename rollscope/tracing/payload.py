@@ -167,18 +167,22 @@ def native(v: Any) -> Any:
     records the object, and the view is computed later, off the rollout's thread.
     """
     t = type(v)
-    convert = _converters.get(t)
-    if convert is None:
-        convert = _converters[t] = _converter_for(t)
+    convert = CONVERTERS.get(t) or converter_for(t)
     try:
         return convert(v)
     except Exception:
         return UNKNOWN
 
 
+def converter_for(t: type) -> Any:
+    """How ``native`` converts instances of ``t`` (it may raise; UNKNOWN when it cannot):
+    decided once per type and kept in ``CONVERTERS`` (the checks themselves, a pydantic class's
+    ``__getattr__`` among them, cost more than the conversion)."""
+    convert = CONVERTERS[t] = _converter_for(t)
+    return convert
+
+
 def _converter_for(t: type) -> Any:
-    """How ``native`` converts instances of ``t``: decided once per type (the checks themselves,
-    a pydantic class's ``__getattr__`` among them, cost more than the conversion)."""
     view = getattr(t, "__trace_view__", None)
     if view is not None:
         return view
@@ -203,7 +207,7 @@ def _unknown(v: Any) -> Any:
     return UNKNOWN
 
 
-_converters: dict[type, Any] = {}
+CONVERTERS: dict[type, Any] = {}
 
 
 def _decode(tokenizer: Any, ids: list[int]) -> str | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import atexit
 import logging
 import os
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -23,7 +24,7 @@ from rollscope.tracing.redaction import Redactor
 from rollscope.tracing.sampling import TraceSampler
 from rollscope.tracing.shaping import EventShaper
 from rollscope.tracing.sidecar import SidecarError, SidecarWorker
-from rollscope.tracing.spans import STATUS_ERROR, Span, Trajectory
+from rollscope.tracing.spans import STATUS_ERROR, Span, SpanKind, Trajectory
 
 log = logging.getLogger("rollscope.tracing")
 
@@ -55,6 +56,7 @@ class Tracer:
         self.experiment = experiment
         self.token2text = token2text
         self.sampler = TraceSampler(max_samples_per_step_per_worker, sample_seed)
+        self.samples_all = max_samples_per_step_per_worker is None  # no sampler call per trajectory
         self.shaper = PayloadShaper(Redactor(redact_patterns), max_payload_chars, token2text, tokenizer)
         if sidecar is None:
             sidecar = os.environ.get("ROLLSCOPE_TRACE_SIDECAR", "1") != "0"
@@ -101,12 +103,19 @@ class Tracer:
         attributes: dict[str, Any] | None = None,
         experiment: str | None = None,
     ) -> Trajectory:
+        # _as_int only for what is not already an int (the usual case: a call fewer each)
+        if type(step) is not int and step is not None:
+            step = _as_int(step)
+        if type(sample_index) is not int and sample_index is not None:
+            sample_index = _as_int(sample_index)
+        if type(rollout_n) is not int and rollout_n is not None:
+            rollout_n = _as_int(rollout_n)
         t = Trajectory(
             project=self.project,
             experiment=experiment if experiment is not None else self.experiment,
-            step=_as_int(step),
-            sample_index=_as_int(sample_index),
-            rollout_n=_as_int(rollout_n),
+            step=step,
+            sample_index=sample_index,
+            rollout_n=rollout_n,
             validate=validate,
             agent_name=name,
             attributes=attributes,
@@ -126,6 +135,16 @@ class Tracer:
         if span.status == STATUS_ERROR:
             counts["errors"] = counts.get("errors", 0) + 1
         self.submit(span)  # a bare Span in the queue means "span ended": one tuple fewer per span
+
+    def leaf_span(
+        self, parent: Span | Trajectory, name: str, kind: SpanKind, start_ns: int, inputs: Any, outputs: Any,
+        attributes: dict[str, Any] | None = None, decoder: Any = None,
+    ) -> None:  # fmt: skip
+        """A span that ended without error and had nothing nested in it, recorded in one event
+        (``exporter.LEAF_SPAN``): for the calls of every turn (``llm_client``)."""
+        counts = parent.trajectory.counts
+        counts[kind] = counts.get(kind, 0) + 1
+        self.submit((ev.LEAF_SPAN, parent, name, kind, start_ns, time.time_ns(), inputs, outputs, attributes, decoder))
 
     def reward(self, trajectory_id: str, reward: float | None, details: dict[str, Any]) -> None:
         self.submit((ev.REWARD, trajectory_id, reward, details))

@@ -50,6 +50,7 @@ class EventShaper:
                 raw = raw.bind()
             if llm:
                 _input_usage(raw, attributes)
+                raw = _without_unset_kwargs(raw)
             span.inputs = shape(raw, span.decoder)
             span.shaped = True
         if ended:
@@ -71,6 +72,15 @@ LATENCY_S = "latency_s"
 
 def _field(value: Any, name: str) -> Any:
     return value.get(name) if isinstance(value, dict) else getattr(value, name, None)
+
+
+def _without_unset_kwargs(inputs: Any) -> Any:
+    """An llm call's extra arguments without the None ones (verl passes every media field, None
+    on a text-only turn); dropped here rather than on the rollout's thread at each turn."""
+    kwargs = inputs.get("kwargs") if isinstance(inputs, dict) else None
+    if not isinstance(kwargs, dict) or all(v is not None for v in kwargs.values()):
+        return inputs
+    return {**inputs, "kwargs": {k: v for k, v in kwargs.items() if v is not None}}
 
 
 def _input_usage(inputs: Any, attributes: dict[str, Any]) -> None:

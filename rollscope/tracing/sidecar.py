@@ -17,6 +17,7 @@ had not confirmed are counted as dropped.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import pickle
@@ -109,6 +110,9 @@ class SidecarWorker:
         self.config = {**config, "shaped": shaped, "sys_path": list(sys.path)}
         self.names = [name for name, _, _ in config["backends"]]
         self.outbox: deque = deque()  # packed records (bytes) and flush markers, in order
+        # Called where the event happens (the rollout's thread, when the Exporter hands this
+        # worker its submit): the event is packed now and its objects are free to go.
+        self.pack = functools.partial(wire.pack_into, self.outbox.append, self._pack_failed)
         self.dropped = 0
         self.errors = 0
         self._sent = 0  # events written to the pipe
@@ -153,14 +157,9 @@ class SidecarWorker:
         self._reader.start()
 
     # ---- the worker interface the Exporter uses ----
-    def pack(self, event: Any) -> None:
-        """Called where the event happens (the rollout's thread, when the Exporter hands this
-        worker its submit): the event is packed now and its objects are free to go."""
-        try:
-            self.outbox.append(wire.pack(event))
-        except Exception as exc:
-            self.errors += 1
-            log.warning("trace event not sent to the sidecar: %s: %s", type(exc).__name__, exc)
+    def _pack_failed(self, exc: Exception) -> None:
+        self.errors += 1
+        log.warning("trace event not sent to the sidecar: %s: %s", type(exc).__name__, exc)
 
     def submit(self, events: list) -> None:
         for event in events:

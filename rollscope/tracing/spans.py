@@ -54,17 +54,10 @@ def new_id() -> str:
 
 
 class _Timed:
-    """Id, timing and status, shared by spans and trajectories."""
+    """Id, timing and status, shared by spans and trajectories. Each sets its id and start in its
+    own ``__init__`` (written out: a call layer costs as much as the work, in a real loop)."""
 
     __slots__ = ("end_ns", "error_message", "error_type", "id", "start_ns", "status")
-
-    def _begin(self) -> None:
-        self.id = new_id()
-        self.start_ns = time.time_ns()
-        self.end_ns: int | None = None
-        self.status = STATUS_RUNNING
-        self.error_type: str | None = None
-        self.error_message: str | None = None
 
     def fail(self, error: BaseException) -> None:
         """Mark as failed without raising: for errors that are handled (a tool error the model sees)."""
@@ -130,8 +123,13 @@ class Span(_Timed):
         self.shaped = False
 
     def finish(self, outputs: Any = None, error: BaseException | None = None) -> None:
+        # _finish, written out: every span ends here.
         self.outputs = outputs
-        self._finish(error)
+        self.end_ns = time.time_ns()
+        if error is not None:
+            self.fail(error)
+        elif self.status != STATUS_ERROR:
+            self.status = STATUS_OK
 
     def __repr__(self) -> str:
         return f"Span({self.kind.value}:{self.name} id={self.id} status={self.status})"
@@ -165,7 +163,12 @@ class Trajectory(_Timed):
         agent_name: str,
         attributes: dict[str, Any] | None = None,
     ) -> None:
-        self._begin()
+        # _begin, written out (as in Span): one trajectory per rollout.
+        self.id = f"{_prefix}{next(_counter):012x}"
+        self.start_ns = time.time_ns()
+        self.end_ns = None
+        self.status = STATUS_RUNNING
+        self.error_type = self.error_message = None
         self.counts: dict[str, int] = {}  # ended spans per kind, and "errors": live figures for runners
         self.project = project
         self.experiment = experiment

@@ -15,12 +15,13 @@ import io
 import marshal
 import pickle
 import struct
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from rollscope.tracing.callargs import CallArgs
-from rollscope.tracing.payload import UNKNOWN, NoRedaction, PayloadShaper, native
-from rollscope.tracing.spans import Span, SpanKind, Trajectory
+from rollscope.tracing.exporter import LEAF_SPAN, leaf_span
+from rollscope.tracing.payload import CONVERTERS, UNKNOWN, NoRedaction, PayloadShaper, converter_for, native
+from rollscope.tracing.spans import STATUS_OK, Span, SpanKind, Trajectory, new_id
 
 _PROTOCOL = 5
 _KIND_VALUE = {k: k.value for k in SpanKind}
@@ -129,29 +130,66 @@ def encode(value: Any) -> bytes:
     return buf.getvalue()
 
 
-def pack(event: Any) -> bytes:
-    """One event as one record, packed where the event ends so its objects die when the traced
-    call returns, as untraced ones do (held in a queue, they would outlive collections and be
-    promoted: benchmarks/RESULTS.md). The common event, a span whose payloads are plain builtins
-    once call arguments are bound and a rich result is viewed, goes through ``marshal`` (several
-    times cheaper than pickle for small values); anything marshal refuses goes through the pickler
-    above. Raises only if even the event's plain copy cannot be pickled."""
-    record = _record(event)
-    if record is not None:
+def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any], event: Any) -> None:
+    """Pack one event as one record and ``append`` it; ``failed`` gets what stopped it (only if
+    even the event's plain copy cannot be pickled). Runs where the event ends, on the rollout's
+    thread, so its objects die when the traced call returns, as untraced ones do (held in a
+    queue, they would outlive collections and be promoted: benchmarks/RESULTS.md). One Python
+    call per event: in a real loop each call layer costs as much as the work (RESULTS.md, issue 3).
+
+    The common event, a span whose payloads are plain builtins once call arguments are bound and
+    a rich result is viewed, goes through ``marshal`` (several times cheaper than pickle for
+    small values); anything marshal refuses goes through the pickler above."""
+    try:
+        if type(event) is Span:
+            inputs, outputs = event.inputs, event.outputs
+            if type(inputs) is CallArgs:
+                inputs = inputs.bind()
+            if type(outputs) not in _PLAIN_TYPES:
+                outputs = _fields_of(outputs)
+            elif type(outputs) is tuple:  # (ToolResponse, reward, metrics), say
+                outputs = [_fields_of(x) for x in outputs]
+            record: Any = (_SPAN_END, *_span_args(event, event.error_message, inputs, outputs, event.attributes))
+        elif event[0] == LEAF_SPAN:
+            _, parent, name, span_kind, start_ns, end_ns, inputs, outputs, attributes, _decoder = event
+            if type(outputs) not in _PLAIN_TYPES:
+                outputs = _fields_of(outputs)
+            record = (_LEAF, parent.trajectory.id, parent.id, name, _KIND_VALUE[span_kind], start_ns, end_ns, inputs,
+                      outputs, attributes)  # fmt: skip
+        elif event[0] == 0 or event[0] == 3:  # a trajectory opened or closed
+            record = (event[0], *_trajectory_args(event[1]))
+        else:  # a reward
+            record = event
         try:
-            return marshal.dumps(record, _MARSHAL_VERSION)
+            append(marshal.dumps(record, _MARSHAL_VERSION))
+            return
         except ValueError:  # an object marshal does not know, somewhere in the payloads
             pass
-    try:
-        return encode(event)
-    except Exception:  # a structure too deep for pickle, say
-        return encode(_plain_event(event))
+        if type(event) is tuple and event[0] == LEAF_SPAN:
+            event = leaf_span(event)
+        try:
+            append(encode(event))
+        except Exception:  # a structure too deep for pickle, say
+            append(encode(_plain_event(event)))
+    except Exception as exc:
+        failed(exc)
+
+
+def pack(event: Any) -> bytes:
+    """``pack_into`` for one event, returning its record (raises what stopped it)."""
+    out: list[bytes] = []
+    pack_into(out.append, _reraise, event)
+    return out[0]
+
+
+def _reraise(exc: Exception) -> None:
+    raise exc
 
 
 def join(records: list[bytes]) -> bytes:
     """``pack``'s records as one buffer of [tag][length][data] (``unpack`` reads it). Written by
     the sending thread, not per event: a record's first byte tells its format (pickle's PROTO
-    opcode, or marshal's tuple code: ``_record`` always makes a tuple)."""
+    opcode, or marshal's tuple code: ``pack_into`` always makes a tuple)."""
     header = _RECORD.pack
     parts = []
     for data in records:
@@ -166,32 +204,21 @@ _PICKLE_PROTO = pickle.PROTO[0]  # the first byte of every pickle of protocol 2 
 _MARSHAL_VERSION = 2  # no back-references: the fastest for small records (a cycle fails over to pickle)
 _PLAIN_TYPES = (dict, list, str, int, float, type(None), bool, tuple)
 _SPAN_END = 2  # the tag of a span-end record (event kinds 0-4 are tuples' first elements)
-
-
-def _record(event: Any) -> tuple | None:
-    """A tuple of builtins for marshal, or None when the event goes by pickle."""
-    if type(event) is Span:
-        inputs, outputs = event.inputs, event.outputs
-        if type(inputs) is CallArgs:
-            inputs = inputs.bind()
-        outputs = _fields_of(outputs)
-        if type(outputs) is tuple:  # (ToolResponse, reward, metrics), say
-            outputs = [_fields_of(x) for x in outputs]
-        return (_SPAN_END, *_span_args(event, event.error_message, inputs, outputs, event.attributes))
-    kind = event[0]
-    if kind == 0 or kind == 3:  # a trajectory opened or closed
-        return (kind, *_trajectory_args(event[1]))
-    if kind == 4:  # a reward
-        return event
-    return None
+_LEAF = 6  # a leaf span's record: its id is given where it is unpacked
 
 
 def _fields_of(value: Any) -> Any:
     """A rich value (a pydantic result, a run's output view) as its fields; others as they are
-    (marshal then refuses what it cannot take, and pickle gets the event)."""
-    if type(value) in _PLAIN_TYPES:
+    (marshal then refuses what it cannot take, and pickle gets the event). The converter is
+    looked up here rather than through ``native``: one call layer fewer per span."""
+    t = type(value)
+    if t in _PLAIN_TYPES:
         return value
-    plain = native(value)
+    convert = CONVERTERS.get(t) or converter_for(t)
+    try:
+        plain = convert(value)
+    except Exception:  # a view that fails: the value goes by pickle, as its repr if need be
+        return value
     return value if plain is UNKNOWN else plain
 
 
@@ -199,6 +226,10 @@ def _event(record: tuple) -> Any:
     kind = record[0]
     if kind == _SPAN_END:
         return _span(*record[1:])
+    if kind == _LEAF:
+        trajectory_id, parent_id, name, span_kind, start_ns, end_ns, inputs, outputs, attributes = record[1:]
+        return _span(new_id(), trajectory_id, parent_id, name, span_kind, start_ns, end_ns, STATUS_OK, None, None,
+                     inputs, outputs, attributes, False)  # fmt: skip
     if kind == 0 or kind == 3:
         return (kind, _trajectory(*record[1:]))
     return record
