@@ -3,6 +3,7 @@
 import asyncio
 from uuid import uuid4
 
+import pytest
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
 from verl.experimental.agent_loop.single_turn_agent_loop import SingleTurnAgentLoop as VerlSingleTurn
 
@@ -90,3 +91,33 @@ def test_the_runners_trajectory_is_joined_not_duplicated(verl_config, tokenizer,
     asyncio.run(main())
     [t] = read_store().trajectories()
     assert (t.step, t.sample_index, t.rollout_n, t.agent_name) == (5, 9, 3, "runner")
+
+
+def test_llm_turns_are_leaf_spans_under_the_run_with_unset_arguments_dropped(
+    verl_config, tokenizer, local_tracer, read_store
+):
+    out = _run(ToolAgentLoop, verl_config, tokenizer, [call("calculator", expression="2+2"), "4"],
+               tools=[CalculatorTool()], index=3)  # fmt: skip
+    [t] = read_store().trajectories()
+    [run] = t.tree()
+    llms = [s for s in run.children if s.kind == "llm"]
+    assert len(llms) == 2 and len({s.id for s in llms}) == 2  # ids given where the events are unpacked
+    assert all(s.parent_id == run.id and s.status == "ok" for s in llms)
+    # verl passes every media argument, None on a text-only turn: the span keeps only the set ones
+    assert all(v is not None for s in llms for v in s.inputs["kwargs"].values())
+    assert llms[1].outputs["token_ids"] == out.response_ids[-len(llms[1].outputs["token_ids"]) :]
+
+
+def test_a_failing_llm_call_is_an_error_span_and_the_error_reaches_the_loop(
+    verl_config, tokenizer, local_tracer, read_store
+):
+    def server_down(turn, prompt_ids):
+        raise ConnectionError("server down")
+
+    with pytest.raises(ConnectionError):
+        _run(EchoAgent, verl_config, tokenizer, server_down, index=6)
+    [t] = read_store().trajectories()
+    assert (t.status, t.error_type) == ("error", "ConnectionError")
+    run, llm = t.spans
+    assert (llm.kind, llm.status, llm.error_type, llm.error_message) == ("llm", "error", "ConnectionError", "server down")
+    assert llm.parent_id == run.id and llm.inputs["prompt_ids"]

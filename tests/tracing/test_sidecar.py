@@ -19,6 +19,7 @@ from rollscope import tracing
 from rollscope.store import TraceStore
 from rollscope.tracing import sidecar, wire
 from rollscope.tracing.callargs import Binder, CallArgs
+from rollscope.tracing.exporter import LEAF_SPAN
 from rollscope.tracing.payload import PayloadShaper
 from rollscope.tracing.redaction import Redactor
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
@@ -234,10 +235,19 @@ def test_packed_events_come_back_in_order_whichever_way_they_were_packed():
     cyclic.append(cyclic)
     loop = Span("cyclic", SpanKind.CUSTOM, t, t.id, {"loop": cyclic})
     loop.finish(None)
-    records = [wire.pack(e) for e in [(0, t), plain, rich, (4, t.id, 0.5, {"why": "ok"}), loop, (3, t)]]
+    # leaf spans (an LLM turn): one by marshal, one whose inputs marshal refuses (then pickled)
+    leaf = (LEAF_SPAN, plain, "leaf", SpanKind.LLM, 10, 20, {"prompt_ids": [1]}, Reply(text="t", ids=[3]), None, None)
+    rich_leaf = (LEAF_SPAN, t, "rich_leaf", SpanKind.LLM, 30, 40, {"r": Reply(text="i", ids=[])}, {"ok": 1}, None, None)
+    sent = [(0, t), plain, rich, (4, t.id, 0.5, {"why": "ok"}), loop, leaf, rich_leaf, (3, t)]
+    records = [wire.pack(e) for e in sent]
     assert wire.join([]) == b""
     events = wire.unpack(wire.join(records))
-    assert [e[0] if type(e) is tuple else e.name for e in events] == [0, "plain", "rich", 4, "cyclic", 3]
+    assert [e[0] if type(e) is tuple else e.name for e in events] == [0, "plain", "rich", 4, "cyclic", "leaf",
+                                                                      "rich_leaf", 3]  # fmt: skip
+    got_leaf, got_rich_leaf = events[5], events[6]
+    assert (got_leaf.parent_id, got_leaf.trajectory_id, got_leaf.start_ns, got_leaf.end_ns) == (plain.id, t.id, 10, 20)
+    assert got_leaf.outputs == {"text": "t", "ids": [3]} and got_leaf.status == "ok" and got_leaf.id not in (plain.id, t.id)
+    assert got_rich_leaf.parent_id == t.id and got_rich_leaf.inputs["r"] == {"text": "i", "ids": []}
     shaper = PayloadShaper(Redactor(), 20_000)
     assert events[1].outputs["text"] == "ok" and shaper.shape(events[1].outputs)["nan"] == "nan"
     assert shaper.shape(events[2].inputs) == {"nested": [{"text": "r", "ids": [1]}]}
