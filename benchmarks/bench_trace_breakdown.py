@@ -27,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
@@ -93,6 +94,8 @@ def one_mode(mode: str, pairs: int, model_dir: str) -> dict:
         return times
 
     times = asyncio.run(run())
+    calls = {name: count_calls(traced, asyncio.run, trajectory(cls, 0)) for name, (cls, traced) in settings.items()}
+    runtime._tracer = tracer
     if tracer is not None:
         tracing.shutdown_tracing()
     whole = {k: [build + run for build, run in v] for k, v in times.items()}
@@ -105,7 +108,31 @@ def one_mode(mode: str, pairs: int, model_dir: str) -> dict:
         "added_building_us": statistics.median(
             [(b[0] - a[0]) * 1e6 for a, b in zip(times["a"], times["b"], strict=True)]
         ),
+        "calls": calls["a"],
+        "added_calls": {k: calls["b"][k] - calls["a"][k] for k in calls["a"]},
     }
+
+
+def count_calls(tracer: object, fn: Callable[..., object], *args: object) -> dict[str, int]:
+    """Function calls in one trajectory (``sys.setprofile``): Python functions, and built-in ones.
+    Unlike time, a count does not drift with the machine: what tracing adds is exact."""
+    from rollscope.tracing import runtime
+
+    counts = {"python": 0, "builtin": 0}
+
+    def profile(frame: object, event: str, arg: object) -> None:
+        if event == "call":
+            counts["python"] += 1
+        elif event == "c_call":
+            counts["builtin"] += 1
+
+    runtime._tracer = tracer
+    sys.setprofile(profile)
+    try:
+        fn(*args)
+    finally:
+        sys.setprofile(None)
+    return counts
 
 
 def main() -> None:
@@ -132,6 +159,9 @@ def main() -> None:
             print(f"  {mode:<6} {what} {r['added_us']:+6.1f} us per trajectory = {r['added_pct']:+.1f}% of {than}"
                   f" ({r['reference_us']:.0f} us; building the loop {r['added_building_us']:+.1f} us),"
                   f" median of {args.pairs} pairs", flush=True)  # fmt: skip
+            added = r["added_calls"]
+            print(f"         calls per trajectory: {added['python']:+d} Python, {added['builtin']:+d} built-in"
+                  f" (of {r['calls']['python']} and {r['calls']['builtin']})", flush=True)  # fmt: skip
     h, f = results["hooks"], results["full"]
     print(f"  packing and sending: ~{f['added_us'] - h['added_us']:.0f} us per trajectory"
           f" (~{f['added_pct'] - h['added_pct']:.1f}%)")  # fmt: skip
