@@ -50,8 +50,9 @@ class TracedLLMClient:
         """One llm span per call, its inputs as ``rollout_trace_op`` would bind them. Written out
         rather than decorated, and untraced it hands back the inner call itself: it runs on every
         turn of every rollout. Inside a trajectory a call that succeeds is recorded as one leaf-span
-        event when it returns (no Span object, no context change: ``Tracer.leaf_span``). Token
-        counts, finish reason and latency are derived where the span is shaped (``shaping``)."""
+        event when it returns (no Span object, no context change: ``Tracer.leaf_span``; what the
+        inner client traces itself hangs beside the turn, under the loop's span). Token counts,
+        finish reason and latency are derived where the span is shaped (``shaping``)."""
         call = self.inner.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kwargs)
         if runtime._tracer is None or not trace_enabled.get():
             return call

@@ -97,7 +97,7 @@ class SidecarError(RuntimeError):
 # The traced process's end
 # ------------------------------------------------------------------------------------------------
 class SidecarWorker:
-    """Stands where a BackendWorker would: packs each event where it ends (``wire.pack``) into an
+    """Stands where a BackendWorker would: packs each event where it ends (``wire.pack_into``) into an
     outbox, sends what the outbox holds every ``SEND_INTERVAL_S``, and turns the child's
     acknowledgements into flush arrivals and stats. The outbox is a deque, whose appends and
     pops are atomic: the rollout's thread takes no lock."""
