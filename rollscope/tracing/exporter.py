@@ -36,12 +36,12 @@ REWARD = 4
 _FLUSH = 5
 # A span that began and ended with nothing nested in it (an LLM turn), recorded as one tuple when
 # it ends: (LEAF_SPAN, parent frame, name, kind, start_ns, end_ns, inputs, outputs, attributes,
-# decoder). No Span object, id or context change on the rollout's thread; ``leaf_span`` builds the
+# decoder). No Span object, id or context change on the rollout's thread; ``span_from_leaf`` builds the
 # Span where the event is shaped (the sidecar, or the exporter's thread).
 LEAF_SPAN = 2
 
 
-def leaf_span(event: tuple) -> Span:
+def span_from_leaf(event: tuple) -> Span:
     _, parent, name, kind, start_ns, end_ns, inputs, outputs, attributes, decoder = event
     span = Span(name, kind, parent.trajectory, parent.id, inputs, attributes)
     span.start_ns, span.decoder = start_ns, decoder
@@ -259,7 +259,7 @@ class Exporter:
                 continue
             n = min(len(q), _MAX_BATCH)
             batch = [q.popleft() for _ in range(n)]
-            batch = [leaf_span(e) if type(e) is tuple and e[0] == LEAF_SPAN else e for e in batch]
+            batch = [span_from_leaf(e) if type(e) is tuple and e[0] == LEAF_SPAN else e for e in batch]
             if shape is not None:
                 events, batch = batch, []
                 for event in events:

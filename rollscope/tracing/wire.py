@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rollscope.tracing.callargs import CallArgs
-from rollscope.tracing.exporter import LEAF_SPAN, leaf_span
+from rollscope.tracing.exporter import LEAF_SPAN, span_from_leaf
 from rollscope.tracing.payload import CONVERTERS, UNKNOWN, NoRedaction, PayloadShaper, converter_for, native
 from rollscope.tracing.spans import STATUS_OK, Span, SpanKind, Trajectory, new_id
 
@@ -166,7 +166,7 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
         except ValueError:  # an object marshal does not know, somewhere in the payloads
             pass
         if type(event) is tuple and event[0] == LEAF_SPAN:
-            event = leaf_span(event)
+            event = span_from_leaf(event)
         try:
             append(encode(event))
         except Exception:  # a structure too deep for pickle, say
