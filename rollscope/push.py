@@ -34,7 +34,7 @@ class BackendDestination:
         self.backend = backend
 
     def write(self, record: TrajectoryRecord) -> None:
-        self.backend.write(record, [s for s in record.spans if self.backend.keep(s)])
+        self.backend.write(record, record.spans)
 
     def flush(self) -> None:
         self.backend.flush()

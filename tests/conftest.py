@@ -7,6 +7,7 @@ import pytest
 
 from rollscope import tracing
 from rollscope.store import TraceStore
+from tests.wandb_stand_in import wandb  # noqa: F401  (a fixture: W&B's endpoints on 127.0.0.1)
 
 
 @pytest.fixture

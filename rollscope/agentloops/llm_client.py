@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 import time
 from collections.abc import Awaitable
 from typing import Any
@@ -12,21 +11,7 @@ from rollscope.tracing.api import begin_span, end_span, snapshot
 from rollscope.tracing.context import current_frame, trace_enabled
 from rollscope.tracing.spans import Span, Trajectory
 
-_VERL_TRACING_BACKENDS = ("weave", "mlflow", "trackio")
 LLM_SPAN_NAME = "llm.generate"
-
-
-def verl_traces_generate() -> str | None:
-    """The backend verl's own ``LLMServerClient.generate`` decorator records into, if any.
-
-    Put on each llm span as ``verl.traced`` so a rollscope backend writing to the same place
-    (issue: weave) can skip the span instead of recording the call twice.
-    """
-    mod = sys.modules.get("verl.utils.rollout_trace")
-    if mod is None:
-        return None
-    backend = mod.RolloutTraceConfig.get_backend()
-    return backend if backend in _VERL_TRACING_BACKENDS else None
 
 
 class TracedLLMClient:
@@ -39,8 +24,6 @@ class TracedLLMClient:
     def __init__(self, inner: Any, tokenizer: Any = None) -> None:
         self.inner = inner
         self.tokenizer = tokenizer
-        backend = verl_traces_generate() if _is_verl_client(inner) else None
-        self._attributes = {"verl.traced": backend} if backend else None
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -74,19 +57,19 @@ class TracedLLMClient:
         try:
             output = await call
         except BaseException as exc:
-            span = Span(LLM_SPAN_NAME, SpanKind.LLM, parent.trajectory, parent.id, inputs, self._attributes)
+            span = Span(LLM_SPAN_NAME, SpanKind.LLM, parent.trajectory, parent.id, inputs, None)
             span.start_ns, span.decoder = start_ns, self.tokenizer
             if runtime._tracer is not None:
                 runtime._tracer.end_span(span, None, exc)
             raise
         tracer = runtime._tracer
         if tracer is not None:  # (unless tracing was shut down while the call ran)
-            tracer.leaf_span(parent, LLM_SPAN_NAME, SpanKind.LLM, start_ns, inputs, output, self._attributes,
+            tracer.leaf_span(parent, LLM_SPAN_NAME, SpanKind.LLM, start_ns, inputs, output, None,
                              self.tokenizer)  # fmt: skip
         return output
 
     async def _traced(self, call: Awaitable[Any], inputs: dict[str, Any]) -> Any:
-        span = begin_span(LLM_SPAN_NAME, SpanKind.LLM, inputs, self._attributes)
+        span = begin_span(LLM_SPAN_NAME, SpanKind.LLM, inputs)
         if span is None:
             return await call
         span.decoder = self.tokenizer
@@ -97,11 +80,6 @@ class TracedLLMClient:
             raise
         end_span(span, output)
         return output
-
-
-def _is_verl_client(client: Any) -> bool:
-    generate = getattr(type(client), "generate", None)
-    return getattr(generate, "__module__", "").startswith("verl.")
 
 
 def traced_client(client: Any, tokenizer: Any = None) -> Any:

@@ -1,9 +1,12 @@
 """TracedAgentLoop: subclass it, write ``run``, get complete traces with no tracing code.
 
-``__init_subclass__`` wraps the ``run`` of every subclass once. The wrapper:
-- opens a trajectory when none is active (the loop called on its own): sample_index from
-  ``extra_info.index`` or ``index``, plus ``step``, ``rollout_n`` and ``validate`` when given;
-  under verl's AgentLoopWorker, or under rollscope's runner, it joins the trajectory already open;
+``__init_subclass__`` wraps the ``run`` of every subclass once. Built by verl's own
+``AgentLoopWorker``, the loop starts tracing from verl's ``trace.*`` keys (``verl_run``). The wrapper:
+- opens a trajectory when none is active: under verl's worker with verl's step, sample_index,
+  rollout_n and validate (traced when rollscope's seeded sampler picks the sample); called on its
+  own with sample_index from ``extra_info.index`` or ``index``, plus ``step``, ``rollout_n`` and
+  ``validate`` when given; under rollscope's runner it joins the trajectory already open;
+- keeps verl's own decorators silent inside it, so each trajectory is one call tree;
 - records one span per run, however many classes of a ``super().run()`` chain are wrapped;
 - records the reward the loop knows (``reward_score``, turn scores, tool rewards).
 Every ``generate`` through ``self.server_manager`` is an llm span (see ``llm_client``).
@@ -20,11 +23,17 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 
 from rollscope.agentloops.llm_client import traced_client
+from rollscope.agentloops.verl_run import (
+    current_verl_run,
+    open_verl_trajectory,
+    restore_verl_tracing,
+    silence_verl_tracing,
+    start_from_trainer_config,
+)
 from rollscope.tracing import SpanKind, rollout_trace_attr, runtime, set_reward
 from rollscope.tracing.api import begin_span, end_span
 from rollscope.tracing.context import current_frame, verl_context
 from rollscope.tracing.payload import native
-from rollscope.tracing.spans import Trajectory
 
 log = logging.getLogger("rollscope.agentloops")
 
@@ -32,9 +41,6 @@ log = logging.getLogger("rollscope.agentloops")
 _running: ContextVar[Any] = ContextVar("rollscope_running_loop", default=None)
 # The name verl's registry knows the loop by, set by the worker hook: trajectories carry it.
 agent_name: ContextVar[str | None] = ContextVar("rollscope_agent_name", default=None)
-# The trajectory the last run in this task belonged to. Not reset on purpose: verl scores the
-# output after run returns, in the same task, and attaches the reward through it.
-last_trajectory: ContextVar[Trajectory | None] = ContextVar("rollscope_last_trajectory", default=None)
 
 
 def sample_index_from(kwargs: dict[str, Any]) -> Any:
@@ -45,9 +51,14 @@ def sample_index_from(kwargs: dict[str, Any]) -> Any:
 
 
 def _trajectory_for(name: str, kwargs: dict[str, Any]) -> contextlib.AbstractContextManager:
-    """Open a trajectory only when nobody (runner, verl, a caller) has opened one."""
+    """Open a trajectory unless one is open (the runner's, a caller's). Under verl's worker it
+    carries verl's step, sample_index, rollout_n and validate, and rollscope's sampler decides
+    whether it is traced (verl's own choice is switched off: ``verl_run``)."""
     if current_frame.get() is not None:
         return contextlib.nullcontext()
+    run = current_verl_run()
+    if run is not None:
+        return open_verl_trajectory(run, name)
     allowed, verl_attrs = verl_context()
     if not allowed or verl_attrs is not None:
         return contextlib.nullcontext()  # verl decided: untraced, or its trajectory is joined by the span
@@ -121,17 +132,22 @@ def _traced_run(run: Any, owner: type) -> Any:
             with _trajectory_for(name, kwargs):
                 inputs = {"sampling_params": sampling_params, **kwargs}
                 span = begin_span(span_name, SpanKind.AGENT, inputs, trajectory_name=name)
-                if span is None:  # tracing disabled here (trace=False, or not sampled)
-                    return await run(self, sampling_params, **kwargs)
-                last_trajectory.set(span.trajectory)
+                # verl's own decorators (its LLM client, BaseTool, tool parser) record nothing in
+                # here: rollscope records the same calls, in this trajectory's tree.
+                verl_silenced = silence_verl_tracing()
                 try:
-                    output = await run(self, sampling_params, **kwargs)
-                except BaseException as exc:
-                    end_span(span, None, exc)
-                    raise
-                record_output_reward(output)
-                end_span(span, RunOutput(output))
-                return output
+                    if span is None:  # tracing disabled here (trace=False, or not sampled)
+                        return await run(self, sampling_params, **kwargs)
+                    try:
+                        output = await run(self, sampling_params, **kwargs)
+                    except BaseException as exc:
+                        end_span(span, None, exc)
+                        raise
+                    record_output_reward(output)
+                    end_span(span, RunOutput(output))
+                    return output
+                finally:
+                    restore_verl_tracing(verl_silenced)
         finally:
             _running.reset(running)
 
@@ -162,4 +178,5 @@ class TracedAgentLoop(AgentLoopBase):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        start_from_trainer_config(self.config)  # verl's plain worker: its trace.* keys start tracing
         self.server_manager = traced_client(self.server_manager, self.tokenizer)

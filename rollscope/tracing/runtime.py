@@ -2,10 +2,10 @@
 
 ``init_tracing`` builds one ``Tracer``; while none exists every traced call costs one global
 lookup. The tracer turns trajectory and span lifecycle calls into events for the exporter. Backends
-that can run outside this process (the local store) run in the trace sidecar, which also shapes
-their events (JSON, redaction, truncation); backends that must stay here (Weave, through verl's
-client) get events shaped on the exporter's thread, as does everything when token2text needs the
-traced object's tokenizer.
+that can run outside this process (the local store, Weave, OpenTelemetry) run in the trace sidecar,
+which also shapes their events (JSON, redaction, truncation); backends that must stay here (one
+handed a live client object) get events shaped on the exporter's thread, as does everything when
+token2text needs the traced object's tokenizer.
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ class Tracer:
             sidecar = os.environ.get("ROLLSCOPE_TRACE_SIDECAR", "1") != "0"
         common = {"project": project, "experiment": experiment}
         resolved = resolve_backends(parse_backend_names(backend), backend_options)
-        outside = [r for r in resolved if sidecar and _can_run_outside(r[1])]
+        outside = [r for r in resolved if sidecar and _can_run_outside(r[1], r[2])]
         workers: list[Any] = []
         if outside:
             config = {
@@ -163,9 +163,21 @@ class Tracer:
         return self.exporter.stats()
 
 
-def _can_run_outside(cls: Any) -> bool:
-    """Out-of-process backends go to the sidecar, which imports them by module path."""
-    return isinstance(cls, type) and getattr(cls, "out_of_process", False) and cls.__module__ != "__main__"
+def _can_run_outside(cls: Any, options: dict[str, Any]) -> bool:
+    """Out-of-process backends go to the sidecar, which imports them by module path and gets their
+    options as data (one given a live object, such as a client, stays in this process)."""
+    return (isinstance(cls, type) and getattr(cls, "out_of_process", False) and cls.__module__ != "__main__"
+            and all(_is_data(v) for v in options.values()))  # fmt: skip
+
+
+def _is_data(value: Any) -> bool:
+    if value is None or isinstance(value, str | int | float | bool | os.PathLike):
+        return True
+    if isinstance(value, list | tuple):
+        return all(_is_data(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_data(v) for k, v in value.items())
+    return False
 
 
 def _plain_options(options: dict[str, Any]) -> dict[str, Any]:

@@ -51,6 +51,9 @@ class TraceSampler:
         self._remember(self._plans, step, chosen)
         return chosen
 
+    def has_plan(self, step: Any) -> bool:
+        return step in self._plans
+
     def should_trace(self, step: Any, sample_index: Any) -> bool:
         if self.k is None:
             return True

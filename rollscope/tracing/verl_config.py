@@ -12,8 +12,10 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from rollscope.tracing.backends import parse_backend_names
 from rollscope.tracing.runtime import Tracer, get_tracer, init_tracing
 
+VERL_MLFLOW_DEFAULT = "sqlite:////tmp/mlruns.db"
 _ENV_EXTRAS = {
     "ROLLSCOPE_SAMPLE_SEED": ("sample_seed", int),
     "ROLLSCOPE_MAX_PAYLOAD_CHARS": ("max_payload_chars", int),
@@ -70,6 +72,9 @@ def init_from_verl_config(cfg: Any, **overrides: Any) -> Tracer | None:
                 raise ValueError(f"environment variable {env}={os.environ[env]!r}: {exc}") from exc
     kwargs.update(_plain(_get(cfg, "rollscope.trace")))
     kwargs.update(overrides)
+    if "mlflow" in parse_backend_names(kwargs["backend"]) and "mlflow_tracking_uri" not in kwargs:
+        # the store verl's own MLflow tracing writes to (verl's default when the variable is unset)
+        kwargs["mlflow_tracking_uri"] = os.environ.get("MLFLOW_TRACKING_URI", VERL_MLFLOW_DEFAULT)
     existing = get_tracer()
     if existing is not None and all(existing.settings.get(k) == v for k, v in kwargs.items()):
         return existing

@@ -36,7 +36,8 @@ def rollout(i, reward):
 
 def test_calls_nest_carry_verls_attributes_and_the_reward(weave_server, trace_dir):
     server, client = weave_server
-    tracing.init_tracing(backend="local,weave", project="proj", experiment="exp", trace_dir=str(trace_dir))
+    tracing.init_tracing(backend="local,weave", project="proj", experiment="exp", trace_dir=str(trace_dir),
+                         weave_client=client)  # a client object: the backend stays in this process
     rollout(0, 1.0)
     rollout(1, 0.0)
     assert tracing.flush_tracing(30)

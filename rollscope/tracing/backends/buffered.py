@@ -16,10 +16,6 @@ class TrajectoryBackend(TraceBackend):
         self._open: dict[str, tuple[Trajectory, list[Span]]] = {}
         self.late_rewards = 0  # rewards for trajectories already written: in the local store only
 
-    def keep(self, span: Span) -> bool:
-        """Whether a span is written (all, unless a backend says otherwise)."""
-        return True
-
     def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
         raise NotImplementedError
 
@@ -28,7 +24,7 @@ class TrajectoryBackend(TraceBackend):
 
     def on_span_end(self, span: Span) -> None:
         entry = self._open.get(span.trajectory_id)
-        if entry is not None and self.keep(span):
+        if entry is not None:
             entry[1].append(span)
 
     def on_reward(self, trajectory_id: str, reward: float, details: dict[str, Any]) -> None:

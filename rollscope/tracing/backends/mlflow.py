@@ -41,6 +41,7 @@ def prepare_tracking_store(uri: str) -> None:
 
 class MlflowBackend(TrajectoryBackend):
     name = "mlflow"
+    out_of_process = True  # encoding and export, off the traced process
     options = frozenset({"mlflow_tracking_uri", "mlflow_experiment"})
 
     def __init__(self, *, project: str | None = None, experiment: str | None = None,

@@ -1,9 +1,13 @@
 """``otel``: OTLP (http/protobuf) export with OpenTelemetry's GenAI semantic conventions.
 
 A trajectory is an ``invoke_agent <agent>`` span; LLM turns are ``chat <model>`` spans, tool calls
-``execute_tool <tool>`` spans, with ``gen_ai.*`` attributes (operation, agent and tool names, token
-usage, finish reasons) and ``rollscope.*`` ones (step, sample_index, rollout_n, validate,
-experiment, reward; inputs and outputs as JSON text). Spans keep their recorded times and nesting.
+``execute_tool <tool>`` spans. Each carries what OpenTelemetry viewers display, in both conventions
+they read: GenAI (``gen_ai.input.messages``, ``gen_ai.output.messages``,
+``gen_ai.system_instructions``, tool call arguments and results, token usage, finish reasons) and
+OpenInference (``input.value``, ``output.value``, ``llm.input_messages``, ``llm.output_messages``,
+token counts, span kinds), from the shaped (redacted, truncated, token2text-decoded) payloads; plus
+``rollscope.*`` attributes (step, sample_index, rollout_n, validate, experiment, reward; the raw
+inputs and outputs as JSON text). Spans keep their recorded times and nesting.
 Point it at an OpenTelemetry Collector (``otel_endpoint=http://collector:4318/v1/traces``, or the
 standard ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) to fan traces out at cluster scale.
 """
@@ -11,6 +15,7 @@ standard ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) to fan traces out at cluster sc
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
@@ -21,6 +26,7 @@ MAX_ATTRIBUTE_CHARS = 8_192
 
 class OtelBackend(TrajectoryBackend):
     name = "otel"
+    out_of_process = True  # encoding and export, off the traced process
     options = frozenset({"otel_endpoint", "otel_headers", "otel_service_name"})
 
     def __init__(self, *, project: str | None = None, experiment: str | None = None, otel_endpoint: str | None = None,
@@ -49,6 +55,10 @@ class OtelBackend(TrajectoryBackend):
 
 def _json(value: Any) -> str:
     text = json.dumps(value, ensure_ascii=False, default=str)
+    return _bounded(text)
+
+
+def _bounded(text: str) -> str:
     return text if len(text) <= MAX_ATTRIBUTE_CHARS else text[:MAX_ATTRIBUTE_CHARS] + "…"
 
 
@@ -56,19 +66,101 @@ def _kind(span: Any) -> str:
     return span.kind if isinstance(span.kind, str) else span.kind.value
 
 
+_CHATML = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|$)", re.S)
+_OPENINFERENCE_KIND = {"llm": "LLM", "tool": "TOOL", "agent": "AGENT", "reward": "EVALUATOR"}
+
+
+def prompt_messages(text: str) -> list[dict[str, str]]:
+    """A decoded prompt as chat messages: split into roles where it is ChatML (Qwen's template,
+    verl's usual models), one user message otherwise. An empty generation prompt is dropped."""
+    messages = [{"role": role, "content": content.rstrip("\n")} for role, content in _CHATML.findall(text)]
+    if messages and messages[-1]["role"] == "assistant" and not messages[-1]["content"]:
+        messages.pop()
+    return messages or [{"role": "user", "content": text}]
+
+
+def _field(value: Any, key: str) -> Any:
+    return value.get(key) if isinstance(value, dict) else None
+
+
+def _conversation(span: Any) -> dict[str, Any]:
+    """An llm span's prompt and reply in the two conventions viewers read: OpenTelemetry GenAI
+    (``gen_ai.input.messages`` / ``gen_ai.output.messages``, parts) and OpenInference
+    (``llm.input_messages.N.message.*``, ``input.value``, ``output.value``). Text comes from
+    token2text; without it the ids stand in, as JSON."""
+    out: dict[str, Any] = {}
+    prompt = _field(span.inputs, "prompt_text")
+    reply = _field(span.outputs, "response_text")
+    finish = _field(span.outputs, "stop_reason")
+    if isinstance(prompt, str):
+        messages = prompt_messages(prompt)
+        system = [m["content"] for m in messages if m["role"] == "system"]
+        chat = [m for m in messages if m["role"] != "system"]
+        if system:
+            out["gen_ai.system_instructions"] = _json([{"type": "text", "content": c} for c in system])
+        out["gen_ai.input.messages"] = _json([{"role": m["role"], "parts": [{"type": "text", "content": m["content"]}]}
+                                              for m in chat])  # fmt: skip
+        for i, m in enumerate(messages):
+            out[f"llm.input_messages.{i}.message.role"] = m["role"]
+            out[f"llm.input_messages.{i}.message.content"] = _bounded(m["content"])
+        out["input.value"], out["input.mime_type"] = _bounded(prompt), "text/plain"
+    else:
+        out["input.value"], out["input.mime_type"] = _json(span.inputs), "application/json"
+    if isinstance(reply, str):
+        message = {"role": "assistant", "parts": [{"type": "text", "content": reply}]}
+        if finish is not None:
+            message["finish_reason"] = str(finish)
+        out["gen_ai.output.messages"] = _json([message])
+        out["llm.output_messages.0.message.role"] = "assistant"
+        out["llm.output_messages.0.message.content"] = _bounded(reply)
+        out["output.value"], out["output.mime_type"] = _bounded(reply), "text/plain"
+    else:
+        out["output.value"], out["output.mime_type"] = _json(span.outputs), "application/json"
+    return out
+
+
+def _tool_call(span: Any, tool: str) -> dict[str, Any]:
+    arguments = _field(span.inputs, "parameters")
+    arguments = span.inputs if arguments is None else arguments
+    result = _field(span.outputs, "text")
+    out = {"gen_ai.tool.call.arguments": _json(arguments), "tool.name": tool, "tool.parameters": _json(arguments),
+           "input.value": _json(arguments), "input.mime_type": "application/json"}  # fmt: skip
+    call_id = _field(span.inputs, "instance_id")
+    if call_id is not None:
+        out["gen_ai.tool.call.id"] = str(call_id)
+    if isinstance(result, str):
+        out["gen_ai.tool.call.result"] = out["output.value"] = _bounded(result)
+        out["output.mime_type"] = "text/plain"
+    else:
+        out["gen_ai.tool.call.result"] = out["output.value"] = _json(span.outputs)
+        out["output.mime_type"] = "application/json"
+    return out
+
+
 def _name_and_attributes(span: Any) -> tuple[str, dict[str, Any]]:
     kind, attrs = _kind(span), dict(span.attributes or {})
-    out: dict[str, Any] = {"rollscope.kind": kind, "rollscope.span_id": span.id}
+    out: dict[str, Any] = {"rollscope.kind": kind, "rollscope.span_id": span.id,
+                           "openinference.span.kind": _OPENINFERENCE_KIND.get(kind, "CHAIN")}  # fmt: skip
     if kind == "llm":
         model = attrs.get("gen_ai.request.model", "model")
-        out.update({"gen_ai.operation.name": "chat", "gen_ai.request.model": model})
+        out.update({"gen_ai.operation.name": "chat", "gen_ai.request.model": model, "llm.model_name": model})
+        out.update(_conversation(span))
+        prompt, completion = attrs.get("gen_ai.usage.input_tokens"), attrs.get("gen_ai.usage.output_tokens")
+        if isinstance(prompt, int):
+            out["llm.token_count.prompt"] = prompt
+        if isinstance(completion, int):
+            out["llm.token_count.completion"] = completion
+        if isinstance(prompt, int) and isinstance(completion, int):
+            out["llm.token_count.total"] = prompt + completion
         name = f"chat {model}"
     elif kind == "tool":
         tool = attrs.get("tool.name") or span.name
         out.update({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool})
+        out.update(_tool_call(span, tool))
         name = f"execute_tool {tool}"
     else:
         name = span.name
+        out["input.value"], out["output.value"] = _json(span.inputs), _json(span.outputs)
     for key, value in attrs.items():
         if key.startswith("gen_ai.") and value is not None:
             out[key] = value if isinstance(value, (str, bool, int, float)) else [str(v) for v in value]
@@ -87,13 +179,21 @@ def write_spans(tracer: Any, t: Any, spans: list[Any], experiment: str | None = 
                   "rollscope.trajectory_id": t.id, "rollscope.step": t.step, "rollscope.sample_index": t.sample_index,
                   "rollscope.rollout_n": t.rollout_n, "rollscope.validate": bool(t.validate),
                   "rollscope.experiment": t.experiment or experiment, "rollscope.reward": t.reward}  # fmt: skip
+    # verl's attribute names on every span, so any span filters by step, sample or experiment
+    verl = {"step": t.step, "sample_index": t.sample_index, "rollout_n": t.rollout_n, "validate": bool(t.validate),
+            "experiment_name": t.experiment or experiment}  # fmt: skip
+    verl = {k: (v if isinstance(v, (str, bool, int, float)) else str(v)) for k, v in verl.items() if v is not None}
     attributes = {k: (v if isinstance(v, (str, bool, int, float)) else str(v)) for k, v in attributes.items()
                   if v is not None}  # fmt: skip
+    attributes.update(verl)
+    attributes["openinference.span.kind"] = "AGENT"
+    attributes["output.value"] = _json({"status": t.status, "reward": t.reward})
     root = tracer.start_span(f"invoke_agent {agent}", attributes=attributes, start_time=t.start_ns)
     live = {t.id: root}
     ordered = sorted(spans, key=lambda s: (s.start_ns, s.id))
     for s in ordered:
         name, attrs = _name_and_attributes(s)
+        attrs.update(verl)
         parent = trace.set_span_in_context(live.get(s.parent_id, root))
         live[s.id] = tracer.start_span(name, context=parent, attributes=attrs, start_time=s.start_ns)
     for s in reversed(ordered):

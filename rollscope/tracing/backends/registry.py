@@ -19,6 +19,7 @@ _BUILTIN: dict[str, str] = {
     "otel": "rollscope.tracing.backends.otel:OtelBackend",
     "mlflow": "rollscope.tracing.backends.mlflow:MlflowBackend",
     "weave": "rollscope.tracing.backends.weave:WeaveBackend",
+    "trackio": "rollscope.tracing.backends.trackio:TrackioBackend",
 }
 _registered: dict[str, type[TraceBackend] | Callable[..., TraceBackend]] = {}
 

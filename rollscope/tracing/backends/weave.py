@@ -2,14 +2,17 @@
 
 One root call per trajectory and one child call per span, nested as the spans were, each carrying
 verl's attributes (step, sample_index, rollout_n, validate, experiment_name); the reward is in the
-root call's output. Calls are written when the trajectory ends, with the spans' own start and end
-times and ids derived from rollscope's, so the same trajectory replayed later (``rollscope push``)
-lands with its real timing and creates no duplicate.
+root call's output, token usage in the LLM calls' summaries (rolled up on the root). Calls are
+written when the trajectory ends, with the spans' own start and end times and ids derived from
+rollscope's, so the same trajectory replayed later (``rollscope push``) lands with its real timing
+and creates no duplicate.
 
-The client is verl's when verl already made one (``weave.init`` from verl's trace config): no
-second ``weave.init``. Otherwise ``weave.init(project)`` runs once, on this backend's thread.
-LLM spans that verl's own decorator already recorded in Weave (``verl.traced == "weave"``) are
-skipped, so no call appears twice.
+Runs in the trace sidecar with a weave client of its own: ``weave.init(project)``, the call verl
+makes, so the same entity and project (``WANDB_*`` environment, ``trainer.project_name``). Calls go
+to the client's trace server as complete start/end records, which its batch processor pairs and
+ships; the weave client's per-value serializer never walks a payload (the shaped payload is plain
+JSON already), and token-id and log-prob lists travel packed as one string each, beside their
+decoded text (``compact``).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.spans import Span, Trajectory
 
 _NAMESPACE = uuid.UUID("6f1d3c2e-5b7a-4e2f-9c1d-7a2b3c4d5e6f")
+# Lists shorter than this stay lists: only token ids and log-probs are long enough to matter.
+_PACK_FROM = 16
 
 
 def call_id(trajectory_id: str, span_id: str | None = None) -> str:
@@ -33,33 +38,41 @@ def _time(ns: int | None) -> datetime.datetime | None:
     return None if ns is None else datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.timezone.utc)
 
 
+def compact(value: Any) -> Any:
+    """A shaped payload with each long list of numbers packed into one space-separated string
+    (token ids, log-probs): one string for Weave to store and show instead of hundreds of values."""
+    t = type(value)
+    if t is dict:
+        return {k: compact(v) for k, v in value.items()}
+    if t is list:
+        if len(value) >= _PACK_FROM and type(value[0]) in (int, float) and all(type(v) in (int, float) for v in value):
+            return " ".join(map(str, value))
+        return [compact(v) for v in value]
+    return value
+
+
 class WeaveBackend(TrajectoryBackend):
     name = "weave"
     options = frozenset({"weave_project", "weave_client"})
+    out_of_process = True  # unless given a client object (tests): runtime keeps it here then
 
     def __init__(self, *, project: str | None = None, experiment: str | None = None,
                  weave_project: str | None = None, weave_client: Any = None) -> None:  # fmt: skip
         super().__init__(project=project, experiment=experiment)
         self._client = weave_client
         self._weave_project = weave_project or project or "rollscope"
+        self._ops: dict[str, str] = {}
 
     @property
     def client(self) -> Any:
         if self._client is None:
-            from weave.trace.context.weave_client_context import get_weave_client
+            import weave
 
-            self._client = get_weave_client()  # verl's, when verl initialised weave
-            if self._client is None:
-                import weave
-
-                self._client = weave.init(self._weave_project)
+            self._client = weave.init(self._weave_project)
         return self._client
 
-    def keep(self, span: Span) -> bool:
-        return (span.attributes or {}).get("verl.traced") != "weave"
-
     def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
-        write_trajectory(self.client, trajectory_view(trajectory, self.experiment), spans)
+        write_trajectory(self.client, trajectory_view(trajectory, self.experiment), spans, self._ops)
 
     def flush(self) -> None:
         if self._client is not None:
@@ -76,29 +89,93 @@ def trajectory_view(t: Any, experiment: str | None) -> dict[str, Any]:
     }  # fmt: skip
 
 
-def write_trajectory(client: Any, t: dict[str, Any], spans: list[Any]) -> None:
-    """Create and finish the root call and one call per span (parents before children), with the
-    recorded times. ``spans`` may be live Spans or stored SpanRecords."""
+def _op_name(client: Any, name: str, ops: dict[str, str]) -> str:
+    """The op's ref, published once per name (Weave's op filter lists it), as the client's
+    ``create_call`` would for an op given by name."""
+    uri = ops.get(name)
+    if uri is None:
+        import weave
+
+        try:
+            uri = weave.publish(weave.op(_anonymous, name=name), name=name).uri()
+        except Exception:  # a server without object storage still takes the call by name
+            uri = name
+        ops[name] = uri
+    return uri
+
+
+def _anonymous(*args: Any, **kwargs: Any) -> None:
+    """Stands for an op recorded by rollscope (its calls are written, never made)."""
+
+
+def _usage(span: Any) -> dict[str, Any] | None:
+    attrs = span.attributes or {}
+    prompt, completion = attrs.get("gen_ai.usage.input_tokens"), attrs.get("gen_ai.usage.output_tokens")
+    if prompt is None and completion is None:
+        return None
+    prompt, completion = prompt or 0, completion or 0
+    return {attrs.get("gen_ai.request.model") or "model": {
+        "requests": 1, "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}}
+
+
+def _add_usage(total: dict[str, Any], usage: dict[str, Any]) -> None:
+    for model, counts in usage.items():
+        into = total.setdefault(model, dict.fromkeys(counts, 0))
+        for key, n in counts.items():
+            into[key] = into.get(key, 0) + n
+
+
+def _exception(kind: str | None, message: str | None) -> str:
+    import json
+
+    return json.dumps({"type": kind or "Error", "message": message or ""})
+
+
+def write_trajectory(client: Any, t: dict[str, Any], spans: list[Any], ops: dict[str, str] | None = None) -> None:
+    """The root call and one call per span (parents before children), each sent to the client's
+    trace server as a start and an end record with the recorded times. ``spans`` may be live
+    Spans or stored SpanRecords."""
+    ops = {} if ops is None else ops
+    server, project_id = client.server, client.project_id
     attributes = {k: v for k, v in t["attributes"].items() if v is not None}
-    root = client.create_call(t["name"], {"trajectory_id": t["id"], **attributes}, attributes=attributes,
-                              use_stack=False, _call_id_override=call_id(t["id"]),
-                              started_at=_time(t["start_ns"]))  # fmt: skip
-    calls = {t["id"]: root}
-    ordered = sorted(spans, key=lambda s: (s.start_ns, s.id))
-    for s in ordered:
-        parent = calls.get(s.parent_id, root)
-        inputs = s.inputs if isinstance(s.inputs, dict) else {"inputs": s.inputs}
-        calls[s.id] = client.create_call(s.name, inputs, parent=parent, attributes={**attributes, "kind": _kind(s)},
-                                         use_stack=False, _call_id_override=call_id(t["id"], s.id),
-                                         started_at=_time(s.start_ns))  # fmt: skip
-    for s in reversed(ordered):
-        error = RuntimeError(f"{s.error_type}: {s.error_message}") if s.status == "error" else None
-        client.finish_call(calls[s.id], output=s.outputs, exception=error, ended_at=_time(s.end_ns or s.start_ns))
-    output = {"status": t["status"], "reward": t["reward"]}
-    error = RuntimeError(t["error"]) if t["status"] == "error" and t["error"] else None
-    client.finish_call(root, output=output, exception=error, ended_at=_time(t["end_ns"] or t["start_ns"]))
+    root_id = call_id(t["id"])
+    ids = {t["id"]: root_id}
+    total_usage: dict[str, Any] = {}
+    ends = []
+    root_start = _time(t["start_ns"])
+    server.call_start({"start": {
+        "project_id": project_id, "id": root_id, "trace_id": root_id, "parent_id": None,
+        "op_name": _op_name(client, t["name"], ops), "display_name": t["name"], "started_at": root_start,
+        "attributes": attributes, "inputs": {"trajectory_id": t["id"], **attributes}}})  # fmt: skip
+    for s in sorted(spans, key=lambda s: (s.start_ns, s.id)):
+        kind = s.kind if isinstance(s.kind, str) else s.kind.value
+        ids[s.id] = cid = call_id(t["id"], s.id)
+        started = _time(s.start_ns)
+        inputs = compact(s.inputs) if isinstance(s.inputs, dict) else {"inputs": compact(s.inputs)}
+        span_attributes = {**attributes, "kind": kind, **_plain_attributes(s.attributes)}
+        server.call_start({"start": {
+            "project_id": project_id, "id": cid, "trace_id": root_id, "parent_id": ids.get(s.parent_id, root_id),
+            "op_name": _op_name(client, s.name, ops), "display_name": s.name, "started_at": started,
+            "attributes": span_attributes, "inputs": inputs}})  # fmt: skip
+        summary: dict[str, Any] = {}
+        usage = _usage(s) if kind == "llm" else None
+        if usage:
+            summary["usage"] = usage
+            _add_usage(total_usage, usage)
+        error = s.status == "error"
+        ends.append({"end": {
+            "project_id": project_id, "id": cid, "trace_id": root_id, "started_at": started,
+            "ended_at": _time(s.end_ns or s.start_ns), "output": compact(s.outputs), "summary": summary,
+            "exception": _exception(s.error_type, s.error_message) if error else None}})  # fmt: skip
+    for end in reversed(ends):
+        server.call_end(end)
+    error = t["status"] == "error"
+    server.call_end({"end": {
+        "project_id": project_id, "id": root_id, "trace_id": root_id, "started_at": root_start,
+        "ended_at": _time(t["end_ns"] or t["start_ns"]), "output": {"status": t["status"], "reward": t["reward"]},
+        "summary": {"usage": total_usage} if total_usage else {},
+        "exception": _exception("TrajectoryError", t["error"]) if error else None}})  # fmt: skip
 
 
-def _kind(span: Any) -> str:
-    kind = span.kind
-    return kind if isinstance(kind, str) else kind.value
+def _plain_attributes(attributes: dict[str, Any] | None) -> dict[str, Any]:
+    return {k: v for k, v in (attributes or {}).items() if v is not None and k != "kind"}

@@ -1,0 +1,155 @@
+"""rollscope inside verl's own ``AgentLoopWorker``: starting from its config, taking over its tracing,
+and reading what it knows about the trajectory being run.
+
+verl's worker builds one agent loop per sample inside ``_run_agent_loop(sampling_params,
+trajectory, *, agent_name, trace, **row)``, each in its own asyncio task, all of a batch's tasks
+created before any runs. The loop itself is handed neither the step nor the batch, and verl's
+``rollout_trace_attr`` shares them only when verl chose to trace the sample (its unseeded per-worker
+choice). So the loop reads them where verl keeps them: the ``trajectory`` and ``agent_name``
+arguments of the ``_run_agent_loop`` coroutine behind each task. That lets the loop's own wrapper
+open the trajectory and choose the traced samples deterministically, the same way under verl's
+plain worker and under ``TracedAgentLoopManager``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from typing import Any
+
+from rollscope.tracing import init_from_verl_config, rollout_trace_attr, runtime
+
+log = logging.getLogger("rollscope.agentloops")
+
+_RUN_FRAME = "_run_agent_loop"
+# verl's TransferQueue worker (AgentLoopWorkerTQ) runs each prompt's n sessions from one task of
+# this name, created for the whole batch at once: the batch's samples are read from those.
+_PROMPT_FRAME = "_run_prompt"
+TAKEN_OVER = "rollscope"  # verl's trace backend name once rollscope records for it
+_started_from: list[Any] = []  # the trainer config tracing was started from in this process
+
+
+class VerlRun:
+    """What verl's worker passed to ``_run_agent_loop`` for one sample."""
+
+    __slots__ = ("agent_name", "rollout_n", "sample_index", "step", "validate")
+
+    def __init__(self, trajectory: dict[str, Any], agent_name: Any, session_id: Any = None) -> None:
+        self.step = trajectory.get("step")
+        self.sample_index = trajectory.get("sample_index")
+        # (verl's TransferQueue worker shares one trajectory dict among a prompt's sessions)
+        self.rollout_n = trajectory.get("rollout_n") if session_id is None else session_id
+        self.validate = bool(trajectory.get("validate", False))
+        self.agent_name = agent_name if isinstance(agent_name, str) else None
+
+
+def _run_of(task: asyncio.Task, frames: tuple[str, ...] = (_RUN_FRAME,)) -> VerlRun | None:
+    frame = getattr(task.get_coro(), "cr_frame", None)
+    if frame is None or frame.f_code.co_name not in frames:
+        return None
+    local = frame.f_locals
+    trajectory = local.get("trajectory")
+    if not isinstance(trajectory, dict) or "sample_index" not in trajectory:
+        return None
+    kwargs = local.get("kwargs")
+    session_id = kwargs.get("session_id") if isinstance(kwargs, dict) else None
+    return VerlRun(trajectory, local.get("agent_name"), session_id)
+
+
+def current_verl_run() -> VerlRun | None:
+    """The sample verl's worker is running in this task; None outside verl's worker."""
+    if "verl.experimental.agent_loop.agent_loop" not in sys.modules:
+        return None
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        return None
+    return _run_of(task) if task is not None else None
+
+
+def batch_sample_indices(run: VerlRun) -> list[Any]:
+    """The sample indices of every task of ``run``'s step that this worker is running now: the
+    worker's share of the batch (all its tasks exist before the first one runs). A sample may be
+    listed several times (one task per rollout)."""
+    indices = []
+    for task in asyncio.all_tasks():
+        other = _run_of(task, (_RUN_FRAME, _PROMPT_FRAME))
+        if other is not None and other.step == run.step and other.validate == run.validate:
+            indices.append(other.sample_index)
+    return indices
+
+
+def plan_samples(run: VerlRun) -> None:
+    """Choose this step's traced samples from the worker's batch, once per step (deterministic,
+    whole GRPO groups: ``TraceSampler``)."""
+    sampler = runtime._tracer.sampler
+    if sampler.k is not None and not sampler.has_plan(run.step):
+        sampler.plan(run.step, batch_sample_indices(run))
+
+
+def open_verl_trajectory(run: VerlRun, name: str) -> Any:
+    """rollscope's trajectory for a sample verl's worker runs, with verl's attributes; traced when
+    this step's plan picked the sample."""
+    plan_samples(run)
+    return rollout_trace_attr(sample_index=run.sample_index, step=run.step, rollout_n=run.rollout_n,
+                              validate=run.validate, name=run.agent_name or name, opened_by="verl")  # fmt: skip
+
+
+def start_from_trainer_config(trainer_config: Any) -> None:
+    """Start tracing once per process from the trainer config verl built the loop with, when
+    ``actor_rollout_ref.rollout.trace.backend`` is set; then take over verl's own tracing."""
+    if runtime._tracer is not None or (_started_from and _started_from[0] is trainer_config):
+        return
+    _started_from[:] = [trainer_config]
+    try:
+        tracer = init_from_verl_config(trainer_config)
+    except Exception as exc:  # a tracing setup error must not fail training: say it once, loudly
+        log.error("rollscope tracing not started from verl's trace config: %s", exc)
+        return
+    if tracer is not None:
+        take_over_verl_tracing()
+
+
+def take_over_verl_tracing() -> None:
+    """rollscope records every trajectory of this process, so verl's own tracing steps aside:
+
+    - its backend name becomes ``"rollscope"``: verl's ``rollout_trace_attr`` still shares the
+      trajectory's attributes but opens nothing in Weave or MLflow (with ``mlflow`` it would open
+      a second trace per trajectory), and its decorators record nothing;
+    - its unseeded sample choice is switched off: rollscope chooses (``plan_samples``).
+
+    A trajectory verl already opened an MLflow span for (the one during which the first loop of
+    the process was built) has that span discarded, so it does not become a second trace.
+    """
+    rollout_trace = sys.modules.get("verl.utils.rollout_trace")
+    if rollout_trace is None:
+        return
+    config = rollout_trace.RolloutTraceConfig.get_instance()
+    previous, config.backend = config.backend, TAKEN_OVER
+    config.max_samples_per_step_per_worker = None
+    if previous == "mlflow":
+        _discard_open_mlflow_trace()
+
+
+def _discard_open_mlflow_trace() -> None:
+    import mlflow
+    from mlflow.tracing.trace_manager import InMemoryTraceManager
+
+    span = mlflow.get_current_active_span()
+    if span is not None:
+        InMemoryTraceManager.get_instance().pop_trace(span.trace_id)
+
+
+def silence_verl_tracing() -> Any:
+    """Set verl's ``_trace_enabled`` to False for this task (verl's decorators then record
+    nothing: rollscope records the same calls in the trajectory's tree). Returns the reset token,
+    or None when verl's tracing module is not loaded."""
+    rollout_trace = sys.modules.get("verl.utils.rollout_trace")
+    return None if rollout_trace is None else (rollout_trace._trace_enabled, rollout_trace._trace_enabled.set(False))
+
+
+def restore_verl_tracing(token: Any) -> None:
+    if token is not None:
+        var, reset = token
+        var.reset(reset)

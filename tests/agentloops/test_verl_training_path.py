@@ -1,0 +1,152 @@
+"""verl's own training path, as the Weave guide sets it up: verl's plain ``AgentLoopWorker`` (and
+rollscope's optional manager worker), verl's real ``LLMServerClient`` with its decorated
+``generate``, only ``trace.*`` keys set. Every trajectory is one complete call tree in every
+backend: the local store, Weave (the real client, over HTTP to a W&B stand-in) and MLflow (a real
+SQLite store)."""
+
+import pytest
+import ray
+from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
+from verl.utils.rollout_trace import RolloutTraceConfig
+
+from rollscope import tracing
+from rollscope.agentloops import TracedAgentLoopWorker
+from rollscope.store import TraceStore
+from rollscope.testing import compose_config
+from tests.agentloops.verl_harness import grpo_batch, run_worker, start_llm_servers, verl_llm_client
+
+pytestmark = pytest.mark.slow
+
+N_ROLLOUTS, SAMPLES, STEP = 2, 4, 5
+WORKERS = {"plain": AgentLoopWorker, "manager": TracedAgentLoopWorker}
+
+
+@pytest.fixture(scope="module")
+def load_balancer(model_dir):
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield start_llm_servers(model_dir)
+    ray.shutdown()
+
+
+@pytest.fixture
+def config_for(model_dir, tmp_path):
+    loops = tmp_path / "agent_loops.yaml"
+    loops.write_text("- name: user_agent\n  _target_: tests.agentloops.user_loops.ScratchAgent\n")
+
+    def make(*overrides):
+        RolloutTraceConfig.reset()
+        return compose_config(model_dir, [f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
+                                          "actor_rollout_ref.rollout.calculate_log_probs=True", *overrides])  # fmt: skip
+
+    yield make
+    RolloutTraceConfig.reset()
+
+
+def assert_complete_tree(run, llm_name="llm.generate"):
+    """The scratch loop's run: create, llm, tool execute, llm, release, in that order, nothing else."""
+    assert run.name == "ScratchAgent.run" and run.kind == "agent"
+    assert [(c.name, c.kind) for c in run.children] == [
+        ("Multiply.create", "custom"), (llm_name, "llm"), ("Multiply.execute", "tool"), (llm_name, "llm"),
+        ("Multiply.release", "custom")]  # fmt: skip
+
+
+@pytest.mark.parametrize("worker", ["plain", "manager"])
+def test_verls_trace_keys_alone_trace_a_scratch_loop_completely(worker, config_for, load_balancer, tmp_path):
+    cfg = config_for("actor_rollout_ref.rollout.trace.backend=local", "actor_rollout_ref.rollout.trace.token2text=True",
+                     f"+rollscope.trace.trace_dir={tmp_path / 'traces'}")  # fmt: skip
+    out = run_worker(WORKERS[worker], cfg, verl_llm_client(cfg, load_balancer), grpo_batch(N_ROLLOUTS, STEP))
+    assert out.batch["responses"].shape[0] == SAMPLES * N_ROLLOUTS
+    assert tracing.flush_tracing(60)
+    trajectories = TraceStore(tmp_path / "traces").trajectories()
+    assert sorted((t.sample_index, t.rollout_n) for t in trajectories) == [
+        (s, r) for s in range(SAMPLES) for r in range(N_ROLLOUTS)]  # fmt: skip
+    for t in trajectories:
+        assert (t.step, t.validate, t.experiment, t.agent_name, t.status) == (STEP, False, "cpu", "user_agent", "ok")
+        assert t.reward == 1.0
+        [run] = t.tree()
+        assert_complete_tree(run)
+        first_turn = run.children[1]
+        assert first_turn.attributes["gen_ai.usage.output_tokens"] > 0 and "latency_s" in first_turn.attributes
+        assert "What is" in first_turn.inputs["prompt_text"]  # token2text
+        assert "calculator" in first_turn.outputs["response_text"]
+        tool = run.children[2]
+        assert tool.inputs["parameters"]["expression"] in ("17 * 23", "12 * 12", "9 * 9", "6 * 7")
+        assert tool.outputs["text"] in ("391", "144", "81", "42")
+    # verl's own tracing was handed over: its decorators and sample choice are rollscope's now
+    assert RolloutTraceConfig.get_backend() == "rollscope"
+    assert RolloutTraceConfig.get_instance().max_samples_per_step_per_worker is None
+
+
+def test_plain_worker_and_manager_trace_the_same_samples(config_for, load_balancer, tmp_path):
+    chosen = {}
+    for worker in ("plain", "manager"):
+        tracing.shutdown_tracing()
+        cfg = config_for("actor_rollout_ref.rollout.trace.backend=local",
+                         "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=2",
+                         f"+rollscope.trace.trace_dir={tmp_path / worker}", "+rollscope.trace.sample_seed=3")  # fmt: skip
+        for step in (STEP, STEP + 1):
+            run_worker(WORKERS[worker], cfg, verl_llm_client(cfg, load_balancer), grpo_batch(N_ROLLOUTS, step))
+        assert tracing.flush_tracing(60)
+        trajectories = TraceStore(tmp_path / worker).trajectories()
+        chosen[worker] = sorted((t.step, t.sample_index, t.rollout_n) for t in trajectories)
+    expected = sorted((step, s, r) for step in (STEP, STEP + 1)
+                      for s in tracing.select_samples(range(SAMPLES), step=step, k=2, seed=3)
+                      for r in range(N_ROLLOUTS))  # fmt: skip
+    assert chosen["plain"] == chosen["manager"] == expected  # whole GRPO groups, seeded, the same
+
+
+@pytest.mark.parametrize("worker", ["plain", "manager"])
+def test_weave_holds_one_complete_root_call_per_trajectory(worker, config_for, load_balancer, wandb):
+    """trace.backend=weave as in the Weave guide: verl's worker makes its own weave client (real,
+    over HTTP to the stand-in); rollscope's backend writes from the sidecar with its own."""
+    cfg = config_for("actor_rollout_ref.rollout.trace.backend=weave", "actor_rollout_ref.rollout.trace.token2text=True",
+                     "trainer.project_name=ent/proj")  # fmt: skip
+    run_worker(WORKERS[worker], cfg, verl_llm_client(cfg, load_balancer), grpo_batch(N_ROLLOUTS, STEP))
+    assert tracing.flush_tracing(60)
+    tracing.shutdown_tracing(60)
+    calls = {c["id"]: c for c in wandb.calls}
+    roots = [c for c in calls.values() if c["parent_id"] is None]
+    assert len(roots) == SAMPLES * N_ROLLOUTS  # no loose generate call from verl's decorator
+    assert sorted((r["attributes"]["sample_index"], r["attributes"]["rollout_n"]) for r in roots) == [
+        (s, r) for s in range(SAMPLES) for r in range(N_ROLLOUTS)]  # fmt: skip
+    for root in roots:
+        assert root["project_id"] == "ent/proj" and root["output"]["reward"] == 1.0
+        tree = [c for c in calls.values() if c["trace_id"] == root["id"] and c is not root]
+        [run] = [c for c in tree if c["parent_id"] == root["id"]]
+        children = sorted((c for c in tree if c["parent_id"] == run["id"]), key=lambda c: c["started_at"])
+        assert [c["display_name"] for c in children] == [
+            "Multiply.create", "llm.generate", "Multiply.execute", "llm.generate", "Multiply.release"]
+        assert len(tree) == 6
+        for call in [root, *tree]:
+            attrs = call["attributes"]
+            assert (attrs["step"], attrs["experiment_name"], attrs["validate"]) == (STEP, "cpu", False)
+            assert (attrs["sample_index"], attrs["rollout_n"]) == (root["attributes"]["sample_index"],
+                                                                   root["attributes"]["rollout_n"])  # fmt: skip
+        llm = children[1]
+        assert "What is" in llm["inputs"]["prompt_text"] and "calculator" in llm["output"]["response_text"]
+        assert isinstance(llm["inputs"]["prompt_ids"], str)  # packed: one string, not hundreds of values
+        assert llm["summary"]["usage"]["model"]["completion_tokens"] > 0
+        assert children[2]["inputs"]["parameters"]["expression"] and children[2]["output"]["text"]
+
+
+@pytest.mark.parametrize("worker", ["plain", "manager"])
+def test_mlflow_holds_one_trace_per_trajectory(worker, config_for, load_balancer, tmp_path, monkeypatch):
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # verl's worker reads it too
+    cfg = config_for("actor_rollout_ref.rollout.trace.backend=mlflow", "trainer.project_name=mlproj")
+    run_worker(WORKERS[worker], cfg, verl_llm_client(cfg, load_balancer), grpo_batch(N_ROLLOUTS, STEP))
+    assert tracing.flush_tracing(60)
+    tracing.shutdown_tracing(60)
+    mlflow.set_tracking_uri(uri)
+    experiment = mlflow.get_experiment_by_name("mlproj")
+    traces = mlflow.search_traces(experiment_ids=[experiment.experiment_id], return_type="list")
+    assert len(traces) == SAMPLES * N_ROLLOUTS
+    assert sorted((int(t.info.tags["sample_index"]), int(t.info.tags["rollout_n"])) for t in traces) == [
+        (s, r) for s in range(SAMPLES) for r in range(N_ROLLOUTS)]  # fmt: skip
+    for t in traces:
+        assert t.info.tags["step"] == str(STEP)
+        names = [s.name for s in t.data.spans]
+        assert names.count("llm.generate") == 2 and "Multiply.execute" in names and "ScratchAgent.run" in names
+        assert len(names) == 7  # the trajectory, its run, and the run's five children
