@@ -137,8 +137,8 @@ def _discard_open_mlflow_trace() -> None:
     from mlflow.tracing.trace_manager import InMemoryTraceManager
 
     span = mlflow.get_current_active_span()
-    if span is not None:
-        InMemoryTraceManager.get_instance().pop_trace(span.trace_id)
+    if span is not None:  # (the trace manager keys traces by OpenTelemetry's trace id)
+        InMemoryTraceManager.get_instance().pop_trace(span._span.get_span_context().trace_id)
 
 
 def silence_verl_tracing() -> Any:

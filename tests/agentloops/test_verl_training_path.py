@@ -62,8 +62,8 @@ def test_verls_trace_keys_alone_trace_a_scratch_loop_completely(worker, config_f
         (s, r) for s in range(SAMPLES) for r in range(N_ROLLOUTS)]  # fmt: skip
     for t in trajectories:
         assert (t.step, t.validate, t.experiment, t.agent_name, t.status) == (STEP, False, "cpu", "user_agent", "ok")
-        assert t.reward == 1.0
         [run] = t.tree()
+        assert t.reward == 1.0
         assert_complete_tree(run)
         first_turn = run.children[1]
         assert first_turn.attributes["gen_ai.usage.output_tokens"] > 0 and "latency_s" in first_turn.attributes

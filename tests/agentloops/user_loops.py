@@ -46,7 +46,8 @@ class ScratchAgent(TracedAgentLoop):
 
     async def run(self, sampling_params, **kwargs):
         messages = list(kwargs["raw_prompt"])
-        prompt_ids = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+        prompt = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        prompt_ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         tool = Multiply({}, MULTIPLY_SCHEMA)
         instance_id, _ = await tool.create()
         request_id, ids, mask, reward = uuid4().hex, list(prompt_ids), [], 0.0

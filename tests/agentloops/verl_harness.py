@@ -18,13 +18,14 @@ def call(name, **arguments):
 
 
 def arithmetic_reply(tokenizer):
-    """Turn 0: a calculator call; turn 1: the answer; later: the answer again."""
+    """A calculator call, then (once the prompt holds a tool response) the answer. Read from the
+    prompt: verl's client sends each turn under a fresh request id, so turns are not counted."""
 
     def reply(turn, prompt_ids):
         text = tokenizer.decode(prompt_ids)
         k = next(i for i, q in enumerate(QUESTIONS) if q in text)
         a, b = QUESTIONS[k].removeprefix("What is ").removesuffix("?").split(" * ")
-        return call("calculator", expression=f"{a} * {b}") if turn == 0 else f"The answer is {ANSWERS[k]}."
+        return f"The answer is {ANSWERS[k]}." if "tool_response" in text else call("calculator", expression=f"{a} * {b}")
 
     return reply
 
