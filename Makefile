@@ -37,7 +37,16 @@ $(VENV)/.installed: pyproject.toml $(WHEELS)/.llama-cpp-$(LLAMA_CPP) | $(BIN)/py
 	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[test,embedded]'
 	touch $@
 
-install: $(VENV)/.installed
+# Arize Phoenix, the OpenTelemetry viewer the otel backend is tested against, in a venv of its own:
+# it needs graphql-core 3.3, which MLflow and weave's W&B client (graphql-core < 3.3) refuse.
+PHOENIX := .venv-phoenix
+$(PHOENIX)/.installed:
+	$(PY) -m venv $(PHOENIX)
+	$(PHOENIX)/bin/pip install -q --upgrade pip
+	$(PHOENIX)/bin/pip install -q arize-phoenix==20.26.1
+	touch $@
+
+install: $(VENV)/.installed $(PHOENIX)/.installed
 
 # The first bundled example on the embedded model: 8 word problems, then the summary.
 demo: install
@@ -63,4 +72,4 @@ bench: install
 	$(BIN)/python benchmarks/bench_backends.py --json benchmarks/out/backends.json
 
 clean:
-	rm -rf $(VENV) rollscope_traces
+	rm -rf $(VENV) $(PHOENIX) rollscope_traces

@@ -1,5 +1,6 @@
-"""An in-process Weave trace server for the real weave client (no W&B account, no network): a test
-double of W&B's server, for tests and benchmarks (the client itself is real).
+"""Test doubles of W&B's servers for the real weave client (no W&B account, no network), for tests
+and benchmarks: an in-process Weave trace server, and a stand-in of W&B's HTTP endpoints on
+127.0.0.1 (``python -m rollscope.weave_inproc`` serves one in its own process and prints its URL).
 
 Used as the anchor in benchmarks: verl's own ``rollout_trace_op`` with the weave backend, recording
 through the real ``WeaveClient`` into this server. It stores what it is sent, so the benchmark can
@@ -9,7 +10,9 @@ check that every call arrived.
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 
@@ -65,3 +68,74 @@ def make_client(server: InMemoryTraceServer, project: str = "bench") -> Any:
     client = WeaveClient("local", project, server, ensure_project_exists=False)
     set_weave_client_global(client)
     return client
+
+
+class WandbStandIn:
+    """W&B's HTTP endpoints on 127.0.0.1 as ``weave.init`` and the trace client use them (server_info,
+    GraphQL, objects, files, complete-call batches); keeps the calls it receives. Point the client at
+    it with ``environment()``."""
+
+    def __init__(self) -> None:
+        self.calls = []
+        self.paths = []
+        stand_in = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _reply(self, payload: Any, status: int = 200) -> None:
+                raw = json.dumps(payload).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+
+            def do_GET(self):
+                stand_in.paths.append(("GET", self.path))
+                if self.path == "/stand-in/calls":  # for a stand-in in another process: what it received
+                    return self._reply({"calls": len(stand_in.calls)})
+                if self.path.endswith("/server_info"):
+                    info = {"min_required_weave_python_version": "0.0.1", "trace_server_version": "stand-in"}
+                    return self._reply(info)
+                return self._reply({})
+
+            def do_POST(self):
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                stand_in.paths.append(("POST", self.path))
+                if self.path.endswith("/graphql"):
+                    query = json.loads(body).get("query", "")
+                    if "DefaultEntity" in query:
+                        viewer = {"username": "tester", "defaultEntity": {"name": "ent"}}
+                        return self._reply({"data": {"viewer": viewer}})
+                    if "UpsertModel" in query:
+                        model = {"name": "proj", "description": ""}
+                        return self._reply({"data": {"upsertModel": {"model": model}}})
+                    return self._reply({"data": {"project": {"name": "proj"}}})
+                if "calls/complete" in self.path or "upsert_batch" in self.path:
+                    stand_in.calls.extend(json.loads(body).get("batch", []))
+                    return self._reply({})
+                if self.path.endswith("/table/create"):
+                    return self._reply({"digest": "t" * 32, "row_digests": []})
+                return self._reply({"digest": "d" * 32})
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def environment(self) -> dict[str, str]:
+        return {"WANDB_API_KEY": "x" * 40, "WANDB_BASE_URL": self.url, "WF_TRACE_SERVER_URL": f"{self.url}/traces",
+                "WANDB_ERROR_REPORTING": "false"}  # fmt: skip
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+if __name__ == "__main__":
+    import sys
+
+    stand_in = WandbStandIn()
+    print(stand_in.url, flush=True)
+    sys.stdin.read()  # serves until its parent closes our stdin

@@ -38,7 +38,9 @@ class OtelBackend(TrajectoryBackend):
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
         # A provider of our own: the application's global one (if any) is left alone.
-        self.provider = TracerProvider(resource=Resource.create({"service.name": otel_service_name or "rollscope"}))
+        # openinference.project.name: the project Phoenix and other OpenInference viewers file it under
+        self.provider = TracerProvider(resource=Resource.create({
+            "service.name": otel_service_name or "rollscope", "openinference.project.name": project or "rollscope"}))
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=otel_endpoint,
                                                                              headers=otel_headers)))  # fmt: skip
         self.tracer = self.provider.get_tracer("rollscope")

@@ -41,7 +41,8 @@ class TrackioBackend(TrajectoryBackend):
 
         self.trackio = trackio
         self.run = context_vars.current_run.get()  # verl's, when verl's worker opened one here
-        if self.run is None:
+        self._owns_run = self.run is None
+        if self._owns_run:
             self.run = trackio.init(project=trackio_project or project or "rollscope", name=experiment,
                                     config={"framework": "verl", "tracer": "rollscope"}, resume="allow")  # fmt: skip
 
@@ -51,7 +52,7 @@ class TrackioBackend(TrajectoryBackend):
         self.run.log({trace_key(trajectory.agent_name or "agent_loop"): trace}, step=step)
 
     def close(self) -> None:
-        if self.run is not None:
+        if self._owns_run:  # verl's run is verl's to finish
             self.run.finish()
 
 
