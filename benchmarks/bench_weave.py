@@ -172,7 +172,8 @@ def main() -> None:
         results[variant] = run_fresh(here, "--variant", variant, "--n", str(n))
         r = results[variant]
         print(f"{variant:<12} {n:>6} trajectories  {r['calls_per_s']:>8.0f} calls/s end to end  "
-              f"{r['traced_cpu_ms_per_trajectory']:>7.2f} ms traced-process CPU per trajectory", flush=True)  # fmt: skip
+              f"{r['traced_cpu_ms_per_trajectory']:>7.2f} ms traced-process CPU per trajectory",
+              flush=True)  # fmt: skip
     calls, client, local = results["calls"], results["client"], results["local"]
     print(f"weave backend vs the client path: {calls['calls_per_s'] / client['calls_per_s']:.1f}x the calls/s")
     for variant in ("local+weave", "local+otel"):

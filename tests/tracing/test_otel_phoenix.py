@@ -35,7 +35,7 @@ def phoenix(tmp_path):
     env = {**os.environ, "PHOENIX_WORKING_DIR": str(tmp_path / "phoenix"), "PHOENIX_HOST": "127.0.0.1",
            "PHOENIX_PORT": str(port), "PHOENIX_GRPC_PORT": str(_free_port()), "PHOENIX_TELEMETRY_ENABLED": "false",
            "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false", "PHOENIX_ALLOWED_SANDBOX_PROVIDERS": "NONE"}  # fmt: skip
-    log = open(tmp_path / "phoenix.log", "w")
+    log = (tmp_path / "phoenix.log").open("w")
     server = subprocess.Popen([str(PHOENIX / "phoenix"), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
