@@ -19,7 +19,7 @@ def receiver():
             body = self.rfile.read(int(self.headers["Content-Length"]))
             request = ExportTraceServiceRequest()
             request.ParseFromString(body)
-            received.append((self.path, self.headers["Content-Type"], request))
+            received.append((self.path, self.headers["Content-Type"], request, dict(self.headers)))
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
@@ -57,9 +57,9 @@ def test_genai_spans_reach_an_otlp_receiver(receiver, trace_dir):
         tracing.set_reward(0.5)
     assert tracing.flush_tracing(30)
     tracing.shutdown_tracing()
-    assert received and all(path == "/v1/traces" and ctype == "application/x-protobuf" for path, ctype, _ in received)
-    spans = [s for _, _, req in received for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
-    service = {kv.value.string_value for _, _, req in received for rs in req.resource_spans
+    assert received and all(path == "/v1/traces" and ctype == "application/x-protobuf" for path, ctype, _, _ in received)
+    spans = [s for _, _, req, _ in received for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    service = {kv.value.string_value for _, _, req, _ in received for rs in req.resource_spans
                for kv in rs.resource.attributes if kv.key == "service.name"}  # fmt: skip
     assert service == {"rollouts"}
     by_name = {s.name: s for s in spans}
@@ -74,3 +74,31 @@ def test_genai_spans_reach_an_otlp_receiver(receiver, trace_dir):
     assert _attrs(tool)["gen_ai.tool.name"] == "calculator" and tool.status.code == 2  # ERROR
     assert "division by zero" in tool.status.message
     assert chat.start_time_unix_nano >= root.start_time_unix_nano and chat.end_time_unix_nano <= root.end_time_unix_nano
+
+
+def test_weave_otel_sends_to_weaves_otlp_endpoint_with_key_and_project(receiver, monkeypatch):
+    """Weave's OpenTelemetry door: the path, the API key header and the project's Resource attributes
+    Weave routes by (its docs, "Send OpenTelemetry Traces to Weave")."""
+    endpoint, received = receiver
+    monkeypatch.setenv("WF_TRACE_SERVER_URL", endpoint.removesuffix("/v1/traces") + "/traces")
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    tracing.init_tracing(backend="weave-otel", experiment="exp", weave_project="ent/proj")
+    with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=0, name="tool_agent"):
+        with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": "hi"}) as s:
+            s.outputs = {"response_text": "hello"}
+    assert tracing.flush_tracing(30)
+    tracing.shutdown_tracing()
+    assert {path for path, _, _, _ in received} == {"/traces/otel/v1/traces"}
+    assert all(headers.get("wandb-api-key") == "k" * 40 for _, _, _, headers in received)
+    resource = {kv.key: kv.value.string_value for _, _, req, _ in received for rs in req.resource_spans
+                for kv in rs.resource.attributes}  # fmt: skip
+    assert (resource["wandb.entity"], resource["wandb.project"]) == ("ent", "proj")
+    spans = [s for _, _, req, _ in received for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
+    assert sorted(s.name for s in spans) == ["chat model", "invoke_agent tool_agent"]
+
+
+def test_weave_otel_without_an_entity_says_what_is_missing(monkeypatch):
+    monkeypatch.delenv("WANDB_ENTITY", raising=False)
+    monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
+    with pytest.raises(ValueError, match="entity"):
+        tracing.init_tracing(backend="weave-otel", weave_project="proj", sidecar=False)

@@ -27,10 +27,11 @@ MAX_ATTRIBUTE_CHARS = 8_192
 class OtelBackend(TrajectoryBackend):
     name = "otel"
     out_of_process = True  # encoding and export, off the traced process
-    options = frozenset({"otel_endpoint", "otel_headers", "otel_service_name"})
+    options = frozenset({"otel_endpoint", "otel_headers", "otel_service_name", "otel_resource"})
 
     def __init__(self, *, project: str | None = None, experiment: str | None = None, otel_endpoint: str | None = None,
-                 otel_headers: dict[str, str] | None = None, otel_service_name: str | None = None) -> None:  # fmt: skip
+                 otel_headers: dict[str, str] | None = None, otel_service_name: str | None = None,
+                 otel_resource: dict[str, str] | None = None) -> None:  # fmt: skip
         super().__init__(project=project, experiment=experiment)
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
@@ -39,8 +40,9 @@ class OtelBackend(TrajectoryBackend):
 
         # A provider of our own: the application's global one (if any) is left alone.
         # openinference.project.name: the project Phoenix and other OpenInference viewers file it under
-        self.provider = TracerProvider(resource=Resource.create({
-            "service.name": otel_service_name or "rollscope", "openinference.project.name": project or "rollscope"}))
+        resource = {"service.name": otel_service_name or "rollscope", "openinference.project.name": project or "rollscope",
+                    **(otel_resource or {})}  # fmt: skip
+        self.provider = TracerProvider(resource=Resource.create(resource))
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=otel_endpoint,
                                                                              headers=otel_headers)))  # fmt: skip
         self.tracer = self.provider.get_tracer("rollscope")

@@ -20,6 +20,7 @@ _BUILTIN: dict[str, str] = {
     "mlflow": "rollscope.tracing.backends.mlflow:MlflowBackend",
     "weave": "rollscope.tracing.backends.weave:WeaveBackend",
     "trackio": "rollscope.tracing.backends.trackio:TrackioBackend",
+    "weave-otel": "rollscope.tracing.backends.weave_otel:WeaveOtelBackend",
 }
 _registered: dict[str, type[TraceBackend] | Callable[..., TraceBackend]] = {}
 
