@@ -83,9 +83,9 @@ def test_weave_otel_sends_to_weaves_otlp_endpoint_with_key_and_project(receiver,
     monkeypatch.setenv("WF_TRACE_SERVER_URL", endpoint.removesuffix("/v1/traces") + "/traces")
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     tracing.init_tracing(backend="weave-otel", experiment="exp", weave_project="ent/proj")
-    with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=0, name="tool_agent"):
-        with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": "hi"}) as s:
-            s.outputs = {"response_text": "hello"}
+    with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=0, name="tool_agent"), \
+            tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": "hi"}) as s:
+        s.outputs = {"response_text": "hello"}
     assert tracing.flush_tracing(30)
     tracing.shutdown_tracing()
     assert {path for path, _, _, _ in received} == {"/traces/otel/v1/traces"}

@@ -40,8 +40,8 @@ class OtelBackend(TrajectoryBackend):
 
         # A provider of our own: the application's global one (if any) is left alone.
         # openinference.project.name: the project Phoenix and other OpenInference viewers file it under
-        resource = {"service.name": otel_service_name or "rollscope", "openinference.project.name": project or "rollscope",
-                    **(otel_resource or {})}  # fmt: skip
+        resource = {"service.name": otel_service_name or "rollscope",
+                    "openinference.project.name": project or "rollscope", **(otel_resource or {})}  # fmt: skip
         self.provider = TracerProvider(resource=Resource.create(resource))
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=otel_endpoint,
                                                                              headers=otel_headers)))  # fmt: skip
