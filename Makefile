@@ -31,8 +31,14 @@ $(WHEELS)/.llama-cpp-$(LLAMA_CPP): | $(BIN)/python
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) || \
 		echo "warning: could not install chromium and chromium-driver (needs root): the browser tests will fail"
 
+# The Python sandbox tool's isolation is Debian's bubblewrap (needs root to install, as Chromium).
+/usr/bin/bwrap:
+	(command -v apt-get >/dev/null && (apt-get update -qq || true) && \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) || \
+		echo "warning: could not install bubblewrap (needs root): the Python sandbox tool will refuse to run"
+
 # torch first, pinned, so that verl does not pull a multi-GB CUDA build.
-$(VENV)/.installed: pyproject.toml $(WHEELS)/.llama-cpp-$(LLAMA_CPP) | $(BIN)/python /usr/bin/chromedriver
+$(VENV)/.installed: pyproject.toml $(WHEELS)/.llama-cpp-$(LLAMA_CPP) | $(BIN)/python /usr/bin/chromedriver /usr/bin/bwrap
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[test,embedded]'
 	touch $@
@@ -70,6 +76,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_viewer.py --json benchmarks/out/viewer.json
 	$(BIN)/python benchmarks/bench_faults.py --json benchmarks/out/faults.json
 	$(BIN)/python benchmarks/bench_backends.py --json benchmarks/out/backends.json
+	$(BIN)/python benchmarks/bench_weave.py --json benchmarks/out/weave.json
 
 clean:
 	rm -rf $(VENV) $(PHOENIX) rollscope_traces

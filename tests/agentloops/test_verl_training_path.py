@@ -150,3 +150,27 @@ def test_mlflow_holds_one_trace_per_trajectory(worker, config_for, load_balancer
         names = [s.name for s in t.data.spans]
         assert names.count("llm.generate") == 2 and "Multiply.execute" in names and "ScratchAgent.run" in names
         assert len(names) == 7  # the trajectory, its run, and the run's five children
+
+
+def test_with_verls_tracing_off_rollscope_still_records_every_span(config_for, load_balancer, tmp_path, monkeypatch):
+    """No trace.backend (verl traces nothing, shares no attributes): rollscope started from its own
+    environment variable reads the step and sample from verl's worker all the same."""
+    monkeypatch.setenv("ROLLSCOPE_TRACE_BACKEND", "local")
+    cfg = config_for(f"+rollscope.trace.trace_dir={tmp_path / 'traces'}")
+    assert cfg.actor_rollout_ref.rollout.trace.backend is None
+    run_worker(AgentLoopWorker, cfg, verl_llm_client(cfg, load_balancer), grpo_batch(N_ROLLOUTS, STEP))
+    assert tracing.flush_tracing(60)
+    trajectories = TraceStore(tmp_path / "traces").trajectories()
+    assert sorted((t.step, t.sample_index, t.rollout_n) for t in trajectories) == [
+        (STEP, s, r) for s in range(SAMPLES) for r in range(N_ROLLOUTS)]  # fmt: skip
+    for t in trajectories:
+        [run] = t.tree()
+        assert_complete_tree(run)
+
+
+def test_manager_refuses_verls_transfer_queue_path_at_start(config_for):
+    from rollscope.agentloops import TracedAgentLoopManager
+
+    cfg = config_for("transfer_queue.enable=True")
+    with pytest.raises(ValueError, match="transfer_queue.enable=True: remove actor_rollout_ref.rollout.agent"):
+        TracedAgentLoopManager(cfg, llm_client=None)

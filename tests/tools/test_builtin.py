@@ -83,6 +83,7 @@ def test_python_tool_time_and_cpu_limits_leave_nothing_running():
 def _is_sandbox_child(pid: str) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return b"sandbox_runner.py" in f.read()
+            cmdline = f.read()
+        return b"sandbox_runner.py" in cmdline or b"/sandbox/runner.py" in cmdline
     except OSError:
         return False

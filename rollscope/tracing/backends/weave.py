@@ -43,12 +43,16 @@ def compact(value: Any) -> Any:
     (token ids, log-probs): one string for Weave to store and show instead of hundreds of values."""
     t = type(value)
     if t is dict:
-        return {k: compact(v) for k, v in value.items()}
+        return {k: compact(v) if type(v) in _CONTAINERS else v for k, v in value.items()}
     if t is list:
-        if len(value) >= _PACK_FROM and type(value[0]) in (int, float) and all(type(v) in (int, float) for v in value):
+        if len(value) >= _PACK_FROM and set(map(type, value)) <= _NUMBERS:  # (checked in C)
             return " ".join(map(str, value))
-        return [compact(v) for v in value]
+        return [compact(v) if type(v) in _CONTAINERS else v for v in value]
     return value
+
+
+_CONTAINERS = (dict, list)
+_NUMBERS = {int, float}
 
 
 class WeaveBackend(TrajectoryBackend):
