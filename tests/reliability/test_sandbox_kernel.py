@@ -77,7 +77,7 @@ def test_no_pth_file_lands_in_the_python_installation():
             f"    except OSError as e:\n        print(type(e).__name__, e.errno)\n")  # fmt: skip
     result = run(code)
     assert not (site / name).exists() and not (stdlib / name).exists()
-    assert result["output"].count("OSError") == 3  # read-only or absent: refused by the kernel
+    assert result["output"].count("Error") == 3  # read-only or absent: refused by the kernel
 
 
 def test_host_secrets_and_files_are_not_there(monkeypatch):
@@ -101,11 +101,11 @@ def test_inherited_file_descriptors_are_closed(tmp_path):
     secret = tmp_path / "open-in-host.txt"
     secret.write_text("host data")
     with open(secret) as held:  # an fd of the host process, open while the sandbox starts
-        code = (f"import os\nprint(sorted(int(f) for f in os.listdir('/proc/self/fd')))\n"
-                f"for fd in range(3, 64):\n    try:\n        print(fd, os.read(fd, 100))\n    except OSError:\n"
-                f"        pass\n")  # fmt: skip
+        code = ("import os\nprint(sorted(int(f) for f in os.listdir('/proc/self/fd')))\n"
+                "for fd in range(3, 64):\n    try:\n        print(fd, os.read(fd, 100))\n    except OSError:\n"
+                "        pass\n")  # fmt: skip
         result = run(code)
-    assert held.fileno() >= 3
+        assert held.fileno() >= 3
     assert "host data" not in result["output"]
     assert result["output"].splitlines()[0] in ("[0, 1, 2, 3]", "[0, 1, 2]")  # 3: the listing's own fd
 
@@ -123,7 +123,7 @@ def test_total_disk_is_capped():
             "    print('stopped after', n, 'files:', e.errno)\n")  # fmt: skip
     result = run(code, disk_mb=64)
     stopped = int(result["output"].split("stopped after")[1].split()[0])
-    assert stopped < 4  # 64 MiB of tmpfs, not 40 x 16 MiB of host disk
+    assert stopped <= 4  # 64 MiB of tmpfs, not 40 x 16 MiB of host disk
 
 
 def test_mount_unshare_and_setns_are_refused_by_the_kernel():
@@ -133,16 +133,20 @@ def test_mount_unshare_and_setns_are_refused_by_the_kernel():
             "fd = os.open('/proc/self/ns/net', os.O_RDONLY)\nprint('setns', libc.setns(fd, 0))\n"
             "print('uid', os.getuid(), 'caps', open('/proc/self/status').read().split('CapEff:')[1].split()[0])")  # fmt: skip
     out = run(code)["output"]
-    assert "unshare -1" in out and "mount -1" in out and "setns -1" in out
+    assert "unshare -1" in out and "mount -1" in out and "setns -1" in out  # no nested user namespace either
     assert "uid 65534 caps 0000000000000000" in out
 
 
-def test_killing_its_parent_only_ends_the_sandbox():
-    code = ("import os, signal\nfd = os.pidfd_open(os.getppid())\nsignal.pidfd_send_signal(fd, 9)\n"
-            "import time; time.sleep(2); print('still here')")  # fmt: skip
+def test_signals_reach_no_host_process():
+    """Its parent is its pid namespace's init (which ignores signals from inside); the host's
+    processes do not exist for it."""
+    code = ("import os, signal\nprint('parent', os.getppid())\nsignal.pidfd_send_signal(os.pidfd_open(os.getppid()), 9)\n"
+            f"for pid in (1, {os.getpid()}, {os.getppid()}):\n    try:\n        os.kill(pid, 9); print('killed', pid)\n"
+            "    except OSError as e:\n        print('refused', pid, e.errno)\nprint('sandbox went on')")  # fmt: skip
     result = run(code)
-    assert "still here" not in result["output"]
-    assert os.getppid() > 1  # this (host) process and its parent are alive
+    assert "parent 1" in result["output"] and "sandbox went on" in result["output"]
+    assert f"killed {os.getpid()}" not in result["output"] and f"killed {os.getppid()}" not in result["output"]
+    assert os.getppid() > 1  # this host process and its parent are alive
     assert no_sandbox_process_left()
 
 

@@ -18,9 +18,10 @@ system is a read-only view of ``/usr``, ``/lib*``, ``/bin`` and the interpreter'
 When the call returns, every process of the sandbox is gone (killing bwrap kills its pid
 namespace's init, and with it every process in the namespace; the call waits for that).
 
-No seccomp filter: without capabilities in any namespace but its own, ``mount``, ``unshare`` into
-host namespaces, ``setns``, ``ptrace`` or ``pidfd_open`` of host processes (invisible in its pid
-namespace) fail in the kernel already.
+No seccomp filter: with no capability outside its own user namespace and no further user
+namespaces allowed (``--disable-userns``), ``mount``, ``unshare``, ``setns`` and ``keyctl`` on the
+host's objects fail in the kernel already, and host processes are invisible in its pid namespace
+(nothing to ``ptrace`` or ``pidfd_open``; its own init ignores its signals).
 
 The audit hook in ``sandbox_runner.py`` stays as a second layer (clear messages for the common
 refusals), never as the boundary. Where bubblewrap cannot run (not installed, no user namespaces),
@@ -102,7 +103,7 @@ def _python() -> tuple[str, str]:
 def _bwrap_args(bwrap: str, disk_mb: int, *mounts: str) -> list[str]:
     _, prefix = _python()
     size = str(disk_mb * 1024 * 1024)
-    args = [bwrap, "--unshare-all", "--die-with-parent", "--new-session",
+    args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
             "--uid", str(SANDBOX_ID), "--gid", str(SANDBOX_ID), "--cap-drop", "ALL",
             "--ro-bind", "/usr", "/usr", "--ro-bind-try", "/lib", "/lib", "--ro-bind-try", "/lib64", "/lib64",
             "--ro-bind-try", "/bin", "/bin", "--proc", "/proc", "--dev", "/dev",
@@ -282,11 +283,17 @@ async def _run(argv: list[str], cwd: str | None, env: dict[str, str], fds: tuple
         size, status = sum(map(len, chunks)), "timeout"
     finally:
         _kill(proc.pid, own_session)
-        await proc.wait()
+        # Read to the end: a paused pipe (output past the cap) would otherwise never report its
+        # end, and asyncio reports the exit only after it. Bounded: a process of the unsandboxed
+        # path that left its group could hold the pipe open.
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(_drain(proc), 10)
     output = b"".join(chunks).decode("utf-8", "replace")
     if len(output) > max_output_chars or status == "output_limit":
         output = output[:max_output_chars] + f"\n...[output truncated at {max_output_chars} chars of {size:,} bytes]"
     exit_code = proc.returncode
+    if not own_session and exit_code is not None and exit_code > 128:
+        exit_code = 128 - exit_code  # bwrap's init reports a signal death as 128 + N: as asyncio would, -N
     if status == "timeout":
         return {"status": "timeout", "exit": exit_code, "output": f"{output}\ntimed out after {wall_s:g}s".strip()}
     if status == "output_limit":
@@ -311,6 +318,12 @@ async def _read(proc: asyncio.subprocess.Process, chunks: list[bytes], max_bytes
             return size, True
     await proc.wait()
     return size, False
+
+
+async def _drain(proc: asyncio.subprocess.Process) -> None:
+    while await proc.stdout.read(READ_CHUNK):
+        pass
+    await proc.wait()
 
 
 def _wait_gone(info_fd: int, deadline_s: float = 10.0) -> None:
