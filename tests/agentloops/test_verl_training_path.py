@@ -172,5 +172,5 @@ def test_manager_refuses_verls_transfer_queue_path_at_start(config_for):
     from rollscope.agentloops import TracedAgentLoopManager
 
     cfg = config_for("transfer_queue.enable=True")
-    with pytest.raises(ValueError, match="transfer_queue.enable=True: remove actor_rollout_ref.rollout.agent"):
+    with pytest.raises(ValueError, match=r"transfer_queue\.enable=True: remove actor_rollout_ref"):
         TracedAgentLoopManager(cfg, llm_client=None)
