@@ -77,6 +77,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_faults.py --json benchmarks/out/faults.json
 	$(BIN)/python benchmarks/bench_backends.py --json benchmarks/out/backends.json
 	$(BIN)/python benchmarks/bench_weave.py --json benchmarks/out/weave.json
+	$(BIN)/python benchmarks/bench_sandbox.py --json benchmarks/out/sandbox.json
 
 clean:
 	rm -rf $(VENV) $(PHOENIX) rollscope_traces
