@@ -59,8 +59,8 @@ class ToolAgentLoop(TracedAgentLoop, VerlToolAgentLoop):
             return f"unknown tool {call.name!r}; available tools: {', '.join(sorted(tools)) or 'none'}"
         try:
             arguments = json.loads(call.arguments)
-        except (json.JSONDecodeError, TypeError) as exc:
-            return f"arguments for {call.name!r} are not valid JSON: {exc}"
+        except (ValueError, TypeError, RecursionError) as exc:  # (ValueError: JSON errors, huge integers)
+            return f"arguments for {call.name!r} are not valid JSON: {type(exc).__name__}: {str(exc)[:200]}"
         problems = check_arguments(tool.tool_schema, arguments)
         if problems:
             return f"invalid arguments for {call.name!r}: " + "; ".join(problems)

@@ -1,6 +1,7 @@
 """rollscope's ToolAgentLoop on verl's real classes, a real tokenizer and a ScriptedLLM test double."""
 
 import asyncio
+import copy
 
 import pytest
 
@@ -65,12 +66,29 @@ MALFORMED = [
     ('<tool_call>{"name": "calculator", "arguments": "{not json"}</tool_call>',
      "Error: arguments for 'calculator' are not valid JSON"),
     (call("calculator", expression="1/0"), "Error: division by zero"),
+    # hostile shapes: each raised out of the parser before, failing the rollout (and verl's whole batch)
+    ('<tool_call>{"name": "calculator", "arguments": ' + "[" * 2000 + "]" * 2000 + "}</tool_call>",
+     "Error: the tool call's JSON is nested too deeply"),
+    ('<tool_call>{"name": "calculator", "arguments": {"expression": "1"}, "id": 5}</tool_call>',
+     "Error: the tool call's 'id' must be a string"),
+    ('<tool_call>{"name": "calculator", "arguments": {"expression": "1"}, "id": {"a": 1}}</tool_call>',
+     "Error: the tool call's 'id' must be a string"),
+    ('<tool_call>{"name": "calculator", "arguments": {"expression": ' + "9" * 5000 + "}}</tool_call>",
+     "Error: the tool call's JSON has a value Python cannot read"),
+    ('<tool_call>{"name": "calculator", "arguments": "{\\"expression\\": ' + "9" * 5000 + '}"}</tool_call>',
+     "Error: the tool call's arguments hold JSON Python cannot read (ValueError)"),
+    ('<tool_call>{"name": "calculator", "arguments": "' + "[" * 2000 + '"}</tool_call>',
+     "Error: the tool call's arguments hold JSON Python cannot read (RecursionError)"),
 ]  # fmt: skip
 
 
 @pytest.mark.parametrize(("reply", "message"), MALFORMED)
 def test_malformed_calls_are_answered_and_traced(verl_config, tokenizer, local_tracer, read_store, reply, message):
-    out = run_loop(verl_config, tokenizer, [reply, call("calculator", expression="2+2"), "Done: 4."])
+    config = verl_config
+    if len(reply) > 1000:  # room in the response for the hostile shapes
+        config = copy.deepcopy(verl_config)
+        config.actor_rollout_ref.rollout.response_length = 32_768
+    out = run_loop(config, tokenizer, [reply, call("calculator", expression="2+2"), "Done: 4."])
     [bad, good] = tool_messages(tokenizer, out)
     assert bad.startswith(message)
     assert good == "4"  # the model recovered and the loop went on
@@ -105,3 +123,19 @@ def test_turn_limit_and_tool_rewards(verl_config, tokenizer, local_tracer, read_
     [t] = read_store().trajectories()
     assert t.num_llm_calls == 2  # stopped by max_assistant_turns although the model kept calling
     assert t.attributes["reward_details"] == {"tool_rewards": [1.0]}
+
+
+def test_parsing_stays_bounded_on_hostile_output():
+    """50 MB of model output, 1,000 calls in one turn, 100,000 nesting levels, invalid UTF-8: every
+    one parses to calls or clear malformed calls; nothing raises (sizes, not timings, asserted)."""
+    from rollscope.agentloops.tool_parser import MALFORMED_CALL, MAX_CALL_CHARS, extract_from_text
+
+    text, calls = extract_from_text("x" * 50_000_000 + "<tool_call>" + "[" * 50_000_000)
+    assert len(text) == 50_000_000 and [c.name for c in calls] == [MALFORMED_CALL]
+    assert str(MAX_CALL_CHARS) in calls[0].arguments.replace(",", "")
+    _, calls = extract_from_text(call("calculator", expression="1+1") * 1000)
+    assert len(calls) == 1000 and {c.name for c in calls} == {"calculator"}
+    _, calls = extract_from_text("<tool_call>" + "{" * 100_000 + "</tool_call>")
+    assert "nested too deeply" in calls[0].arguments or "not valid JSON" in calls[0].arguments
+    _, calls = extract_from_text(b'<tool_call>{"name": "calc\xff\xfe", "arguments": {}}</tool_call>'.decode("utf-8", "replace"))
+    assert calls[0].name == "calc\ufffd\ufffd"  # decoded with replacement characters: an unknown tool, told so

@@ -65,6 +65,15 @@ replies = st.one_of(
     st.builds(lambda n: f"<tool_call>{json.dumps({'name': 'calculator', 'arguments': {'expression': '9' * n}})}"
                         "</tool_call>", st.integers(1, 20_000)),
     st.lists(well_formed, min_size=2, max_size=6).map("\n".join),  # parallel calls
+    # hostile shapes: ids that are not strings, nesting past the interpreter's limit, integers past its
+    # digit limit, dozens of calls in one turn
+    st.builds(lambda i, a: "<tool_call>" + json.dumps({"name": "calculator", "arguments": a, "id": i}) + "</tool_call>",
+              json_values.filter(lambda v: v is not None and not isinstance(v, str)), arguments),
+    st.builds(lambda d: '<tool_call>{"name": "calculator", "arguments": ' + "[" * d + "]" * d + "}</tool_call>",
+              st.integers(1, 100_000)),
+    st.builds(lambda n: '<tool_call>{"name": "calculator", "arguments": {"expression": ' + "7" * n + "}}</tool_call>",
+              st.integers(4_000, 20_000)),
+    st.lists(well_formed, min_size=20, max_size=60).map("".join),
 )
 
 
