@@ -105,9 +105,8 @@ def main() -> None:
         added = [b - p for b, p in zip(times["bubblewrap"], times["plain child"], strict=True)]
         row["added_p50_ms"] = 1e3 * statistics.median(added)
         results[name] = row
-        print(f"{name:<17} bubblewrap p50 {row['bubblewrap']['p50_ms']:6.1f} ms p95 {row['bubblewrap']['p95_ms']:6.1f} ms"
-              f" | plain child p50 {row['plain child']['p50_ms']:6.1f} ms p95 {row['plain child']['p95_ms']:6.1f} ms"
-              f" | added p50 {row['added_p50_ms']:+6.1f} ms", flush=True)  # fmt: skip
+        cells = [f"{k} p50 {row[k]['p50_ms']:6.1f} ms p95 {row[k]['p95_ms']:6.1f} ms" for k in times]
+        print(f"{name:<17} {' | '.join(cells)} | added p50 {row['added_p50_ms']:+6.1f} ms", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 
