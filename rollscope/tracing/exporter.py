@@ -261,6 +261,7 @@ class Exporter:
             batch = [q.popleft() for _ in range(n)]
             batch = [span_from_leaf(e) if type(e) is tuple and e[0] == LEAF_SPAN else e for e in batch]
             if shape is not None:
+                shape.refresh_secrets()
                 events, batch = batch, []
                 for event in events:
                     if not is_flush(event):

@@ -55,6 +55,10 @@ class NoRedaction:
     def is_secret_key(key: str) -> bool:
         return False
 
+    @staticmethod
+    def refresh_environment() -> None:
+        pass
+
 
 class PayloadShaper:
     """JSON conversion + truncation + redaction + token2text, in one pass over the value."""
@@ -69,6 +73,7 @@ class PayloadShaper:
         self.redactor = redactor
         # Keys repeat endlessly (prompt_ids, sampling_params, ...): decide once per key.
         self._secret_key: dict[str, bool] = {}
+        self._key_text: dict[str, str] = {}
         self.max_chars = max_payload_chars
         self.token2text = token2text
         self.tokenizer = tokenizer
@@ -136,6 +141,8 @@ class PayloadShaper:
         secret_keys = self._secret_key
         for k, val in m.items():
             key = k if type(k) is str else str(k)
+            if len(key) >= MIN_SECRET_TEXT:  # a secret can be a key too
+                key = self._key(key)
             t = type(val)
             if val is None or t is bool or (t is int and -(2**63) <= val < 2**63):
                 out[key] = val  # the common scalars, without a call per value
@@ -156,6 +163,16 @@ class PayloadShaper:
         return out
 
 
+    def _key(self, key: str) -> str:
+        text = self._key_text.get(key)
+        if text is None:
+            text = self._string(key)
+            if len(self._key_text) < _MAX_KEYS_REMEMBERED:  # (keys a model invents are not remembered)
+                self._key_text[key] = text
+        return text
+
+
+_MAX_KEYS_REMEMBERED = 4096
 UNKNOWN = object()
 _NUMBER_TYPES = (int, float)
 

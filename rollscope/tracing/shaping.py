@@ -20,6 +20,10 @@ class EventShaper:
     def __init__(self, shaper: PayloadShaper) -> None:
         self.shaper = shaper
 
+    def refresh_secrets(self) -> None:
+        """Environment secrets set since tracing started are redacted from now on."""
+        self.shaper.redactor.refresh_environment()
+
     def __call__(self, event: Span | tuple) -> Span | tuple:
         shape = self.shaper.shape
         if type(event) is Span:
@@ -30,6 +34,8 @@ class EventShaper:
             self._span(event[1], ended=False)
         elif kind == ev.TRAJECTORY_START or kind == ev.TRAJECTORY_END:
             t: Trajectory = event[1]
+            # plain columns too: a secret in an experiment or agent name is as stored as one in a payload
+            t.experiment, t.agent_name, t.project = shape(t.experiment), shape(t.agent_name), shape(t.project)
             if t.attributes:
                 t.attributes = shape(t.attributes)
             if t.error_message is not None:
@@ -40,6 +46,7 @@ class EventShaper:
 
     def _span(self, span: Span, ended: bool) -> None:
         shape = self.shaper.shape
+        span.name = shape(span.name)
         llm = span.kind == SpanKind.LLM
         attributes = dict(span.attributes) if span.attributes else {}
         if not span.shaped:  # inputs once, at the first event seen for the span

@@ -7,7 +7,8 @@ sixth of the per-trajectory work. The sidecar holds what it receives in a ``Back
 it while the traced process leaves the CPU idle (benchmarks/RESULTS.md, issue 3).
 
 Protocol: length-prefixed frames over the child's stdin and a private copy of its stdout.
-    parent -> child   CONFIG (first), EVENTS, FLUSH id, CLOSE
+    parent -> child   CONFIG (first), EVENTS, FLUSH id, CLOSE, SECRETS (when the parent's environment
+                      gains a secret-looking value after the start: redacted from then on)
     child -> parent   READY or FAILED, LOG, FLUSHED id stats, CLOSED ok stats
 The child ignores Ctrl-C (the parent decides when tracing ends) and closes cleanly when the
 parent disappears (end of its stdin), so a killed rollout loses at most what was in the pipe.
@@ -34,13 +35,14 @@ from rollscope.tracing import wire
 from rollscope.tracing.backlog import DEFAULT_MAX_BYTES, Backlog
 from rollscope.tracing.exporter import _FLUSH, BackendWorker, Exporter, Marker, is_flush
 from rollscope.tracing.payload import PayloadShaper
-from rollscope.tracing.redaction import Redactor
+from rollscope.tracing.redaction import Redactor, secret_env_values
 from rollscope.tracing.shaping import EventShaper
 
 log = logging.getLogger("rollscope.tracing")
 
 _HEADER = struct.Struct("<IB")  # body length, frame kind
 CONFIG, EVENTS, FLUSH, CLOSE, READY, FAILED, LOG, FLUSHED, CLOSED = range(9)
+SECRETS = 9  # parent -> child: secret-looking environment values of the traced process, now
 START_TIMEOUT_S = 60.0
 # How often the sending thread wakes. Each wake-up takes the GIL from the rollout, so fewer,
 # larger batches cost less: measured with an instant LLM, waking every 20 ms cost the rollout
@@ -127,6 +129,7 @@ class SidecarWorker:
         self._close_ok = False
         self._lock = threading.Lock()
         self._fallback: list[BackendWorker] | None = None
+        self._secrets = secret_env_values()  # what the child's own environment started with
         self._fallback_shape: EventShaper | None = None
         self._start()
         self.thread = threading.Thread(target=self._run, name="rollscope-sidecar-send", daemon=True)
@@ -221,6 +224,7 @@ class SidecarWorker:
         outbox = self.outbox
         while True:
             self._wake.clear()  # before draining: a flush marker added meanwhile wakes the next wait
+            self._guarded(self._send_secrets, None)  # before the events that may hold them
             records: list[bytes] = []
             while outbox:
                 item = outbox.popleft()
@@ -256,6 +260,12 @@ class SidecarWorker:
             except OSError:
                 self._child_gone("its pipe closed")
         self._to_fallback(wire.unpack(body))
+
+    def _send_secrets(self, _: Any) -> None:
+        secrets = secret_env_values()
+        if secrets != self._secrets and self._fallback is None:
+            self._secrets = secrets
+            _write_frame(self._out, SECRETS, wire.encode(secrets))
 
     def _send_flush(self, marker: Marker) -> None:
         if self._fallback is None:
@@ -389,7 +399,8 @@ def main() -> None:
     config = pickle.loads(frame[1])
     sys.path[:] = config["sys_path"]
     try:
-        exporter = _build(config)
+        shaper = _shaper_for(config)
+        exporter = Exporter([_worker_for(config, path, options) for _, path, options in config["backends"]], shaper)
     except Exception as exc:
         send(FAILED, wire.encode((type(exc).__name__, str(exc))))
         return
@@ -416,13 +427,12 @@ def main() -> None:
             backlog.drain()
             exporter.flush(None)
             send(FLUSHED, wire.encode((struct.unpack("<Q", body)[0], stats())))
+        elif kind == SECRETS:
+            if shaper is not None:
+                shaper.shaper.redactor.add_literals(wire.decode(body))
         elif kind == CLOSE:
             backlog.close()
             ok = exporter.close(None)
             send(CLOSED, wire.encode((ok, stats())))
             return
 
-
-def _build(config: dict[str, Any]) -> Exporter:
-    workers = [_worker_for(config, path, options) for _, path, options in config["backends"]]
-    return Exporter(workers, _shaper_for(config))

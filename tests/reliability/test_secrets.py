@@ -3,6 +3,7 @@ any backend: a full `rollscope run` (ScriptedLLM as the model), then every store
 and a backend that keeps what it is sent is searched too."""
 
 import json
+import time
 
 import pytest
 
@@ -67,3 +68,49 @@ def test_secrets_never_reach_another_backend(tmp_path, monkeypatch):
     assert "env says" in seen  # what the backend got is the redacted payload, not nothing
     for secret in (OPENAI_KEY, GITHUB_TOKEN, ENV_SECRET, "x" * 20):
         assert secret not in seen
+
+
+DSN = "postgres://trainer:Pg-s3cret-pw-77@db.internal:5432/rl"
+STRIPE_LIVE, STRIPE_TEST, STRIPE_RESTRICTED = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc", "sk_test_" + "9xYz" * 6, "rk_live_" + "Ab12" * 6
+GITLAB = "glpat-" + "xY9_zW8-vU7t" * 2
+BASIC = "dXNlcjpodW50ZXIyLXBhc3N3b3Jk"
+AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
+SLACK, GOOGLE = "xoxb-" + "1234567890-abcdefghij", "AIza" + "SyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q"
+ANTHROPIC, HF = "sk-ant-api03-" + "Qw9" * 10, "hf_" + "AbCdEfGhIjKlMnOpQrStUv"
+LATE = "late-exported-secret-" + "8" * 12
+SHAPES = [DSN.split(":")[2].split("@")[0], STRIPE_LIVE, STRIPE_TEST, STRIPE_RESTRICTED, GITLAB, BASIC, AWS_SECRET,
+          SLACK, GOOGLE, ANTHROPIC, HF, LATE]
+
+
+def every_stored_text(trace_dir):
+    """The shards' raw bytes plus every trajectory and span as the store decodes them (payloads
+    are compressed on disk: a raw search alone would miss them)."""
+    from rollscope.store import TraceStore
+
+    raw = b"".join(p.read_bytes() for p in trace_dir.rglob("*") if p.is_file()).decode("latin-1")
+    with TraceStore(trace_dir) as store:
+        decoded = [repr(vars(t)) + repr([vars(s) for s in store.get(t.id).spans]) for t in store.trajectories()]
+    assert decoded  # the search below is not vacuous
+    return raw + "".join(decoded)
+
+
+@pytest.mark.parametrize("sidecar", [True, False], ids=["shaped in the sidecar", "shaped in this process"])
+def test_every_secret_shape_through_every_path_is_redacted(tmp_path, monkeypatch, sidecar):
+    traces = tmp_path / "traces"
+    tracing.init_tracing(trace_dir=str(traces), experiment=f"run-{STRIPE_LIVE}", sidecar=sidecar)
+    monkeypatch.setenv("LATE_API_KEY", LATE)  # set after tracing started
+    time.sleep(0.3)  # (the environment is looked at again at most every 100 ms; a later rollout picks it up)
+    with tracing.rollout_trace_attr(step=1, sample_index=0, name=f"agent {GITLAB}", note=f"db {DSN}"):
+        with tracing.trace_span(f"lookup {SLACK}", kind="tool",
+                                inputs={"prompt": f"use {ANTHROPIC} and {HF}", "late": f"env {LATE}",
+                                        "nested": {"calls": [{"aws_secret_access_key": AWS_SECRET}]},
+                                        GOOGLE: "a secret used as a key"}) as span:  # fmt: skip
+            span.outputs = {"header": f"Authorization: Basic {BASIC}", "keys": [STRIPE_TEST, STRIPE_RESTRICTED]}
+            span.fail(RuntimeError(f"connect failed for {DSN}"))
+        tracing.set_reward(1.0, detail=f"scored with {GOOGLE}")
+    assert tracing.flush_tracing(60)
+    tracing.shutdown_tracing(60)
+    stored = every_stored_text(traces)
+    assert "REDACTED" in stored and "a secret used as a key" in stored
+    leaked = [s for s in SHAPES if s in stored]
+    assert leaked == []
