@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import re
+
 from rich.console import Console
-from rich.markup import escape
+from rich.markup import escape as _escape_markup
 from rich.table import Table
 from rich.tree import Tree
 
@@ -14,6 +16,21 @@ from rollscope.viewer.views import figures, first_user_message, fmt, main_text, 
 
 TEXT_LIMIT = 600
 KIND_STYLE = {"agent": "bold cyan", "llm": "green", "tool": "yellow", "reward": "magenta", "custom": "dim"}
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # all but newline and tab
+_CONTROL_IN_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def terminal_safe(text: str, one_line: bool = False) -> str:
+    """Control characters shown as ``\\x1b``, never sent: text a model or a user wrote (escape
+    sequences that clear the screen, retitle the window, rewrite what was printed) stays text."""
+    return (_CONTROL_IN_LINE if one_line else _CONTROL).sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def escape(text: str) -> str:
+    """For rich: markup escaped and control characters made visible."""
+    return _escape_markup(terminal_safe(text))
 
 
 def console() -> Console:

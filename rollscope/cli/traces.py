@@ -44,10 +44,14 @@ def traces_ls(args: argparse.Namespace) -> int:
         return 0
     print(f"{'id':<26} {'experiment':<14} {'step':>5} {'sample':>6} {'roll':>4} {'val':>3} {'status':<7} "
           f"{'reward':>7} {'turns':>5} {'tools':>5} {'err':>3} {'secs':>6}")  # fmt: skip
+    from rollscope.cli.render import terminal_safe
+
     for r in records:
         reward = "" if r.reward is None else f"{r.reward:.3g}"
         secs = "" if r.duration_s is None else f"{r.duration_s:.2f}"
-        print(f"{r.id:<26} {(r.experiment or '')[:14]:<14} {_s(r.step):>5} {_s(r.sample_index):>6} "
+        experiment = terminal_safe(r.experiment or "", one_line=True)
+        print(f"{r.id:<26} {experiment[:14]:<14} {terminal_safe(_s(r.step), True):>5} "
+              f"{terminal_safe(_s(r.sample_index), True):>6} "
               f"{_s(r.rollout_n):>4} {'y' if r.validate else '':>3} {r.status:<7} {reward:>7} "
               f"{r.num_llm_calls:>5} {r.num_tool_calls:>5} {r.num_errors:>3} {secs:>6}")  # fmt: skip
     print(f"{len(records)} of {total} trajectories in {store.path}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import ipaddress
 import sys
 
@@ -11,13 +12,20 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dir", help="trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
     p.add_argument("--port", type=int, default=8765, help="port (0 picks a free one; default 8765)")
     p.add_argument("--host", default="127.0.0.1",
-                   help="address to bind (default 127.0.0.1; others expose your traces to the network)")  # fmt: skip
+                   help="address to bind (default 127.0.0.1; others expose your traces to the network)")
+    p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                   help="also answer requests addressed to NAME (a tunnel's host name); repeatable")  # fmt: skip
 
 
 def ui_command(args: argparse.Namespace) -> int:
     from rollscope.viewer.server import make_server
 
-    server = make_server(args.dir, args.host, args.port)
+    try:
+        server = make_server(args.dir, args.host, args.port, tuple(args.allow_host))
+    except OSError as exc:
+        print(f"rollscope: cannot serve on {args.host}:{args.port}: {exc.strerror or exc}"
+              + (" (try another --port, or --port 0)" if exc.errno == errno.EADDRINUSE else ""), file=sys.stderr)
+        return 2
     host, port = server.server_address[:2]
     if not _loopback(args.host):
         print(f"rollscope: warning: serving traces on {host}, reachable from other machines", file=sys.stderr)

@@ -123,7 +123,7 @@ class Viewer:
         step = _int(q, "step", None)
         if step is None or "sample" not in q:
             raise BadRequest("a group is named by step and sample: /group?step=S&sample=I")
-        sample: Any = int(q["sample"]) if q["sample"].lstrip("-").isdigit() else q["sample"]
+        sample = _sample(q)
         filters = {k: q[k] for k in ("experiment", "project") if k in q}
         records = self.store().group(step, sample, **filters)
         if not records:
@@ -142,16 +142,27 @@ class Viewer:
         return self.env.get_template(template).render(**context)
 
 
+_INT_LIMIT = 2**63  # what the store's integer columns hold
+
+
 def _int(q: dict[str, str], key: str, default: int | None, minimum: int | None = None) -> int | None:
     if key not in q:
         return default
     try:
         value = int(q[key])
     except ValueError:
-        raise BadRequest(f"{key} must be an integer, got {q[key]!r}") from None
+        raise BadRequest(f"{key} must be an integer, got {q[key][:40]!r}") from None
+    if not -_INT_LIMIT <= value < _INT_LIMIT:
+        raise BadRequest(f"{key} is out of range")
     if minimum is not None and value < minimum:
         raise BadRequest(f"{key} must be at least {minimum}")
     return value
+
+
+def _sample(q: dict[str, str]) -> Any:
+    """A sample index: an integer when it reads as one (bounded like every integer), else the text."""
+    sample = q.get("sample")
+    return _int(q, "sample", None) if sample and sample.lstrip("-").isdigit() else sample
 
 
 def _float(q: dict[str, str], key: str) -> float | None:
@@ -173,10 +184,9 @@ def _flag(q: dict[str, str], key: str) -> bool | None:
 
 
 def _filters(q: dict[str, str]) -> dict[str, Any]:
-    sample = q.get("sample")
     return {
         "project": q.get("project"), "experiment": q.get("experiment"), "step": _int(q, "step", None),
-        "sample_index": int(sample) if sample and sample.lstrip("-").isdigit() else sample,
+        "sample_index": _sample(q),
         "rollout_n": _int(q, "rollout", None), "validate": _flag(q, "validate"), "agent": q.get("agent"),
         "status": q.get("status"), "min_reward": _float(q, "min_reward"), "max_reward": _float(q, "max_reward"),
         "has_error": _flag(q, "errors"), "tool_error": _flag(q, "tool_errors"),
@@ -185,10 +195,16 @@ def _filters(q: dict[str, str]) -> dict[str, Any]:
 
 class _Handler(BaseHTTPRequestHandler):
     viewer: Viewer
+    allowed_hosts: frozenset[str]
+    timeout = 10  # seconds a connection may take to send its request (idle half-sent ones are dropped)
 
     def do_GET(self) -> None:
         started = time.perf_counter()
-        status, content_type, body = self.viewer.handle(self.path)
+        if _host_name(self.headers.get("Host", "")) not in self.allowed_hosts:
+            # another name pointing here (DNS rebinding: a web page reading the viewer): not ours to answer
+            status, content_type, body = 421, "text/plain; charset=utf-8", b"misdirected request: unknown host\n"
+        else:
+            status, content_type, body = self.viewer.handle(self.path)
         self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -202,6 +218,19 @@ class _Handler(BaseHTTPRequestHandler):
         pass
 
 
-def make_server(directory: str | None, host: str = "127.0.0.1", port: int = 8765) -> ThreadingHTTPServer:
-    handler = type("Handler", (_Handler,), {"viewer": Viewer(directory)})
+def _host_name(header: str) -> str:
+    """The name of a Host header, without its port ('[::1]:8765' -> '[::1]', 'LocalHost' -> 'localhost')."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[: header.find("]") + 1]
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def make_server(directory: str | None, host: str = "127.0.0.1", port: int = 8765,
+                allowed_hosts: tuple[str, ...] = ()) -> ThreadingHTTPServer:  # fmt: skip
+    """The viewer's HTTP server, answering only requests addressed to ``host``, 127.0.0.1,
+    localhost, [::1] or one of ``allowed_hosts``."""
+    names = {host, "127.0.0.1", "localhost", "[::1]", *allowed_hosts}
+    names = frozenset(f"[{n}]" if ":" in n and not n.startswith("[") else n.lower() for n in names)
+    handler = type("Handler", (_Handler,), {"viewer": Viewer(directory), "allowed_hosts": names})
     return ThreadingHTTPServer((host, port), handler)

@@ -48,3 +48,38 @@ def test_ls_table_and_clear_error(store_dir, tmp_path):
     assert missing.returncode == 2
     expected = f"rollscope: error: no trace store at {tmp_path / 'none'} (set --dir or ROLLSCOPE_TRACE_DIR)"
     assert missing.stderr.strip() == expected
+
+
+@pytest.mark.slow
+def test_escape_sequences_in_names_and_model_output_are_shown_escaped(tmp_path):
+    """Text from a model or a user never drives the terminal: clear-screen, window-title and colour
+    sequences in experiment and agent names and in model output are printed as escapes."""
+    clear, title, c1 = "\x1b[2J", "\x1b]0;pwned\x07", "\x9b31m"
+    d = tmp_path / "traces"
+    tracing.init_tracing(project="p", experiment=f"exp{clear}{title}", trace_dir=str(d))
+    with tracing.rollout_trace_attr(step=1, sample_index=0, name=f"agent{c1}"):
+        with tracing.trace_span("llm.generate", kind="llm") as s:
+            s.outputs = {"response_text": f"reply {clear} with\ttab and\nnewline {title}"}
+    tracing.shutdown_tracing()
+    listing = _cli("traces", "ls", "--dir", str(d))
+    [trajectory] = json.loads(_cli("traces", "ls", "--dir", str(d), "--json").stdout)
+    shown = _cli("traces", "show", trajectory["id"], "--dir", str(d))
+    for out in (listing.stdout, shown.stdout):
+        assert "\x1b" not in out and "\x07" not in out and "\x9b" not in out
+    assert "exp\\x1b[2J" in listing.stdout
+    assert "reply \\x1b[2J with" in shown.stdout and "\\x1b]0;pwned\\x07" in shown.stdout
+    assert "agent\\x9b31m" in shown.stdout
+
+
+@pytest.mark.slow
+def test_ui_on_a_port_already_taken_says_so_in_one_line(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = _cli("ui", "--dir", str(tmp_path), "--port", str(port))
+    assert result.returncode == 2
+    assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
+    assert f"cannot serve on 127.0.0.1:{port}" in result.stderr and "--port 0" in result.stderr

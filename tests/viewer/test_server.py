@@ -1,6 +1,8 @@
 """The viewer over HTTP on 127.0.0.1: pages, filters, escaping, refusals, a store still being written."""
 
 import re
+import socket
+import threading
 
 import httpx
 
@@ -89,3 +91,54 @@ def test_a_refresh_shows_new_trajectories(server, store_dir):
     after = get(server, "/").text
     assert f"{before + 2} matching" in after
     assert "2 matching" in get(server, "/?experiment=later").text
+
+
+def test_only_its_own_host_names_are_answered(server, store_dir):
+    """DNS rebinding: a page on evil.example whose name now resolves to 127.0.0.1 sends its own Host."""
+    port = server.rsplit(":", 1)[1]
+    for host in ("evil.example", f"evil.example:{port}", "127.0.0.1.evil.example", "localhost.", ""):
+        response = httpx.get(server + "/", headers={"Host": host}, timeout=30)
+        assert response.status_code == 421, host
+        assert "trajector" not in response.text
+    for host in (f"127.0.0.1:{port}", f"localhost:{port}", "LOCALHOST", "127.0.0.1"):
+        assert httpx.get(server + "/", headers={"Host": host}, timeout=30).status_code == 200, host
+    from rollscope.viewer.server import make_server
+
+    httpd = make_server(str(store_dir), port=0, allowed_hosts=("traces.lab.internal",))
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}/"
+        assert httpx.get(url, headers={"Host": "traces.lab.internal"}, timeout=30).status_code == 200
+        assert httpx.get(url, headers={"Host": "evil.example"}, timeout=30).status_code == 421
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_integers_past_64_bits_are_a_bad_request(server):
+    huge = str(2**64)
+    for path in (f"/?page={huge}", f"/?step={huge}", f"/?sample={huge}", f"/group?step={huge}&sample=1",
+                 f"/group?step=0&sample={huge}", f"/steps?step=-{huge}"):  # fmt: skip
+        response = get(server, path)
+        assert response.status_code == 400, path
+        assert "out of range" in response.text
+
+
+def test_half_sent_requests_do_not_hold_the_server(server):
+    """Idle connections that never finish their request are dropped after the read timeout; the
+    server keeps answering meanwhile (no timing asserted: only that it answers and they close)."""
+    host, port = server.removeprefix("http://").split(":")
+    idle = [socket.create_connection((host, int(port))) for _ in range(50)]
+    try:
+        for s in idle:
+            s.sendall(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n")  # never the blank line that ends it
+        assert get(server, "/").status_code == 200
+        from rollscope.viewer.server import _Handler
+
+        assert _Handler.timeout is not None and _Handler.timeout > 0
+        idle[0].settimeout(_Handler.timeout * 6)
+        assert idle[0].recv(100) == b""  # the server closed it (after its read timeout)
+    finally:
+        for s in idle:
+            s.close()
