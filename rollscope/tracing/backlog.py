@@ -51,9 +51,12 @@ class ProcessLoad:
 class Backlog:
     """Ordered chunks of packed events, handed to ``release`` one chunk at a time, in order."""
 
-    def __init__(self, release: Callable[[bytes], None], pid: int, max_bytes: int = DEFAULT_MAX_BYTES) -> None:
+    def __init__(self, release: Callable[[bytes], None], pid: int, max_bytes: int = DEFAULT_MAX_BYTES,
+                 load: Callable[[], float | None] | None = None) -> None:  # fmt: skip
+        """``load``: the traced process's CPU share since the last call (default: read from /proc
+        for ``pid``; tests give their own reading, so no test depends on how busy the machine is)."""
         self._release = release
-        self._load = ProcessLoad(pid)
+        self._share = load or ProcessLoad(pid).share
         self.max_bytes = max_bytes
         self._chunks: deque[tuple[bytes, int]] = deque()
         self.bytes = 0
@@ -90,7 +93,7 @@ class Backlog:
 
     def _run(self) -> None:
         while not self._stop.wait(CHECK_S):
-            share = self._load.share()
+            share = self._share()
             if share is not None and share >= BUSY_SHARE:
                 continue  # the traced process is working: wait
             with self._lock:

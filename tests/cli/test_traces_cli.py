@@ -57,9 +57,9 @@ def test_escape_sequences_in_names_and_model_output_are_shown_escaped(tmp_path):
     clear, title, c1 = "\x1b[2J", "\x1b]0;pwned\x07", "\x9b31m"
     d = tmp_path / "traces"
     tracing.init_tracing(project="p", experiment=f"exp{clear}{title}", trace_dir=str(d))
-    with tracing.rollout_trace_attr(step=1, sample_index=0, name=f"agent{c1}"):
-        with tracing.trace_span("llm.generate", kind="llm") as s:
-            s.outputs = {"response_text": f"reply {clear} with\ttab and\nnewline {title}"}
+    with tracing.rollout_trace_attr(step=1, sample_index=0, name=f"agent{c1}"), \
+            tracing.trace_span("llm.generate", kind="llm") as s:
+        s.outputs = {"response_text": f"reply {clear} with\ttab and\nnewline {title}"}
     tracing.shutdown_tracing()
     listing = _cli("traces", "ls", "--dir", str(d))
     [trajectory] = json.loads(_cli("traces", "ls", "--dir", str(d), "--json").stdout)

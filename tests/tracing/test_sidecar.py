@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import numpy as np
@@ -261,46 +262,72 @@ def _process(code):
 
 
 def test_backlog_waits_while_the_traced_process_works_and_drains_on_flush():
+    """The decision, with the traced process's CPU reading given (busy, then idle): deterministic
+    on any machine, however loaded."""
     from rollscope.tracing import backlog as bl
+
+    reading = [1.0]  # a whole core: the traced process is working
+    checks = threading.Semaphore(0)
+
+    def load():
+        checks.release()
+        return reading[0]
+
+    released = []
+    b = bl.Backlog(released.append, os.getpid(), load=load)
+    for i in range(3):
+        b.add(b"chunk%d" % i, 1)
+    for _ in range(5):  # five checks of the load went by, each finding the process busy
+        assert checks.acquire(timeout=60)
+    assert released == [] and b.events == 3
+    b.drain()  # a flush
+    assert released == [b"chunk0", b"chunk1", b"chunk2"] and b.events == 0
+    b.add(b"later", 1)
+    reading[0] = 0.0  # the traced process waits (on the LLM): the backlog stores
+    deadline = time.monotonic() + 60
+    while not released[3:] and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert released[3:] == [b"later"]
+    b.close()
+
+
+def test_process_load_reads_a_busy_process():
+    from rollscope.tracing.backlog import ProcessLoad
 
     busy = _process("while True: pass")
     try:
-        released = []
-        b = bl.Backlog(released.append, busy.pid)
-        for i in range(3):
-            b.add(b"chunk%d" % i, 1)
-        time.sleep(5 * bl.CHECK_S)
-        assert released == [] and b.events == 3  # the traced process used its core throughout
-        b.drain()  # a flush
-        assert released == [b"chunk0", b"chunk1", b"chunk2"] and b.events == 0
-        b.close()
+        load = ProcessLoad(busy.pid)
+        deadline, share = time.monotonic() + 60, 0.0
+        while not share and time.monotonic() < deadline:  # some CPU, however busy the machine
+            time.sleep(0.2)
+            share = load.share() or 0.0
+        assert share > 0
     finally:
         busy.kill()
         busy.wait()
+    assert ProcessLoad(busy.pid).share() is None  # gone: unknown, never an error
 
 
 def test_backlog_stores_while_the_traced_process_waits_and_stays_bounded():
     from rollscope.tracing import backlog as bl
 
     idle = _process("import time; time.sleep(60)")
-    busy = _process("while True: pass")
     try:
         released = []
-        b = bl.Backlog(released.append, idle.pid)
+        b = bl.Backlog(released.append, idle.pid)  # a real process that waits: stored, however busy the machine
         b.add(b"a", 1)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + 60
         while not released and time.monotonic() < deadline:
             time.sleep(0.02)
         assert released == [b"a"]
         b.close()
         bounded = []
-        b = bl.Backlog(bounded.append, busy.pid, max_bytes=10)
+        b = bl.Backlog(bounded.append, os.getpid(), max_bytes=10, load=lambda: 1.0)  # always busy
         for chunk in (b"12345678", b"abcdefgh", b"ABCDEFGH"):
             b.add(chunk, 1)
         assert bounded == [b"12345678", b"abcdefgh"] and b.bytes == 8  # the oldest went on at once
         b.close()
         assert bounded[-1] == b"ABCDEFGH"
     finally:
-        for p in (idle, busy):
-            p.kill()
-            p.wait()
+        idle.kill()
+        idle.wait()
