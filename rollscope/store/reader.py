@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import json
+import logging
 import os
 import re
 import sqlite3
@@ -25,6 +26,7 @@ _SELECT_TRAJ = f"SELECT {', '.join(TRAJECTORY_COLUMNS)} FROM trajectories"
 # Columns added after schema version 2, read as 0 from older shards.
 _ADDED_COLUMNS = ("num_tokens", "num_tool_errors")
 _LEGACY = re.compile(r"\b(" + "|".join(_ADDED_COLUMNS) + r")\b")
+log = logging.getLogger("rollscope.store")
 _SELECT_SPANS = f"SELECT {', '.join(SPAN_COLUMNS)} FROM spans WHERE trajectory_id = ? ORDER BY start_ns, id"
 
 
@@ -32,7 +34,9 @@ class TraceStore:
     """``TraceStore(dir).trajectories(step=3)``; ``.get(id)``; ``.group(step, sample)``; ``.diff(a, b)``.
 
     Safe to use while writers are running: each query sees every committed transaction,
-    including shards created since the last query.
+    including shards created since the last query. A damaged shard (truncated, overwritten) is
+    skipped with one warning naming it (``damaged`` lists them); every other shard still answers.
+    A store on a read-only file system is read as it is.
     """
 
     def __init__(self, path: str | os.PathLike | None = None) -> None:
@@ -41,6 +45,7 @@ class TraceStore:
             raise FileNotFoundError(f"no trace store at {self.path} (set --dir or ROLLSCOPE_TRACE_DIR)")
         self._conns: dict[Path, sqlite3.Connection] = {}
         self._legacy: set[Path] = set()  # shards written before num_tokens / num_tool_errors existed
+        self.damaged: dict[Path, str] = {}  # shard -> what was wrong with it
 
     # ---- shards ----
     def shards(self) -> list[Path]:
@@ -49,10 +54,17 @@ class TraceStore:
     def _conn(self, shard: Path) -> sqlite3.Connection:
         db = self._conns.get(shard)
         if db is None:
-            db = sqlite3.connect(shard, check_same_thread=False)
+            try:
+                db = sqlite3.connect(shard, check_same_thread=False)
+                columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
+            except sqlite3.OperationalError:
+                # A read-only file system (or directory): a WAL database cannot make its shared-memory
+                # file there. Nobody can be writing it then, so it is read as the immutable file it is.
+                db = sqlite3.connect(f"{shard.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
+                                     check_same_thread=False)  # fmt: skip
+                columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
             db.execute("PRAGMA query_only=ON")
             self._conns[shard] = db
-            columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
             if columns and not columns.issuperset(_ADDED_COLUMNS):
                 self._legacy.add(shard)
         return db
@@ -60,14 +72,23 @@ class TraceStore:
     def _query(self, sql: str, params: list[Any]) -> list[tuple[Path, tuple]]:
         rows: list[tuple[Path, tuple]] = []
         for shard in self.shards():
+            if shard in self.damaged:
+                continue
             try:
-                cur = self._conn(shard).execute(self._sql(shard, sql), params)
+                rows.extend((shard, r) for r in self._conn(shard).execute(self._sql(shard, sql), params))
             except sqlite3.DatabaseError as exc:
                 if "no such table" in str(exc):  # a shard whose writer has not created its schema yet
                     continue
-                raise sqlite3.DatabaseError(f"{shard}: {exc}") from exc
-            rows.extend((shard, r) for r in cur)
+                self._skip(shard, exc)
         return rows
+
+    def _skip(self, shard: Path, exc: Exception) -> None:
+        """Leave a damaged shard out of every answer from now on, saying so once."""
+        self.damaged[shard] = str(exc)
+        db = self._conns.pop(shard, None)
+        if db is not None:
+            db.close()
+        log.warning("trace store: skipping damaged shard %s (%s); the other shards are read", shard, exc)
 
     def _sql(self, shard: Path, sql: str) -> str:
         self._conn(shard)
@@ -179,7 +200,15 @@ class TraceStore:
         shards = [shard] if shard is not None else self.shards()
         out: list[SpanRecord] = []
         for s in shards:
-            for row in self._conn(s).execute(_SELECT_SPANS, [trajectory_id]):
+            if s in self.damaged:
+                continue
+            try:
+                rows = self._conn(s).execute(_SELECT_SPANS, [trajectory_id]).fetchall()
+            except sqlite3.DatabaseError as exc:
+                if "no such table" not in str(exc):
+                    self._skip(s, exc)
+                continue
+            for row in rows:
                 payload = decode_payload(row[10])
                 out.append(
                     SpanRecord(
