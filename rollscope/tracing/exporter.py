@@ -123,14 +123,15 @@ class BackendWorker:
         return True
 
     def stats(self) -> dict[str, dict[str, Any]]:
+        dropped = self.dropped + getattr(self.backend, "dropped_spans", 0)
         return {
             self.name: {
                 "exported": self.exported,
                 "queued": len(self.queue),
-                "dropped": self.dropped + getattr(self.backend, "dropped_spans", 0),
+                "dropped": dropped,
                 "late_rewards": getattr(self.backend, "late_rewards", 0),
                 "errors": self.errors,
-                "lossless": self.backend.lossless,
+                "lossless": self.backend.lossless and dropped == 0,  # a lossless backend that lost nothing, so far
             }
         }
 

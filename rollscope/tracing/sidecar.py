@@ -179,7 +179,9 @@ class SidecarWorker:
     def close(self, timeout: float | None) -> bool:
         deadline = None if timeout is None else time.monotonic() + timeout
         self.thread.join(_left(deadline))
-        if self._fallback is not None:
+        if self._fallback is not None:  # the sender has handed them everything: they may stop now
+            for w in self._fallback:
+                w.stop()
             return all(w.close(_left(deadline)) for w in self._fallback)
         self._closing = True
         try:
@@ -217,6 +219,7 @@ class SidecarWorker:
             s["queued"] += queued
             s["dropped"] += self.dropped
             s["errors"] += self.errors
+            s["lossless"] = s["lossless"] and s["dropped"] == 0
         return out
 
     # ---- sending ----
@@ -268,10 +271,12 @@ class SidecarWorker:
             _write_frame(self._out, SECRETS, wire.encode(secrets))
 
     def _send_flush(self, marker: Marker) -> None:
-        if self._fallback is None:
-            with self._lock:
+        with self._lock:  # decided under the lock _child_gone takes: a marker registered here is
+            gone = self._fallback is not None  # released by it, or the fallback takes the flush
+            if not gone:
                 self._next_flush += 1
                 self._pending[self._next_flush] = (marker, self._sent)
+        if not gone:
             try:
                 _write_frame(self._out, FLUSH, struct.pack("<Q", self._next_flush))
                 return

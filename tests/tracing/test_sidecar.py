@@ -331,3 +331,20 @@ def test_backlog_stores_while_the_traced_process_waits_and_stays_bounded():
     finally:
         idle.kill()
         idle.wait()
+
+
+def test_a_sidecar_killed_with_events_unconfirmed_is_not_reported_lossless(trace_dir):
+    tracing.init_tracing(trace_dir=str(trace_dir))
+    rollouts(5)
+    assert tracing.flush_tracing(30)
+    assert tracing.stats()["backends"]["local"]["lossless"] is True
+    worker = the_sidecar()
+    rollouts(5, start=5)
+    deadline = time.monotonic() + 60
+    while worker._sent <= worker._confirmed and time.monotonic() < deadline:  # on their way, not yet confirmed
+        time.sleep(0.01)
+    os.kill(worker.proc.pid, signal.SIGKILL)
+    worker.proc.wait(10)
+    assert tracing.flush_tracing(30)
+    stats = tracing.stats()["backends"]["local"]
+    assert stats["dropped"] > 0 and stats["lossless"] is False
