@@ -80,8 +80,8 @@ def test_a_finished_store_on_a_read_only_file_system_is_readable(tmp_path):
         pytest.fail("bubblewrap is needed for this test: apt-get install bubblewrap (make install does it)")
     trace_dir = tmp_path / "traces"
     record(trace_dir, experiments=("ro",))
-    code = ("from rollscope.store import TraceStore\ns = TraceStore(%r)\nrecords = s.trajectories()\n"
-            "print(len(records), len(s.get(records[0].id).spans), len(s.damaged))") % str(trace_dir)  # fmt: skip
+    code = (f"from rollscope.store import TraceStore\ns = TraceStore({str(trace_dir)!r})\nrecords = s.trajectories()\n"
+            "print(len(records), len(s.get(records[0].id).spans), len(s.damaged))")  # fmt: skip
     result = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", sys.executable, "-c",
                              code], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
