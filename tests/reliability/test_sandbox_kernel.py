@@ -54,9 +54,9 @@ def test_the_guard_really_is_off_in_these_tests():
     "import subprocess; subprocess.run(['/bin/sh', '-c', 'touch {m}'])",
     "import _posixsubprocess, os\n"
     "r, w = os.pipe()\n"
-    "_posixsubprocess.fork_exec([b'/bin/sh', b'-c', b'touch {m}'], [b'/bin/sh'], True, (), None, None,"
+    "pid = _posixsubprocess.fork_exec([b'/bin/sh', b'-c', b'touch {m}'], [b'/bin/sh'], True, (), None, None,"
     " -1, -1, -1, -1, -1, -1, r, w, False, False, False, None, None, None, -1, None, False)\n"
-    "import time; time.sleep(0.5)",
+    "os.waitpid(pid, 0)",
     "open('{m}', 'w').write('x')",
     "import os; os.close(os.open('{m}', os.O_WRONLY | os.O_CREAT))",
     "import os; os.symlink('{m}', 'link'); open('link', 'w').write('x')",
@@ -151,8 +151,9 @@ def test_signals_reach_no_host_process():
 
 
 def test_a_child_in_a_new_session_does_not_outlive_the_call():
-    code = ("import os, time\nif os.fork() == 0:\n    os.setsid()\n    os.execv('/bin/sleep', ['sleep', '987654'])\n"
-            "time.sleep(0.3); print('parent done')")  # fmt: skip
+    # the parent waits until the child has exec'd (its copy of the close-on-exec pipe closes then)
+    code = ("import os\nr, w = os.pipe()\nif os.fork() == 0:\n    os.close(r)\n    os.setsid()\n"
+            "    os.execv('/bin/sleep', ['sleep', '987654'])\nos.close(w)\nos.read(r, 1)\nprint('parent done')")  # fmt: skip
     result = run(code)
     assert "parent done" in result["output"]
     leftovers = []
