@@ -132,6 +132,7 @@ class BackendWorker:
                 "late_rewards": getattr(self.backend, "late_rewards", 0),
                 "errors": self.errors,
                 "lossless": self.backend.lossless and dropped == 0,  # a lossless backend that lost nothing, so far
+                **getattr(self.backend, "counts", dict)(),
             }
         }
 

@@ -78,3 +78,24 @@ def test_no_room_for_a_new_store_is_one_clear_error(small_disk):
     (small_disk / "ballast").write_bytes(b"\0" * (1024 * 1024 - 4096))
     with pytest.raises(OSError, match=r"cannot create trace store .*small/traces/.*: database or disk is full"):
         tracing.init_tracing(trace_dir=str(small_disk / "traces"))
+
+
+def test_what_was_stored_waits_and_was_lost_is_counted_exactly(small_disk):
+    """Through the sidecar, as rollouts run: stored + retained = every trajectory, at every flush;
+    at shutdown with the disk still full, what was retained is reported lost, exactly."""
+    (small_disk / "ballast").write_bytes(b"\0" * 500_000)
+    tracing.init_tracing(trace_dir=str(small_disk / "traces"))
+    for i in range(120):
+        rollout(i)
+    assert tracing.flush_tracing(30)
+    stats = tracing.stats()["backends"]["local"]
+    with TraceStore(small_disk / "traces") as store:
+        stored = store.count()
+    assert 0 < stats["stored_trajectories"] == stored < 120
+    assert stats["stored_trajectories"] + stats["retained_trajectories"] == 120
+    assert stats["retained_spans"] == stats["retained_trajectories"]  # one span each
+    tracer = tracing.runtime.get_tracer()
+    tracing.shutdown_tracing(30)
+    final = tracer.stats()["backends"]["local"]  # as the sidecar reported it when it closed
+    assert final["lost_trajectories"] == 120 - stored and final["dropped"] == 120 - stored
+    assert final["lossless"] is False

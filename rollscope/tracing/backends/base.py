@@ -49,5 +49,10 @@ class TraceBackend:
     def flush(self) -> None:
         """Make everything received so far durable or sent."""
 
+    def counts(self) -> dict[str, int]:
+        """Backend-specific counters merged into ``tracing.stats()`` (the local store: what is stored,
+        waiting for room, lost)."""
+        return {}
+
     def close(self) -> None:
         """Release resources; called once, after the final flush."""

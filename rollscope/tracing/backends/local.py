@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 from typing import Any
@@ -11,6 +12,7 @@ from rollscope.store.writer import ShardWriter
 from rollscope.tracing.backends.base import TraceBackend
 from rollscope.tracing.spans import STATUS_ERROR, Span, SpanKind, Trajectory
 
+log = logging.getLogger("rollscope.tracing")
 MAX_RETAINED_SPANS = 200_000  # kept in memory for a retry while the store cannot be written
 _NO_COUNTS = (0, 0, 0, 0, 0, 0)  # spans, llm calls, tool calls, errors, output tokens, tool errors
 
@@ -42,7 +44,10 @@ class LocalBackend(TraceBackend):
         self._late_counts: list[tuple] = []
         # Per open trajectory: see _NO_COUNTS.
         self._counts: dict[str, list[int]] = {}
-        self.dropped_spans = 0  # given up while the disk stayed full (see flush)
+        self.dropped_spans = 0  # given up while the disk stayed full (see flush), or unwritten at close
+        self.lost_trajectories = 0
+        self.stored_trajectories = 0  # finished trajectories made durable
+        self.stored_spans = 0
 
     def _row(self, t: Trajectory) -> tuple:
         c = self._counts.get(t.id, _NO_COUNTS)
@@ -90,6 +95,7 @@ class LocalBackend(TraceBackend):
             return
         try:
             self.writer.write(self._trajectories.values(), self._spans, self._rewards, self._late_counts)
+            self._count_stored(self._trajectories.values(), len(self._spans))
         except sqlite3.OperationalError:
             # A full disk, say: write what still fits, one trajectory per transaction, keep the rest
             # for the next flush (bounded), and let the error be reported.
@@ -105,7 +111,7 @@ class LocalBackend(TraceBackend):
         for tid, row in self._trajectories.items():
             try:
                 self.writer.write([row], spans_of.get(tid, []), [r for r in self._rewards if r[0] == tid])
-                spans_of.pop(tid, None)
+                self._count_stored([row], len(spans_of.pop(tid, ())))
             except sqlite3.OperationalError:
                 kept[tid] = row
         total = sum(len(rows) for rows in spans_of.values())
@@ -115,11 +121,31 @@ class LocalBackend(TraceBackend):
             rows = spans_of.pop(tid)
             total -= len(rows)
             self.dropped_spans += len(rows)
-            kept.pop(tid, None)
+            self.lost_trajectories += kept.pop(tid, None) is not None
         spans = [row for rows in spans_of.values() for row in rows]
         written = set(self._trajectories) - set(kept)
         self._trajectories, self._spans = kept, spans
         self._rewards = [r for r in self._rewards if r[0] not in written]
 
+    def _count_stored(self, rows: Any, spans: int) -> None:
+        self.stored_trajectories += sum(1 for row in rows if row[8] != "running")
+        self.stored_spans += spans
+
+    def counts(self) -> dict[str, int]:
+        """Exact: what is durable, what waits in memory for room, what was given up."""
+        return {"stored_trajectories": self.stored_trajectories, "stored_spans": self.stored_spans,
+                "retained_trajectories": len(self._trajectories), "retained_spans": len(self._spans),
+                "lost_trajectories": self.lost_trajectories}  # fmt: skip
+
     def close(self) -> None:
+        try:
+            self.flush()  # a last try for what waited for room
+        except sqlite3.OperationalError:
+            pass
+        if self._trajectories or self._spans:  # still no room: lost, and counted exactly
+            self.lost_trajectories += len(self._trajectories)
+            self.dropped_spans += len(self._spans)
+            log.warning("trace store: %d trajectories (%d spans) could not be written and are lost",
+                        len(self._trajectories), len(self._spans))
+            self._trajectories, self._spans = {}, []
         self.writer.close()
