@@ -21,15 +21,10 @@ from contextvars import ContextVar
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase
+from verl.utils.rollout_trace import _trace_enabled as verl_trace_enabled
 
 from rollscope.agentloops.llm_client import traced_client
-from rollscope.agentloops.verl_run import (
-    current_verl_run,
-    open_verl_trajectory,
-    restore_verl_tracing,
-    silence_verl_tracing,
-    start_from_trainer_config,
-)
+from rollscope.agentloops.verl_run import current_verl_run, open_verl_trajectory, start_from_trainer_config
 from rollscope.tracing import SpanKind, rollout_trace_attr, runtime, set_reward
 from rollscope.tracing.api import begin_span, end_span
 from rollscope.tracing.context import current_frame, verl_context
@@ -133,8 +128,9 @@ def _traced_run(run: Any, owner: type) -> Any:
                 inputs = {"sampling_params": sampling_params, **kwargs}
                 span = begin_span(span_name, SpanKind.AGENT, inputs, trajectory_name=name)
                 # verl's own decorators (its LLM client, BaseTool, tool parser) record nothing in
-                # here: rollscope records the same calls, in this trajectory's tree.
-                verl_silenced = silence_verl_tracing()
+                # here (verl's switch for that, a ContextVar): rollscope records the same calls, in
+                # this trajectory's tree.
+                verl_silenced = verl_trace_enabled.set(False)
                 try:
                     if span is None:  # tracing disabled here (trace=False, or not sampled)
                         return await run(self, sampling_params, **kwargs)
@@ -147,7 +143,7 @@ def _traced_run(run: Any, owner: type) -> Any:
                     end_span(span, RunOutput(output))
                     return output
                 finally:
-                    restore_verl_tracing(verl_silenced)
+                    verl_trace_enabled.reset(verl_silenced)
         finally:
             _running.reset(running)
 

@@ -58,13 +58,9 @@ def _run_of(task: asyncio.Task, frames: tuple[str, ...] = (_RUN_FRAME,)) -> Verl
 
 
 def current_verl_run() -> VerlRun | None:
-    """The sample verl's worker is running in this task; None outside verl's worker."""
-    if "verl.experimental.agent_loop.agent_loop" not in sys.modules:
-        return None
-    try:
-        task = asyncio.current_task()
-    except RuntimeError:
-        return None
+    """The sample verl's worker is running in this task (called from a loop's ``run``, so inside
+    an event loop); None outside verl's worker."""
+    task = asyncio.current_task()
     return _run_of(task) if task is not None else None
 
 
@@ -139,17 +135,3 @@ def _discard_open_mlflow_trace() -> None:
     span = mlflow.get_current_active_span()
     if span is not None:  # (the trace manager keys traces by OpenTelemetry's trace id)
         InMemoryTraceManager.get_instance().pop_trace(span._span.get_span_context().trace_id)
-
-
-def silence_verl_tracing() -> Any:
-    """Set verl's ``_trace_enabled`` to False for this task (verl's decorators then record
-    nothing: rollscope records the same calls in the trajectory's tree). Returns the reset token,
-    or None when verl's tracing module is not loaded."""
-    rollout_trace = sys.modules.get("verl.utils.rollout_trace")
-    return None if rollout_trace is None else (rollout_trace._trace_enabled, rollout_trace._trace_enabled.set(False))
-
-
-def restore_verl_tracing(token: Any) -> None:
-    if token is not None:
-        var, reset = token
-        var.reset(reset)
