@@ -227,7 +227,6 @@ class SidecarWorker:
         outbox = self.outbox
         while True:
             self._wake.clear()  # before draining: a flush marker added meanwhile wakes the next wait
-            self._guarded(self._send_secrets, None)  # before the events that may hold them
             records: list[bytes] = []
             while outbox:
                 item = outbox.popleft()
@@ -244,6 +243,9 @@ class SidecarWorker:
 
     def _ship(self, records: list[bytes]) -> None:
         if records:
+            # Looked at after the records were taken: a secret exported before an event was made is
+            # announced before that event.
+            self._guarded(self._send_secrets, None)
             self._guarded(self._send, records)
 
     def _guarded(self, send: Any, arg: Any) -> None:

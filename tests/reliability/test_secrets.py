@@ -3,7 +3,6 @@ any backend: a full `rollscope run` (ScriptedLLM as the model), then every store
 and a backend that keeps what it is sent is searched too."""
 
 import json
-import time
 
 import pytest
 
@@ -97,9 +96,11 @@ def every_stored_text(trace_dir):
 @pytest.mark.parametrize("sidecar", [True, False], ids=["shaped in the sidecar", "shaped in this process"])
 def test_every_secret_shape_through_every_path_is_redacted(tmp_path, monkeypatch, sidecar):
     traces = tmp_path / "traces"
+    from rollscope.tracing.redaction import Redactor
+
+    monkeypatch.setattr(Redactor, "REFRESH_S", 0.0)  # look at the environment at every batch (no waiting)
     tracing.init_tracing(trace_dir=str(traces), experiment=f"run-{STRIPE_LIVE}", sidecar=sidecar)
     monkeypatch.setenv("LATE_API_KEY", LATE)  # set after tracing started
-    time.sleep(0.3)  # (the environment is looked at again at most every 100 ms; a later rollout picks it up)
     with tracing.rollout_trace_attr(step=1, sample_index=0, name=f"agent {GITLAB}", note=f"db {DSN}"):
         with tracing.trace_span(f"lookup {SLACK}", kind="tool",
                                 inputs={"prompt": f"use {ANTHROPIC} and {HF}", "late": f"env {LATE}",

@@ -15,10 +15,10 @@ standard ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) to fan traces out at cluster sc
 from __future__ import annotations
 
 import json
-import re
 from typing import Any
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
+from rollscope.tracing.backends.conversation import prompt_messages
 from rollscope.tracing.spans import Span, Trajectory
 
 MAX_ATTRIBUTE_CHARS = 8_192
@@ -70,17 +70,7 @@ def _kind(span: Any) -> str:
     return span.kind if isinstance(span.kind, str) else span.kind.value
 
 
-_CHATML = re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|$)", re.S)
 _OPENINFERENCE_KIND = {"llm": "LLM", "tool": "TOOL", "agent": "AGENT", "reward": "EVALUATOR"}
-
-
-def prompt_messages(text: str) -> list[dict[str, str]]:
-    """A decoded prompt as chat messages: split into roles where it is ChatML (Qwen's template,
-    verl's usual models), one user message otherwise. An empty generation prompt is dropped."""
-    messages = [{"role": role, "content": content.rstrip("\n")} for role, content in _CHATML.findall(text)]
-    if messages and messages[-1]["role"] == "assistant" and not messages[-1]["content"]:
-        messages.pop()
-    return messages or [{"role": "user", "content": text}]
 
 
 def _field(value: Any, key: str) -> Any:

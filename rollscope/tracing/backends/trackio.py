@@ -18,7 +18,7 @@ import re
 from typing import Any
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
-from rollscope.tracing.backends.otel import prompt_messages
+from rollscope.tracing.backends.conversation import prompt_messages
 from rollscope.tracing.spans import Span, Trajectory
 
 _SPAN_KIND = {"llm": "generation", "tool": "tool"}

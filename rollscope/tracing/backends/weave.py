@@ -18,6 +18,7 @@ decoded text (``compact``).
 from __future__ import annotations
 
 import datetime
+import json
 import uuid
 from typing import Any
 
@@ -130,8 +131,6 @@ def _add_usage(total: dict[str, Any], usage: dict[str, Any]) -> None:
 
 
 def _exception(kind: str | None, message: str | None) -> str:
-    import json
-
     return json.dumps({"type": kind or "Error", "message": message or ""})
 
 
