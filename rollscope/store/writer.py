@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from rollscope.store.schema import DDL, SHARD_SUFFIX, SPAN_COLUMNS, TRAJECTORY_COLUMNS
+from rollscope.store.schema import DDL, SHARD_SUFFIX, SPAN_COLUMNS, TRAJECTORY_COLUMNS, decode_payload
 
 _UPSERT_TRAJECTORY = (
     f"INSERT INTO trajectories ({', '.join(TRAJECTORY_COLUMNS)}) "
@@ -24,6 +24,7 @@ _SET_REWARD = (
     "UPDATE trajectories SET reward = COALESCE(?, reward), "
     "attributes = json_set(COALESCE(attributes, '{}'), '$.reward_details', json(?)) WHERE id = ?"
 )
+_SET_POSITION = "INSERT OR REPLACE INTO meta VALUES ('position', ?)"
 _ADD_COUNTS = (
     "UPDATE trajectories SET num_spans = num_spans + ?, num_llm_calls = num_llm_calls + ?, "
     "num_tool_calls = num_tool_calls + ?, num_errors = num_errors + ?, num_tokens = num_tokens + ?, "
@@ -37,15 +38,20 @@ def shard_name() -> str:
 
 
 class ShardWriter:
-    """Owns one shard file. Not thread-safe: the local backend's worker thread is its only user."""
+    """Owns one shard file. Not thread-safe: the local backend's worker thread is its only user.
 
-    def __init__(self, directory: str | os.PathLike) -> None:
+    ``existing``: continue a shard whose writer is gone (a killed trace sidecar's) instead of
+    starting one; SQLite rolls back whatever transaction it left unfinished."""
+
+    def __init__(self, directory: str | os.PathLike, existing: str | os.PathLike | None = None) -> None:
         self.directory = Path(directory)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise OSError(f"cannot create trace directory {self.directory}: {exc.strerror or exc}") from exc
-        self.path = self.directory / shard_name()
+        self.path = Path(existing) if existing is not None else self.directory / shard_name()
+        if existing is not None and not self.path.is_file():
+            raise OSError(f"cannot continue trace store {self.path}: no such file")
         try:
             self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
@@ -61,8 +67,10 @@ class ShardWriter:
         spans: Iterable[Sequence[Any]] = (),
         rewards: Iterable[tuple[str, float | None, dict[str, Any]]] = (),
         counts: Iterable[tuple[int, int, int, int, int, int, str]] = (),
+        position: int | None = None,
     ) -> None:
-        """One transaction: either all of it is in the shard afterwards or none of it."""
+        """One transaction: either all of it is in the shard afterwards or none of it. ``position``
+        (the trace sidecar's count of events this data completes) is committed with it."""
         db = self._db
         db.execute("BEGIN")
         try:
@@ -73,6 +81,8 @@ class ShardWriter:
                 ((reward, json.dumps(details, default=str), tid) for tid, reward, details in rewards),
             )
             db.executemany(_ADD_COUNTS, counts)
+            if position is not None:
+                db.execute(_SET_POSITION, (str(position),))
             db.execute("COMMIT")
         except sqlite3.Error as exc:
             if db.in_transaction:  # SQLite has already rolled back on some errors (a full disk)
@@ -82,6 +92,34 @@ class ShardWriter:
             if db.in_transaction:
                 db.execute("ROLLBACK")
             raise
+
+    def position(self) -> int:
+        """The position committed last (0: none)."""
+        row = self._db.execute("SELECT value FROM meta WHERE key = 'position'").fetchone()
+        return int(row[0]) if row else 0
+
+    def running_counts(self) -> dict[str, list[int]]:
+        """Per trajectory still marked running: its stored spans' counts, in the local backend's
+        order (spans, llm calls, tool calls, errors, output tokens, tool errors)."""
+        counts: dict[str, list[int]] = {}
+        rows = self._db.execute(
+            "SELECT s.trajectory_id, s.kind, s.status, s.payload FROM spans s "
+            "JOIN trajectories t ON t.id = s.trajectory_id WHERE t.status = 'running'"
+        )
+        for tid, kind, status, payload in rows:
+            c = counts.setdefault(tid, [0, 0, 0, 0, 0, 0])
+            llm, tool, error = kind == "llm", kind == "tool", status == "error"
+            c[0] += 1
+            c[1] += llm
+            c[2] += tool
+            c[3] += error
+            c[5] += tool and error
+            if llm:
+                tokens = (decode_payload(payload).get("attributes") or {}).get("gen_ai.usage.output_tokens", 0)
+                c[4] += tokens if type(tokens) is int else 0
+        for (tid,) in self._db.execute("SELECT id FROM trajectories WHERE status = 'running'"):
+            counts.setdefault(tid, [0, 0, 0, 0, 0, 0])
+        return counts
 
     def close(self) -> None:
         self._db.close()

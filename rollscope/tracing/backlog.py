@@ -49,9 +49,10 @@ class ProcessLoad:
 
 
 class Backlog:
-    """Ordered chunks of packed events, handed to ``release`` one chunk at a time, in order."""
+    """Ordered chunks of packed events, handed to ``release`` (with their event count) one chunk
+    at a time, in order."""
 
-    def __init__(self, release: Callable[[bytes], None], pid: int, max_bytes: int = DEFAULT_MAX_BYTES,
+    def __init__(self, release: Callable[[bytes, int], None], pid: int, max_bytes: int = DEFAULT_MAX_BYTES,
                  load: Callable[[], float | None] | None = None) -> None:  # fmt: skip
         """``load``: the traced process's CPU share since the last call (default: read from /proc
         for ``pid``; tests give their own reading, so no test depends on how busy the machine is)."""
@@ -89,7 +90,7 @@ class Backlog:
         chunk, events = self._chunks.popleft()
         self.bytes -= len(chunk)
         self.events -= events
-        self._release(chunk)
+        self._release(chunk, events)
 
     def _run(self) -> None:
         while not self._stop.wait(CHECK_S):

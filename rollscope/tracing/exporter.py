@@ -34,6 +34,9 @@ SPAN_START = 1
 TRAJECTORY_END = 3
 REWARD = 4
 _FLUSH = 5
+# In the trace sidecar: (_POSITION, n) follows the n-th event received from the traced process, so
+# a backend can make its position durable with the data (``TraceBackend.mark_position``).
+_POSITION = 6
 # A span that began and ended with nothing nested in it (an LLM turn), recorded as one tuple when
 # it ends: (LEAF_SPAN, parent frame, name, kind, start_ns, end_ns, inputs, outputs, attributes,
 # decoder). No Span object, id or context change on the rollout's thread; ``span_from_leaf`` builds the
@@ -52,6 +55,11 @@ def span_from_leaf(event: tuple) -> Span:
 
 def is_flush(event: Any) -> bool:
     return type(event) is tuple and event[0] == _FLUSH
+
+
+def is_control(event: Any) -> bool:
+    """A flush marker or a position: passed through queues as is, never shaped nor dropped."""
+    return type(event) is tuple and (event[0] == _FLUSH or event[0] == _POSITION)
 
 
 class Marker:
@@ -84,6 +92,7 @@ class BackendWorker:
         self.dropped = 0
         self.errors = 0
         self.exported = 0
+        self.position = 0  # in the sidecar: events up to this one are flushed by the backend
         self._wake = threading.Event()
         self._stop = False
         self._warned = False
@@ -94,8 +103,8 @@ class BackendWorker:
         if self.max_queue is not None:
             room = self.max_queue - len(self.queue)
             if room < len(events):
-                kept = [e for e in events if is_flush(e)]
-                ordinary = [e for e in events if not is_flush(e)]
+                kept = [e for e in events if is_control(e)]
+                ordinary = [e for e in events if not is_control(e)]
                 keep_n = max(room, 0)
                 self.dropped += len(ordinary) - keep_n
                 events = ordinary[:keep_n] + kept
@@ -155,21 +164,28 @@ class BackendWorker:
                 self._wake.clear()
                 continue
             did_work = False
+            position = None
             for _ in range(min(len(q), _MAX_BATCH)):
                 event = q.popleft()
                 if type(event) is Span:
                     ok = self._call(on_span_end, event)
                 elif event[0] == _FLUSH:
-                    self._call(self.backend.flush)
+                    if self._call(self.backend.flush) and position is not None:
+                        self.position, position = position, None
                     did_work = False
                     event[1].arrive()
+                    continue
+                elif event[0] == _POSITION:
+                    position = event[1]
+                    self.backend.mark_position(position)
+                    did_work = True
                     continue
                 else:
                     ok = self._call(handlers[event[0]], *event[1:])
                 self.exported += ok
                 did_work = True
-            if did_work:
-                self._call(self.backend.flush)
+            if did_work and self._call(self.backend.flush) and position is not None:
+                self.position = position
 
     def _call(self, fn: Callable[..., None], *args: Any) -> bool:
         try:
@@ -266,7 +282,7 @@ class Exporter:
                 shape.refresh_secrets()
                 events, batch = batch, []
                 for event in events:
-                    if not is_flush(event):
+                    if not is_control(event):
                         try:
                             event = shape(event)
                         except Exception as exc:

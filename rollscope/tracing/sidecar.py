@@ -12,8 +12,11 @@ Protocol: length-prefixed frames over the child's stdin and a private copy of it
     child -> parent   READY or FAILED, LOG, FLUSHED id stats, CLOSED ok stats
 The child ignores Ctrl-C (the parent decides when tracing ends) and closes cleanly when the
 parent disappears (end of its stdin), so a killed rollout loses at most what was in the pipe.
-If the sidecar dies, its backends continue inside the traced process with a warning; events it
-had not confirmed are counted as dropped.
+If the sidecar dies, its backends continue inside the traced process with a warning. The local
+store loses nothing: it commits the count of events it has stored with the events themselves,
+the traced process keeps what it sent until the sidecar reports it stored (``POSITIONS``), and the
+store's shard is continued from its committed count with the rest. Other backends are told what
+the sidecar had not reported delivered, counted exactly as dropped.
 """
 
 from __future__ import annotations
@@ -33,7 +36,7 @@ from typing import Any
 
 from rollscope.tracing import wire
 from rollscope.tracing.backlog import DEFAULT_MAX_BYTES, Backlog
-from rollscope.tracing.exporter import _FLUSH, BackendWorker, Exporter, Marker, is_flush
+from rollscope.tracing.exporter import _FLUSH, _POSITION, BackendWorker, Exporter, Marker, is_flush
 from rollscope.tracing.payload import PayloadShaper
 from rollscope.tracing.redaction import Redactor, secret_env_values
 from rollscope.tracing.shaping import EventShaper
@@ -43,6 +46,11 @@ log = logging.getLogger("rollscope.tracing")
 _HEADER = struct.Struct("<IB")  # body length, frame kind
 CONFIG, EVENTS, FLUSH, CLOSE, READY, FAILED, LOG, FLUSHED, CLOSED = range(9)
 SECRETS = 9  # parent -> child: secret-looking environment values of the traced process, now
+POSITIONS = 10  # child -> parent: per backend, how many of the events sent it has flushed
+POSITIONS_INTERVAL_S = 0.2
+# Sent events the traced process keeps until the sidecar's local store reports them stored, for a
+# resumed store to take over. Beyond this, the oldest are let go (and counted if then needed).
+REPLAY_MAX_BYTES = 64 * 1024 * 1024
 START_TIMEOUT_S = 60.0
 # How often the sending thread wakes. Each wake-up takes the GIL from the rollout, so fewer,
 # larger batches cost less: measured with an instant LLM, waking every 20 ms cost the rollout
@@ -85,10 +93,10 @@ def _shaper_for(config: dict[str, Any]) -> EventShaper | None:
     return EventShaper(PayloadShaper(Redactor(tuple(config["redact_patterns"])), config["max_payload_chars"]))
 
 
-def _worker_for(config: dict[str, Any], path: str, options: dict[str, Any]) -> BackendWorker:
+def _worker_for(config: dict[str, Any], path: str, options: dict[str, Any], resume: dict | None = None) -> BackendWorker:
     from rollscope.tracing.backends.registry import load_class
 
-    return BackendWorker(load_class(path)(**config["settings"], **options), config["max_queue"])
+    return BackendWorker(load_class(path)(**config["settings"], **options, **(resume or {})), config["max_queue"])
 
 
 class SidecarError(RuntimeError):
@@ -115,10 +123,16 @@ class SidecarWorker:
         # Called where the event happens (the rollout's thread, when the Exporter hands this
         # worker its submit): the event is packed now and its objects are free to go.
         self.pack = functools.partial(wire.pack_into, self.outbox.append, self._pack_failed)
-        self.dropped = 0
+        self.lost: dict[str, int] = {}  # per backend, after the child died: events it never got
         self.errors = 0
         self._sent = 0  # events written to the pipe
-        self._confirmed = 0  # of those, how many the child confirmed stored (at a flush)
+        self._acked: dict[str, int] = {}  # per backend: of those, how many the child reported flushed
+        self._resume: dict[str, dict | None] = {}  # per backend: how to continue it here (READY)
+        # Sent (first event's number, number after the last, body) the child has not reported stored.
+        self._replay: deque[tuple[int, int, bytes]] = deque()
+        self._replay_bytes = 0
+        self._replay_from = 0  # events before this number are no longer kept
+        self._resumed: set[str] = set()  # backends continued here from the child's position
         self._closing = False
         self._child_stats: dict[str, dict[str, Any]] = {}
         self._pending: dict[int, tuple[Marker, int]] = {}  # flush id -> (marker, events sent before it)
@@ -155,6 +169,8 @@ class SidecarWorker:
             self.proc.wait(5)
             # The backends' own errors (a trace directory that cannot be created) reach the caller as is.
             raise (OSError if error_type == "OSError" else ValueError)(message)
+        self._resume = wire.decode(reply[1])
+        self._keep_for_replay = any(self._resume.values())
         self.pid = self.proc.pid
         self._reader = threading.Thread(target=self._read, name="rollscope-sidecar-read", daemon=True)
         self._reader.start()
@@ -215,9 +231,9 @@ class SidecarWorker:
         else:
             out = {n: dict(self._child_stats.get(n, _EMPTY_STATS)) for n in self.names}
         queued = sum(type(item) is bytes for item in list(self.outbox))
-        for s in out.values():
+        for name, s in out.items():
             s["queued"] += queued
-            s["dropped"] += self.dropped
+            s["dropped"] += self.lost.get(name, 0)
             s["errors"] += self.errors
             s["lossless"] = s["lossless"] and s["dropped"] == 0
         return out
@@ -257,14 +273,39 @@ class SidecarWorker:
 
     def _send(self, records: list[bytes]) -> None:
         body, count = wire.join(records), len(records)
-        if self._fallback is None:
-            try:  # only this thread writes to the pipe: no lock held while the child is slow
-                _write_frame(self._out, EVENTS, struct.pack("<I", count) + body)
-                self._sent += count
-                return
-            except OSError:
-                self._child_gone("its pipe closed")
-        self._to_fallback(wire.unpack(body))
+        with self._lock:  # numbered and kept before it is written: if the child dies, whatever
+            gone = self._fallback is not None  # of it the store lacks is replayed from here
+            if not gone:
+                first, self._sent = self._sent, self._sent + count
+                if self._keep_for_replay:
+                    self._keep(first, body)
+        if gone:
+            self._to_fallback(wire.unpack(body))
+            return
+        try:  # only this thread writes to the pipe: no lock held while the child is slow
+            _write_frame(self._out, EVENTS, struct.pack("<I", count) + body)
+        except OSError:
+            self._child_gone("its pipe closed")
+            # The child never read it: a continued store had it replayed, the others get it now.
+            fresh = [w for w in self._fallback or () if w.name not in self._resumed]
+            for w in fresh:
+                self.lost[w.name] -= count
+            self._to_fallback(wire.unpack(body), fresh)
+
+    def _keep(self, first: int, body: bytes) -> None:
+        self._replay.append((first, self._sent, body))
+        self._replay_bytes += len(body)
+        while self._replay_bytes > REPLAY_MAX_BYTES:
+            _, self._replay_from, old = self._replay.popleft()
+            self._replay_bytes -= len(old)
+
+    def _stored(self, positions: dict[str, int]) -> None:
+        """The child's report: what each backend has flushed. Kept events the store has are let go."""
+        with self._lock:
+            self._acked.update(positions)
+            stored = min((positions.get(n, 0) for n, r in self._resume.items() if r), default=0)
+            while self._replay and self._replay[0][1] <= stored:
+                self._replay_bytes -= len(self._replay.popleft()[2])
 
     def _send_secrets(self, _: Any) -> None:
         secrets = secret_env_values()
@@ -297,12 +338,14 @@ class SidecarWorker:
             if kind == LOG:
                 level, message = wire.decode(body)
                 log.log(level, "trace sidecar: %s", message)
+            elif kind == POSITIONS:
+                self._stored(wire.decode(body))
             elif kind == FLUSHED:
-                flush_id, stats = wire.decode(body)
+                flush_id, stats, positions = wire.decode(body)
+                self._stored(positions)
                 with self._lock:
                     self._child_stats = stats
-                    marker, sent = self._pending.pop(flush_id, (None, 0))
-                    self._confirmed = max(self._confirmed, sent)
+                    marker, _ = self._pending.pop(flush_id, (None, 0))
                 if marker is not None:
                     marker.arrive()
             elif kind == CLOSED:
@@ -318,28 +361,56 @@ class SidecarWorker:
         with self._lock:
             if self._fallback is not None:
                 return
-            lost = self._sent - self._confirmed
-            self.dropped += lost
-            log.warning("trace sidecar (pid %d) stopped: %s; %s continue in this process; up to %d events "
-                        "sent since its last confirmed flush may be missing", self.pid, why,
-                        ", ".join(self.names), lost)  # fmt: skip
+            self._fallback_shape = _shaper_for(self.config)
             workers = []
             for name, path, options in self.config["backends"]:
-                try:
-                    workers.append(_worker_for(self.config, path, options))
-                except Exception as exc:
-                    self.errors += 1
-                    log.warning("trace backend %r could not be restarted here: %s", name, exc)
-            self._fallback_shape = _shaper_for(self.config)
+                worker = self._continue_here(name, path, options)
+                if worker is not None:
+                    workers.append(worker)
+            lost = {name: n for name, n in self.lost.items() if n}
+            log.warning("trace sidecar (pid %d) stopped: %s; %s continue in this process%s", self.pid, why,
+                        ", ".join(self.names), "; events lost: " + ", ".join(f"{n} {k}" for k, n in lost.items())
+                        if lost else ", nothing lost")  # fmt: skip
             self._fallback = workers
+            self._replay.clear()
             pending, self._pending = list(self._pending.values()), {}
         for marker, _ in pending:
             marker.arrive()
 
-    def _to_fallback(self, batch: list) -> None:
+    def _continue_here(self, name: str, path: str, options: dict[str, Any]) -> BackendWorker | None:
+        """A backend the child ran, now in this process: continued from its committed position with
+        the kept events after it, or started afresh with what the child had not delivered lost."""
+        resume = self._resume.get(name)
+        if resume:
+            try:
+                worker = _worker_for(self.config, path, options, resume)
+            except Exception as exc:
+                log.warning("trace backend %r could not be continued from %s: %s", name, resume, exc)
+            else:
+                start = worker.backend.resumed_position
+                self.lost[name] = max(0, self._replay_from - start)
+                self._resumed.add(name)
+                self._replay_into(worker, max(start, self._replay_from))
+                return worker
+        self.lost[name] = self._sent - self._acked.get(name, 0)
+        try:
+            return _worker_for(self.config, path, options)
+        except Exception as exc:
+            self.errors += 1
+            log.warning("trace backend %r could not be restarted here: %s", name, exc)
+            return None
+
+    def _replay_into(self, worker: BackendWorker, start: int) -> None:
+        for first, _end, body in self._replay:
+            events = wire.unpack(body)[max(0, start - first) :]
+            if self._fallback_shape is not None:
+                events = [self._fallback_shape(e) for e in events]
+            worker.submit(events)
+
+    def _to_fallback(self, batch: list, workers: list[BackendWorker] | None = None) -> None:
         if self._fallback_shape is not None:
             batch = [self._fallback_shape(e) for e in batch]
-        for w in self._fallback or ():
+        for w in self._fallback or () if workers is None else workers:
             w.submit(batch)
 
     def _fallback_flush(self, marker: Marker) -> None:
@@ -412,7 +483,13 @@ def main() -> None:
         send(FAILED, wire.encode((type(exc).__name__, str(exc))))
         return
     max_mb = float(os.environ.get("ROLLSCOPE_SIDECAR_BACKLOG_MB", DEFAULT_MAX_BYTES / 2**20))
-    backlog = Backlog(lambda chunk: exporter.submit_many(wire.unpack(chunk)), os.getppid(), int(max_mb * 2**20))
+    received = [0]
+
+    def release(chunk: bytes, count: int) -> None:  # in order: the chunk's last event is number received
+        received[0] += count
+        exporter.submit_many([*wire.unpack(chunk), (_POSITION, received[0])])
+
+    backlog = Backlog(release, os.getppid(), int(max_mb * 2**20))
 
     def stats() -> dict[str, Any]:
         out = exporter.stats()["backends"]
@@ -420,7 +497,20 @@ def main() -> None:
             s["queued"] += backlog.events
         return out
 
-    send(READY)
+    def positions() -> dict[str, int]:
+        return {w.name: w.position for w in exporter.workers}
+
+    def report_positions() -> None:
+        last: dict[str, int] = {}
+        while True:
+            time.sleep(POSITIONS_INTERVAL_S)
+            now = positions()
+            if now != last:
+                send(POSITIONS, wire.encode(now))
+                last = now
+
+    send(READY, wire.encode({w.name: w.backend.resume_options() for w in exporter.workers}))
+    threading.Thread(target=report_positions, name="rollscope-positions", daemon=True).start()
     while True:
         frame = _read_frame(fd_in)
         if frame is None:  # the traced process is gone: keep what it sent
@@ -433,7 +523,7 @@ def main() -> None:
         elif kind == FLUSH:
             backlog.drain()
             exporter.flush(None)
-            send(FLUSHED, wire.encode((struct.unpack("<Q", body)[0], stats())))
+            send(FLUSHED, wire.encode((struct.unpack("<Q", body)[0], stats(), positions())))
         elif kind == SECRETS:
             if shaper is not None:
                 shaper.shaper.redactor.add_literals(wire.decode(body))

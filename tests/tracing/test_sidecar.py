@@ -71,16 +71,77 @@ def test_killed_sidecar_rollouts_go_on_and_the_store_continues_here(trace_dir, c
         worker.proc.wait(10)
         rollouts(15, start=10)
         assert tracing.flush_tracing(30)
-    assert any("trace sidecar" in r.getMessage() and "continue in this process" in r.getMessage()
+    assert any("trace sidecar" in r.getMessage() and "continue in this process, nothing lost" in r.getMessage()
                for r in caplog.records), [r.getMessage() for r in caplog.records]  # fmt: skip
     assert [w.name for w in worker._fallback] == ["local"]
+    stats = tracing.stats()["backends"]["local"]
+    assert stats["dropped"] == 0 and stats["lossless"] is True
     tracing.shutdown_tracing(30)
     with TraceStore(trace_dir) as store:
-        # The ten confirmed before the kill are there; of the rest, whatever reached the child
-        # before it died plus everything after, written in this process (a second shard).
-        assert store.count() >= 10 + 15 - worker.dropped
-        assert len(store.shards()) == 2
-        assert {t.sample_index for t in store.trajectories(limit=100)} >= set(range(10))
+        assert len(store.shards()) == 1  # the sidecar's shard, continued here
+        assert sorted(t.sample_index for t in store.trajectories(limit=100)) == list(range(25))
+
+
+def _stopped_sidecar_with_unread_events(n_before, n_after):
+    """The sidecar stores ``n_before`` rollouts, is stopped (SIGSTOP), is sent ``n_after`` more it
+    never reads, and is killed. Returns the worker and how many events it was sent unread."""
+    rollouts(n_before)
+    assert tracing.flush_tracing(30)
+    worker = the_sidecar()
+    per_rollout, stored = worker._sent // n_before, worker._sent
+    os.kill(worker.proc.pid, signal.SIGSTOP)
+    rollouts(n_after, start=n_before)
+    deadline = time.monotonic() + 60
+    while worker._sent < stored + n_after * per_rollout and time.monotonic() < deadline:  # in the pipe
+        time.sleep(0.01)
+    assert worker._sent == stored + n_after * per_rollout
+    os.kill(worker.proc.pid, signal.SIGKILL)
+    worker.proc.wait(10)
+    return worker, worker._sent - stored
+
+
+def test_a_killed_sidecar_loses_nothing_it_was_sent_unread(trace_dir):
+    tracing.init_tracing(trace_dir=str(trace_dir))
+    _stopped_sidecar_with_unread_events(5, 5)
+    assert tracing.flush_tracing(30)
+    stats = tracing.stats()["backends"]["local"]
+    assert stats["dropped"] == 0 and stats["lossless"] is True
+    tracing.shutdown_tracing(30)
+    with TraceStore(trace_dir) as store:
+        rows = store.trajectories(limit=100)
+        assert sorted(t.sample_index for t in rows) == list(range(10))
+        assert all(t.status == "ok" and t.reward == 1.0 and t.num_spans == 1 for t in rows)
+
+
+def test_a_killed_sidecar_beyond_the_kept_events_counts_the_loss_exactly(trace_dir, monkeypatch):
+    monkeypatch.setattr(sidecar, "REPLAY_MAX_BYTES", 0)  # nothing kept for replay
+    tracing.init_tracing(trace_dir=str(trace_dir))
+    _, unread = _stopped_sidecar_with_unread_events(5, 5)
+    rollouts(3, start=10)  # after the kill: stored here
+    assert tracing.flush_tracing(30)
+    stats = tracing.stats()["backends"]["local"]
+    assert stats["dropped"] == unread and stats["lossless"] is False
+    tracing.shutdown_tracing(30)
+    with TraceStore(trace_dir) as store:
+        assert sorted(t.sample_index for t in store.trajectories(limit=100)) == [0, 1, 2, 3, 4, 10, 11, 12]
+
+
+def test_a_trajectory_open_when_the_sidecar_died_is_finished_with_whole_counts(trace_dir):
+    tracing.init_tracing(trace_dir=str(trace_dir))
+    with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=0):
+        with tracing.trace_span("first", kind="llm") as s:
+            s.outputs = {"token_ids": [1, 2, 3]}
+        assert tracing.flush_tracing(30)  # its start and first span are in the sidecar's shard
+        worker = the_sidecar()
+        os.kill(worker.proc.pid, signal.SIGKILL)
+        worker.proc.wait(10)
+        with tracing.trace_span("second", kind="tool"):
+            pass
+    tracing.shutdown_tracing(30)
+    with TraceStore(trace_dir) as store:
+        (t,) = store.trajectories()
+        assert (t.status, t.num_spans, t.num_llm_calls, t.num_tool_calls, t.num_tokens) == ("ok", 2, 1, 1, 3)
+        assert [s.name for s in store.spans(t.id)] == ["first", "second"]
 
 
 def test_the_traced_process_killed_loses_nothing_it_sent(trace_dir):
@@ -274,7 +335,7 @@ def test_backlog_waits_while_the_traced_process_works_and_drains_on_flush():
         return reading[0]
 
     released = []
-    b = bl.Backlog(released.append, os.getpid(), load=load)
+    b = bl.Backlog(lambda chunk, n: released.append(chunk), os.getpid(), load=load)
     for i in range(3):
         b.add(b"chunk%d" % i, 1)
     for _ in range(5):  # five checks of the load went by, each finding the process busy
@@ -314,7 +375,7 @@ def test_backlog_stores_while_the_traced_process_waits_and_stays_bounded():
     idle = _process("import time; time.sleep(60)")
     try:
         released = []
-        b = bl.Backlog(released.append, idle.pid)  # a real process that waits: stored, however busy the machine
+        b = bl.Backlog(lambda chunk, n: released.append(chunk), idle.pid)  # a real process that waits: stored, however busy the machine
         b.add(b"a", 1)
         deadline = time.monotonic() + 60
         while not released and time.monotonic() < deadline:
@@ -322,7 +383,7 @@ def test_backlog_stores_while_the_traced_process_waits_and_stays_bounded():
         assert released == [b"a"]
         b.close()
         bounded = []
-        b = bl.Backlog(bounded.append, os.getpid(), max_bytes=10, load=lambda: 1.0)  # always busy
+        b = bl.Backlog(lambda chunk, n: bounded.append(chunk), os.getpid(), max_bytes=10, load=lambda: 1.0)  # always busy
         for chunk in (b"12345678", b"abcdefgh", b"ABCDEFGH"):
             b.add(chunk, 1)
         assert bounded == [b"12345678", b"abcdefgh"] and b.bytes == 8  # the oldest went on at once
@@ -331,20 +392,3 @@ def test_backlog_stores_while_the_traced_process_waits_and_stays_bounded():
     finally:
         idle.kill()
         idle.wait()
-
-
-def test_a_sidecar_killed_with_events_unconfirmed_is_not_reported_lossless(trace_dir):
-    tracing.init_tracing(trace_dir=str(trace_dir))
-    rollouts(5)
-    assert tracing.flush_tracing(30)
-    assert tracing.stats()["backends"]["local"]["lossless"] is True
-    worker = the_sidecar()
-    rollouts(5, start=5)
-    deadline = time.monotonic() + 60
-    while worker._sent <= worker._confirmed and time.monotonic() < deadline:  # on their way, not yet confirmed
-        time.sleep(0.01)
-    os.kill(worker.proc.pid, signal.SIGKILL)
-    worker.proc.wait(10)
-    assert tracing.flush_tracing(30)
-    stats = tracing.stats()["backends"]["local"]
-    assert stats["dropped"] > 0 and stats["lossless"] is False

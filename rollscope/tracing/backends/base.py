@@ -49,6 +49,16 @@ class TraceBackend:
     def flush(self) -> None:
         """Make everything received so far durable or sent."""
 
+    def mark_position(self, position: int) -> None:
+        """In the trace sidecar: every event up to the ``position``-th it received was handed to
+        this backend. One that stores the position atomically with its data (the local store)
+        lets the traced process resume it exactly there if the sidecar dies (``resume_options``)."""
+
+    def resume_options(self) -> dict[str, Any] | None:
+        """Constructor options that reopen this backend where its last flush left it, with its
+        durable position as ``resumed_position`` (None: it cannot be resumed)."""
+        return None
+
     def counts(self) -> dict[str, int]:
         """Backend-specific counters merged into ``tracing.stats()`` (the local store: what is stored,
         waiting for room, lost)."""

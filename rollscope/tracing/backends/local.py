@@ -35,15 +35,20 @@ class LocalBackend(TraceBackend):
         project: str | None = None,
         experiment: str | None = None,
         trace_dir: str | os.PathLike | None = None,
+        resume_shard: str | os.PathLike | None = None,
     ) -> None:
+        """``resume_shard``: continue the shard a killed trace sidecar was writing, from the
+        position it committed last (``resumed_position``), with its open trajectories' counts."""
         super().__init__(project=project, experiment=experiment)
-        self.writer = ShardWriter(resolve_dir(trace_dir))
+        self.writer = ShardWriter(resolve_dir(trace_dir), existing=resume_shard)
         self._trajectories: dict[str, tuple] = {}
         self._spans: list[tuple] = []
         self._rewards: list[tuple[str, float | None, dict[str, Any]]] = []
         self._late_counts: list[tuple] = []
         # Per open trajectory: see _NO_COUNTS.
-        self._counts: dict[str, list[int]] = {}
+        self._counts: dict[str, list[int]] = self.writer.running_counts() if resume_shard is not None else {}
+        self.resumed_position = self.writer.position() if resume_shard is not None else 0
+        self._position: int | None = None  # marked, not yet committed
         self.dropped_spans = 0  # given up while the disk stayed full (see flush), or unwritten at close
         self.lost_trajectories = 0
         self.stored_trajectories = 0  # finished trajectories made durable
@@ -90,11 +95,19 @@ class LocalBackend(TraceBackend):
     def on_reward(self, trajectory_id: str, reward: float, details: dict[str, Any]) -> None:
         self._rewards.append((trajectory_id, reward, details))
 
+    def mark_position(self, position: int) -> None:
+        self._position = position
+
+    def resume_options(self) -> dict[str, Any]:
+        return {"resume_shard": str(self.writer.path)}
+
     def flush(self) -> None:
-        if not (self._trajectories or self._spans or self._rewards or self._late_counts):
+        position = self._position
+        if not (self._trajectories or self._spans or self._rewards or self._late_counts or position is not None):
             return
         try:
-            self.writer.write(self._trajectories.values(), self._spans, self._rewards, self._late_counts)
+            self.writer.write(self._trajectories.values(), self._spans, self._rewards, self._late_counts, position)
+            self._position = None
             self._count_stored(self._trajectories.values(), len(self._spans))
         except sqlite3.OperationalError:
             # A full disk, say: write what still fits, one trajectory per transaction, keep the rest
