@@ -12,6 +12,8 @@ from rich.tree import Tree
 from rollscope.store.diff import TrajectoryDiff, turn_text
 from rollscope.store.grpo import GroupMember
 from rollscope.store.records import SpanRecord, TrajectoryRecord
+from rollscope.viewer.chat import ground_truth
+from rollscope.viewer.tokens import token_view
 from rollscope.viewer.views import figures, first_user_message, fmt, main_text, shorten
 
 TEXT_LIMIT = 600
@@ -37,7 +39,7 @@ def console() -> Console:
     return Console(highlight=False, soft_wrap=False)
 
 
-def show_trajectory(out: Console, record: TrajectoryRecord, *, full: bool = False) -> None:
+def show_trajectory(out: Console, record: TrajectoryRecord, *, full: bool = False, tokens: bool = False) -> None:
     limit = None if full else TEXT_LIMIT
     head = Table(show_header=False, box=None, padding=(0, 2))
     for key, value in (
@@ -49,20 +51,48 @@ def show_trajectory(out: Console, record: TrajectoryRecord, *, full: bool = Fals
         ("status", f"[red]{record.status}[/red]" if record.status == "error" else record.status),
         ("reward", fmt(record.reward)),
         ("turns · tool calls · tokens", f"{record.num_llm_calls} · {record.num_tool_calls} · {record.num_tokens}"),
-        ("errors", f"[red]{record.num_errors}[/red]" if record.num_errors else "0"),
+        ("error spans", f"[red]{record.num_errors}[/red]" if record.num_errors else "0"),
         ("duration", "-" if record.duration_s is None else f"{record.duration_s:.3f}s"),
     ):  # fmt: skip
-        head.add_row(key, value if key == "status" or key == "errors" else escape(value))
+        head.add_row(key, value if key == "status" or key == "error spans" else escape(value))
     out.print(head)
     if record.error_message:
         out.print(f"[red]error: {escape(record.error_type or '')}: {escape(record.error_message)}[/red]")
     task = first_user_message(record)
     if task:
         out.print(f"[bold]task:[/bold] {escape(shorten(task, limit) or '')}")
+    truth = ground_truth(record)
+    if truth is not None:
+        out.print(f"[bold]ground truth:[/bold] {escape(shorten(truth, limit) or '')}")
     tree = Tree("[bold]spans[/bold]")
     for root in record.tree():
         _add_span(tree, root, limit)
     out.print(tree)
+    if tokens:
+        for n, span in enumerate(s for s in record.spans if s.kind == "llm"):
+            show_tokens(out, n, span)
+
+
+_BUCKET_STYLE = ("", "on grey23", "on dark_orange3", "on orange_red1", "on red3", "bold white on red")
+
+
+def show_tokens(out: Console, turn: int, span: SpanRecord) -> None:
+    """A turn's tokens, each on the background of its log-probability bucket, then the least likely."""
+    view = token_view(span)
+    if view is None:
+        out.print(f"[bold]turn {turn}[/bold]: no response tokens recorded")
+        return
+    if not view.has_log_probs:
+        out.print(f"[bold]turn {turn}[/bold]: {len(view.tokens)} tokens; the LLM returned no log-probs")
+        return
+    out.print(f"[bold]turn {turn}[/bold]: {len(view.tokens)} tokens · mean log-prob {view.mean_log_prob:.3f} · "
+              f"{100 * view.share_below:.0f}% below {view.threshold:.2f}"  # type: ignore[operator]
+              + ("" if view.has_texts else " · token texts not recorded (ids shown)"))  # fmt: skip
+    line = "".join(f"[{_BUCKET_STYLE[t.bucket]}]{escape(t.text)}[/]" if t.bucket > 0 else escape(t.text)
+                   for t in view.tokens)  # fmt: skip
+    out.print(line)
+    for t in view.least_likely:
+        out.print(f"  #{t.position:<4} {t.log_prob:8.3f}  {escape(repr(t.text))}")
 
 
 def _add_span(parent: Tree, span: SpanRecord, limit: int | None) -> None:
@@ -95,6 +125,8 @@ def show_diff(out: Console, diff: TrajectoryDiff, *, full: bool = False) -> None
     for turn in diff.turns:
         cells = [_turn_cell(s, limit) for s in (turn.left, turn.right)]
         marker = "[yellow]" + ", ".join(turn.changed) + "[/yellow]" if turn.changed else "[dim]same[/dim]"
+        if turn.ids_differ:
+            marker += " [dim](per-call ids differ)[/dim]"
         if turn.index == diff.first_divergence:
             marker += " [bold](first divergence)[/bold]"
         table.add_row(str(turn.index), *cells, marker)
@@ -109,10 +141,10 @@ def _turn_cell(span: SpanRecord | None, limit: int | None) -> str:
 
 
 def show_group(out: Console, step: int, sample: object, mean: float | None, std: float | None,
-               members: list[GroupMember]) -> None:  # fmt: skip
-    table = Table(title=f"step {step}, sample {sample}: {len(members)} rollouts, mean reward {fmt(mean)}, "
-                        f"std {fmt(std)}", title_justify="left")  # fmt: skip
-    for column in ("rollout", "id", "status", "reward", "advantage", "adv/std", "turns", "tools", "errors", "secs"):
+               members: list[GroupMember], experiment: str | None = None) -> None:  # fmt: skip
+    table = Table(title=f"{escape(experiment or '-')}: step {step}, sample {escape(str(sample))}: {len(members)} "
+                        f"rollouts, mean reward {fmt(mean)}, std {fmt(std)}", title_justify="left")  # fmt: skip
+    for column in ("rollout", "id", "status", "reward", "advantage", "adv/std", "turns", "tools", "error spans", "secs"):
         table.add_column(column, justify="left" if column in ("id", "status") else "right")
     for m in members:
         r = m.record

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
+import sys
 
 from rollscope.store import TraceStore
+from rollscope.store.reader import ORDERS
 
 
 def _add_filters(p: argparse.ArgumentParser) -> None:
@@ -24,7 +27,7 @@ def _add_filters(p: argparse.ArgumentParser) -> None:
                    help="only trajectories with (--errors) or without (--no-errors) an error span")  # fmt: skip
     p.add_argument("--tool-errors", action=argparse.BooleanOptionalAction, default=None, dest="tool_error",
                    help="only trajectories with (--tool-errors) or without a failed tool call")  # fmt: skip
-    p.add_argument("--sort", default="step", choices=["step", "start", "reward", "duration"])
+    p.add_argument("--sort", default="step", choices=list(ORDERS))
     p.add_argument("--desc", action="store_true")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true", help="print a JSON array")
@@ -39,23 +42,51 @@ def traces_ls(args: argparse.Namespace) -> int:
         filters = {k: getattr(args, k) for k in _FILTERS}
         records = store.trajectories(**filters, order_by=args.sort, descending=args.desc, limit=args.limit)
         total = store.count(**filters)
+        everything = store.count() if any(v is not None for v in filters.values()) else total
     if args.json:
         print(json.dumps([r.to_dict() for r in records], indent=1))
         return 0
-    print(f"{'id':<26} {'experiment':<14} {'step':>5} {'sample':>6} {'roll':>4} {'val':>3} {'status':<7} "
-          f"{'reward':>7} {'turns':>5} {'tools':>5} {'err':>3} {'secs':>6}")  # fmt: skip
+    print_listing(records)
+    if any(v is not None for v in filters.values()):
+        print(f"{len(records)} shown; {total} of {everything} trajectories match, in {store.path}")
+    else:
+        print(f"{len(records)} of {total} trajectories in {store.path}")
+    return 0
+
+
+def print_listing(records: list) -> None:
+    """One line per trajectory, as wide as the terminal: the fixed columns, then the experiment,
+    the task and the first error sharing what is left (the experiment first, up to its longest)."""
     from rollscope.cli.render import terminal_safe
 
-    for r in records:
+    def safe(v: object) -> str:
+        return terminal_safe("" if v is None else str(v), one_line=True)
+
+    fixed = (f"{'id':<26} {'step':>5} {'sample':>6} {'roll':>4} {'val':>3} {'status':<7} {'reward':>7} "
+             f"{'turns':>5} {'tools':>5} {'errspans':>8} {'secs':>6}")  # fmt: skip
+    experiments = [safe(r.experiment) for r in records]
+    longest = max([len("experiment"), *map(len, experiments)])
+    if sys.stdout.isatty():
+        room = max(shutil.get_terminal_size().columns - len(fixed) - 3, 30)
+        exp_w = min(longest, max(room // 3, 10))
+        task_w = max((room - exp_w) * 3 // 5, 10)
+        err_w = max(room - exp_w - task_w, 10)
+    else:  # a pipe or a file: whole values (a task and an error are stored at most 200 characters long)
+        exp_w, task_w, err_w = longest, 60, 200
+
+    def cut(text: str, n: int) -> str:
+        return text if len(text) <= n else text[: n - 1] + "…"
+
+    print(f"{fixed} {'experiment':<{exp_w}} {'task':<{task_w}} {'first error':<{err_w}}".rstrip())
+    for r, experiment in zip(records, experiments, strict=True):
         reward = "" if r.reward is None else f"{r.reward:.3g}"
         secs = "" if r.duration_s is None else f"{r.duration_s:.2f}"
-        experiment = terminal_safe(r.experiment or "", one_line=True)
-        print(f"{r.id:<26} {experiment[:14]:<14} {terminal_safe(_s(r.step), True):>5} "
-              f"{terminal_safe(_s(r.sample_index), True):>6} "
-              f"{_s(r.rollout_n):>4} {'y' if r.validate else '':>3} {r.status:<7} {reward:>7} "
-              f"{r.num_llm_calls:>5} {r.num_tool_calls:>5} {r.num_errors:>3} {secs:>6}")  # fmt: skip
-    print(f"{len(records)} of {total} trajectories in {store.path}")
-    return 0
+        task = safe(r.attributes.get("task"))
+        error = safe(r.error_message and f"{r.error_type}: {r.error_message}" or r.attributes.get("first_error"))
+        print(f"{r.id:<26} {safe(r.step):>5} {safe(r.sample_index):>6} {safe(r.rollout_n):>4} "
+              f"{'y' if r.validate else '':>3} {r.status:<7} {reward:>7} {r.num_llm_calls:>5} {r.num_tool_calls:>5} "
+              f"{r.num_errors:>8} {secs:>6} {cut(experiment, exp_w):<{exp_w}} {cut(task, task_w):<{task_w}} "
+              f"{cut(error, err_w)}".rstrip())  # fmt: skip
 
 
 def _s(v: object) -> str:
@@ -70,6 +101,8 @@ def _add_dir(p: argparse.ArgumentParser) -> None:
 def _add_show(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", help="trajectory id (from `rollscope traces ls`)")
     p.add_argument("--full", action="store_true", help="do not shorten long texts")
+    p.add_argument("--tokens", action="store_true",
+                   help="each llm turn's tokens by sampled log-probability, the least likely listed")  # fmt: skip
     _add_dir(p)
 
 
@@ -81,7 +114,7 @@ def traces_show(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({**record.to_dict(), "spans": [_span_dict(s) for s in record.spans]}, indent=1, default=str))
         return 0
-    show_trajectory(console(), record, full=args.full)
+    show_trajectory(console(), record, full=args.full, tokens=args.tokens)
     return 0
 
 
@@ -101,7 +134,7 @@ def traces_diff(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({
             "a": diff.left.id, "b": diff.right.id, "fields": diff.fields, "first_divergence": diff.first_divergence,
-            "turns": [{"index": t.index, "changed": t.changed,
+            "turns": [{"index": t.index, "changed": t.changed, "ids_differ": t.ids_differ,
                        "a": None if t.left is None else {"name": t.left.name, "text": turn_text(t.left)},
                        "b": None if t.right is None else {"name": t.right.name, "text": turn_text(t.right)}}
                       for t in diff.turns],
@@ -119,22 +152,27 @@ def _add_group(p: argparse.ArgumentParser) -> None:
 
 
 def traces_group(args: argparse.Namespace) -> int:
+    """One GRPO group per experiment that ran the sample at the step: advantages never mix runs."""
     from rollscope.cli.render import console, show_group
     from rollscope.store.grpo import group_advantages
 
     sample = int(args.sample) if args.sample.lstrip("-").isdigit() else args.sample
     with TraceStore(args.dir) as store:
-        records = store.group(args.step, sample, experiment=args.experiment)
-    if not records:
+        groups = store.groups(args.step, sample, experiment=args.experiment)
+    if not groups:
         raise KeyError(f"no trajectories for step {args.step}, sample {args.sample} in {store.path}")
-    mean, std, members = group_advantages(records)
-    if args.json:
-        rollouts = [{**m.record.to_dict(), "advantage": m.advantage, "normalized_advantage": m.normalized}
-                    for m in members]  # fmt: skip
-        print(json.dumps({"step": args.step, "sample_index": sample, "mean_reward": mean, "std_reward": std,
-                          "rollouts": rollouts}, indent=1, default=str))  # fmt: skip
-        return 0
-    show_group(console(), args.step, sample, mean, std, members)
+    out = []
+    for records in groups:
+        mean, std, members = group_advantages(records)
+        if args.json:
+            rollouts = [{**m.record.to_dict(), "advantage": m.advantage, "normalized_advantage": m.normalized}
+                        for m in members]  # fmt: skip
+            out.append({"project": records[0].project, "experiment": records[0].experiment, "step": args.step,
+                        "sample_index": sample, "mean_reward": mean, "std_reward": std, "rollouts": rollouts})  # fmt: skip
+        else:
+            show_group(console(), args.step, sample, mean, std, members, experiment=records[0].experiment)
+    if args.json:  # one group: the object; several experiments: one object each, in a list
+        print(json.dumps(out[0] if len(out) == 1 else out, indent=1, default=str))
     return 0
 
 

@@ -27,6 +27,14 @@ def max_new_tokens(sampling_params: dict[str, Any], default: int) -> int:
     return int(value) if value else default
 
 
+def stop_reason(finish_reason: Any) -> str:
+    """verl's ``TokenOutput.stop_reason`` for a server's finish reason: "length" when the reply hit
+    its token limit (as verl's own server reports it), "aborted", else "completed"."""
+    if finish_reason == "length":
+        return "length"
+    return "aborted" if finish_reason in ("abort", "aborted") else "completed"
+
+
 def stop_list(sampling_params: dict[str, Any]) -> list[str]:
     stop = sampling_params.get("stop") or []
     return [stop] if isinstance(stop, str) else list(stop)

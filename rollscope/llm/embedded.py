@@ -32,7 +32,7 @@ import numpy as np
 from verl.workers.rollout.replica import TokenOutput
 
 from rollscope.configs import path as config_path
-from rollscope.llm.base import LLMServerError, max_new_tokens, stop_list
+from rollscope.llm.base import LLMServerError, max_new_tokens, stop_list, stop_reason
 
 CACHE = Path.home() / ".cache" / "rollscope"
 CHAT_TEMPLATE = "gemma_tools.jinja"
@@ -189,7 +189,7 @@ class EmbeddedLLM:
                     break
             llama.eval([token])
         llama._sampler = None
-        return TokenOutput(token_ids=ids, log_probs=log_probs, stop_reason="completed",
+        return TokenOutput(token_ids=ids, log_probs=log_probs, stop_reason=stop_reason(finish),
                            extra_fields={"finish_reason": finish})  # fmt: skip
 
     def _prefill(self, prompt_ids: list[int]) -> None:

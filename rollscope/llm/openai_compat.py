@@ -15,7 +15,7 @@ from typing import Any
 
 from verl.workers.rollout.replica import TokenOutput
 
-from rollscope.llm.base import LLMServerError, max_new_tokens, stop_list
+from rollscope.llm.base import LLMServerError, max_new_tokens, stop_list, stop_reason
 from rollscope.llm.http_client import JSONEndpoint
 
 API_KEY_ENV = "ROLLSCOPE_LLM_API_KEY"
@@ -108,7 +108,8 @@ class OpenAICompatibleLLM:
         aligned = token_logprobs and len(token_logprobs) == len(ids)
         log_probs = [float(x or 0.0) for x in token_logprobs] if aligned else None
         extra = {"finish_reason": choice.get("finish_reason"), "retokenized": retokenized}
-        return TokenOutput(token_ids=list(ids), log_probs=log_probs, stop_reason="completed", extra_fields=extra)
+        return TokenOutput(token_ids=list(ids), log_probs=log_probs, stop_reason=stop_reason(choice.get("finish_reason")),
+                           extra_fields=extra)  # fmt: skip
 
     async def close(self) -> None:
         await self.endpoint.close()

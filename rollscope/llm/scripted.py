@@ -49,6 +49,7 @@ class ScriptedLLM:
             ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
             self._cache[text] = ids
         max_tokens = sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens")
-        ids = ids[:max_tokens] if max_tokens else ids
+        cut = bool(max_tokens) and len(ids) > max_tokens
+        ids = ids[:max_tokens] if cut else ids
         return TokenOutput(token_ids=list(ids), log_probs=[-0.01 * (i + 1) for i in range(len(ids))],
-                           stop_reason="completed")  # fmt: skip
+                           stop_reason="length" if cut else "completed")  # fmt: skip

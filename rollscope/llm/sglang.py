@@ -11,7 +11,7 @@ from typing import Any
 
 from verl.workers.rollout.replica import TokenOutput
 
-from rollscope.llm.base import LLMServerError, max_new_tokens, stop_list
+from rollscope.llm.base import LLMServerError, max_new_tokens, stop_list, stop_reason
 from rollscope.llm.http_client import JSONEndpoint
 
 
@@ -39,8 +39,7 @@ class SGLangLLM:
         triples = meta.get("output_token_logprobs") or []
         log_probs = [float(t[0]) for t in triples] if len(triples) == len(ids) else None
         finish = (meta.get("finish_reason") or {}).get("type")
-        stop_reason = "aborted" if finish == "abort" else "completed"
-        return TokenOutput(token_ids=ids, log_probs=log_probs, stop_reason=stop_reason,
+        return TokenOutput(token_ids=ids, log_probs=log_probs, stop_reason=stop_reason(finish),
                            extra_fields={"finish_reason": finish})  # fmt: skip
 
     async def close(self) -> None:

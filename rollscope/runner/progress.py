@@ -16,7 +16,7 @@ def _figures(stats: RunStats) -> str:
     elapsed = max(stats.elapsed, 1e-9)
     reward = "-" if stats.mean_reward is None else f"{stats.mean_reward:.3f}"
     return (f"{stats.tokens / elapsed:6.1f} tok/s · {stats.tool_calls} tool calls · "
-            f"{stats.span_errors + stats.failed} errors · reward {reward}")  # fmt: skip
+            f"{stats.span_errors} error spans · {stats.failed} failed · reward {reward}")  # fmt: skip
 
 
 class RunProgress:

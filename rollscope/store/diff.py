@@ -1,11 +1,14 @@
 """Turn-by-turn comparison of two trajectories.
 
 A "turn" is an LLM or tool span, in start order: what the model said and what the tools answered
-are what differ between two rollouts of one prompt, so that is what gets lined up.
+are what differ between two rollouts of one prompt, so that is what gets lined up. Identifiers made
+per call (a request id, a tool instance id, anything shaped like a UUID) differ between any two
+rollouts; they are compared apart (``ids``) and never make two turns diverge.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -13,6 +16,34 @@ from rollscope.store.records import SpanRecord, TrajectoryRecord
 
 _TURN_KINDS = ("llm", "tool")
 _TEXT_KEYS = ("response_text", "text", "content", "result", "output_text")
+_ID_KEYS = frozenset({"request_id", "instance_id", "id", "call_id", "tool_call_id", "session_id", "trace_id"})
+_ID_SHAPED = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
+ID = "<id>"
+
+
+def without_ids(value: Any) -> Any:
+    """``value`` with per-call identifiers replaced by ``<id>``: what two rollouts can share."""
+    if isinstance(value, dict):
+        return {k: ID if k in _ID_KEYS and isinstance(v, str | int) else without_ids(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_ids(v) for v in value]
+    if isinstance(value, str):
+        return _ID_SHAPED.sub(ID, value)
+    return value
+
+
+def ids_of(value: Any) -> list[Any]:
+    """The per-call identifiers ``without_ids`` hides, in order."""
+    found: list[Any] = []
+    if isinstance(value, dict):
+        for k, v in value.items():
+            found.extend([v] if k in _ID_KEYS and isinstance(v, str | int) else ids_of(v))
+    elif isinstance(value, list):
+        for v in value:
+            found.extend(ids_of(v))
+    elif isinstance(value, str):
+        found.extend(_ID_SHAPED.findall(value))
+    return found
 
 
 def turn_text(span: SpanRecord) -> str | None:
@@ -33,6 +64,7 @@ class TurnDiff:
     left: SpanRecord | None
     right: SpanRecord | None
     changed: list[str] = field(default_factory=list)
+    ids_differ: bool = False  # only per-call identifiers differ (not a divergence)
 
     @property
     def same(self) -> bool:
@@ -70,11 +102,12 @@ def diff_trajectories(left: TrajectoryRecord, right: TrajectoryRecord) -> Trajec
             for name, getter in (
                 ("name", lambda s: s.name),
                 ("status", lambda s: s.status),
-                ("inputs", lambda s: s.inputs),
-                ("output", turn_text),
-                ("error", lambda s: s.error_message),
+                ("inputs", lambda s: without_ids(s.inputs)),
+                ("output", lambda s: without_ids(turn_text(s))),
+                ("error", lambda s: without_ids(s.error_message)),
             ):
                 if getter(ls) != getter(rs):
                     changed.append(name)
-        turns.append(TurnDiff(i, ls, rs, changed))
+        ids_differ = ls is not None and rs is not None and ids_of(ls.inputs) != ids_of(rs.inputs)
+        turns.append(TurnDiff(i, ls, rs, changed, ids_differ))
     return TrajectoryDiff(left, right, fields, turns)

@@ -21,7 +21,13 @@ _ORDER = {
     "step": "step, sample_index, rollout_n, start_ns, id",
     "reward": "reward, id",
     "duration": "(end_ns - start_ns), id",
+    "experiment": "experiment, step, sample_index, rollout_n, id",
+    "turns": "num_llm_calls, id",
+    "tools": "num_tool_calls, id",
+    "tokens": "num_tokens, id",
+    "errors": "num_errors, id",
 }
+ORDERS = tuple(_ORDER)
 _SELECT_TRAJ = f"SELECT {', '.join(TRAJECTORY_COLUMNS)} FROM trajectories"
 # Columns added after schema version 2, read as 0 from older shards.
 _ADDED_COLUMNS = ("num_tokens", "num_tool_errors")
@@ -161,18 +167,27 @@ class TraceStore:
         return sum(r[0] for _, r in self._query(f"SELECT COUNT(*) FROM trajectories{where}", params))
 
     def steps(self, **filters: Any) -> list[StepStats]:
-        """Per-step aggregates of the matching trajectories (one indexed GROUP BY per shard)."""
+        """Per-step aggregates of the matching trajectories, one series per experiment (steps of
+        different runs are different steps): one indexed GROUP BY per shard."""
         where, params = _where(**filters)
-        sql = ("SELECT step, COUNT(*), COUNT(reward), TOTAL(reward), TOTAL(num_tool_calls), TOTAL(num_errors > 0), "
-               f"TOTAL(num_llm_calls), TOTAL(num_tokens) FROM trajectories{where} GROUP BY step")  # fmt: skip
-        merged: dict[Any, list[float]] = {}
-        for _, (step, *values) in self._query(sql, params):
-            acc = merged.setdefault(step, [0.0] * len(values))
+        sql = ("SELECT project, experiment, step, COUNT(*), COUNT(reward), TOTAL(reward), TOTAL(num_tool_calls), "
+               "TOTAL(num_errors > 0), TOTAL(num_llm_calls), TOTAL(num_tokens) "
+               f"FROM trajectories{where} GROUP BY project, experiment, step")  # fmt: skip
+        merged: dict[tuple, list[float]] = {}
+        for _, (project, experiment, step, *values) in self._query(sql, params):
+            acc = merged.setdefault((project, experiment, step), [0.0] * len(values))
             for i, v in enumerate(values):
                 acc[i] += v
-        return [StepStats(step, int(n), int(rewarded), total, int(tools), int(errors), int(llm), int(tokens))
-                for step, (n, rewarded, total, tools, errors, llm, tokens) in
-                sorted(merged.items(), key=lambda kv: (kv[0] is not None, kv[0] or 0))]  # fmt: skip
+        return [StepStats(step, int(n), int(rewarded), total, int(tools), int(errors), int(llm), int(tokens),
+                          project, experiment)
+                for (project, experiment, step), (n, rewarded, total, tools, errors, llm, tokens) in
+                sorted(merged.items(), key=lambda kv: (_null_first(kv[0][0]), _null_first(kv[0][1]),
+                                                       _null_first(kv[0][2])))]  # fmt: skip
+
+    def experiments(self) -> list[tuple[str | None, str | None]]:
+        """Every (project, experiment) in the store, sorted."""
+        found = {row for _, row in self._query("SELECT DISTINCT project, experiment FROM trajectories", [])}
+        return sorted(found, key=lambda pe: (_null_first(pe[0]), _null_first(pe[1])))
 
     def get(self, trajectory_id: str) -> TrajectoryRecord:
         rows = self._query(f"{_SELECT_TRAJ} WHERE id = ?", [trajectory_id])
@@ -183,11 +198,19 @@ class TraceStore:
         return record
 
     def group(self, step: int, sample_index: Any, **filters: Any) -> list[TrajectoryRecord]:
-        """All rollouts of one sample at one step (a GRPO group), by rollout_n."""
-        records = self.trajectories(step=step, sample_index=sample_index, order_by="step", **filters)
+        """All rollouts of one sample at one step (a GRPO group), by rollout_n. Rollouts of
+        different experiments are different groups: see ``groups``."""
+        records = self.trajectories(step=step, sample_index=sample_index, order_by="experiment", **filters)
         for r in records:
             r.spans  # noqa: B018
         return records
+
+    def groups(self, step: int, sample_index: Any, **filters: Any) -> list[list[TrajectoryRecord]]:
+        """The GRPO groups of one sample at one step: one per (project, experiment), never mixed."""
+        by_run: dict[tuple, list[TrajectoryRecord]] = {}
+        for r in self.group(step, sample_index, **filters):
+            by_run.setdefault((r.project, r.experiment), []).append(r)
+        return list(by_run.values())
 
     def diff(self, a: str | TrajectoryRecord, b: str | TrajectoryRecord) -> Any:
         from rollscope.store.diff import diff_trajectories
@@ -273,4 +296,6 @@ def _null_first_key(values: tuple) -> tuple:
 def _record_key(r: TrajectoryRecord, order_by: str) -> tuple:
     duration = None if r.end_ns is None else r.end_ns - r.start_ns
     return {"start": (r.start_ns, r.id), "step": (r.step, r.sample_index, r.rollout_n, r.start_ns, r.id),
-            "reward": (r.reward, r.id), "duration": (duration, r.id)}[order_by]  # fmt: skip
+            "reward": (r.reward, r.id), "duration": (duration, r.id),
+            "experiment": (r.experiment, r.step, r.sample_index, r.rollout_n, r.id), "turns": (r.num_llm_calls, r.id),
+            "tools": (r.num_tool_calls, r.id), "tokens": (r.num_tokens, r.id), "errors": (r.num_errors, r.id)}[order_by]  # fmt: skip

@@ -7,6 +7,23 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
+TASK_CHARS = 200  # a trajectory's task as listed: the start of its last user message
+ERROR_CHARS = 200
+
+
+def last_user_message(raw_prompt: Any) -> str | None:
+    """The task a trajectory started from: the last user message of its chat-format prompt."""
+    if not isinstance(raw_prompt, list):
+        return None
+    for message in reversed(raw_prompt):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):  # multi-part content: its text parts
+                content = " ".join(p.get("text", "") for p in content if isinstance(p, dict))
+            return content if isinstance(content, str) else None
+    return None
+
+
 @dataclass
 class SpanRecord:
     id: str
@@ -117,6 +134,8 @@ class StepStats:
     with_errors: int
     llm_calls: int
     tokens: int
+    project: str | None = None
+    experiment: str | None = None
 
     @property
     def mean_reward(self) -> float | None:
@@ -139,7 +158,7 @@ class StepStats:
         return self.tokens / self.trajectories
 
     def to_dict(self) -> dict[str, Any]:
-        return {"step": self.step, "trajectories": self.trajectories, "mean_reward": self.mean_reward,
+        return {"project": self.project, "experiment": self.experiment, "step": self.step, "trajectories": self.trajectories, "mean_reward": self.mean_reward,
                 "tool_calls_per_trajectory": self.tool_calls_per_trajectory, "error_rate": self.error_rate,
                 "turns_per_trajectory": self.turns_per_trajectory,
                 "tokens_per_trajectory": self.tokens_per_trajectory}  # fmt: skip

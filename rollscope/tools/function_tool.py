@@ -63,6 +63,7 @@ class FunctionTool(TracedTool):
         self.fn = fn
         self.is_async = inspect.iscoroutinefunction(fn)
         super().__init__(config, tool_schema or schema_from_function(fn, name))
+        self.span_name = self.name  # its spans are named by the tool, not by this generic class
 
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> ExecuteResult:
         problems = check_arguments(self.tool_schema, parameters)

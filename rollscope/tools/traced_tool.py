@@ -29,12 +29,15 @@ DEFAULT_TIMEOUT_S = 30.0
 _LIFECYCLE = {"create": SpanKind.CUSTOM, "calc_reward": SpanKind.REWARD, "release": SpanKind.CUSTOM}
 
 
-#: What ``execute`` returns: (what the model sees, the step reward, metrics).
+#: What ``execute`` returns: (what the model sees, the step reward, metrics). A plain ``str`` is
+#: accepted too, as the text with reward 0 (and a bare ``ToolResponse``).
 ExecuteResult = tuple[ToolResponse, float, dict]
 
 
 class ToolError(Exception):
     """Raised inside a tool to send a clean message (no traceback) back to the model."""
+
+    keep_traceback = False  # nor on its span: the message is the whole story
 
 
 class TracedTool(BaseTool):
@@ -74,7 +77,7 @@ def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[...
         if runtime._tracer is not None:  # untraced, not even the span's inputs are built
             params = parameters.copy() if type(parameters) is dict else snapshot(parameters)  # snapshot, inlined
             inputs = {"instance_id": instance_id, "parameters": params}
-            span = begin_span(span_name, SpanKind.TOOL, inputs, {"tool.name": self.name})
+            span = begin_span(getattr(self, "span_name", span_name), SpanKind.TOOL, inputs, {"tool.name": self.name})
         failure: BaseException | None = None
         try:
             result = await _within(func(self, instance_id, parameters, **kwargs), self.timeout_s)
@@ -116,8 +119,13 @@ else:  # Python 3.10 has no asyncio.timeout
 def _checked(tool: str, result: Any) -> tuple[ExecuteResult, Exception | None]:
     """What verl's loop can use: a (ToolResponse, reward, metrics) tuple whose text the tokenizer
     can encode (a lone surrogate in a tool's output would otherwise crash the rollout there)."""
+    if isinstance(result, str):  # the text the model sees, no reward
+        result = (ToolResponse(text=result), 0.0, {})
+    elif isinstance(result, ToolResponse):
+        result = (result, 0.0, {})
     if not (isinstance(result, tuple) and len(result) == 3 and isinstance(result[0], ToolResponse)):
-        message = f"tool '{tool}' returned {type(result).__name__}, not (ToolResponse, reward, metrics)"
+        message = (f"tool '{tool}' returned {type(result).__name__} {str(result)[:80]!r}; execute must return "
+                   "a str (the text the model sees) or (ToolResponse(text=...), reward: float, metrics: dict)")
         return error_response(tool, message), TypeError(message)
     text = result[0].text
     if isinstance(text, str):

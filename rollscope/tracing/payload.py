@@ -160,6 +160,10 @@ class PayloadShaper:
                     text = _decode(decoder, val)
                     if text is not None:
                         out[text_key] = self._string(text)
+                    if key == "token_ids" and "token_texts" not in m:  # for the viewer's token view
+                        texts = _decode_each(decoder, val)
+                        if texts is not None:
+                            out["token_texts"] = [self._string(t) for t in texts]
         return out
 
 
@@ -225,6 +229,14 @@ def _unknown(v: Any) -> Any:
 
 
 CONVERTERS: dict[type, Any] = {}
+
+
+def _decode_each(tokenizer: Any, ids: list[int]) -> list[str] | None:
+    """Each token's own text, in one call (a fast tokenizer decodes the batch in Rust)."""
+    try:
+        return list(tokenizer.batch_decode([[i] for i in ids]))
+    except Exception:
+        return None
 
 
 def _decode(tokenizer: Any, ids: list[int]) -> str | None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import itertools
 import os
 import time
+import traceback
 from enum import Enum
 from typing import Any
 
@@ -29,6 +30,8 @@ class SpanKind(str, Enum):
 
 
 STATUS_RUNNING = "running"
+STACKTRACE = "exception.stacktrace"
+MAX_STACKTRACE_CHARS = 8000
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
 
@@ -60,10 +63,19 @@ class _Timed:
     __slots__ = ("end_ns", "error_message", "error_type", "id", "start_ns", "status")
 
     def fail(self, error: BaseException) -> None:
-        """Mark as failed without raising: for errors that are handled (a tool error the model sees)."""
+        """Mark as failed without raising: for errors that are handled (a tool error the model sees).
+        An error that was raised keeps where it came from: its traceback (the end, where the
+        error is, when long) as the ``exception.stacktrace`` attribute (OpenTelemetry's name),
+        redacted like every attribute where the span is shaped (not for an error that says it is a
+        clean message, ``keep_traceback = False``)."""
         self.status = STATUS_ERROR
         self.error_type = type(error).__name__
         self.error_message = str(error)
+        if error.__traceback__ is not None and getattr(error, "keep_traceback", True):
+            text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+            attributes = self.attributes if self.attributes is not None else {}  # type: ignore[attr-defined]
+            attributes[STACKTRACE] = text if len(text) <= MAX_STACKTRACE_CHARS else "…" + text[-MAX_STACKTRACE_CHARS:]
+            self.attributes = attributes  # type: ignore[attr-defined]
 
     def _finish(self, error: BaseException | None) -> None:
         self.end_ns = time.time_ns()

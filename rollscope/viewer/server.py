@@ -19,14 +19,17 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from rollscope.store import TraceStore
-from rollscope.store.diff import turn_text
+from rollscope.store.diff import turn_text, without_ids
 from rollscope.store.grpo import group_advantages
+from rollscope.store.reader import ORDERS
 from rollscope.viewer.charts import charts
+from rollscope.viewer.chat import conversation, ground_truth
+from rollscope.viewer.tokens import token_view
 from rollscope.viewer.views import figures, first_user_message, fmt, main_text, tool_call
 
 PAGE_SIZE = 100
 STATIC = {"/static/style.css": ("style.css", "text/css; charset=utf-8")}
-SORTS = ("step", "start", "reward", "duration")
+SORTS = ORDERS
 
 
 class BadRequest(ValueError):
@@ -42,7 +45,7 @@ class Viewer:
         self.env = Environment(loader=PackageLoader("rollscope.viewer", "templates"), trim_blocks=True,
                                lstrip_blocks=True, autoescape=select_autoescape(default=True))  # fmt: skip
         self.env.globals.update(figures=figures, main_text=main_text, tool_call=tool_call, turn_text=turn_text,
-                                fmt=fmt, quote=quote)  # fmt: skip
+                                fmt=fmt, quote=quote, conversation=conversation, token_view=token_view)  # fmt: skip
         TraceStore(directory).close()  # fail now, with the store's message, if the directory is not a store
         self.routes: dict[str, Callable[[dict[str, str], list[str]], str]] = {
             "/": self.index, "/compare": self.compare, "/group": self.group, "/steps": self.steps,
@@ -90,8 +93,18 @@ class Viewer:
                                   offset=(page - 1) * PAGE_SIZE)  # fmt: skip
         pages = max(1, -(-total // PAGE_SIZE))
         keep = {k: v for k, v in q.items() if k != "page"}
+        experiments = sorted({e for _, e in store.experiments() if e is not None})
+
+        def sort_url(column: str) -> str:
+            """A column header's link: sorted by it, ascending, or flipped when it is the sort already."""
+            desc = "" if column != sort else ("" if q.get("desc") == "1" else "1")
+            return "/?" + urlencode({**{k: v for k, v in keep.items() if k not in ("sort", "desc")}, "sort": column,
+                                     **({"desc": desc} if desc else {})})  # fmt: skip
+
         return self._render("index.html", title="trajectories", rows=rows, total=total, page=page, pages=pages,
-                            q=q, sorts=SORTS, page_url=lambda p: "/?" + urlencode({**keep, "page": p}))  # fmt: skip
+                            q=q, sorts=SORTS, sort=sort, sort_url=sort_url, experiments=experiments,
+                            all_count=store.count() if any(v is not None for v in filters.values()) else total,
+                            page_url=lambda p: "/?" + urlencode({**keep, "page": p}))  # fmt: skip
 
     def trajectory(self, trajectory_id: str) -> str:
         record = self.store().get(trajectory_id)
@@ -99,12 +112,13 @@ class Viewer:
         total = max((record.end_ns or max((s.end_ns or s.start_ns) for s in record.spans or [record])) - start, 1)
 
         def bar(span: Any) -> tuple[float, float]:
-            left = 100 * (span.start_ns - start) / total
+            """(x, width) of a span's bar on a 0..100 axis: SVG geometry, which the page's style policy allows."""
+            left = min(max(100 * (span.start_ns - start) / total, 0), 100)
             width = 100 * ((span.end_ns or span.start_ns) - span.start_ns) / total
-            return round(min(max(left, 0), 100), 2), round(min(max(width, 0.3), 100 - left), 2)
+            return round(left, 3), round(min(max(width, 0.2), 100 - left), 3)
 
         return self._render("trajectory.html", title=record.id, t=record, roots=record.tree(), bar=bar,
-                            task=first_user_message(record))  # fmt: skip
+                            task=first_user_message(record), truth=ground_truth(record))  # fmt: skip
 
     def compare(self, q: dict[str, str], ids: list[str]) -> str:
         ids = list(dict.fromkeys(i for i in ids if i))
@@ -115,7 +129,9 @@ class Viewer:
         rows = []
         for i in range(max(len(c) for c in columns)):
             cells = [c[i] if i < len(c) else None for c in columns]
-            texts = [None if s is None else (s.name, turn_text(s), s.status) for s in cells]
+            # what was said and done, per-call ids aside (they differ between any two rollouts)
+            texts = [None if s is None else (s.name, without_ids(turn_text(s)), s.status, without_ids(s.inputs))
+                     for s in cells]  # fmt: skip
             rows.append((i, cells, [t != texts[0] for t in texts]))
         return self._render("compare.html", title="compare", records=records, rows=rows)
 
@@ -125,18 +141,25 @@ class Viewer:
             raise BadRequest("a group is named by step and sample: /group?step=S&sample=I")
         sample = _sample(q)
         filters = {k: q[k] for k in ("experiment", "project") if k in q}
-        records = self.store().group(step, sample, **filters)
-        if not records:
+        found = self.store().groups(step, sample, **filters)
+        if not found:
             raise KeyError(f"no trajectories for step {step}, sample {sample}")
-        mean, std, members = group_advantages(records)
-        compare = "/compare?" + urlencode([("id", r.id) for r in records[:4]])
-        return self._render("group.html", title=f"group {step}/{sample}", step=step, sample=sample, mean=mean,
-                            std=std, members=members, compare=compare)  # fmt: skip
+        groups = []
+        for records in found:  # one per experiment: advantages never mix runs
+            mean, std, members = group_advantages(records)
+            groups.append({"project": records[0].project, "experiment": records[0].experiment, "mean": mean,
+                           "std": std, "members": members,
+                           "compare": "/compare?" + urlencode([("id", r.id) for r in records[:4]])})  # fmt: skip
+        return self._render("group.html", title=f"group {step}/{sample}", step=step, sample=sample, groups=groups)
 
     def steps(self, q: dict[str, str], _: list[str]) -> str:
         filters = _filters(q)
-        stats = self.store().steps(**filters)
-        return self._render("steps.html", title="steps", stats=stats, charts=charts(stats), q=q)
+        runs: dict[tuple, list] = {}
+        for s in self.store().steps(**filters):  # one section per experiment: its steps are its own
+            runs.setdefault((s.project, s.experiment), []).append(s)
+        sections = [{"project": p, "experiment": e, "stats": stats, "charts": charts(stats)}
+                    for (p, e), stats in runs.items()]  # fmt: skip
+        return self._render("steps.html", title="steps", sections=sections, q=q)
 
     def _render(self, template: str, **context: Any) -> str:
         return self.env.get_template(template).render(**context)

@@ -7,7 +7,7 @@ import json
 from typing import Any
 
 from rollscope.store.diff import turn_text
-from rollscope.store.records import SpanRecord, TrajectoryRecord
+from rollscope.store.records import SpanRecord, TrajectoryRecord, last_user_message
 
 
 def fmt(value: object, digits: int = 3) -> str:
@@ -38,10 +38,10 @@ def figures(span: SpanRecord) -> str:
         parts.append(f"{span.duration_s:.3f}s")
     prompt, output = tokens(span)
     if output is not None:
-        parts.append(f"{prompt} → {output} tokens")
-    finish = (span.outputs or {}).get("extra_fields", {}) if isinstance(span.outputs, dict) else {}
-    if isinstance(finish, dict) and finish.get("finish_reason"):
-        parts.append(f"finish {finish['finish_reason']}")
+        parts.append(f"{fmt(prompt)} → {output} tokens")
+    outputs = span.outputs if isinstance(span.outputs, dict) else {}
+    if outputs.get("stop_reason"):
+        parts.append(f"stop {outputs['stop_reason']}")
     return " · ".join(parts)
 
 
@@ -68,8 +68,7 @@ def first_user_message(record: TrajectoryRecord) -> str | None:
     """The task the trajectory started from (the last user message of the run's raw prompt)."""
     for span in record.spans:
         prompt = (span.inputs or {}).get("raw_prompt") if isinstance(span.inputs, dict) else None
-        if isinstance(prompt, list):
-            users = [m.get("content") for m in prompt if isinstance(m, dict) and m.get("role") == "user"]
-            if users:
-                return as_text(users[-1])
+        task = last_user_message(prompt)
+        if task is not None:
+            return task
     return None

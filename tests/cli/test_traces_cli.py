@@ -43,7 +43,11 @@ def test_ls_json_has_the_documented_fields(store_dir):
 def test_ls_table_and_clear_error(store_dir, tmp_path):
     out = _cli("traces", "ls", "--dir", str(store_dir), "--sample", "1")
     assert out.returncode == 0
-    assert out.stdout.strip().splitlines()[-1] == f"2 of 2 trajectories in {store_dir}"
+    assert out.stdout.strip().splitlines()[-1] == f"2 shown; 2 of 6 trajectories match, in {store_dir}"
+    nothing = _cli("traces", "ls", "--dir", str(store_dir), "--step", "99")  # says how many there are
+    assert nothing.stdout.strip().splitlines()[-1] == f"0 shown; 0 of 6 trajectories match, in {store_dir}"
+    everything = _cli("traces", "ls", "--dir", str(store_dir))
+    assert everything.stdout.strip().splitlines()[-1] == f"6 of 6 trajectories in {store_dir}"
     missing = _cli("traces", "ls", "--dir", str(tmp_path / "none"))
     assert missing.returncode == 2
     expected = f"rollscope: error: no trace store at {tmp_path / 'none'} (set --dir or ROLLSCOPE_TRACE_DIR)"

@@ -52,3 +52,53 @@ def server(store_dir):
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
     httpd.server_close()
+
+
+CHATML_PROMPT = ("<|im_start|>system\nYou are a calculator.<|im_end|>\n<|im_start|>user\nWhat is 6 * 7?<|im_end|>\n"
+                 "<|im_start|>assistant\n")  # fmt: skip
+TOKENS = ["The", " answer", " is", " 42", "."]
+LOG_PROBS = [-0.01, -0.2, -0.05, -3.5, -0.7]
+
+
+def record_rich(trace_dir):
+    """One trajectory with timed spans (an llm turn of ~300 ms, a tool call of ~30 ms), a ChatML
+    prompt, token texts and log-probs, a ground truth; a second turn without log-probs; and a
+    second experiment running the same step and sample (another GRPO group)."""
+    import time
+
+    for experiment, rewards in (("alpha", (1.0, 0.0)), ("beta", (1.0, 1.0))):
+        tracing.init_tracing(project="proj", experiment=experiment, trace_dir=str(trace_dir))
+        for n, reward in enumerate(rewards):
+            with tracing.rollout_trace_attr(step=5, sample_index=0, rollout_n=n, name="tool_agent"):
+                with tracing.trace_span("ToolAgentLoop.run", kind="agent", inputs={
+                        "raw_prompt": [{"role": "user", "content": "What is 6 * 7?"}],
+                        "reward_model": {"style": "rule", "ground_truth": "42"}}):  # fmt: skip
+                    with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": CHATML_PROMPT}) as s:
+                        time.sleep(0.3)
+                        s.outputs = {"token_ids": [11, 12, 13, 14, 15], "token_texts": TOKENS, "log_probs": LOG_PROBS,
+                                     "response_text": "The answer is 42.<|im_end|>", "stop_reason": "completed"}  # fmt: skip
+                    with tracing.trace_span("calculator", kind="tool", inputs={"parameters": {"expression": "6*7"}}) as s:
+                        time.sleep(0.03)
+                        s.outputs = {"text": "42"}
+                    with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": "plain"}) as s:
+                        s.outputs = {"token_ids": [16, 17], "response_text": "done"}
+                tracing.set_reward(reward)
+        assert tracing.flush_tracing(30)
+        tracing.shutdown_tracing()
+
+
+@pytest.fixture(scope="module")
+def rich_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("viewer-rich") / "traces"
+    record_rich(path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def rich_server(rich_store):
+    httpd = make_server(str(rich_store), port=0)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()

@@ -108,3 +108,81 @@ def test_compare_group_steps(server, browser):
     assert len(browser.find_elements(By.CSS_SELECTOR, "#charts svg polyline")) == 5
     assert len(browser.find_elements(By.CSS_SELECTOR, "#steps tbody tr")) == 3
     shot(browser, "7-steps")
+
+
+def _first(rich_store, experiment="alpha"):
+    from rollscope.store import TraceStore
+
+    with TraceStore(rich_store) as store:
+        return store.trajectories(experiment=experiment, rollout_n=0)[0].id
+
+
+def test_timing_bars_are_drawn_as_long_as_their_spans(rich_server, rich_store, browser):
+    """What Chromium draws, under the page's own style policy: a ~300 ms llm bar is several times
+    as wide as a ~30 ms tool bar, and both are narrower than the run's."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{rich_server}/t/{_first(rich_store)}")
+    spans = browser.find_elements(By.CSS_SELECTOR, "#spans li.span")
+    widths = {}
+    for li in spans:
+        name = li.find_element(By.CSS_SELECTOR, ".span-head .name").text
+        bar = li.find_element(By.CSS_SELECTOR, ".span-head svg.timeline rect.bar")
+        widths.setdefault(name, bar.rect["width"])
+    track = spans[0].find_element(By.CSS_SELECTOR, ".span-head svg.timeline").rect["width"]
+    assert track > 300
+    assert widths["ToolAgentLoop.run"] > 0.9 * track  # the run spans (almost) the whole trajectory
+    assert widths["llm.generate"] > 4 * widths["calculator"] > 0  # 300 ms against 30 ms
+    assert widths["calculator"] < 0.2 * track
+    shot(browser, "8-timing-bars")
+
+
+def test_chat_view_tokens_and_ground_truth(rich_server, rich_store, browser):
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{rich_server}/t/{_first(rich_store)}")
+    assert browser.find_element(By.ID, "ground-truth").text == "42"
+    chat = browser.find_elements(By.CSS_SELECTOR, ".chat")[0]
+    roles = [e.text for e in chat.find_elements(By.CSS_SELECTOR, ".msg .role")]
+    assert roles == ["SYSTEM", "USER", "ASSISTANT"]  # uppercased by the stylesheet: it is applied
+    texts = [e.text for e in chat.find_elements(By.CSS_SELECTOR, ".msg pre")]
+    assert texts == ["You are a calculator.", "What is 6 * 7?", "The answer is 42."]
+    tokens = browser.find_elements(By.CSS_SELECTOR, "details.tokens")[0]
+    spans = tokens.find_elements(By.CSS_SELECTOR, ".tok")
+    assert [s.text for s in spans] == ["The", " answer", " is", " 42", "."]  # spaces kept (pre-wrap)
+    assert [s.get_attribute("class") for s in spans] == ["tok b0", "tok b1", "tok b0", "tok b4", "tok b2"]
+    colours = [s.value_of_css_property("background-color") for s in spans]
+    assert colours[0] != colours[3] and colours[3] != colours[4]  # the bucket classes are drawn
+    least = [r.text.split() for r in tokens.find_elements(By.CSS_SELECTOR, "table.least tbody tr")]
+    assert [row[0] for row in least] == ["3", "4", "1", "2", "0"]  # positions, least likely first
+    assert tokens.find_element(By.CSS_SELECTOR, ".mean-lp").text == "-0.892"
+    assert "20% below" in tokens.find_element(By.TAG_NAME, "summary").text
+    second = browser.find_elements(By.CSS_SELECTOR, "details.tokens")[1]
+    assert "no log-probs returned by the LLM" in second.find_element(By.TAG_NAME, "summary").text
+    shot(browser, "9-chat-and-tokens")
+
+
+def test_sorting_the_experiment_selector_and_groups_per_experiment(rich_server, browser):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    browser.get(rich_server + "/")
+    click_and_wait(browser, browser.find_element(By.ID, "sort-reward"), "sort=reward")
+    rewards = [r.find_elements(By.TAG_NAME, "td")[9].text for r in rows(browser)]
+    assert rewards == ["0", "1", "1", "1"]
+    click_and_wait(browser, browser.find_element(By.ID, "sort-reward"), "desc=1")
+    assert [r.find_elements(By.TAG_NAME, "td")[9].text for r in rows(browser)] == ["1", "1", "1", "0"]
+    select = Select(browser.find_element(By.ID, "experiment"))
+    assert [o.text for o in select.options] == ["any", "alpha", "beta"]
+    select.select_by_value("beta")
+    click_and_wait(browser, browser.find_element(By.ID, "apply"), "experiment=beta")
+    assert len(rows(browser)) == 2 and "2 of 4 match" in browser.find_element(By.ID, "matching").text
+    shot(browser, "10-sorted-and-selected")
+
+    browser.get(rich_server + "/group?step=5&sample=0")
+    sections = browser.find_elements(By.CSS_SELECTOR, "section.group")
+    assert [s.find_element(By.TAG_NAME, "h2").text for s in sections] == ["proj / alpha", "proj / beta"]
+    assert [s.find_element(By.CSS_SELECTOR, ".mean").text for s in sections] == ["0.5", "1"]
+    shot(browser, "11-groups-per-experiment")
+    browser.get(rich_server + "/steps")
+    assert len(browser.find_elements(By.CSS_SELECTOR, "section.run")) == 2

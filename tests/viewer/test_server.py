@@ -20,12 +20,12 @@ def ids_on(page):
 
 def test_table_filters_and_pages(server, store_dir):
     page = get(server, "/").text
-    assert "24 matching" in page and len(set(ids_on(page))) == 24
-    assert "7 matching" not in page
+    assert "24 of 24 match" in page and len(set(ids_on(page))) == 24
+    assert "7 of 24 match" not in page
     filtered = get(server, "/?step=1&sample=0&rollout=").text
-    assert "4 matching" in filtered
-    assert "6 matching" in get(server, "/?tool_errors=yes").text  # rollout 3 of every group
-    assert "12 matching" in get(server, "/?min_reward=1").text
+    assert "4 of 24 match" in filtered
+    assert "6 of 24 match" in get(server, "/?tool_errors=yes").text  # rollout 3 of every group
+    assert "12 of 24 match" in get(server, "/?min_reward=1").text
     with TraceStore(store_dir) as store:
         best = store.trajectories(order_by="reward", descending=True, limit=1)[0]
     assert ids_on(get(server, "/?sort=reward&desc=1").text)[0] == best.id
@@ -86,11 +86,11 @@ def test_binds_to_localhost_by_default(store_dir):
 
 
 def test_a_refresh_shows_new_trajectories(server, store_dir):
-    before = int(re.search(r"(\d+) matching", get(server, "/").text).group(1))
+    before = int(re.search(r"(\d+) of \d+ match", get(server, "/").text).group(1))
     record(store_dir, steps=1, samples=1, rollouts=2, experiment="later")  # another writer, another shard
     after = get(server, "/").text
-    assert f"{before + 2} matching" in after
-    assert "2 matching" in get(server, "/?experiment=later").text
+    assert f"{before + 2} of {before + 2} match" in after
+    assert f"2 of {before + 2} match" in get(server, "/?experiment=later").text
 
 
 def test_only_its_own_host_names_are_answered(server, store_dir):

@@ -7,6 +7,7 @@ import os
 import sqlite3
 from typing import Any
 
+from rollscope.store.records import ERROR_CHARS, TASK_CHARS, last_user_message
 from rollscope.store.schema import encode_json, encode_payload, resolve_dir
 from rollscope.store.writer import ShardWriter
 from rollscope.tracing.backends.base import TraceBackend
@@ -49,6 +50,8 @@ class LocalBackend(TraceBackend):
         self._counts: dict[str, list[int]] = self.writer.running_counts() if resume_shard is not None else {}
         self.resumed_position = self.writer.position() if resume_shard is not None else 0
         self._position: int | None = None  # marked, not yet committed
+        # Per open trajectory, what ``traces ls`` lists without reading spans: its task, its first error.
+        self._summary: dict[str, dict[str, str]] = {}
         self.dropped_spans = 0  # given up while the disk stayed full (see flush), or unwritten at close
         self.lost_trajectories = 0
         self.stored_trajectories = 0  # finished trajectories made durable
@@ -56,11 +59,13 @@ class LocalBackend(TraceBackend):
 
     def _row(self, t: Trajectory) -> tuple:
         c = self._counts.get(t.id, _NO_COUNTS)
+        summary = self._summary.get(t.id)
+        attributes = {**t.attributes, **summary} if summary else t.attributes
         return (
             t.id, t.project, t.experiment, t.step, t.sample_index, t.rollout_n, int(t.validate),
             t.agent_name, t.status, t.reward, t.start_ns, t.end_ns, c[0], c[1], c[2],
-            c[3] + (t.status == STATUS_ERROR), c[4], c[5], t.error_type, t.error_message,
-            encode_json(t.attributes).decode() if t.attributes else None,
+            c[3], c[4], c[5], t.error_type, t.error_message,
+            encode_json(attributes).decode() if attributes else None,
         )  # fmt: skip
 
     def on_trajectory_start(self, trajectory: Trajectory) -> None:
@@ -72,6 +77,8 @@ class LocalBackend(TraceBackend):
         llm, tool = kind is SpanKind.LLM, kind is SpanKind.TOOL
         tokens = _output_tokens(span) if llm else 0
         c = self._counts.get(span.trajectory_id)
+        if error or kind is SpanKind.AGENT:
+            self._summarize(span, error)
         if c is not None:
             c[0] += 1
             c[1] += llm
@@ -88,9 +95,19 @@ class LocalBackend(TraceBackend):
             span.end_ns, span.status, span.error_type, span.error_message, encode_payload(payload),
         ))  # fmt: skip
 
+    def _summarize(self, span: Span, error: bool) -> None:
+        summary = self._summary.setdefault(span.trajectory_id, {})
+        if error and "first_error" not in summary:
+            summary["first_error"] = f"{span.name}: {span.error_message or span.error_type}"[:ERROR_CHARS]
+        if span.kind is SpanKind.AGENT and "task" not in summary and isinstance(span.inputs, dict):
+            task = last_user_message(span.inputs.get("raw_prompt"))
+            if task:
+                summary["task"] = task[:TASK_CHARS]
+
     def on_trajectory_end(self, trajectory: Trajectory) -> None:
         self._trajectories[trajectory.id] = self._row(trajectory)
         self._counts.pop(trajectory.id, None)
+        self._summary.pop(trajectory.id, None)
 
     def on_reward(self, trajectory_id: str, reward: float, details: dict[str, Any]) -> None:
         self._rewards.append((trajectory_id, reward, details))

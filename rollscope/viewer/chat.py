@@ -1,0 +1,69 @@
+"""An llm turn as the conversation the model saw: the prompt's rendered chat template split back
+into role-tagged messages, followed by the model's reply.
+
+Chat templates differ only in their turn markers, so each known family is one pattern (ChatML:
+Qwen and the bundled examples; Gemma; Llama 3). A prompt in none of them gives None, and the raw
+prompt text is shown instead.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from rollscope.store.diff import turn_text
+from rollscope.store.records import SpanRecord, TrajectoryRecord
+
+_TEMPLATES = (
+    (re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|\Z)", re.S), "<|im_end|>"),
+    (re.compile(r"<start_of_turn>(\w+)\n(.*?)(?:<end_of_turn>|\Z)", re.S), "<end_of_turn>"),
+    (re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n\n(.*?)(?:<\|eot_id\|>|\Z)", re.S), "<|eot_id|>"),
+)
+_ROLES = {"model": "assistant", "ipython": "tool"}  # Gemma's and Llama 3's names for them
+
+
+@dataclass
+class Message:
+    role: str
+    content: str
+
+
+def messages(prompt_text: str) -> list[Message] | None:
+    """The messages in a rendered prompt (the trailing empty assistant header dropped), or None
+    when the template is not one of the known families."""
+    for pattern, _ in _TEMPLATES:
+        found = pattern.findall(prompt_text)
+        if found:
+            out = [Message(_ROLES.get(role, role), content.strip("\n")) for role, content in found]
+            if out and out[-1].role == "assistant" and not out[-1].content:
+                out.pop()
+            return out
+    return None
+
+
+def conversation(span: SpanRecord) -> list[Message] | None:
+    """The turn's prompt as messages, then the reply as the assistant's message (its end marker
+    removed); None when the prompt text was not recorded or its template is unknown."""
+    prompt = span.inputs.get("prompt_text") if isinstance(span.inputs, dict) else None
+    if not isinstance(prompt, str):
+        return None
+    found = messages(prompt)
+    if found is None:
+        return None
+    reply = turn_text(span)
+    if reply is not None:
+        for _, end in _TEMPLATES:
+            reply = reply.split(end, 1)[0] if end in reply else reply
+        found.append(Message("assistant", reply))
+    return found
+
+
+def ground_truth(record: TrajectoryRecord) -> str | None:
+    """The row's ``reward_model.ground_truth`` as the run span recorded it."""
+    for span in record.spans:
+        inputs = span.inputs if isinstance(span.inputs, dict) else {}
+        reward_model = inputs.get("reward_model")
+        if isinstance(reward_model, dict) and reward_model.get("ground_truth") is not None:
+            value = reward_model["ground_truth"]
+            return value if isinstance(value, str) else str(value)
+    return None
