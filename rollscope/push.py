@@ -2,13 +2,15 @@
 there (training clusters often have none).
 
 Idempotent and resumable through a ledger beside the shards (``pushed.sqlite``): a trajectory is
-recorded there, per destination, only after the destination confirmed it (a flush), so pushing
+recorded there, per destination (kind, endpoint and project), only after the destination confirmed
+it (a flush), so pushing
 twice sends nothing twice and an interrupted push resumes where it stopped. Destinations that key
 records by id (Weave: call ids derived from rollscope's ids) would not duplicate even without it.
 """
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterator
@@ -84,18 +86,33 @@ class Ledger:
         self.db.close()
 
 
+# Where each kind of destination reads its endpoint when none is given.
+_ENDPOINT_ENV = {"mlflow": ("MLFLOW_TRACKING_URI",),
+                 "otel": ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+                 "weave": ("WF_TRACE_SERVER_URL",)}  # fmt: skip
+
+
+def ledger_key(to: str, project: str | None = None, endpoint: str | None = None) -> str:
+    """A destination as the ledger knows it: its kind, endpoint and project. Pushing to another
+    project or server is another destination; the plain kind is the default endpoint and project."""
+    endpoint = endpoint or next((os.environ[v] for v in _ENDPOINT_ENV.get(to, ()) if os.environ.get(v)), None)
+    return to if not (project or endpoint) else f"{to} {endpoint or '-'} {project or '-'}"
+
+
 def push(to: str, directory: str | None = None, *, batch: int = 50, destination: Destination | None = None,
+         project: str | None = None, endpoint: str | None = None,
          **filters: Any) -> Iterator[tuple[int, int]]:  # fmt: skip
-    """Push the matching finished trajectories not yet pushed to ``to``; yields (pushed, total) after
-    each confirmed batch."""
+    """Push the matching finished trajectories not yet pushed to ``to`` at ``endpoint`` in ``project``
+    (None: the destination's defaults); yields (pushed, total) after each confirmed batch."""
     if destination is None:
         if to not in DESTINATIONS:
             raise ValueError(f"--to {to}: unknown destination (available: {', '.join(DESTINATIONS)})")
-        destination = DESTINATIONS[to]()
+        destination = DESTINATIONS[to](project=project, endpoint=endpoint)
+    key = ledger_key(to, project, endpoint)
     with TraceStore(directory) as store:
         ledger = Ledger(store.path)
         try:
-            done = ledger.done(to)
+            done = ledger.done(key)
             todo = [r for r in store.trajectories(**filters) if r.status != "running" and r.id not in done]
             pending: list[str] = []
             for n, record in enumerate(todo, 1):
@@ -104,7 +121,7 @@ def push(to: str, directory: str | None = None, *, batch: int = 50, destination:
                 pending.append(record.id)
                 if len(pending) == batch or n == len(todo):
                     destination.flush()
-                    ledger.record(to, pending)
+                    ledger.record(key, pending)
                     pending = []
                     yield n, len(todo)
         finally:

@@ -93,3 +93,19 @@ def test_push_to_mlflow_from_the_command_line(stored, tmp_path):
     experiment = mlflow.get_experiment_by_name("pushed")
     traces = mlflow.search_traces(experiment_ids=[experiment.experiment_id], return_type="list")
     assert len(traces) == 12 and {t.info.tags["experiment_name"] for t in traces} == {"offline"}
+
+
+def test_another_project_or_endpoint_is_another_destination(stored, tmp_path):
+    """The ledger knows a destination by kind, endpoint and project: after a push to one MLflow
+    experiment, a push to another experiment, or to another server, sends everything again."""
+    import mlflow
+
+    first, second = f"sqlite:///{tmp_path}/a.db", f"sqlite:///{tmp_path}/b.db"
+    assert list(push("mlflow", str(stored), endpoint=first, project="a"))[-1] == (12, 12)
+    assert list(push("mlflow", str(stored), endpoint=first, project="a")) == []  # nothing new there
+    assert list(push("mlflow", str(stored), endpoint=first, project="b"))[-1] == (12, 12)
+    assert list(push("mlflow", str(stored), endpoint=second, project="a"))[-1] == (12, 12)
+    for uri, name in ((first, "a"), (first, "b"), (second, "a")):
+        mlflow.set_tracking_uri(uri)
+        experiment = mlflow.get_experiment_by_name(name)
+        assert len(mlflow.search_traces(experiment_ids=[experiment.experiment_id], return_type="list")) == 12

@@ -30,7 +30,8 @@ def push_command(args: argparse.Namespace) -> int:
     with Progress(TextColumn(f"push to {args.to}"), BarColumn(), MofNCompleteColumn(), console=console,
                   disable=not console.is_terminal) as progress:  # fmt: skip
         task = progress.add_task("push", total=None)
-        for pushed, total in push(args.to, args.dir, destination=destination, **filters):
+        for pushed, total in push(args.to, args.dir, destination=destination, project=args.project,
+                                  endpoint=args.endpoint, **filters):  # fmt: skip
             progress.update(task, completed=pushed, total=total)
     print(f"pushed {pushed} trajectories to {args.to}" + ("" if total else " (nothing new: all were pushed before)"))
     return 0

@@ -144,7 +144,8 @@ def show_group(out: Console, step: int, sample: object, mean: float | None, std:
                members: list[GroupMember], experiment: str | None = None) -> None:  # fmt: skip
     table = Table(title=f"{escape(experiment or '-')}: step {step}, sample {escape(str(sample))}: {len(members)} "
                         f"rollouts, mean reward {fmt(mean)}, std {fmt(std)}", title_justify="left")  # fmt: skip
-    for column in ("rollout", "id", "status", "reward", "advantage", "adv/std", "turns", "tools", "error spans", "secs"):
+    columns = ("rollout", "id", "status", "reward", "advantage", "adv/std", "turns", "tools", "error spans", "secs")
+    for column in columns:
         table.add_column(column, justify="left" if column in ("id", "status") else "right")
     for m in members:
         r = m.record

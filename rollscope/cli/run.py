@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-from pathlib import Path
 
 from rich.console import Console
 
+from rollscope.runner import preflight
 from rollscope.runner.config import RunConfig, bundled, load_config
 from rollscope.runner.progress import RunProgress, summary
 from rollscope.runner.runner import Runner, RunStats
+from rollscope.store.schema import resolve_dir
 
 # flag -> config key (flags are shortcuts for the most used overrides)
 FLAGS = {"limit": "limit", "n": "n", "trace_dir": "trace_dir", "backend": "backend", "llm": "llm", "model": "model",
@@ -23,7 +24,8 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. sampling.temperature=0.2")
     p.add_argument("--limit", type=int, help="first N dataset rows")
     p.add_argument("--n", type=int, help="rollouts per row (a GRPO group)")
-    p.add_argument("--trace-dir", help="local trace store directory (default ./rollscope_traces)")
+    p.add_argument("--dir", "--trace-dir", dest="trace_dir",
+                   help="local trace store directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
     p.add_argument("--backend", help="trace backends, comma-separated (default local)")
     p.add_argument("--llm", help="embedded | http(s)://HOST:PORT | sglang:URL | scripted:FILE")
     p.add_argument("--model", help="tokenizer directory for a server LLM")
@@ -40,14 +42,15 @@ def run_command(args: argparse.Namespace) -> int:
     if args.validate:
         flags.append("validate=true")
     config = load_config(args.config, [*args.overrides, *flags])
+    rows = preflight.check(config)  # before verl, torch and the model are imported: mistakes show at once
     console = Console(stderr=True)
     if config.workers > 1:
         from rollscope.runner.distributed import run_on_ray
 
         stats = run_on_ray(config, console=console, show_progress=not args.quiet)
     else:
-        stats = asyncio.run(run_local(config, console=console, show_progress=not args.quiet))
-    trace_dir = str(Path(config.trace_dir).resolve())
+        stats = asyncio.run(run_local(config, console=console, show_progress=not args.quiet, rows=rows))
+    trace_dir = str(resolve_dir(config.trace_dir).resolve())
     Console().print(summary(stats, name=config.name, trace_dir=trace_dir, experiment=config.experiment or config.name,
                             backend=config.backend))  # fmt: skip
     return 0
@@ -60,10 +63,12 @@ def start_tracing(config: RunConfig, tokenizer: object) -> None:
                  token2text=config.token2text, tokenizer=tokenizer, trace_dir=config.trace_dir)  # fmt: skip
 
 
-async def run_local(config: RunConfig, *, console: Console, show_progress: bool = True) -> RunStats:
+async def run_local(config: RunConfig, *, console: Console, show_progress: bool = True,
+                    rows: list | None = None) -> RunStats:  # fmt: skip
     from rollscope.tracing import shutdown_tracing
 
     runner = Runner(config)
+    runner.rows = rows
     with console.status(f"loading {config.llm} and {config.agent}…", spinner="dots"):
         runner.setup()
     start_tracing(config, runner.tokenizer)

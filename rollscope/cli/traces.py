@@ -82,7 +82,7 @@ def print_listing(records: list) -> None:
         reward = "" if r.reward is None else f"{r.reward:.3g}"
         secs = "" if r.duration_s is None else f"{r.duration_s:.2f}"
         task = safe(r.attributes.get("task"))
-        error = safe(r.error_message and f"{r.error_type}: {r.error_message}" or r.attributes.get("first_error"))
+        error = safe((r.error_message and f"{r.error_type}: {r.error_message}") or r.attributes.get("first_error"))
         print(f"{r.id:<26} {safe(r.step):>5} {safe(r.sample_index):>6} {safe(r.rollout_n):>4} "
               f"{'y' if r.validate else '':>3} {r.status:<7} {reward:>7} {r.num_llm_calls:>5} {r.num_tool_calls:>5} "
               f"{r.num_errors:>8} {secs:>6} {cut(experiment, exp_w):<{exp_w}} {cut(task, task_w):<{task_w}} "
@@ -168,7 +168,8 @@ def traces_group(args: argparse.Namespace) -> int:
             rollouts = [{**m.record.to_dict(), "advantage": m.advantage, "normalized_advantage": m.normalized}
                         for m in members]  # fmt: skip
             out.append({"project": records[0].project, "experiment": records[0].experiment, "step": args.step,
-                        "sample_index": sample, "mean_reward": mean, "std_reward": std, "rollouts": rollouts})  # fmt: skip
+                        "sample_index": sample, "mean_reward": mean, "std_reward": std,
+                        "rollouts": rollouts})  # fmt: skip
         else:
             show_group(console(), args.step, sample, mean, std, members, experiment=records[0].experiment)
     if args.json:  # one group: the object; several experiments: one object each, in a list

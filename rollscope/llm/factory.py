@@ -21,7 +21,7 @@ CACHE = Path.home() / ".cache" / "rollscope"
 
 def hf_tokenizer(model: str | None, spec: str, chat_template: str | None = None) -> Any:
     if model is None:
-        raise LLMServerError(f"--llm {spec}: name the tokenizer with model=<directory of a Hugging Face model>")
+        raise LLMServerError(f"--llm {spec}: needs --model DIR, the served model's tokenizer directory")
     from transformers import AutoTokenizer
 
     try:

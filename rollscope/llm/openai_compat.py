@@ -108,8 +108,8 @@ class OpenAICompatibleLLM:
         aligned = token_logprobs and len(token_logprobs) == len(ids)
         log_probs = [float(x or 0.0) for x in token_logprobs] if aligned else None
         extra = {"finish_reason": choice.get("finish_reason"), "retokenized": retokenized}
-        return TokenOutput(token_ids=list(ids), log_probs=log_probs, stop_reason=stop_reason(choice.get("finish_reason")),
-                           extra_fields=extra)  # fmt: skip
+        return TokenOutput(token_ids=list(ids), log_probs=log_probs,
+                           stop_reason=stop_reason(choice.get("finish_reason")), extra_fields=extra)  # fmt: skip
 
     async def close(self) -> None:
         await self.endpoint.close()

@@ -9,7 +9,6 @@ otherwise a local Ray starts for the run.
 from __future__ import annotations
 
 import dataclasses
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -18,6 +17,7 @@ from rollscope.llm.base import LLMServerError
 from rollscope.runner.config import RunConfig
 from rollscope.runner.progress import RunProgress
 from rollscope.runner.runner import Job, Runner, RunStats
+from rollscope.store.schema import resolve_dir
 
 
 class RunnerActor:
@@ -70,7 +70,7 @@ def run_on_ray(config: RunConfig, *, console: Console, show_progress: bool = Tru
     cpus = ray.cluster_resources().get("CPU", 1.0)
     actor_cls = ray.remote(num_cpus=min(1.0, cpus / workers), max_concurrency=2)(RunnerActor)
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-    fields.update(trace_dir=str(Path(config.trace_dir).resolve()), workers=1)
+    fields.update(trace_dir=str(resolve_dir(config.trace_dir).resolve()), workers=1)
     from rollscope.runner.dataset import load_rows
 
     rows = load_rows(config.resolve(config.dataset), config.limit) if config.dataset else []

@@ -157,6 +157,7 @@ class Runner:
         self.llm, self.tokenizer = llm, tokenizer
         self.stats = RunStats()
         self.outcomes: list[Outcome] = []
+        self.rows: list[dict[str, Any]] | None = None  # read in setup unless given (already checked)
 
     def setup(self) -> None:
         from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
@@ -173,7 +174,8 @@ class Runner:
         base = getattr(cfg, "_base", None)
         if base and base not in sys.path:
             sys.path.insert(0, base)  # a user's agent or reward module beside the config imports by name
-        self.rows = load_rows(cfg.resolve(cfg.dataset), cfg.limit)
+        if self.rows is None:
+            self.rows = load_rows(cfg.resolve(cfg.dataset), cfg.limit)
         self.agent_entry = resolve_agent(cfg.agent)
         self.reward_fn = resolve_reward(cfg.reward)
         if self.llm is None:

@@ -298,4 +298,5 @@ def _record_key(r: TrajectoryRecord, order_by: str) -> tuple:
     return {"start": (r.start_ns, r.id), "step": (r.step, r.sample_index, r.rollout_n, r.start_ns, r.id),
             "reward": (r.reward, r.id), "duration": (duration, r.id),
             "experiment": (r.experiment, r.step, r.sample_index, r.rollout_n, r.id), "turns": (r.num_llm_calls, r.id),
-            "tools": (r.num_tool_calls, r.id), "tokens": (r.num_tokens, r.id), "errors": (r.num_errors, r.id)}[order_by]  # fmt: skip
+            "tools": (r.num_tool_calls, r.id), "tokens": (r.num_tokens, r.id),
+            "errors": (r.num_errors, r.id)}[order_by]  # fmt: skip

@@ -6,7 +6,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-
 TASK_CHARS = 200  # a trajectory's task as listed: the start of its last user message
 ERROR_CHARS = 200
 
@@ -158,7 +157,8 @@ class StepStats:
         return self.tokens / self.trajectories
 
     def to_dict(self) -> dict[str, Any]:
-        return {"project": self.project, "experiment": self.experiment, "step": self.step, "trajectories": self.trajectories, "mean_reward": self.mean_reward,
+        return {"project": self.project, "experiment": self.experiment, "step": self.step,
+                "trajectories": self.trajectories, "mean_reward": self.mean_reward,
                 "tool_calls_per_trajectory": self.tool_calls_per_trajectory, "error_rate": self.error_rate,
                 "turns_per_trajectory": self.turns_per_trajectory,
                 "tokens_per_trajectory": self.tokens_per_trajectory}  # fmt: skip

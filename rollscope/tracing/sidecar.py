@@ -93,7 +93,8 @@ def _shaper_for(config: dict[str, Any]) -> EventShaper | None:
     return EventShaper(PayloadShaper(Redactor(tuple(config["redact_patterns"])), config["max_payload_chars"]))
 
 
-def _worker_for(config: dict[str, Any], path: str, options: dict[str, Any], resume: dict | None = None) -> BackendWorker:
+def _worker_for(config: dict[str, Any], path: str, options: dict[str, Any],
+                resume: dict | None = None) -> BackendWorker:  # fmt: skip
     from rollscope.tracing.backends.registry import load_class
 
     return BackendWorker(load_class(path)(**config["settings"], **options, **(resume or {})), config["max_queue"])

@@ -121,3 +121,37 @@ def test_a_failing_llm_call_is_an_error_span_and_the_error_reaches_the_loop(
     run, llm = t.spans
     assert (llm.kind, llm.status, llm.error_type, llm.error_message) == ("llm", "error", "ConnectionError", "server down")
     assert llm.parent_id == run.id and llm.inputs["prompt_ids"]
+
+
+class FailingAgent(TracedAgentLoop):
+    """A user's loop that breaks deep inside its own helper, with a secret in the message."""
+
+    async def run(self, sampling_params, **kwargs):
+        return self._parse_answer("sk-ant-api03-" + "x" * 40)
+
+    def _parse_answer(self, token):
+        raise RuntimeError(f"cannot parse the answer (key {token})")
+
+
+def test_a_loop_exception_keeps_its_traceback_redacted(verl_config, tokenizer, local_tracer, read_store):
+    with pytest.raises(RuntimeError):
+        _run(FailingAgent, verl_config, tokenizer, ["unused"])
+    [t] = read_store().trajectories()
+    [run] = t.spans
+    trace = run.attributes["exception.stacktrace"]
+    assert run.status == "error" and "in _parse_answer" in trace and "raise RuntimeError" in trace
+    key = "sk-ant-api03-" + "x" * 40
+    assert key not in trace and key not in run.error_message and "[REDACTED]" in trace  # like any attribute
+    assert t.status == "error" and t.num_errors == 1  # one error span: the run
+
+
+def test_a_reply_cut_at_max_tokens_is_stored_as_length(verl_config, tokenizer, local_tracer, read_store):
+    async def main():
+        loop = build_loop(EchoAgent, verl_config, tokenizer, ScriptedLLM(tokenizer, ["The answer is 391."]))
+        return await loop.run({"temperature": 1.0, "max_tokens": 3}, raw_prompt=list(PROMPT))
+
+    asyncio.run(main())
+    [t] = read_store().trajectories()
+    llm = t.spans[1]
+    assert llm.outputs["stop_reason"] == "length" and len(llm.outputs["token_ids"]) == 3
+    assert llm.attributes["gen_ai.response.finish_reasons"] == ["length"]

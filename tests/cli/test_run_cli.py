@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -115,3 +116,64 @@ def test_user_agent_config_relative_paths(tmp_path, replies):
                        "--limit", "2", "--trace-dir", str(tmp_path / "t"), "--quiet", cwd=tmp_path)  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert "2 of 2" in result.stdout and result.stderr.strip() == ""
+
+
+def test_mistakes_are_reported_before_the_heavy_imports(tmp_path, replies):
+    """A bad dataset, tool file, --llm or --model is one line with exit 2, and it is found before
+    verl, torch or a model are imported: the process never loads them."""
+    bad_tools = tmp_path / "tools.yaml"
+    bad_tools.write_text("tools:\n  - config: {timeout: 3}\n")
+    probe = ("import sys, runpy; sys.argv = ['rollscope', *sys.argv[1:]]\n"
+             "try:\n    runpy.run_module('rollscope.cli', run_name='__main__')\n"
+             "finally:\n    print('HEAVY' if {'verl', 'torch', 'transformers'} & set(sys.modules) else 'LIGHT',"
+             " file=sys.stderr)\n")  # fmt: skip
+    cases = [
+        ((f"dataset={tmp_path}/none.jsonl", "--llm", f"scripted:{replies}"), f"{tmp_path}/none.jsonl: dataset not found"),
+        ((f"tools={bad_tools}", "--llm", f"scripted:{replies}"), "tools[0]: needs 'class_name: package.module.Class'"),
+        (("--llm", "foo:bar"), "--llm foo:bar: unknown kind"),
+        (("--llm", "http://127.0.0.1:9"), "--llm http://127.0.0.1:9: needs --model DIR"),
+        (("--llm", "http://127.0.0.1:9", "--model", str(tmp_path / "nope")), f"--model {tmp_path / 'nope'}: no such directory"),
+        (("--llm", "scripted:/no/such/file"), "--llm scripted:/no/such/file: no replies file at /no/such/file"),
+    ]  # fmt: skip
+    for args, fragment in cases:
+        result = subprocess.run([sys.executable, "-c", probe, "run", "gsm8k-calculator", *args], capture_output=True,
+                                text=True, env=ENV, timeout=120)  # fmt: skip
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2, result.stderr
+        assert lines[-1] == "LIGHT", (args, result.stderr)
+        assert lines[-2].startswith("rollscope: error: ") and fragment in lines[-2], (args, lines[-2])
+
+
+def test_run_honours_the_trace_dir_environment_variable(tmp_path, replies):
+    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--limit", "1", "--quiet",
+                       cwd=tmp_path, env_extra={"ROLLSCOPE_TRACE_DIR": str(tmp_path / "from-env")})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert str(tmp_path / "from-env") in result.stdout and not (tmp_path / "rollscope_traces").exists()
+
+
+def test_multi_turn_keys_read_from_source_match_verls_dataclass():
+    import dataclasses
+
+    from verl.workers.config.rollout import MultiTurnConfig
+
+    from rollscope.runner.config import multi_turn_keys
+
+    assert multi_turn_keys() == {f.name for f in dataclasses.fields(MultiTurnConfig) if not f.name.startswith("_")}
+
+
+def test_one_error_span_is_counted_once_everywhere(tmp_path):
+    """The progress line, the summary and `traces ls` count the same thing: error spans."""
+    replies = tmp_path / "bad.yaml"
+    replies.write_text("replies:\n  - '<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": "
+                       "\"61 * \"}}</tool_call>'\n  - 'The answer is 976.'\n")  # fmt: skip
+    traces = tmp_path / "t"
+    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--limit", "1", "--dir", str(traces))
+    assert result.returncode == 0, result.stderr
+    assert "1 error spans · 0 failed" in result.stderr
+    assert re.search(r"error spans\s*│\s*1\s", result.stdout), result.stdout
+    [row] = json.loads(rollscope("traces", "ls", "--dir", str(traces), "--json").stdout)
+    assert row["num_errors"] == 1 and row["num_tool_errors"] == 1
+    listing = rollscope("traces", "ls", "--dir", str(traces)).stdout.splitlines()
+    header, line = listing[0].split(), listing[1].split()
+    assert line[header.index("errspans") - 1] == "1"  # (the empty val column takes no field)
+    assert "calculator" in listing[1] and "Ava packs 61 boxes" in listing[1]  # first error, task

@@ -70,3 +70,58 @@ def test_unknown_ids_are_one_line_errors(store_dir):
         out = cli(*args, "--dir", str(store_dir))
         assert out.returncode == 2 and "Traceback" not in out.stderr
         assert out.stderr.startswith("rollscope: error: no trajector")
+
+
+def _same_text_rollouts(trace_dir):
+    """Two rollouts that said and did the same, each with its own request and tool instance ids."""
+    import uuid
+
+    from rollscope import tracing
+
+    tracing.init_tracing(project="p", experiment="same", trace_dir=str(trace_dir))
+    for n in range(2):
+        with tracing.rollout_trace_attr(step=0, sample_index=0, rollout_n=n):
+            with tracing.trace_span("llm.generate", kind="llm",
+                                    inputs={"request_id": uuid.uuid4().hex, "prompt_ids": [1, 2]}) as s:  # fmt: skip
+                s.outputs = {"response_text": "call the calculator", "token_ids": [5, 6, 7],
+                             "log_probs": [-0.1, -4.0, -0.2]}  # fmt: skip
+            with tracing.trace_span("calculator", kind="tool",
+                                    inputs={"instance_id": str(uuid.uuid4()), "parameters": {"x": 1}}) as s:  # fmt: skip
+                s.outputs = {"text": f"done (session {uuid.uuid4()})"}
+    tracing.shutdown_tracing()
+
+
+def test_diff_of_rollouts_that_differ_only_in_ids_finds_no_divergence(tmp_path):
+    _same_text_rollouts(tmp_path / "t")
+    a, b = ids(tmp_path / "t")
+    data = json.loads(cli("diff", a, b, "--dir", str(tmp_path / "t"), "--json").stdout)
+    assert data["first_divergence"] is None and [t["changed"] for t in data["turns"]] == [[], []]
+    assert [t["ids_differ"] for t in data["turns"]] == [True, True]  # shown apart
+    out = cli("diff", a, b, "--dir", str(tmp_path / "t")).stdout
+    assert "first divergence" not in out and "per-call ids differ" in out
+
+
+def test_show_tokens_in_the_terminal(tmp_path):
+    _same_text_rollouts(tmp_path / "t")
+    out = cli("show", ids(tmp_path / "t")[0], "--dir", str(tmp_path / "t"), "--tokens").stdout
+    assert "turn 0: 3 tokens · mean log-prob -1.433 · 33% below -2.30 · token texts not recorded" in out
+    least = [line.split() for line in out.splitlines() if line.startswith("  #")]
+    assert [row[:2] for row in least] == [["#1", "-4.000"], ["#2", "-0.200"], ["#0", "-0.100"]]
+
+
+def test_a_group_never_mixes_experiments(store_dir, tmp_path):
+    """Two experiments ran step 1, sample 0: two groups, each with its own mean, never one of 8."""
+    import shutil
+
+    from tests.viewer.conftest import record
+
+    both = tmp_path / "both"
+    shutil.copytree(store_dir, both)
+    record(both, steps=2, samples=1, rollouts=2, experiment="second")  # rewards 0.1, 1.1 at step 1
+    data = json.loads(cli("group", "1", "0", "--dir", str(both), "--json").stdout)
+    assert [(g["experiment"], len(g["rollouts"]), round(g["mean_reward"], 3)) for g in data] == [
+        ("second", 2, 0.6), ("viewer", 4, 0.6)]  # fmt: skip
+    text = cli("group", "1", "0", "--dir", str(both)).stdout
+    assert "second: step 1, sample 0: 2 rollouts" in text and "viewer: step 1, sample 0: 4 rollouts" in text
+    one = json.loads(cli("group", "1", "0", "--dir", str(both), "--experiment", "second", "--json").stdout)
+    assert one["experiment"] == "second" and len(one["rollouts"]) == 2
