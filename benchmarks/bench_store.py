@@ -67,6 +67,24 @@ def _writer_only(n: int, trace_dir: str) -> dict:
     return {"spans": len(rows_s), "total_s": total, "spans_per_s": len(rows_s) / total}
 
 
+def _llm_payload(rng: random.Random, response_tokens: int) -> bytes:
+    """An llm turn as token2text records it: a ChatML prompt, response tokens with their texts and
+    log-probabilities, usage attributes (what the chat and token views read)."""
+    from rollscope.store.schema import encode_payload
+
+    prompt = ("<|im_start|>system\nYou are a careful assistant with a calculator.<|im_end|>\n<|im_start|>user\n"
+              + "What is 61 times 16? " * 20 + "<|im_end|>\n<|im_start|>assistant\n")  # fmt: skip
+    texts = [rng.choice([" the", " answer", " is", " 9", "7", "6", ".", " call", "<tool_call>"])
+             for _ in range(response_tokens)]  # fmt: skip
+    return encode_payload({
+        "inputs": {"prompt_ids": list(range(len(prompt) // 4)), "prompt_text": prompt},
+        "outputs": {"token_ids": [rng.randrange(32000) for _ in texts], "token_texts": texts,
+                    "log_probs": [-rng.expovariate(3.0) for _ in texts], "response_text": "".join(texts),
+                    "stop_reason": "completed"},
+        "attributes": {"gen_ai.usage.input_tokens": len(prompt) // 4, "gen_ai.usage.output_tokens": len(texts)},
+    })  # fmt: skip
+
+
 def _synthetic_rows(n: int, seed: int, steps: int = 100, rollouts: int = 8):
     """Trajectory and span rows as the local backend writes them, with realistic payload sizes."""
     from rollscope.store.schema import encode_payload
@@ -77,6 +95,7 @@ def _synthetic_rows(n: int, seed: int, steps: int = 100, rollouts: int = 8):
         encode_payload({"inputs": {"prompt_ids": list(range(rng.randint(50, 300)))}, "outputs": {"text": "x" * k}})
         for k in range(20, 400, 40)
     ]
+    llm_payloads = [_llm_payload(rng, k) for k in range(40, 200, 40)]
     per_step = max(1, n // (steps * rollouts))
     trajectories, spans = [], []
     now = time.time_ns()
@@ -93,7 +112,7 @@ def _synthetic_rows(n: int, seed: int, steps: int = 100, rollouts: int = 8):
             sid = new_id()
             kind = "custom" if j == 0 else ("llm" if j % 2 else "tool")
             spans.append((sid, tid, parent or tid, f"span{j}", kind, now + i, now + i + 10, "ok", None, None,
-                          payloads[rng.randrange(len(payloads))]))  # fmt: skip
+                          rng.choice(llm_payloads if kind == "llm" else payloads)))  # fmt: skip
             parent = parent or sid
     return trajectories, spans
 

@@ -42,7 +42,7 @@ def traces_ls(args: argparse.Namespace) -> int:
         filters = {k: getattr(args, k) for k in _FILTERS}
         records = store.trajectories(**filters, order_by=args.sort, descending=args.desc, limit=args.limit)
         total = store.count(**filters)
-        everything = store.count() if any(v is not None for v in filters.values()) else total
+        everything = store.total() if any(v is not None for v in filters.values()) else total
     if args.json:
         print(json.dumps([r.to_dict() for r in records], indent=1))
         return 0

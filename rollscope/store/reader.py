@@ -52,6 +52,7 @@ class TraceStore:
         self._conns: dict[Path, sqlite3.Connection] = {}
         self._legacy: set[Path] = set()  # shards written before num_tokens / num_tool_errors existed
         self.damaged: dict[Path, str] = {}  # shard -> what was wrong with it
+        self._cache: dict[tuple[Path, str], tuple[int, list[tuple]]] = {}  # (shard, query) -> (data_version, rows)
 
     # ---- shards ----
     def shards(self) -> list[Path]:
@@ -186,8 +187,32 @@ class TraceStore:
 
     def experiments(self) -> list[tuple[str | None, str | None]]:
         """Every (project, experiment) in the store, sorted."""
-        found = {row for _, row in self._query("SELECT DISTINCT project, experiment FROM trajectories", [])}
+        found = {tuple(row) for row in self._unchanged("SELECT DISTINCT project, experiment FROM trajectories")}
         return sorted(found, key=lambda pe: (_null_first(pe[0]), _null_first(pe[1])))
+
+    def total(self) -> int:
+        """How many trajectories the store holds (``count()`` without filters)."""
+        return sum(row[0] for row in self._unchanged("SELECT COUNT(*) FROM trajectories"))
+
+    def _unchanged(self, sql: str) -> list[tuple]:
+        """Every shard's rows for a whole-table query, each shard's kept until that shard changes
+        (SQLite's ``data_version``): the finished shards of a store are not rescanned per page."""
+        rows: list[tuple] = []
+        for shard in self.shards():
+            if shard in self.damaged:
+                continue
+            try:
+                db = self._conn(shard)
+                version = db.execute("PRAGMA data_version").fetchone()[0]
+                cached = self._cache.get((shard, sql))
+                if cached is None or cached[0] != version:
+                    cached = self._cache[(shard, sql)] = (version, db.execute(self._sql(shard, sql)).fetchall())
+            except sqlite3.DatabaseError as exc:
+                if "no such table" not in str(exc):
+                    self._skip(shard, exc)
+                continue
+            rows.extend(cached[1])
+        return rows
 
     def get(self, trajectory_id: str) -> TrajectoryRecord:
         rows = self._query(f"{_SELECT_TRAJ} WHERE id = ?", [trajectory_id])

@@ -25,7 +25,7 @@ from rollscope.store.reader import ORDERS
 from rollscope.viewer.charts import charts
 from rollscope.viewer.chat import conversation, ground_truth
 from rollscope.viewer.tokens import token_view
-from rollscope.viewer.views import figures, first_user_message, fmt, main_text, tool_call
+from rollscope.viewer.views import cut, figures, first_user_message, fmt, group_url, main_text, tool_call
 
 PAGE_SIZE = 100
 STATIC = {"/static/style.css": ("style.css", "text/css; charset=utf-8")}
@@ -45,7 +45,8 @@ class Viewer:
         self.env = Environment(loader=PackageLoader("rollscope.viewer", "templates"), trim_blocks=True,
                                lstrip_blocks=True, autoescape=select_autoescape(default=True))  # fmt: skip
         self.env.globals.update(figures=figures, main_text=main_text, tool_call=tool_call, turn_text=turn_text,
-                                fmt=fmt, quote=quote, conversation=conversation, token_view=token_view)  # fmt: skip
+                                fmt=fmt, quote=quote, conversation=conversation, token_view=token_view, cut=cut,
+                                group_url=group_url)  # fmt: skip
         TraceStore(directory).close()  # fail now, with the store's message, if the directory is not a store
         self.routes: dict[str, Callable[[dict[str, str], list[str]], str]] = {
             "/": self.index, "/compare": self.compare, "/group": self.group, "/steps": self.steps,
@@ -103,7 +104,7 @@ class Viewer:
 
         return self._render("index.html", title="trajectories", rows=rows, total=total, page=page, pages=pages,
                             q=q, sorts=SORTS, sort=sort, sort_url=sort_url, experiments=experiments,
-                            all_count=store.count() if any(v is not None for v in filters.values()) else total,
+                            all_count=store.total() if any(v is not None for v in filters.values()) else total,
                             page_url=lambda p: "/?" + urlencode({**keep, "page": p}))  # fmt: skip
 
     def trajectory(self, trajectory_id: str) -> str:
@@ -130,8 +131,7 @@ class Viewer:
         for i in range(max(len(c) for c in columns)):
             cells = [c[i] if i < len(c) else None for c in columns]
             # what was said and done, per-call ids aside (they differ between any two rollouts)
-            texts = [None if s is None else (s.name, without_ids(turn_text(s)), s.status, without_ids(s.inputs))
-                     for s in cells]  # fmt: skip
+            texts = [None if s is None else (s.name, without_ids(turn_text(s)), s.status) for s in cells]
             rows.append((i, cells, [t != texts[0] for t in texts]))
         return self._render("compare.html", title="compare", records=records, rows=rows)
 

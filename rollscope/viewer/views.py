@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from typing import Any
+from urllib.parse import urlencode
 
 from rollscope.store.diff import turn_text
 from rollscope.store.records import SpanRecord, TrajectoryRecord, last_user_message
@@ -15,6 +16,19 @@ def fmt(value: object, digits: int = 3) -> str:
     if value is None:
         return "-"
     return f"{value:.{digits}g}" if isinstance(value, float) else str(value)
+
+
+def cut(text: str | None, limit: int) -> str:
+    """A table cell's text: at most ``limit`` characters, an ellipsis when cut ('' for none)."""
+    if not text:
+        return ""
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def group_url(record: TrajectoryRecord) -> str:
+    """The link to a trajectory's GRPO group (its step, sample and experiment)."""
+    return "/group?" + urlencode({"step": "" if record.step is None else record.step,
+                                  "sample": record.sample_index, "experiment": record.experiment or ""})  # fmt: skip
 
 
 def shorten(text: str | None, limit: int | None) -> str | None:
