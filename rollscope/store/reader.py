@@ -232,8 +232,8 @@ class TraceStore:
 
     def groups(self, step: int, sample_index: Any, **filters: Any) -> list[list[TrajectoryRecord]]:
         """The GRPO groups of one sample at one step: one per (project, experiment), never mixed."""
-        by_run: dict[tuple, list[TrajectoryRecord]] = {}
-        for r in self.group(step, sample_index, **filters):
+        by_run: dict[tuple, list[TrajectoryRecord]] = {}  # (spans are read when asked for)
+        for r in self.trajectories(step=step, sample_index=sample_index, order_by="experiment", **filters):
             by_run.setdefault((r.project, r.experiment), []).append(r)
         return list(by_run.values())
 

@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
-from urllib.parse import urlencode
+from urllib.parse import quote_plus
 
 from rollscope.store.diff import turn_text
 from rollscope.store.records import SpanRecord, TrajectoryRecord, last_user_message
@@ -26,9 +27,17 @@ def cut(text: str | None, limit: int) -> str:
 
 
 def group_url(record: TrajectoryRecord) -> str:
-    """The link to a trajectory's GRPO group (its step, sample and experiment)."""
-    return "/group?" + urlencode({"step": "" if record.step is None else record.step,
-                                  "sample": record.sample_index, "experiment": record.experiment or ""})  # fmt: skip
+    """The link to a trajectory's GRPO group (its step, sample and experiment). Written out: it is
+    on every row of the table."""
+    sample = record.sample_index
+    sample = sample if type(sample) is int else _quoted("" if sample is None else str(sample))
+    step = "" if record.step is None else record.step
+    return f"/group?step={step}&sample={sample}&experiment={_quoted(record.experiment or '')}"
+
+
+@functools.lru_cache(maxsize=1024)
+def _quoted(text: str) -> str:
+    return quote_plus(text)
 
 
 def shorten(text: str | None, limit: int | None) -> str | None:
