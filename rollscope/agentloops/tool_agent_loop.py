@@ -15,12 +15,14 @@ import json
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import register
+from verl.experimental.agent_loop.tool_agent_loop import AgentState
 from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop as VerlToolAgentLoop
 from verl.experimental.agent_loop.tool_parser import FunctionCall
 from verl.tools.schemas import ToolResponse
 
 from rollscope.agentloops.tool_parser import MALFORMED_CALL, RollscopeToolParser
 from rollscope.agentloops.traced_loop import TracedAgentLoop
+from rollscope.store.summary import ERROR_KIND, TURN_LIMIT
 from rollscope.tools.schema import check_arguments
 from rollscope.tracing import SpanKind, trace_span
 
@@ -39,29 +41,43 @@ class ToolAgentLoop(TracedAgentLoop, VerlToolAgentLoop):
             self.tool_parser = RollscopeToolParser(self.tokenizer)
 
     async def _call_tool(self, tool_call: FunctionCall, tools_kwargs: dict[str, Any], agent_data: Any) -> Any:
-        problem = self._call_problem(tool_call, agent_data)
-        if problem is None:
+        found = self._call_problem(tool_call, agent_data)
+        if found is None:
             return await super()._call_tool(tool_call, tools_kwargs, agent_data)
+        kind, problem = found
         with trace_span(f"tool_call_error.{tool_call.name}", SpanKind.TOOL,
-                        inputs={"name": tool_call.name, "arguments": tool_call.arguments}) as span:  # fmt: skip
+                        inputs={"name": tool_call.name, "arguments": tool_call.arguments},
+                        **{ERROR_KIND: kind}) as span:  # fmt: skip
             span.fail(ToolCallError(problem))
             span.outputs = problem
         return ToolResponse(text=f"Error: {problem}"), 0.0, {"error": problem}
 
-    def _call_problem(self, call: FunctionCall, agent_data: Any) -> str | None:
+    def _call_problem(self, call: FunctionCall, agent_data: Any) -> tuple[str, str] | None:
+        """(error kind, what the model is told) for a call that cannot run, else None."""
         if call.name == MALFORMED_CALL:
             detail = json.loads(call.arguments)
-            return (f"{detail['problem']}. Write tool calls as <tool_call>{{\"name\": \"<tool>\", "
-                    f"\"arguments\": {{...}}}}</tool_call>.")  # fmt: skip
+            return "malformed_call", (f"{detail['problem']}. Write tool calls as <tool_call>{{\"name\": \"<tool>\", "
+                                      f"\"arguments\": {{...}}}}</tool_call>.")  # fmt: skip
         tools = getattr(agent_data, "_active_tools", self.tools)
         tool = tools.get(call.name)
         if tool is None:
-            return f"unknown tool {call.name!r}; available tools: {', '.join(sorted(tools)) or 'none'}"
+            return "unknown_tool", f"unknown tool {call.name!r}; available tools: {', '.join(sorted(tools)) or 'none'}"
         try:
             arguments = json.loads(call.arguments)
         except (ValueError, TypeError, RecursionError) as exc:  # (ValueError: JSON errors, huge integers)
-            return f"arguments for {call.name!r} are not valid JSON: {type(exc).__name__}: {str(exc)[:200]}"
+            return "malformed_call", (f"arguments for {call.name!r} are not valid JSON: {type(exc).__name__}: "
+                                      f"{str(exc)[:200]}")  # fmt: skip
         problems = check_arguments(tool.tool_schema, arguments)
         if problems:
-            return f"invalid arguments for {call.name!r}: " + "; ".join(problems)
+            return "bad_arguments", f"invalid arguments for {call.name!r}: " + "; ".join(problems)
         return None
+
+    async def _handle_generating_state(self, agent_data: Any, sampling_params: dict[str, Any],
+                                       ignore_termination: bool = False) -> Any:  # fmt: skip
+        """verl's, noting in the output's extra fields when the loop stopped because every
+        assistant turn was used (``stop: max_assistant_turns``, what insights count)."""
+        state = await super()._handle_generating_state(agent_data, sampling_params, ignore_termination)
+        if (state == AgentState.TERMINATED and self.max_assistant_turns
+                and agent_data.assistant_turns >= self.max_assistant_turns):  # fmt: skip
+            agent_data.extra_fields["stop"] = TURN_LIMIT
+        return state

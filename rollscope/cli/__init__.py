@@ -10,13 +10,14 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from rollscope.cli import push, run, traces, ui
+from rollscope.cli import insights, push, run, traces, ui
 from rollscope.llm.base import LLMServerError
 
 Command = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
 
 # group -> {subcommand -> command}; a group given as a single command has no subcommands.
 COMMANDS: dict[str, dict[str, Command] | Command] = {
+    "insights": insights.COMMAND,
     "push": push.COMMAND,
     "run": run.COMMAND,
     "traces": traces.COMMANDS,

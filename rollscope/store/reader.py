@@ -30,8 +30,8 @@ _ORDER = {
 ORDERS = tuple(_ORDER)
 _SELECT_TRAJ = f"SELECT {', '.join(TRAJECTORY_COLUMNS)} FROM trajectories"
 # Columns added after schema version 2, read as 0 from older shards.
-_ADDED_COLUMNS = ("num_tokens", "num_tool_errors")
-_LEGACY = re.compile(r"\b(" + "|".join(_ADDED_COLUMNS) + r")\b")
+_ADDED_COLUMNS = ("num_tokens", "num_tool_errors", "num_truncated", "num_repeated_calls", "logprob_sum",
+                  "logprob_count", "answer_chars", "turn_limit")  # fmt: skip
 log = logging.getLogger("rollscope.store")
 _SELECT_SPANS = f"SELECT {', '.join(SPAN_COLUMNS)} FROM spans WHERE trajectory_id = ? ORDER BY start_ns, id"
 
@@ -50,7 +50,7 @@ class TraceStore:
         if not self.path.is_dir():
             raise FileNotFoundError(f"no trace store at {self.path} (set --dir or ROLLSCOPE_TRACE_DIR)")
         self._conns: dict[Path, sqlite3.Connection] = {}
-        self._legacy: set[Path] = set()  # shards written before num_tokens / num_tool_errors existed
+        self._missing: dict[Path, re.Pattern] = {}  # older shards: the added columns they lack
         self.damaged: dict[Path, str] = {}  # shard -> what was wrong with it
         self._cache: dict[tuple[Path, str], tuple[int, list[tuple]]] = {}  # (shard, query) -> (data_version, rows)
 
@@ -72,8 +72,9 @@ class TraceStore:
                 columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
             db.execute("PRAGMA query_only=ON")
             self._conns[shard] = db
-            if columns and not columns.issuperset(_ADDED_COLUMNS):
-                self._legacy.add(shard)
+            missing = [c for c in _ADDED_COLUMNS if c not in columns]
+            if columns and missing:
+                self._missing[shard] = re.compile(r"\b(" + "|".join(missing) + r")\b")
         return db
 
     def _query(self, sql: str, params: list[Any]) -> list[tuple[Path, tuple]]:
@@ -99,7 +100,8 @@ class TraceStore:
 
     def _sql(self, shard: Path, sql: str) -> str:
         self._conn(shard)
-        return _LEGACY.sub("0", sql) if shard in self._legacy else sql
+        missing = self._missing.get(shard)
+        return missing.sub("0", sql) if missing is not None else sql
 
     def close(self) -> None:
         for db in self._conns.values():

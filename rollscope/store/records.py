@@ -68,6 +68,12 @@ class TrajectoryRecord:
     error_type: str | None
     error_message: str | None
     attributes: dict[str, Any]
+    num_truncated: int = 0  # llm turns cut at their token limit
+    num_repeated_calls: int = 0  # tool calls repeating an earlier call's tool and arguments
+    logprob_sum: float = 0.0  # of the sampled tokens' log-probabilities, where recorded
+    logprob_count: int = 0
+    answer_chars: int = 0  # word characters of the last reply, tags removed
+    turn_limit: int = 0  # 1: the loop used every assistant turn it had
     shard: str = ""
     _load_spans: Callable[[], list[SpanRecord]] | None = field(default=None, repr=False, compare=False)
     _spans: list[SpanRecord] | None = field(default=None, repr=False, compare=False)
@@ -118,6 +124,12 @@ class TrajectoryRecord:
             "error_type": self.error_type,
             "error_message": self.error_message,
             "attributes": self.attributes,
+            "num_truncated": self.num_truncated,
+            "num_repeated_calls": self.num_repeated_calls,
+            "logprob_sum": self.logprob_sum,
+            "logprob_count": self.logprob_count,
+            "answer_chars": self.answer_chars,
+            "turn_limit": self.turn_limit,
         }
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import zstandard
 
-SCHEMA_VERSION = 3  # 3: num_tokens, num_tool_errors
+SCHEMA_VERSION = 4  # 3: num_tokens, num_tool_errors; 4: the insight columns (num_truncated ... turn_limit)
 SHARD_SUFFIX = ".rstrace"
 DEFAULT_DIR = "rollscope_traces"
 ENV_DIR = "ROLLSCOPE_TRACE_DIR"
@@ -45,6 +45,12 @@ TRAJECTORY_COLUMNS = (
     "error_type",
     "error_message",
     "attributes",
+    "num_truncated",
+    "num_repeated_calls",
+    "logprob_sum",
+    "logprob_count",
+    "answer_chars",
+    "turn_limit",
 )
 
 SPAN_COLUMNS = (
@@ -85,7 +91,13 @@ CREATE TABLE IF NOT EXISTS trajectories (
     num_tool_errors INTEGER NOT NULL DEFAULT 0,
     error_type TEXT,
     error_message TEXT,
-    attributes TEXT
+    attributes TEXT,
+    num_truncated INTEGER NOT NULL DEFAULT 0,
+    num_repeated_calls INTEGER NOT NULL DEFAULT 0,
+    logprob_sum REAL NOT NULL DEFAULT 0,
+    logprob_count INTEGER NOT NULL DEFAULT 0,
+    answer_chars INTEGER NOT NULL DEFAULT 0,
+    turn_limit INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS traj_step ON trajectories (step, sample_index, rollout_n);
 CREATE INDEX IF NOT EXISTS traj_experiment ON trajectories (project, experiment, step);

@@ -10,7 +10,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rollscope.store.records import SpanRecord
 from rollscope.store.schema import DDL, SHARD_SUFFIX, SPAN_COLUMNS, TRAJECTORY_COLUMNS, decode_payload
+from rollscope.store.summary import TrajectorySummary
 
 _UPSERT_TRAJECTORY = (
     f"INSERT INTO trajectories ({', '.join(TRAJECTORY_COLUMNS)}) "
@@ -98,28 +100,20 @@ class ShardWriter:
         row = self._db.execute("SELECT value FROM meta WHERE key = 'position'").fetchone()
         return int(row[0]) if row else 0
 
-    def running_counts(self) -> dict[str, list[int]]:
-        """Per trajectory still marked running: its stored spans' counts, in the local backend's
-        order (spans, llm calls, tool calls, errors, output tokens, tool errors)."""
-        counts: dict[str, list[int]] = {}
+    def running_summaries(self) -> dict[str, TrajectorySummary]:
+        """Per trajectory still marked running: the summary of its stored spans."""
+        summaries = {tid: TrajectorySummary() for (tid,) in
+                     self._db.execute("SELECT id FROM trajectories WHERE status = 'running'")}  # fmt: skip
         rows = self._db.execute(
-            "SELECT s.trajectory_id, s.kind, s.status, s.payload FROM spans s "
-            "JOIN trajectories t ON t.id = s.trajectory_id WHERE t.status = 'running'"
+            "SELECT s.id, s.trajectory_id, s.parent_id, s.name, s.kind, s.start_ns, s.end_ns, s.status, s.error_type, "
+            "s.error_message, s.payload FROM spans s JOIN trajectories t ON t.id = s.trajectory_id "
+            "WHERE t.status = 'running' ORDER BY s.start_ns, s.id"
         )
-        for tid, kind, status, payload in rows:
-            c = counts.setdefault(tid, [0, 0, 0, 0, 0, 0])
-            llm, tool, error = kind == "llm", kind == "tool", status == "error"
-            c[0] += 1
-            c[1] += llm
-            c[2] += tool
-            c[3] += error
-            c[5] += tool and error
-            if llm:
-                tokens = (decode_payload(payload).get("attributes") or {}).get("gen_ai.usage.output_tokens", 0)
-                c[4] += tokens if type(tokens) is int else 0
-        for (tid,) in self._db.execute("SELECT id FROM trajectories WHERE status = 'running'"):
-            counts.setdefault(tid, [0, 0, 0, 0, 0, 0])
-        return counts
+        for *columns, payload in rows:
+            values = decode_payload(payload)
+            summaries[columns[1]].add(SpanRecord(*columns, inputs=values.get("inputs"), outputs=values.get("outputs"),
+                                                 attributes=values.get("attributes") or {}))  # fmt: skip
+        return summaries
 
     def close(self) -> None:
         self._db.close()

@@ -68,7 +68,7 @@ class FunctionTool(TracedTool):
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> ExecuteResult:
         problems = check_arguments(self.tool_schema, parameters)
         if problems:
-            raise ToolError(f"invalid arguments for '{self.name}': " + "; ".join(problems))
+            raise ToolError(f"invalid arguments for '{self.name}': " + "; ".join(problems), kind="bad_arguments")
         if self.is_async:
             result = await self.fn(**parameters)
         else:

@@ -19,6 +19,7 @@ from typing import Any
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
+from rollscope.store.summary import ERROR_KIND
 from rollscope.tracing import SpanKind, rollout_trace_op, runtime
 from rollscope.tracing.api import begin_span, end_span, snapshot
 
@@ -35,9 +36,14 @@ ExecuteResult = tuple[ToolResponse, float, dict]
 
 
 class ToolError(Exception):
-    """Raised inside a tool to send a clean message (no traceback) back to the model."""
+    """Raised inside a tool to send a clean message (no traceback) back to the model. ``kind``
+    names the failure for insights (``bad_arguments`` for arguments the tool refuses)."""
 
     keep_traceback = False  # nor on its span: the message is the whole story
+
+    def __init__(self, message: str, kind: str = "tool_error") -> None:
+        super().__init__(message)
+        self.kind = kind
 
 
 class TracedTool(BaseTool):
@@ -79,13 +85,14 @@ def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[...
             inputs = {"instance_id": instance_id, "parameters": params}
             span = begin_span(getattr(self, "span_name", span_name), SpanKind.TOOL, inputs, {"tool.name": self.name})
         failure: BaseException | None = None
+        kind = "exception"
         try:
             result = await _within(func(self, instance_id, parameters, **kwargs), self.timeout_s)
         except asyncio.TimeoutError:
             result = error_response(self.name, f"tool '{self.name}' timed out after {self.timeout_s:g}s")
-            failure = TimeoutError(result[2]["error"])
+            failure, kind = TimeoutError(result[2]["error"]), "timeout"
         except ToolError as exc:
-            result, failure = error_response(self.name, str(exc)), exc
+            result, failure, kind = error_response(self.name, str(exc)), exc, exc.kind
         except Exception as exc:
             log.warning("tool %r failed: %s: %s", self.name, type(exc).__name__, exc)
             result = error_response(self.name, f"tool '{self.name}' failed: {type(exc).__name__}: {exc}")
@@ -98,6 +105,7 @@ def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[...
         if span is not None:
             if problem is not None or failure is not None:
                 span.fail(problem or failure)
+                span.attributes[ERROR_KIND] = "bad_result" if problem is not None else kind
             end_span(span, _describe(result))
         return result
 

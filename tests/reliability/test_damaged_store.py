@@ -68,7 +68,7 @@ def test_the_viewer_serves_the_healthy_shards(damaged):
         url = f"http://127.0.0.1:{httpd.server_address[1]}"
         for page in ("/", "/steps", "/group?step=1&sample=0"):
             assert httpx.get(url + page, timeout=30).status_code == 200, page
-        assert "3 matching" in httpx.get(url + "/", timeout=30).text
+        assert "3 of 3 match" in httpx.get(url + "/", timeout=30).text
     finally:
         httpd.shutdown()
         httpd.server_close()

@@ -7,21 +7,15 @@ import os
 import sqlite3
 from typing import Any
 
-from rollscope.store.records import ERROR_CHARS, TASK_CHARS, last_user_message
 from rollscope.store.schema import encode_json, encode_payload, resolve_dir
+from rollscope.store.summary import TrajectorySummary
 from rollscope.store.writer import ShardWriter
 from rollscope.tracing.backends.base import TraceBackend
-from rollscope.tracing.spans import STATUS_ERROR, Span, SpanKind, Trajectory
+from rollscope.tracing.spans import Span, Trajectory
 
 log = logging.getLogger("rollscope.tracing")
 MAX_RETAINED_SPANS = 200_000  # kept in memory for a retry while the store cannot be written
-_NO_COUNTS = (0, 0, 0, 0, 0, 0)  # spans, llm calls, tool calls, errors, output tokens, tool errors
-
-
-def _output_tokens(span: Span) -> int:
-    attributes = span.attributes
-    value = attributes.get("gen_ai.usage.output_tokens", 0) if isinstance(attributes, dict) else 0
-    return value if type(value) is int else 0
+_EMPTY = TrajectorySummary()
 
 
 class LocalBackend(TraceBackend):
@@ -46,68 +40,47 @@ class LocalBackend(TraceBackend):
         self._spans: list[tuple] = []
         self._rewards: list[tuple[str, float | None, dict[str, Any]]] = []
         self._late_counts: list[tuple] = []
-        # Per open trajectory: see _NO_COUNTS.
-        self._counts: dict[str, list[int]] = self.writer.running_counts() if resume_shard is not None else {}
+        # Per open trajectory, what its spans add up to so far (the columns ``traces ls`` and insights read).
+        self._open: dict[str, TrajectorySummary] = self.writer.running_summaries() if resume_shard is not None else {}
         self.resumed_position = self.writer.position() if resume_shard is not None else 0
         self._position: int | None = None  # marked, not yet committed
-        # Per open trajectory, what ``traces ls`` lists without reading spans: its task, its first error.
-        self._summary: dict[str, dict[str, str]] = {}
         self.dropped_spans = 0  # given up while the disk stayed full (see flush), or unwritten at close
         self.lost_trajectories = 0
         self.stored_trajectories = 0  # finished trajectories made durable
         self.stored_spans = 0
 
     def _row(self, t: Trajectory) -> tuple:
-        c = self._counts.get(t.id, _NO_COUNTS)
-        summary = self._summary.get(t.id)
-        attributes = {**t.attributes, **summary} if summary else t.attributes
+        summary = self._open.get(t.id, _EMPTY)
+        c = summary.columns()
+        extra = summary.attributes()
+        attributes = {**t.attributes, **extra} if extra else t.attributes
         return (
             t.id, t.project, t.experiment, t.step, t.sample_index, t.rollout_n, int(t.validate),
-            t.agent_name, t.status, t.reward, t.start_ns, t.end_ns, c[0], c[1], c[2],
-            c[3], c[4], c[5], t.error_type, t.error_message,
-            encode_json(attributes).decode() if attributes else None,
+            t.agent_name, t.status, t.reward, t.start_ns, t.end_ns, *c[:6], t.error_type, t.error_message,
+            encode_json(attributes).decode() if attributes else None, *c[6:],
         )  # fmt: skip
 
     def on_trajectory_start(self, trajectory: Trajectory) -> None:
-        self._counts[trajectory.id] = list(_NO_COUNTS)
+        self._open[trajectory.id] = TrajectorySummary()
         self._trajectories[trajectory.id] = self._row(trajectory)
 
     def on_span_end(self, span: Span) -> None:
-        kind, error = span.kind, span.status == STATUS_ERROR
-        llm, tool = kind is SpanKind.LLM, kind is SpanKind.TOOL
-        tokens = _output_tokens(span) if llm else 0
-        c = self._counts.get(span.trajectory_id)
-        if error or kind is SpanKind.AGENT:
-            self._summarize(span, error)
-        if c is not None:
-            c[0] += 1
-            c[1] += llm
-            c[2] += tool
-            c[3] += error
-            c[4] += tokens
-            c[5] += tool and error
-        else:  # a span that outlived its trajectory
-            self._late_counts.append((1, int(llm), int(tool), int(error), tokens, int(tool and error),
-                                      span.trajectory_id))  # fmt: skip
+        summary = self._open.get(span.trajectory_id)
+        if summary is not None:
+            summary.add(span)
+        else:  # a span that outlived its trajectory: its counts are added to the stored row
+            late = TrajectorySummary()
+            late.add(span)
+            self._late_counts.append((*late.columns()[:6], span.trajectory_id))
         payload = {"inputs": span.inputs, "outputs": span.outputs, "attributes": span.attributes}
         self._spans.append((
             span.id, span.trajectory_id, span.parent_id, span.name, span.kind.value, span.start_ns,
             span.end_ns, span.status, span.error_type, span.error_message, encode_payload(payload),
         ))  # fmt: skip
 
-    def _summarize(self, span: Span, error: bool) -> None:
-        summary = self._summary.setdefault(span.trajectory_id, {})
-        if error and "first_error" not in summary:
-            summary["first_error"] = f"{span.name}: {span.error_message or span.error_type}"[:ERROR_CHARS]
-        if span.kind is SpanKind.AGENT and "task" not in summary and isinstance(span.inputs, dict):
-            task = last_user_message(span.inputs.get("raw_prompt"))
-            if task:
-                summary["task"] = task[:TASK_CHARS]
-
     def on_trajectory_end(self, trajectory: Trajectory) -> None:
         self._trajectories[trajectory.id] = self._row(trajectory)
-        self._counts.pop(trajectory.id, None)
-        self._summary.pop(trajectory.id, None)
+        self._open.pop(trajectory.id, None)
 
     def on_reward(self, trajectory_id: str, reward: float, details: dict[str, Any]) -> None:
         self._rewards.append((trajectory_id, reward, details))

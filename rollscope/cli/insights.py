@@ -1,0 +1,102 @@
+"""``rollscope insights``: what went wrong across a run, per experiment and step (``store.insights``)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from typing import Any
+
+from rollscope.cli.render import console, escape
+from rollscope.store import TraceStore
+from rollscope.store.insights import SIGNALS, ExperimentInsights, Signal, Thresholds, insights
+
+
+def add_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dir", help="trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    p.add_argument("--experiment")
+    p.add_argument("--project")
+    p.add_argument("--step", type=int, help="one step")
+    p.add_argument("--steps", help="a range of steps, A:B (inclusive; either end may be left open)")
+    p.add_argument("--validate", action="store_true", help="the validation rollouts instead of the training ones")
+    p.add_argument("--json", action="store_true", help="one object per experiment (a list when several match)")
+    defaults = Thresholds()
+    for f in dataclasses.fields(Thresholds):
+        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(defaults, f.name)), dest=f.name,
+                       default=getattr(defaults, f.name), metavar="N",
+                       help=f"threshold (default {getattr(defaults, f.name)})")  # fmt: skip
+
+
+def _steps(args: argparse.Namespace) -> tuple[int | None, int | None]:
+    if args.step is not None:
+        return args.step, args.step
+    if not args.steps:
+        return None, None
+    first, sep, last = args.steps.partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        return (int(first) if first else None), (int(last) if last else None)
+    except ValueError:
+        raise ValueError(f"--steps {args.steps}: expected A:B, e.g. 100:200 or 100:") from None
+
+
+def insights_command(args: argparse.Namespace) -> int:
+    thresholds = Thresholds(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Thresholds)})
+    with TraceStore(args.dir) as store:
+        found = insights(store, experiment=args.experiment, project=args.project, steps=_steps(args),
+                         validate=args.validate, thresholds=thresholds)  # fmt: skip
+    if not found:
+        raise KeyError(f"no trajectories match in {store.path}")
+    if args.json:
+        data = [f.to_dict() for f in found]
+        print(json.dumps(data[0] if len(data) == 1 else data, indent=1, default=str))
+        return 0
+    out = console()
+    for run in found:
+        show(out, run)
+    return 0
+
+
+def _figure(s: Signal) -> str:
+    if s.name == "length_drift":
+        return _drift(s, "mean_tokens", "{:.1f} tok", "{:+.0%}")
+    if s.name == "logprob_drift":
+        return _drift(s, "mean_logprob", "{:.3f}", "{:+.3f}")
+    share = "" if s.share is None else f" ({s.share:.0%})"
+    return f"{s.count}/{s.total}{share}"
+
+
+def _drift(s: Signal, key: str, value: str, change: str) -> str:
+    mean, delta = s.detail.get(key), s.detail.get("change")
+    if mean is None:
+        return "-"
+    return value.format(mean) + ("" if delta is None else " " + change.format(delta))
+
+
+def show(out: Any, run: ExperimentInsights) -> None:
+    steps = f"{run.steps[0]} to {run.steps[-1]}" if len(run.steps) > 1 else str(run.steps[0])
+    out.print(f"[bold]insights: {escape(run.project or '-')} / {escape(run.experiment or '-')}[/bold] — "
+              f"{run.trajectories} trajectories, steps {escape(steps)}")  # fmt: skip
+    for name, (counts, meaning) in SIGNALS.items():
+        series = run.of(name)
+        flagged = [str(s.step) for s in series if s.flagged]
+        mark = f" [bold red]FLAGGED at step {', '.join(flagged)}[/bold red]" if flagged else ""
+        out.print(f"\n[bold]{name}[/bold] — {escape(counts)}{mark}")
+        out.print(f"  [dim]{escape(meaning)}[/dim]")
+        out.print("  " + " · ".join(f"step {escape(str(s.step))}: {_figure(s)}" for s in series))
+        if name == "tool_errors":
+            kinds: dict[str, int] = {}
+            for s in series:
+                for label, v in s.detail["by_tool_and_kind"].items():
+                    kinds[label] = kinds.get(label, 0) + v["count"]
+            if kinds:
+                out.print("  by tool and kind: " + ", ".join(f"{escape(k)} {n}" for k, n in sorted(kinds.items())))
+        examples = [i for s in series if s.count and s.name not in ("length_drift", "logprob_drift")
+                    for i in s.examples][:5] or [i for s in series if s.flagged for i in s.examples][:5]  # fmt: skip
+        if examples:
+            out.print(f"  examples: {' '.join(examples)}   [dim](rollscope traces show {examples[0]})[/dim]")
+    out.print()
+
+
+COMMAND = (add_args, insights_command, "what went wrong across a run: signals per experiment and step, with examples")

@@ -1,0 +1,240 @@
+"""Insights: what went wrong across a run, per experiment and step, before anyone reads a trace.
+
+Each signal is a count of trajectories (or GRPO groups) per step, with its share and up to five
+example ids, computed from the trajectories table's summary columns (``summary.COLUMNS``) by a few
+``GROUP BY`` queries per shard: no span is read. The signals, what they mean for training, and
+their thresholds are documented in ``SIGNALS`` and the README.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollscope.store.reader import TraceStore, _null_first, _where
+
+EXAMPLES = 5
+
+
+@dataclass
+class Thresholds:
+    """When a step's figure is flagged. Each has a flag of the same name on ``rollscope insights``."""
+
+    zero_variance: float = 0.5  # share of GRPO groups whose rollouts all got the same reward
+    truncated: float = 0.1  # share of trajectories with a reply cut at its token limit
+    turn_limit: float = 0.1  # share of trajectories that used every assistant turn
+    tool_errors: float = 0.1  # failed tool calls per tool call
+    repeated_calls: float = 0.1  # share of trajectories repeating a call (same tool, same arguments)
+    reward_without_tools: float = 0.2  # share of rewarded trajectories that called no tool
+    rewarded_empty: float = 0.0  # share of rewarded trajectories whose answer is empty or format-only
+    length_drift: float = 0.25  # relative change of mean response tokens against the baseline steps
+    logprob_drift: float = 0.1  # rise of the mean sampled-token log-prob (nats) against the baseline
+    min_group: int = 2  # rewarded rollouts a sample needs to count as a GRPO group
+    baseline_steps: int = 3  # the first steps of a run, the baseline of the drift signals
+    answer_chars: int = 1  # fewer word characters than this (tags removed): an empty answer
+
+
+# name -> (what it counts, what it means for training)
+SIGNALS: dict[str, tuple[str, str]] = {
+    "zero_variance": ("GRPO groups whose rollouts all got the same reward",
+                      "no learning signal from that prompt: its advantages are all 0"),
+    "truncated": ("trajectories with a reply cut at its token limit (stop_reason length)",
+                  "rewards measure the limit, not the policy; raise response_length or penalise length"),
+    "turn_limit": ("trajectories that used every assistant turn (max_assistant_turns)",
+                   "the loop ends before the task does; look for loops, or allow more turns"),
+    "tool_errors": ("failed tool calls, by tool and kind (malformed_call, unknown_tool, bad_arguments, "
+                    "timeout, exception, tool_error, bad_result), per tool call",
+                    "the model is learning the tool's interface the hard way; fix the prompt or the schema"),
+    "repeated_calls": ("trajectories calling a tool again with the same arguments",
+                       "the model loops instead of using the answer it got"),
+    "reward_without_tools": ("rewarded trajectories that made no tool call, in a run whose tools are used",
+                             "the task may be solvable without its tools, or the reward leaks the answer"),
+    "rewarded_empty": ("rewarded trajectories whose final answer is empty or only tags",
+                       "the reward pays for format alone: reward hacking in the making"),
+    "length_drift": ("mean response tokens per trajectory, against the first steps",
+                     "length growing or collapsing faster than the reward moves"),
+    "logprob_drift": ("mean sampled-token log-prob, against the first steps (where recorded)",
+                      "rising toward 0: the policy's entropy collapsing"),
+}
+
+# signal -> the trajectories it counts (a WHERE clause; ? from thresholds)
+_PREDICATES = {
+    "truncated": ("num_truncated > 0", ()),
+    "turn_limit": ("turn_limit = 1", ()),
+    "tool_errors": ("num_tool_errors > 0", ()),
+    "repeated_calls": ("num_repeated_calls > 0", ()),
+    "reward_without_tools": ("reward > 0 AND num_tool_calls = 0", ()),
+    "rewarded_empty": ("reward > 0 AND answer_chars < ?", ("answer_chars",)),
+}
+
+
+@dataclass
+class Signal:
+    name: str
+    step: Any
+    count: int  # trajectories (groups for zero_variance, failed calls for tool_errors)
+    total: int  # what the share is of
+    share: float | None
+    examples: list[str]
+    flagged: bool = False
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "step": self.step, "count": self.count, "total": self.total, "share": self.share,
+                "flagged": self.flagged, "examples": self.examples, **self.detail}  # fmt: skip
+
+
+@dataclass
+class ExperimentInsights:
+    project: str | None
+    experiment: str | None
+    steps: list[Any]
+    trajectories: int
+    signals: list[Signal]
+
+    def of(self, name: str) -> list[Signal]:
+        return [s for s in self.signals if s.name == name]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"project": self.project, "experiment": self.experiment, "steps": self.steps,
+                "trajectories": self.trajectories, "signals": [s.to_dict() for s in self.signals]}  # fmt: skip
+
+
+def insights(store: TraceStore, *, experiment: str | None = None, project: str | None = None,
+             steps: tuple[int | None, int | None] = (None, None), validate: bool = False,
+             thresholds: Thresholds | None = None) -> list[ExperimentInsights]:  # fmt: skip
+    """Every signal for every (project, experiment) matching, per step in ``steps`` (inclusive)."""
+    th = thresholds or Thresholds()
+    where, params = _where(project=project, experiment=experiment, validate=validate)
+    first, last = steps
+    if first is not None:
+        where, params = where + (" AND " if where else " WHERE ") + "step >= ?", [*params, first]
+    if last is not None:
+        where, params = where + (" AND " if where else " WHERE ") + "step <= ?", [*params, last]
+    and_ = " AND " if where else " WHERE "
+    per_step = _per_step(store, where, params, th)
+    groups = _groups(store, where + and_ + "reward IS NOT NULL", params)
+    examples = {name: _examples(store, where + and_ + sql, [*params, *(getattr(th, a) for a in args)])
+                for name, (sql, args) in _PREDICATES.items()}  # fmt: skip
+    tool_errors = _tool_errors(store, where + and_ + "num_tool_errors > 0", params)
+    longest = _examples(store, where, params, key="num_tokens", descending=True)
+    surest = _examples(store, where + and_ + "logprob_count > 0", params, key="logprob_sum / logprob_count",
+                       descending=True)  # fmt: skip
+    out = []
+    for run in sorted(per_step, key=lambda pe: (_null_first(pe[0]), _null_first(pe[1]))):
+        rows = per_step[run]
+        signals: list[Signal] = []
+        uses_tools = any(r["tool_calls"] for r in rows.values())
+        for step in rows:
+            r, key = rows[step], (*run, step)
+            signals.append(_zero_variance(groups.get(key, []), step, th))
+            for name, count, total in (
+                ("truncated", r["truncated"], r["n"]), ("turn_limit", r["turn_limit"], r["n"]),
+                ("repeated_calls", r["repeated"], r["n"]),
+                ("reward_without_tools", r["reward_no_tools"] if uses_tools else 0, r["rewarded"]),
+                ("rewarded_empty", r["rewarded_empty"], r["rewarded"]),
+            ):  # fmt: skip
+                share = count / total if total else None
+                signals.append(Signal(name, step, int(count), int(total), share, examples[name].get(key, []),
+                                      share is not None and count > 0 and share > getattr(th, name)))  # fmt: skip
+            errors = tool_errors.get(key, {})
+            failed = int(sum(n for n, _ in errors.values()))
+            rate = failed / r["tool_calls"] if r["tool_calls"] else None
+            by_kind = {k: {"count": int(n), "examples": ids} for k, (n, ids) in sorted(errors.items())}
+            signals.append(Signal("tool_errors", step, failed, int(r["tool_calls"]), rate,
+                                  examples["tool_errors"].get(key, []), rate is not None and rate > th.tool_errors,
+                                  {"by_tool_and_kind": by_kind}))  # fmt: skip
+        signals += _drift(rows, run, th, longest, surest)
+        out.append(ExperimentInsights(run[0], run[1], list(rows), int(sum(r["n"] for r in rows.values())), signals))
+    return out
+
+
+def _per_step(store: TraceStore, where: str, params: list, th: Thresholds) -> dict[tuple, dict[Any, dict]]:
+    sql = ("SELECT project, experiment, step, COUNT(*), TOTAL(num_truncated > 0), TOTAL(turn_limit), "
+           "TOTAL(num_repeated_calls > 0), TOTAL(reward > 0 AND num_tool_calls = 0), "
+           "TOTAL(reward > 0 AND answer_chars < ?), TOTAL(reward > 0), TOTAL(num_tool_calls), TOTAL(num_tokens), "
+           f"TOTAL(logprob_sum), TOTAL(logprob_count) FROM trajectories{where} "
+           "GROUP BY project, experiment, step")  # fmt: skip
+    names = ("n", "truncated", "turn_limit", "repeated", "reward_no_tools", "rewarded_empty", "rewarded",
+             "tool_calls", "tokens", "logprob_sum", "logprob_count")  # fmt: skip
+    runs: dict[tuple, dict[Any, dict]] = {}
+    for _, (project, experiment, step, *values) in store._query(sql, [th.answer_chars, *params]):
+        acc = runs.setdefault((project, experiment), {}).setdefault(step, dict.fromkeys(names, 0))
+        for name, value in zip(names, values, strict=True):
+            acc[name] += value
+    return {run: dict(sorted(steps.items(), key=lambda kv: _null_first(kv[0]))) for run, steps in runs.items()}
+
+
+def _groups(store: TraceStore, where: str, params: list) -> dict[tuple, list[tuple]]:
+    """(project, experiment, step) -> [(rewarded rollouts, min, max, first id)] per sample, merged
+    across shards (a group's rollouts may have been written by different workers)."""
+    sql = ("SELECT project, experiment, step, sample_index, COUNT(*), MIN(reward), MAX(reward), MIN(id) "
+           f"FROM trajectories{where} GROUP BY project, experiment, step, sample_index")  # fmt: skip
+    merged: dict[tuple, list] = {}
+    for _, (project, experiment, step, sample, n, low, high, first) in store._query(sql, params):
+        acc = merged.get((project, experiment, step, sample))
+        if acc is None:
+            merged[(project, experiment, step, sample)] = [n, low, high, first]
+        else:
+            acc[0], acc[1], acc[2], acc[3] = acc[0] + n, min(acc[1], low), max(acc[2], high), min(acc[3], first)
+    out: dict[tuple, list[tuple]] = {}
+    for (project, experiment, step, _), group in sorted(merged.items(), key=lambda kv: str(kv[0])):
+        out.setdefault((project, experiment, step), []).append(tuple(group))
+    return out
+
+
+def _zero_variance(groups: list[tuple], step: Any, th: Thresholds) -> Signal:
+    counted = [g for g in groups if g[0] >= th.min_group]
+    flat = sorted(g[3] for g in counted if g[1] == g[2])
+    share = len(flat) / len(counted) if counted else None
+    return Signal("zero_variance", step, len(flat), len(counted), share, flat[:EXAMPLES],
+                  share is not None and share > th.zero_variance and bool(flat))  # fmt: skip
+
+
+def _examples(store: TraceStore, where: str, params: list, key: str = "0",
+              descending: bool = False) -> dict[tuple, list[str]]:  # fmt: skip
+    """(project, experiment, step) -> the first ``EXAMPLES`` ids by ``key`` then id (across shards)."""
+    order = f"{key}{' DESC' if descending else ''}, id"
+    sql = (f"SELECT project, experiment, step, id, {key} AS k FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "
+           f"project, experiment, step ORDER BY {order}) AS rn FROM trajectories{where}) "
+           f"WHERE rn <= {EXAMPLES}")  # fmt: skip
+    found: dict[tuple, list[tuple]] = {}
+    for _, (project, experiment, step, tid, k) in store._query(sql, params):
+        found.setdefault((project, experiment, step), []).append((-k if descending else k, tid))
+    return {run: [tid for _, tid in sorted(rows)][:EXAMPLES] for run, rows in found.items()}
+
+
+def _tool_errors(store: TraceStore, where: str, params: list) -> dict[tuple, dict[str, tuple[float, list[str]]]]:
+    """(project, experiment, step) -> {"tool|kind": (failed calls, example ids)}."""
+    sql = ("SELECT project, experiment, step, j.key, j.value, trajectories.id FROM trajectories, "
+           f"json_each(trajectories.attributes, '$.tool_errors') AS j{where} ORDER BY trajectories.id")  # fmt: skip
+    out: dict[tuple, dict[str, list]] = {}
+    for _, (project, experiment, step, label, n, tid) in store._query(sql, params):
+        acc = out.setdefault((project, experiment, step), {}).setdefault(label, [0, []])
+        acc[0] += n
+        acc[1].append(tid)
+    return {key: {label: (n, sorted(ids)[:EXAMPLES]) for label, (n, ids) in kinds.items()}
+            for key, kinds in out.items()}  # fmt: skip
+
+
+def _drift(rows: dict[Any, dict], run: tuple, th: Thresholds, longest: dict, surest: dict) -> list[Signal]:
+    steps = list(rows)
+    base = steps[: th.baseline_steps]
+    signals = []
+    n_base = sum(rows[s]["n"] for s in base)
+    base_len = sum(rows[s]["tokens"] for s in base) / n_base if n_base else None
+    lp_n = sum(rows[s]["logprob_count"] for s in base)
+    base_lp = sum(rows[s]["logprob_sum"] for s in base) / lp_n if lp_n else None
+    for step in steps:
+        r, key = rows[step], (*run, step)
+        mean_len = r["tokens"] / r["n"] if r["n"] else None
+        change = (mean_len - base_len) / base_len if mean_len is not None and base_len else None
+        signals.append(Signal("length_drift", step, int(r["n"]), int(r["n"]), None, longest.get(key, []),
+                              change is not None and abs(change) > th.length_drift,
+                              {"mean_tokens": mean_len, "baseline": base_len, "change": change}))  # fmt: skip
+        mean_lp = r["logprob_sum"] / r["logprob_count"] if r["logprob_count"] else None
+        rise = mean_lp - base_lp if mean_lp is not None and base_lp is not None else None
+        signals.append(Signal("logprob_drift", step, int(r["logprob_count"]), int(r["logprob_count"]), None,
+                              surest.get(key, []), rise is not None and rise > th.logprob_drift,
+                              {"mean_logprob": mean_lp, "baseline": base_lp, "change": rise}))  # fmt: skip
+    return signals

@@ -1,0 +1,131 @@
+"""What a trajectory's spans add up to, kept as plain columns so that a whole run can be listed,
+filtered and summarised (``rollscope insights``) without reading a single span: counts and tokens,
+replies cut at their token limit, tool calls repeated with the same arguments, the sum of the
+sampled log-probabilities, the size of the final answer, whether the loop ran out of turns, tool
+errors by tool and kind, the task and the first error.
+
+The local backend keeps one ``TrajectorySummary`` per open trajectory and adds each span as it
+ends (in the trace sidecar, off the rollout); a shard continued after its writer died rebuilds them
+from the stored spans. Spans are read by duck typing: a live ``Span`` and a stored ``SpanRecord``
+alike.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from typing import Any
+
+from rollscope.store.records import ERROR_CHARS, TASK_CHARS, last_user_message
+
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+ERROR_KIND = "tool.error_kind"  # set where a tool call fails: malformed_call, unknown_tool, bad_arguments, ...
+TURN_LIMIT = "max_assistant_turns"  # an agent run's extra_fields["stop"] when it used every turn it had
+_TAG = re.compile(r"<[^<>]{0,64}>")  # template and format tags: <answer>, </tool_call>, <|im_end|>
+_WORD = re.compile(r"\w")
+
+#: The summary's columns in the trajectories table, in this order (``TrajectorySummary.columns``).
+COLUMNS = (
+    "num_spans", "num_llm_calls", "num_tool_calls", "num_errors", "num_tokens", "num_tool_errors",
+    "num_truncated", "num_repeated_calls", "logprob_sum", "logprob_count", "answer_chars", "turn_limit",
+)  # fmt: skip
+
+
+def answer_chars(text: Any) -> int:
+    """Word characters in a reply once its tags are removed: 0 for an empty or format-only answer."""
+    return len(_WORD.findall(_TAG.sub("", text))) if isinstance(text, str) else 0
+
+
+def error_kind(span: Any) -> str:
+    attributes = span.attributes or {}
+    kind = attributes.get(ERROR_KIND)
+    if isinstance(kind, str):
+        return kind
+    return "timeout" if span.error_type in ("TimeoutError", "CancelledError") else "exception"
+
+
+def _field(value: Any, name: str) -> Any:
+    return value.get(name) if isinstance(value, dict) else None
+
+
+class TrajectorySummary:
+    __slots__ = (
+        "answer", "calls", "errors", "first_error", "llm", "logprob_count", "logprob_sum", "repeated",
+        "spans", "task", "tokens", "tool_error_kinds", "tool_errors", "tools", "truncated", "turn_limit",
+    )  # fmt: skip
+
+    def __init__(self) -> None:
+        self.spans = self.llm = self.tools = self.errors = self.tokens = self.tool_errors = 0
+        self.truncated = self.repeated = self.logprob_count = self.answer = self.turn_limit = 0
+        self.logprob_sum = 0.0
+        self.calls: set[str] = set()
+        self.tool_error_kinds: dict[str, int] = {}
+        self.task: str | None = None
+        self.first_error: str | None = None
+
+    def add(self, span: Any) -> None:
+        """One ended span (its payloads shaped: plain JSON values)."""
+        kind, error = span.kind, span.status == "error"
+        self.spans += 1
+        if error:
+            self.errors += 1
+            if self.first_error is None:
+                self.first_error = f"{span.name}: {span.error_message or span.error_type}"[:ERROR_CHARS]
+        if kind == "llm":
+            self._llm(span)
+        elif kind == "tool":
+            self._tool(span, error)
+        elif kind == "agent":
+            inputs, outputs = span.inputs, span.outputs
+            if self.task is None:
+                task = last_user_message(_field(inputs, "raw_prompt"))
+                self.task = task[:TASK_CHARS] if task else None
+            if _field(_field(outputs, "extra_fields"), "stop") == TURN_LIMIT:
+                self.turn_limit = 1
+
+    def _llm(self, span: Any) -> None:
+        self.llm += 1
+        outputs = span.outputs
+        tokens = (span.attributes or {}).get(OUTPUT_TOKENS, 0)
+        self.tokens += tokens if type(tokens) is int else 0
+        if _field(outputs, "stop_reason") == "length":
+            self.truncated += 1
+        log_probs = _field(outputs, "log_probs")
+        if isinstance(log_probs, list):
+            finite = [x for x in log_probs if type(x) in (float, int) and math.isfinite(x)]
+            self.logprob_sum += math.fsum(finite)
+            self.logprob_count += len(finite)
+        self.answer = answer_chars(_field(outputs, "response_text"))  # the last reply is the answer
+
+    def _tool(self, span: Any, error: bool) -> None:
+        self.tools += 1
+        attributes = span.attributes or {}
+        name = attributes.get("tool.name") or span.name.removeprefix("tool_call_error.")
+        inputs = span.inputs if isinstance(span.inputs, dict) else {}
+        arguments = inputs.get("parameters", inputs.get("arguments"))
+        key = f"{name}\0{json.dumps(arguments, sort_keys=True, default=str)}"
+        if key in self.calls:
+            self.repeated += 1
+        else:
+            self.calls.add(key)
+        if error:
+            self.tool_errors += 1
+            label = f"{name}|{error_kind(span)}"
+            self.tool_error_kinds[label] = self.tool_error_kinds.get(label, 0) + 1
+
+    def columns(self) -> tuple:
+        """Values for ``COLUMNS``."""
+        return (self.spans, self.llm, self.tools, self.errors, self.tokens, self.tool_errors, self.truncated,
+                self.repeated, self.logprob_sum, self.logprob_count, self.answer, self.turn_limit)  # fmt: skip
+
+    def attributes(self) -> dict[str, Any]:
+        """What joins the trajectory's attributes: its task, first error and tool errors by kind."""
+        out: dict[str, Any] = {}
+        if self.task:
+            out["task"] = self.task
+        if self.first_error:
+            out["first_error"] = self.first_error
+        if self.tool_error_kinds:
+            out["tool_errors"] = dict(self.tool_error_kinds)
+        return out

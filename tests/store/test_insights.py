@@ -1,0 +1,104 @@
+"""`rollscope insights` over a run designed to trigger each signal a known number of times
+(tests/store/scenario.py), and a clean run that triggers none: exact counts, and example ids that
+match what the spans themselves show."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from rollscope.store import TraceStore
+from rollscope.store.insights import Thresholds, insights
+from tests.store.scenario import CLEAN, SCRIPTS, record
+
+
+@pytest.fixture(scope="module")
+def store_dir(tmp_path_factory):
+    from rollscope.testing import make_model_dir
+
+    root = tmp_path_factory.mktemp("insights")
+    model = make_model_dir(root / "model")
+    traces = root / "traces"
+    record(traces, model, experiment="scenario", scripts=SCRIPTS, steps=(0, 1))
+    record(traces, model, experiment="clean", scripts=CLEAN, steps=(0,))
+    return traces
+
+
+def by_name(found, step=0):
+    return {s.name: s for s in found.signals if s.step == step}
+
+
+def ids_where(store, experiment, step, test):
+    return sorted(t.id for t in store.trajectories(experiment=experiment, step=step) if test(store.get(t.id)))
+
+
+def test_each_signal_is_counted_exactly(store_dir):
+    with TraceStore(store_dir) as store:
+        [scenario] = insights(store, experiment="scenario")
+        s = by_name(scenario)
+        assert scenario.steps == [0, 1] and scenario.trajectories == 20
+        assert (s["zero_variance"].count, s["zero_variance"].total) == (1, 5)
+        assert (s["truncated"].count, s["turn_limit"].count, s["repeated_calls"].count) == (1, 1, 1)
+        assert (s["reward_without_tools"].count, s["reward_without_tools"].total) == (2, 6)
+        assert (s["rewarded_empty"].count, s["rewarded_empty"].total) == (1, 6)
+        assert (s["tool_errors"].count, s["tool_errors"].total) == (2, 8)
+        kinds = s["tool_errors"].detail["by_tool_and_kind"]
+        assert {k: v["count"] for k, v in kinds.items()} == {"calculator|tool_error": 1, "weather|unknown_tool": 1}
+
+        def spans_say(name, test):
+            return ids_where(store, "scenario", 0, test), s[name].examples
+
+        llm = lambda t: [x for x in t.spans if x.kind == "llm"]  # noqa: E731
+        tools = lambda t: [x for x in t.spans if x.kind == "tool"]  # noqa: E731
+        for name, test in (
+            ("truncated", lambda t: any(x.outputs["stop_reason"] == "length" for x in llm(t))),
+            ("turn_limit", lambda t: len(llm(t)) == 3),
+            ("repeated_calls", lambda t: len(tools(t)) == 2 and len({str(x.inputs["parameters"]) for x in tools(t)}) == 1),
+            ("reward_without_tools", lambda t: t.reward > 0 and not tools(t)),
+            ("rewarded_empty", lambda t: t.reward > 0 and llm(t)[-1].outputs["response_text"].startswith("<answer>")),
+            ("tool_errors", lambda t: any(x.status == "error" for x in tools(t))),
+        ):  # fmt: skip
+            expected, examples = spans_say(name, test)
+            assert examples == expected, name
+        [zv_group] = [g for g in [store.group(0, i, experiment="scenario") for i in range(5)]
+                      if len({t.reward for t in g}) == 1]  # fmt: skip
+        assert s["zero_variance"].examples == [min(t.id for t in zv_group)]
+
+
+def test_drift_is_measured_against_the_first_steps(store_dir):
+    with TraceStore(store_dir) as store:
+        [scenario] = insights(store, experiment="scenario", thresholds=Thresholds(baseline_steps=1))
+        records = [store.get(t.id) for t in store.trajectories(experiment="scenario", step=1)]
+    step1 = by_name(scenario, step=1)
+    tokens = sum(t.num_tokens for t in records) / len(records)
+    log_probs = [lp for t in records for s in t.spans if s.kind == "llm" for lp in s.outputs["log_probs"]]
+    assert step1["length_drift"].detail["mean_tokens"] == pytest.approx(tokens)
+    assert step1["length_drift"].detail["change"] == pytest.approx(0.0)  # step 1 replays step 0's scripts
+    assert step1["logprob_drift"].detail["mean_logprob"] == pytest.approx(sum(log_probs) / len(log_probs))
+    assert step1["logprob_drift"].flagged is False and step1["length_drift"].flagged is False
+
+
+def test_a_clean_run_triggers_nothing(store_dir):
+    with TraceStore(store_dir) as store:
+        [clean] = insights(store, experiment="clean")
+    counted = {s.name: s.count for s in clean.signals if s.name not in ("length_drift", "logprob_drift")}
+    assert counted == dict.fromkeys(counted, 0) and len(counted) == 7
+    assert not any(s.flagged for s in clean.signals)
+
+
+def test_the_command_prints_and_its_json_is_stable(store_dir):
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "rollscope.cli", "insights", "--dir", str(store_dir), *args],
+                              capture_output=True, text=True, timeout=120)  # fmt: skip
+
+    out = run("--experiment", "scenario", "--steps", "0:0", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["experiment"] == "scenario" and {s["step"] for s in data["signals"]} == {0}
+    zero = next(s for s in data["signals"] if s["name"] == "zero_variance")
+    assert {"name", "step", "count", "share", "examples"} <= set(zero) and zero["count"] == 1
+    assert len(json.loads(run("--json").stdout)) == 2  # two experiments: one object each
+    text = run("--experiment", "scenario", "--zero-variance", "0.1").stdout
+    assert "zero_variance" in text and "GRPO groups whose rollouts all got the same reward" in text
+    assert "rollscope traces show" in text and "FLAGGED" in text
