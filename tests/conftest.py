@@ -3,6 +3,8 @@ import os
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 os.environ.setdefault("WANDB_SILENT", "true")
 
+import shutil
+
 import pytest
 
 from rollscope import tracing
@@ -55,3 +57,21 @@ def tiny_tokenizer():
     corpus = ["what is six times seven", "the answer is 42", "calculate 3 + 4 with the tool"] * 20
     tok.train_from_iterator(corpus, trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")
+
+
+# Debian's Chromium, headless, driven by Selenium: the viewer's pages as a browser draws them.
+@pytest.fixture(scope="module")
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
+    assert chromium and driver_path, "install Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"
+    options = webdriver.ChromeOptions()
+    options.binary_location = chromium
+    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(driver_path), options=options)
+    driver.set_page_load_timeout(30)
+    yield driver
+    driver.quit()

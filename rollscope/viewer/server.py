@@ -21,8 +21,9 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from rollscope.store import TraceStore
 from rollscope.store.diff import turn_text, without_ids
 from rollscope.store.grpo import group_advantages
+from rollscope.store.insights import SIGNALS, Signal, Thresholds, insights
 from rollscope.store.reader import ORDERS
-from rollscope.viewer.charts import charts
+from rollscope.viewer.charts import charts, sparkline
 from rollscope.viewer.chat import conversation, ground_truth
 from rollscope.viewer.tokens import token_view
 from rollscope.viewer.views import cut, figures, first_user_message, fmt, group_url, main_text, tool_call
@@ -50,6 +51,7 @@ class Viewer:
         TraceStore(directory).close()  # fail now, with the store's message, if the directory is not a store
         self.routes: dict[str, Callable[[dict[str, str], list[str]], str]] = {
             "/": self.index, "/compare": self.compare, "/group": self.group, "/steps": self.steps,
+            "/insights": self.insights,
         }  # fmt: skip
 
     def store(self) -> TraceStore:
@@ -147,8 +149,10 @@ class Viewer:
         groups = []
         for records in found:  # one per experiment: advantages never mix runs
             mean, std, members = group_advantages(records)
+            rewarded = sum(r.reward is not None for r in records)
             groups.append({"project": records[0].project, "experiment": records[0].experiment, "mean": mean,
-                           "std": std, "members": members,
+                           "std": std, "members": members, "rewarded": rewarded,
+                           "zero_variance": std == 0 and rewarded >= Thresholds().min_group,
                            "compare": "/compare?" + urlencode([("id", r.id) for r in records[:4]])})  # fmt: skip
         return self._render("group.html", title=f"group {step}/{sample}", step=step, sample=sample, groups=groups)
 
@@ -157,12 +161,53 @@ class Viewer:
         runs: dict[tuple, list] = {}
         for s in self.store().steps(**filters):  # one section per experiment: its steps are its own
             runs.setdefault((s.project, s.experiment), []).append(s)
-        sections = [{"project": p, "experiment": e, "stats": stats, "charts": charts(stats)}
-                    for (p, e), stats in runs.items()]  # fmt: skip
+        found = {(i.project, i.experiment): i for i in insights(
+            self.store(), experiment=filters["experiment"], project=filters["project"], validate=filters["validate"])}
+        sections = [{"project": p, "experiment": e, "stats": stats,
+                     "charts": charts(stats, _insight_series(found.get((p, e))))} for (p, e), stats in runs.items()]
         return self._render("steps.html", title="steps", sections=sections, q=q)
+
+    def insights(self, q: dict[str, str], _: list[str]) -> str:
+        steps = (_int(q, "from", None), _int(q, "to", None))
+        runs = insights(self.store(), experiment=q.get("experiment"), steps=steps,
+                        validate=_flag(q, "validate") or False)  # fmt: skip
+        rows = []
+        for run in runs:
+            table = []
+            for name, (counts, meaning) in SIGNALS.items():
+                series = run.of(name)
+                table.append({"name": name, "counts": counts, "meaning": meaning, "series": series,
+                              "total": _overall(series), "trend": sparkline(series),
+                              "flagged": [s.step for s in series if s.flagged],
+                              "examples": _examples_of(series)})  # fmt: skip
+            rows.append((run, table))
+        return self._render("insights.html", title="insights", runs=rows, q=q)
 
     def _render(self, template: str, **context: Any) -> str:
         return self.env.get_template(template).render(**context)
+
+
+def _insight_series(found: Any) -> dict[str, dict]:
+    """The per-step charts' insight series: zero-variance group share, truncation rate, tool-error rate."""
+    if found is None:
+        return {}
+    return {title: {s.step: s.share for s in found.of(name)} for title, name in (
+        ("zero-variance GRPO groups (share)", "zero_variance"), ("truncated replies (share)", "truncated"),
+        ("tool errors per tool call", "tool_errors"))}  # fmt: skip
+
+
+def _overall(series: list[Signal]) -> str:
+    """A signal over every step shown: count/total (share), or the drift's last change."""
+    if series and series[0].name in ("length_drift", "logprob_drift"):
+        change = series[-1].detail.get("change")
+        return "-" if change is None else f"{change:+.3g} at step {series[-1].step}"
+    count, total = sum(s.count for s in series), sum(s.total for s in series)
+    return f"{count}/{total}" + (f" ({count / total:.0%})" if total else "")
+
+
+def _examples_of(series: list[Signal]) -> list[str]:
+    counted = [i for s in series if s.count and s.name not in ("length_drift", "logprob_drift") for i in s.examples]
+    return (counted or [i for s in series if s.flagged for i in s.examples])[:5]
 
 
 _INT_LIMIT = 2**63  # what the store's integer columns hold

@@ -102,3 +102,44 @@ def test_the_command_prints_and_its_json_is_stable(store_dir):
     text = run("--experiment", "scenario", "--zero-variance", "0.1").stdout
     assert "zero_variance" in text and "GRPO groups whose rollouts all got the same reward" in text
     assert "rollscope traces show" in text and "FLAGGED" in text
+
+
+def test_the_insights_page_in_chromium(store_dir, browser):
+    """/insights as Chromium draws it: one section per experiment, every signal with its
+    definition, the scenario's counts, flagged rows, example links that open the trajectory."""
+    import threading
+
+    from selenium.webdriver.common.by import By
+
+    from rollscope.viewer.server import make_server
+    from tests.viewer.test_browser import click_and_wait, shot
+
+    httpd = make_server(str(store_dir), port=0)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        browser.get(url + "/")
+        click_and_wait(browser, browser.find_element(By.ID, "nav-insights"), "/insights")
+        sections = browser.find_elements(By.CSS_SELECTOR, "section.insights")
+        assert [s.find_element(By.TAG_NAME, "h2").text.split(" ")[2] for s in sections] == ["clean", "scenario"]
+        rows = {r.get_attribute("id"): r for r in sections[1].find_elements(By.CSS_SELECTOR, "tr.signal")}
+        assert len(rows) == 9
+        overall = {k.removeprefix("signal-"): r.find_element(By.CSS_SELECTOR, "td.overall").text for k, r in rows.items()}
+        assert overall["zero_variance"] == "2/10 (20%)" and overall["tool_errors"] == "4/16 (25%)"
+        assert overall["truncated"] == "2/20 (10%)" and overall["rewarded_empty"] == "2/12 (17%)"
+        assert "flagged" in rows["signal-rewarded_empty"].get_attribute("class")
+        assert "flagged" not in rows["signal-truncated"].get_attribute("class")
+        assert rows["signal-zero_variance"].find_element(By.CSS_SELECTOR, "svg.spark").rect["width"] > 100
+        assert "GRPO groups whose rollouts all got the same reward" in rows["signal-zero_variance"].text
+        assert not any("flagged" in r.get_attribute("class")
+                       for r in sections[0].find_elements(By.CSS_SELECTOR, "tr.signal"))  # the clean run
+        shot(browser, "12-insights")
+        example = rows["signal-turn_limit"].find_element(By.CSS_SELECTOR, "td.examples a")
+        tid = example.text
+        click_and_wait(browser, example, f"/t/{tid}")
+        assert tid in browser.find_element(By.TAG_NAME, "h1").text
+        browser.get(url + "/group?step=0&sample=0&experiment=scenario")  # the zv row: a zero-variance group
+        assert "Zero variance" in browser.find_element(By.CSS_SELECTOR, ".banner.zero-variance").text
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -2,7 +2,6 @@
 load, filter, open, compare, group and the per-step charts, with a screenshot of each page saved
 under test-artifacts/screenshots/. A tool result holding <script> must not run."""
 
-import shutil
 from pathlib import Path
 
 import pytest
@@ -11,25 +10,8 @@ pytestmark = pytest.mark.slow
 SHOTS = Path(__file__).parents[2] / "test-artifacts" / "screenshots"
 
 
-@pytest.fixture(scope="module")
-def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    assert chromium and driver_path, "install Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"
-    options = webdriver.ChromeOptions()
-    options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(driver_path), options=options)
-    driver.set_page_load_timeout(30)
-    SHOTS.mkdir(parents=True, exist_ok=True)
-    yield driver
-    driver.quit()
-
-
 def shot(driver, name):
+    SHOTS.mkdir(parents=True, exist_ok=True)
     path = SHOTS / f"{name}.png"
     assert driver.save_screenshot(str(path)) and path.stat().st_size > 1000
 
@@ -105,7 +87,7 @@ def test_compare_group_steps(server, browser):
     assert len(browser.find_elements(By.CSS_SELECTOR, "#compare-table thead th")) == 5
 
     browser.get(server + "/steps")
-    assert len(browser.find_elements(By.CSS_SELECTOR, "#charts svg polyline")) == 5
+    assert len(browser.find_elements(By.CSS_SELECTOR, "#charts svg polyline")) == 8  # 5 step metrics, 3 insight rates
     assert len(browser.find_elements(By.CSS_SELECTOR, "#steps tbody tr")) == 3
     shot(browser, "7-steps")
 

@@ -59,7 +59,7 @@ def test_compare_group_and_steps(server, store_dir):
     assert 'id="mean">0.6<' in page  # rewards 0.1, 1.1, 0.1, 1.1
     assert "+0.500" in page and "-0.500" in page and "+1.00" in page
     page = get(server, "/steps").text
-    assert page.count("<polyline") == 5 and "tokens per trajectory" in page
+    assert page.count("<polyline") == 8 and "tokens per trajectory" in page and "zero-variance GRPO groups" in page
     assert re.search(r">2</a></td><td>8</td><td>0.7</td>", page)  # step 2: 8 trajectories, mean 0.7
 
 
