@@ -104,9 +104,12 @@ def _synthetic_rows(n: int, seed: int, steps: int = 100, rollouts: int = 8):
         step, rest = divmod(i, per_step * rollouts)
         sample, rollout = divmod(rest, rollouts)
         reward = float(rng.random() < 0.5)
+        tokens, tool_error = rng.randint(20, 400), rng.random() < 0.1
+        attributes = '{"tool_errors": {"calculator|exception": 1}}' if tool_error else None
         trajectories.append((tid, "bench", "q", step, sample, rollout, 0, "tool_agent", "ok", reward,
-                             now + i, now + i + 1000, 7, 3, 3, 0, rng.randint(20, 400), 0, None, None,
-                             None))  # fmt: skip
+                             now + i, now + i + 1000, 7, 3, 3, int(tool_error), tokens, int(tool_error), None, None,
+                             attributes, int(rng.random() < 0.05), int(rng.random() < 0.1), -0.3 * tokens, tokens,
+                             rng.randint(0, 40), int(rng.random() < 0.03)))  # fmt: skip
         parent = None
         for j in range(SPANS_PER_TRAJECTORY):
             sid = new_id()

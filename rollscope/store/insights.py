@@ -114,12 +114,7 @@ def insights(store: TraceStore, *, experiment: str | None = None, project: str |
     and_ = " AND " if where else " WHERE "
     per_step = _per_step(store, where, params, th)
     groups = _groups(store, where + and_ + "reward IS NOT NULL", params)
-    examples = {name: _examples(store, where + and_ + sql, [*params, *(getattr(th, a) for a in args)])
-                for name, (sql, args) in _PREDICATES.items()}  # fmt: skip
     tool_errors = _tool_errors(store, where + and_ + "num_tool_errors > 0", params)
-    longest = _examples(store, where, params, key="num_tokens", descending=True)
-    surest = _examples(store, where + and_ + "logprob_count > 0", params, key="logprob_sum / logprob_count",
-                       descending=True)  # fmt: skip
     out = []
     for run in sorted(per_step, key=lambda pe: (_null_first(pe[0]), _null_first(pe[1]))):
         rows = per_step[run]
@@ -135,33 +130,46 @@ def insights(store: TraceStore, *, experiment: str | None = None, project: str |
                 ("rewarded_empty", r["rewarded_empty"], r["rewarded"]),
             ):  # fmt: skip
                 share = count / total if total else None
-                signals.append(Signal(name, step, int(count), int(total), share, examples[name].get(key, []),
+                signals.append(Signal(name, step, int(count), int(total), share, sorted(r["examples"][name]),
                                       share is not None and count > 0 and share > getattr(th, name)))  # fmt: skip
             errors = tool_errors.get(key, {})
             failed = int(sum(n for n, _ in errors.values()))
             rate = failed / r["tool_calls"] if r["tool_calls"] else None
             by_kind = {k: {"count": int(n), "examples": ids} for k, (n, ids) in sorted(errors.items())}
             signals.append(Signal("tool_errors", step, failed, int(r["tool_calls"]), rate,
-                                  examples["tool_errors"].get(key, []), rate is not None and rate > th.tool_errors,
+                                  sorted(r["examples"]["tool_errors"]), rate is not None and rate > th.tool_errors,
                                   {"by_tool_and_kind": by_kind}))  # fmt: skip
-        signals += _drift(rows, run, th, longest, surest)
+        signals += _drift(rows, th)
+        for s in signals:  # a flagged drift step's examples: its longest, or its most confident, trajectories
+            if s.flagged and s.name in ("length_drift", "logprob_drift"):
+                key = "num_tokens" if s.name == "length_drift" else "logprob_sum / NULLIF(logprob_count, 0)"
+                s.examples = _top(store, run, s.step, key, where or " WHERE 1", params)
         out.append(ExperimentInsights(run[0], run[1], list(rows), int(sum(r["n"] for r in rows.values())), signals))
     return out
 
 
 def _per_step(store: TraceStore, where: str, params: list, th: Thresholds) -> dict[tuple, dict[Any, dict]]:
+    """(project, experiment) -> step -> counts and sums, and per predicate the smallest and largest
+    matching id (two examples per step from the same scan)."""
+    examples = ", ".join(f"MIN(id) FILTER (WHERE {sql}), MAX(id) FILTER (WHERE {sql})"
+                         for sql, _ in _PREDICATES.values())  # fmt: skip
     sql = ("SELECT project, experiment, step, COUNT(*), TOTAL(num_truncated > 0), TOTAL(turn_limit), "
            "TOTAL(num_repeated_calls > 0), TOTAL(reward > 0 AND num_tool_calls = 0), "
            "TOTAL(reward > 0 AND answer_chars < ?), TOTAL(reward > 0), TOTAL(num_tool_calls), TOTAL(num_tokens), "
-           f"TOTAL(logprob_sum), TOTAL(logprob_count) FROM trajectories{where} "
+           f"TOTAL(logprob_sum), TOTAL(logprob_count), {examples} FROM trajectories{where} "
            "GROUP BY project, experiment, step")  # fmt: skip
     names = ("n", "truncated", "turn_limit", "repeated", "reward_no_tools", "rewarded_empty", "rewarded",
              "tool_calls", "tokens", "logprob_sum", "logprob_count")  # fmt: skip
+    args = [getattr(th, a) for _, names_ in _PREDICATES.values() for a in (*names_, *names_)]  # MIN's, then MAX's
     runs: dict[tuple, dict[Any, dict]] = {}
-    for _, (project, experiment, step, *values) in store._query(sql, [th.answer_chars, *params]):
-        acc = runs.setdefault((project, experiment), {}).setdefault(step, dict.fromkeys(names, 0))
-        for name, value in zip(names, values, strict=True):
+    for _, (project, experiment, step, *values) in store._query(sql, [th.answer_chars, *args, *params]):
+        acc = runs.setdefault((project, experiment), {}).setdefault(step, {**dict.fromkeys(names, 0), "examples": {}})
+        for name, value in zip(names, values, strict=False):
             acc[name] += value
+        found = values[len(names):]
+        for i, signal in enumerate(_PREDICATES):
+            ids = acc["examples"].setdefault(signal, set())
+            ids.update(x for x in found[2 * i : 2 * i + 2] if x is not None)
     return {run: dict(sorted(steps.items(), key=lambda kv: _null_first(kv[0]))) for run, steps in runs.items()}
 
 
@@ -191,17 +199,12 @@ def _zero_variance(groups: list[tuple], step: Any, th: Thresholds) -> Signal:
                   share is not None and share > th.zero_variance and bool(flat))  # fmt: skip
 
 
-def _examples(store: TraceStore, where: str, params: list, key: str = "0",
-              descending: bool = False) -> dict[tuple, list[str]]:  # fmt: skip
-    """(project, experiment, step) -> the first ``EXAMPLES`` ids by ``key`` then id (across shards)."""
-    order = f"{key}{' DESC' if descending else ''}, id"
-    sql = (f"SELECT project, experiment, step, id, {key} AS k FROM (SELECT *, ROW_NUMBER() OVER (PARTITION BY "
-           f"project, experiment, step ORDER BY {order}) AS rn FROM trajectories{where}) "
-           f"WHERE rn <= {EXAMPLES}")  # fmt: skip
-    found: dict[tuple, list[tuple]] = {}
-    for _, (project, experiment, step, tid, k) in store._query(sql, params):
-        found.setdefault((project, experiment, step), []).append((-k if descending else k, tid))
-    return {run: [tid for _, tid in sorted(rows)][:EXAMPLES] for run, rows in found.items()}
+def _top(store: TraceStore, run: tuple, step: Any, key: str, where: str, params: list) -> list[str]:
+    """A flagged drift step's examples: its ``EXAMPLES`` trajectories with the largest ``key``."""
+    sql = (f"SELECT {key}, id FROM trajectories{where} AND project IS ? AND experiment IS ? AND step IS ? "
+           f"ORDER BY {key} DESC, id LIMIT {EXAMPLES}")  # fmt: skip
+    rows = sorted(((-k, tid) for _, (k, tid) in store._query(sql, [*params, *run, step]) if k is not None))
+    return [tid for _, tid in rows][:EXAMPLES]
 
 
 def _tool_errors(store: TraceStore, where: str, params: list) -> dict[tuple, dict[str, tuple[float, list[str]]]]:
@@ -217,7 +220,7 @@ def _tool_errors(store: TraceStore, where: str, params: list) -> dict[tuple, dic
             for key, kinds in out.items()}  # fmt: skip
 
 
-def _drift(rows: dict[Any, dict], run: tuple, th: Thresholds, longest: dict, surest: dict) -> list[Signal]:
+def _drift(rows: dict[Any, dict], th: Thresholds) -> list[Signal]:
     steps = list(rows)
     base = steps[: th.baseline_steps]
     signals = []
@@ -226,15 +229,15 @@ def _drift(rows: dict[Any, dict], run: tuple, th: Thresholds, longest: dict, sur
     lp_n = sum(rows[s]["logprob_count"] for s in base)
     base_lp = sum(rows[s]["logprob_sum"] for s in base) / lp_n if lp_n else None
     for step in steps:
-        r, key = rows[step], (*run, step)
+        r = rows[step]
         mean_len = r["tokens"] / r["n"] if r["n"] else None
         change = (mean_len - base_len) / base_len if mean_len is not None and base_len else None
-        signals.append(Signal("length_drift", step, int(r["n"]), int(r["n"]), None, longest.get(key, []),
+        signals.append(Signal("length_drift", step, int(r["n"]), int(r["n"]), None, [],
                               change is not None and abs(change) > th.length_drift,
                               {"mean_tokens": mean_len, "baseline": base_len, "change": change}))  # fmt: skip
         mean_lp = r["logprob_sum"] / r["logprob_count"] if r["logprob_count"] else None
         rise = mean_lp - base_lp if mean_lp is not None and base_lp is not None else None
         signals.append(Signal("logprob_drift", step, int(r["logprob_count"]), int(r["logprob_count"]), None,
-                              surest.get(key, []), rise is not None and rise > th.logprob_drift,
+                              [], rise is not None and rise > th.logprob_drift,
                               {"mean_logprob": mean_lp, "baseline": base_lp, "change": rise}))  # fmt: skip
     return signals

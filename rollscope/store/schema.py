@@ -100,7 +100,8 @@ CREATE TABLE IF NOT EXISTS trajectories (
     turn_limit INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS traj_step ON trajectories (step, sample_index, rollout_n);
-CREATE INDEX IF NOT EXISTS traj_experiment ON trajectories (project, experiment, step);
+-- a run's steps and GRPO groups: covering for insights' group query
+CREATE INDEX IF NOT EXISTS traj_run ON trajectories (project, experiment, step, sample_index, validate, reward, id);
 CREATE INDEX IF NOT EXISTS traj_agent ON trajectories (agent_name);
 CREATE INDEX IF NOT EXISTS traj_status ON trajectories (status);
 CREATE INDEX IF NOT EXISTS traj_reward ON trajectories (reward);
