@@ -107,3 +107,13 @@ def register_fault_backends(delay_s: float = 5.0) -> list[str]:
     for cls in (DownBackend, SlowBackend, RaisingBackend):
         register_backend(cls.name, cls)
     return [DownBackend.name, SlowBackend.name, RaisingBackend.name]
+
+
+def replay(trajectory_id: str, store: str | None = None, *, config: str | None = None, tokenizer: Any = None) -> Any:
+    """A stored trajectory as a regression test: every model turn from the record, tools, loop and
+    reward run for real; the outcome's ``ok`` is False, with ``differences`` naming each changed
+    tool result, final response or reward (``rollscope replay ID --check``)."""
+    from rollscope.runner.replay import replay as run_replay
+
+    return run_replay(trajectory_id, store=store, config=config, check=True, tokenizer=tokenizer)
+

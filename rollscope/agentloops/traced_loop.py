@@ -31,6 +31,7 @@ from rollscope.tracing.context import current_frame, verl_context
 from rollscope.tracing.payload import native
 
 log = logging.getLogger("rollscope.agentloops")
+REPLAY = "rollscope.replay"  # the run span's attribute: what a replay rebuilds the loop from
 
 # The loop instance whose run is executing in this task: a super().run() call adds no second span.
 _running: ContextVar[Any] = ContextVar("rollscope_running_loop", default=None)
@@ -126,7 +127,8 @@ def _traced_run(run: Any, owner: type) -> Any:
             name = agent_name.get() or type(self).__name__
             with _trajectory_for(name, kwargs):
                 inputs = {"sampling_params": sampling_params, **kwargs}
-                span = begin_span(span_name, SpanKind.AGENT, inputs, trajectory_name=name)
+                span = begin_span(span_name, SpanKind.AGENT, inputs, {REPLAY: self._rollscope_replay.copy()},
+                                  trajectory_name=name)  # fmt: skip
                 # verl's own decorators (its LLM client, BaseTool, tool parser) record nothing in
                 # here (verl's switch for that, a ContextVar): rollscope records the same calls, in
                 # this trajectory's tree.
@@ -176,3 +178,30 @@ class TracedAgentLoop(AgentLoopBase):
         super().__init__(*args, **kwargs)
         start_from_trainer_config(self.config)  # verl's plain worker: its trace.* keys start tracing
         self.server_manager = traced_client(self.server_manager, self.tokenizer)
+        self._rollscope_replay = replay_record(type(self), self.config, self.tokenizer)
+
+
+# (loop class, trainer config, tokenizer) ids -> what a replay needs to rebuild such a loop
+_replay_records: dict[tuple[int, int, int], dict[str, Any]] = {}
+
+
+def replay_record(cls: type, config: Any, tokenizer: Any) -> dict[str, Any]:
+    """What ``rollscope replay`` needs to rebuild this loop, recorded on its run span: the class,
+    the rollout lengths and multi-turn settings (the tool config path among them) and the
+    tokenizer's directory. Worked out once per class and config: a loop is built per trajectory."""
+    key = (id(cls), id(config), id(tokenizer))
+    record = _replay_records.get(key)
+    if record is None:
+        rollout = config.actor_rollout_ref.rollout
+        multi_turn = rollout.get("multi_turn") or {}
+        if hasattr(multi_turn, "_content"):  # an OmegaConf node: its plain values
+            from omegaconf import OmegaConf
+
+            multi_turn = OmegaConf.to_container(multi_turn, resolve=True)
+        plain = {k: v for k, v in dict(multi_turn).items() if v is None or isinstance(v, str | int | float | bool)}
+        record = _replay_records[key] = {
+            "loop": f"{cls.__module__}.{cls.__qualname__}",
+            "prompt_length": rollout.get("prompt_length"), "response_length": rollout.get("response_length"),
+            "multi_turn": plain, "tokenizer": getattr(tokenizer, "name_or_path", None) or None,
+        }  # fmt: skip
+    return record

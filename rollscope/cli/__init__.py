@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from rollscope.cli import insights, push, run, traces, ui
+from rollscope.cli import insights, push, replay, run, traces, ui
 from rollscope.llm.base import LLMServerError
 
 Command = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
@@ -19,6 +19,7 @@ Command = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Na
 COMMANDS: dict[str, dict[str, Command] | Command] = {
     "insights": insights.COMMAND,
     "push": push.COMMAND,
+    "replay": replay.COMMAND,
     "run": run.COMMAND,
     "traces": traces.COMMANDS,
     "ui": ui.COMMAND,

@@ -9,6 +9,7 @@ reward. Concurrency is bounded by a semaphore; counters are kept for the progres
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import importlib
 import inspect
@@ -30,6 +31,9 @@ class Job:
     row: dict[str, Any]
     position: int
     rollout_n: int
+
+
+RUN = "rollscope.run"  # a trajectory attribute: the reward, tools, LLM and model the runner used
 
 
 @dataclass
@@ -132,10 +136,16 @@ def trainer_config(config: RunConfig, model_path: str) -> Any:
         *(f"actor_rollout_ref.rollout.multi_turn.{k}={_hydra_value(v)}" for k, v in config.multi_turn.items()),
         *config.verl,
     ]
-    try:
-        return compose_config(model_path, overrides)
-    except Exception as exc:  # Hydra raises several types for a bad override
-        raise RunConfigError(f"verl config: {exc}") from None
+    key = (str(model_path), tuple(overrides))
+    if key not in _composed:  # Hydra takes ~0.5 s a composition; a replay suite asks for the same one often
+        try:
+            _composed[key] = compose_config(model_path, overrides)
+        except Exception as exc:  # Hydra raises several types for a bad override
+            raise RunConfigError(f"verl config: {exc}") from None
+    return copy.deepcopy(_composed[key])
+
+
+_composed: dict[tuple, Any] = {}
 
 
 def _no_builder_warning(record: logging.LogRecord) -> bool:
@@ -169,12 +179,12 @@ class Runner:
         wiring_log = logging.getLogger("verl.utils.tokenizer.continuous_token_wiring")
         if _no_builder_warning not in wiring_log.filters:
             wiring_log.addFilter(_no_builder_warning)
-        if cfg.dataset is None:
-            raise RunConfigError(f"{cfg.name}: no dataset (set dataset=PATH)")
         base = getattr(cfg, "_base", None)
         if base and base not in sys.path:
             sys.path.insert(0, base)  # a user's agent or reward module beside the config imports by name
         if self.rows is None:
+            if cfg.dataset is None:
+                raise RunConfigError(f"{cfg.name}: no dataset (set dataset=PATH)")
             self.rows = load_rows(cfg.resolve(cfg.dataset), cfg.limit)
         self.agent_entry = resolve_agent(cfg.agent)
         self.reward_fn = resolve_reward(cfg.reward)
@@ -190,6 +200,9 @@ class Runner:
         self.server = traced_client(self.llm, self.tokenizer)
         self._wraps = (DictConfigWrap(self.trainer_config), DictConfigWrap(self.trainer_config.data))
         self.sampling_params = {"logprobs": True, **cfg.sampling}
+        # On every trajectory: what a replay needs that the loop does not know (rollscope.replay).
+        self.run_record = {"reward": cfg.reward, "tools": cfg.resolve(cfg.tools), "llm": cfg.llm,
+                           "model": cfg.resolve(cfg.model) if cfg.model else None}  # fmt: skip
 
     def jobs(self) -> list[Job]:
         return [Job(row, i, k) for i, row in enumerate(self.rows) for k in range(self.config.n)]
@@ -241,18 +254,24 @@ class Runner:
         return self.outcomes
 
     async def run_one(self, job: Job) -> Outcome:
+        kwargs = loop_kwargs(job.row, job.position)
+        return await self.run_trajectory(kwargs, self.sampling_params, kwargs["index"], job.rollout_n)
+
+    async def run_trajectory(self, kwargs: dict[str, Any], sampling_params: dict[str, Any], sample_index: Any,
+                             rollout_n: int | None, **attributes: Any) -> Outcome:  # fmt: skip
+        """One trajectory from a loop's keyword arguments (a dataset row's, or a recorded run's)."""
         from rollscope.agentloops.traced_loop import agent_name as loop_agent_name
 
-        kwargs = loop_kwargs(job.row, job.position)
         name = kwargs.get("agent_name") or self.config.agent
         entry = self.agent_entry if name == self.config.agent else resolve_agent(str(name))
-        outcome = Outcome(sample_index=kwargs["index"], rollout_n=job.rollout_n)
+        outcome = Outcome(sample_index=sample_index, rollout_n=rollout_n)
         token = loop_agent_name.set(str(name))
         try:
-            with rollout_trace_attr(sample_index=kwargs["index"], step=self.config.step, rollout_n=job.rollout_n,
-                                    validate=self.config.validate, name=str(name)) as trajectory:  # fmt: skip
+            with rollout_trace_attr(sample_index=sample_index, step=self.config.step, rollout_n=rollout_n,
+                                    validate=self.config.validate, name=str(name),
+                                    **{RUN: self.run_record, **attributes}) as trajectory:  # fmt: skip
                 try:
-                    output = await self.new_loop(entry).run(dict(self.sampling_params), **kwargs)
+                    output = await self.new_loop(entry).run(dict(sampling_params), **kwargs)
                     outcome.reward = await self._reward(output, kwargs)
                     outcome.num_turns = output.num_turns
                     outcome.response_tokens = int(sum(output.response_mask))

@@ -82,6 +82,17 @@ class TrajectoryDiff:
     def first_divergence(self) -> int | None:
         return next((t.index for t in self.turns if t.changed), None)
 
+    @property
+    def first_divergent_model_turn(self) -> int | None:
+        """The first diverging row counted in model turns: how many llm turns precede it (itself
+        included when it is one), minus one; None when nothing diverges."""
+        first = self.first_divergence
+        if first is None:
+            return None
+        before = [t for t in self.turns[: first + 1] if (t.left or t.right) is not None
+                  and (t.left or t.right).kind == "llm"]  # type: ignore[union-attr]  # fmt: skip
+        return max(len(before) - 1, 0)
+
 
 def _turns(record: TrajectoryRecord) -> list[SpanRecord]:
     return [s for s in record.spans if s.kind in _TURN_KINDS]

@@ -101,11 +101,13 @@ class ExperimentInsights:
 
 
 def insights(store: TraceStore, *, experiment: str | None = None, project: str | None = None,
-             steps: tuple[int | None, int | None] = (None, None), validate: bool = False,
-             thresholds: Thresholds | None = None) -> list[ExperimentInsights]:  # fmt: skip
-    """Every signal for every (project, experiment) matching, per step in ``steps`` (inclusive)."""
+             steps: tuple[int | None, int | None] = (None, None), validate: bool | None = False,
+             replays: bool = False, thresholds: Thresholds | None = None) -> list[ExperimentInsights]:  # fmt: skip
+    """Every signal for every (project, experiment) matching, per step in ``steps`` (inclusive).
+    Replays (``rollscope replay``) are left out unless ``replays``."""
     th = thresholds or Thresholds()
-    where, params = _where(project=project, experiment=experiment, validate=validate)
+    where, params = _where(project=project, experiment=experiment, validate=validate,
+                           replays=None if replays else False)  # fmt: skip
     first, last = steps
     if first is not None:
         where, params = where + (" AND " if where else " WHERE ") + "step >= ?", [*params, first]

@@ -29,9 +29,10 @@ _ORDER = {
 }
 ORDERS = tuple(_ORDER)
 _SELECT_TRAJ = f"SELECT {', '.join(TRAJECTORY_COLUMNS)} FROM trajectories"
-# Columns added after schema version 2, read as 0 from older shards.
-_ADDED_COLUMNS = ("num_tokens", "num_tool_errors", "num_truncated", "num_repeated_calls", "logprob_sum",
-                  "logprob_count", "answer_chars", "turn_limit")  # fmt: skip
+# Columns added after schema version 2, and what older shards read for them.
+_ADDED_COLUMNS = {"num_tokens": "0", "num_tool_errors": "0", "num_truncated": "0", "num_repeated_calls": "0",
+                  "logprob_sum": "0", "logprob_count": "0", "answer_chars": "0", "turn_limit": "0",
+                  "replay_of": "NULL"}  # fmt: skip
 log = logging.getLogger("rollscope.store")
 _SELECT_SPANS = f"SELECT {', '.join(SPAN_COLUMNS)} FROM spans WHERE trajectory_id = ? ORDER BY start_ns, id"
 
@@ -50,7 +51,7 @@ class TraceStore:
         if not self.path.is_dir():
             raise FileNotFoundError(f"no trace store at {self.path} (set --dir or ROLLSCOPE_TRACE_DIR)")
         self._conns: dict[Path, sqlite3.Connection] = {}
-        self._missing: dict[Path, re.Pattern] = {}  # older shards: the added columns they lack
+        self._missing: dict[Path, tuple[re.Pattern, dict[str, str]]] = {}  # older shards: the columns they lack
         self.damaged: dict[Path, str] = {}  # shard -> what was wrong with it
         self._cache: dict[tuple[Path, str], tuple[int, list[tuple]]] = {}  # (shard, query) -> (data_version, rows)
 
@@ -72,9 +73,9 @@ class TraceStore:
                 columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
             db.execute("PRAGMA query_only=ON")
             self._conns[shard] = db
-            missing = [c for c in _ADDED_COLUMNS if c not in columns]
+            missing = {c: value for c, value in _ADDED_COLUMNS.items() if c not in columns}
             if columns and missing:
-                self._missing[shard] = re.compile(r"\b(" + "|".join(missing) + r")\b")
+                self._missing[shard] = (re.compile(r"\b(" + "|".join(missing) + r")\b"), missing)
         return db
 
     def _query(self, sql: str, params: list[Any]) -> list[tuple[Path, tuple]]:
@@ -101,7 +102,7 @@ class TraceStore:
     def _sql(self, shard: Path, sql: str) -> str:
         self._conn(shard)
         missing = self._missing.get(shard)
-        return missing.sub("0", sql) if missing is not None else sql
+        return sql if missing is None else missing[0].sub(lambda m: missing[1][m.group()], sql)
 
     def close(self) -> None:
         for db in self._conns.values():
@@ -124,6 +125,8 @@ class TraceStore:
         max_reward: float | None = None,
         has_error: bool | None = None,
         tool_error: bool | None = None,
+        replays: bool | None = None,
+        replay_of: str | None = None,
         order_by: str = "step",
         descending: bool = False,
         limit: int | None = None,
@@ -134,6 +137,7 @@ class TraceStore:
             project=project, experiment=experiment, step=step, sample_index=sample_index,
             rollout_n=rollout_n, validate=validate, agent=agent, status=status,
             min_reward=min_reward, max_reward=max_reward, has_error=has_error, tool_error=tool_error,
+            replays=replays, replay_of=replay_of,
         )  # fmt: skip
         if order_by not in _ORDER:
             raise ValueError(f"order_by must be one of {', '.join(_ORDER)}, got {order_by!r}")
@@ -171,8 +175,9 @@ class TraceStore:
 
     def steps(self, **filters: Any) -> list[StepStats]:
         """Per-step aggregates of the matching trajectories, one series per experiment (steps of
-        different runs are different steps): one indexed GROUP BY per shard."""
-        where, params = _where(**filters)
+        different runs are different steps): one indexed GROUP BY per shard. Replays are left
+        out unless ``replays=True``."""
+        where, params = _where(**{"replays": False, **filters})
         sql = ("SELECT project, experiment, step, COUNT(*), COUNT(reward), TOTAL(reward), TOTAL(num_tool_calls), "
                "TOTAL(num_errors > 0), TOTAL(num_llm_calls), TOTAL(num_tokens) "
                f"FROM trajectories{where} GROUP BY project, experiment, step")  # fmt: skip
@@ -227,7 +232,8 @@ class TraceStore:
     def group(self, step: int, sample_index: Any, **filters: Any) -> list[TrajectoryRecord]:
         """All rollouts of one sample at one step (a GRPO group), by rollout_n. Rollouts of
         different experiments are different groups: see ``groups``."""
-        records = self.trajectories(step=step, sample_index=sample_index, order_by="experiment", **filters)
+        records = self.trajectories(step=step, sample_index=sample_index, order_by="experiment",
+                                    **{"replays": False, **filters})  # fmt: skip
         for r in records:
             r.spans  # noqa: B018
         return records
@@ -235,7 +241,8 @@ class TraceStore:
     def groups(self, step: int, sample_index: Any, **filters: Any) -> list[list[TrajectoryRecord]]:
         """The GRPO groups of one sample at one step: one per (project, experiment), never mixed."""
         by_run: dict[tuple, list[TrajectoryRecord]] = {}  # (spans are read when asked for)
-        for r in self.trajectories(step=step, sample_index=sample_index, order_by="experiment", **filters):
+        for r in self.trajectories(step=step, sample_index=sample_index, order_by="experiment",
+                                   **{"replays": False, **filters}):  # fmt: skip
             by_run.setdefault((r.project, r.experiment), []).append(r)
         return list(by_run.values())
 
@@ -308,6 +315,11 @@ def _where(**filters: Any) -> tuple[str, list[Any]]:
         clauses.append("num_errors > 0" if filters["has_error"] else "num_errors = 0")
     if filters.get("tool_error") is not None:
         clauses.append("num_tool_errors > 0" if filters["tool_error"] else "num_tool_errors = 0")
+    if filters.get("replays") is not None:  # True: only replays; False: none (runs as they ran)
+        clauses.append("replay_of IS NOT NULL" if filters["replays"] else "replay_of IS NULL")
+    if filters.get("replay_of") is not None:
+        clauses.append("replay_of = ?")
+        params.append(filters["replay_of"])
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 

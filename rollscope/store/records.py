@@ -74,6 +74,7 @@ class TrajectoryRecord:
     logprob_count: int = 0
     answer_chars: int = 0  # word characters of the last reply, tags removed
     turn_limit: int = 0  # 1: the loop used every assistant turn it had
+    replay_of: str | None = None  # a replay (``rollscope replay``): the trajectory it replayed
     shard: str = ""
     _load_spans: Callable[[], list[SpanRecord]] | None = field(default=None, repr=False, compare=False)
     _spans: list[SpanRecord] | None = field(default=None, repr=False, compare=False)
@@ -130,6 +131,7 @@ class TrajectoryRecord:
             "logprob_count": self.logprob_count,
             "answer_chars": self.answer_chars,
             "turn_limit": self.turn_limit,
+            "replay_of": self.replay_of,
         }
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import orjson
 import zstandard
 
-SCHEMA_VERSION = 4  # 3: num_tokens, num_tool_errors; 4: the insight columns (num_truncated ... turn_limit)
+SCHEMA_VERSION = 4  # 3: num_tokens, num_tool_errors; 4: the insight columns (num_truncated ... turn_limit), replay_of
 SHARD_SUFFIX = ".rstrace"
 DEFAULT_DIR = "rollscope_traces"
 ENV_DIR = "ROLLSCOPE_TRACE_DIR"
@@ -51,6 +51,7 @@ TRAJECTORY_COLUMNS = (
     "logprob_count",
     "answer_chars",
     "turn_limit",
+    "replay_of",
 )
 
 SPAN_COLUMNS = (
@@ -97,9 +98,11 @@ CREATE TABLE IF NOT EXISTS trajectories (
     logprob_sum REAL NOT NULL DEFAULT 0,
     logprob_count INTEGER NOT NULL DEFAULT 0,
     answer_chars INTEGER NOT NULL DEFAULT 0,
-    turn_limit INTEGER NOT NULL DEFAULT 0
+    turn_limit INTEGER NOT NULL DEFAULT 0,
+    replay_of TEXT
 );
 CREATE INDEX IF NOT EXISTS traj_step ON trajectories (step, sample_index, rollout_n);
+CREATE INDEX IF NOT EXISTS traj_replay ON trajectories (replay_of) WHERE replay_of IS NOT NULL;
 -- a run's steps and GRPO groups: covering for insights' group query
 CREATE INDEX IF NOT EXISTS traj_run ON trajectories (project, experiment, step, sample_index, validate, reward, id);
 CREATE INDEX IF NOT EXISTS traj_agent ON trajectories (agent_name);

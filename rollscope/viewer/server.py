@@ -120,8 +120,9 @@ class Viewer:
             width = 100 * ((span.end_ns or span.start_ns) - span.start_ns) / total
             return round(left, 3), round(min(max(width, 0.2), 100 - left), 3)
 
+        replays = self.store().trajectories(replay_of=record.id, order_by="start")
         return self._render("trajectory.html", title=record.id, t=record, roots=record.tree(), bar=bar,
-                            task=first_user_message(record), truth=ground_truth(record))  # fmt: skip
+                            task=first_user_message(record), truth=ground_truth(record), replays=replays)  # fmt: skip
 
     def compare(self, q: dict[str, str], ids: list[str]) -> str:
         ids = list(dict.fromkeys(i for i in ids if i))

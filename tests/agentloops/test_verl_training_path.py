@@ -75,6 +75,16 @@ def test_verls_trace_keys_alone_trace_a_scratch_loop_completely(worker, config_f
     # verl's own tracing was handed over: its decorators and sample choice are rollscope's now
     assert RolloutTraceConfig.get_backend() == "rollscope"
     assert RolloutTraceConfig.get_instance().max_samples_per_step_per_worker is None
+    if worker == "plain":  # a trajectory recorded under verl's own worker replays as a regression test
+        from rollscope.testing import replay
+
+        tracing.shutdown_tracing(60)
+        outcome = replay(trajectories[0].id, store=str(tmp_path / "traces"))
+        assert outcome.ok, outcome.differences
+        again = TraceStore(tmp_path / "traces").get(outcome.replay)
+        assert_complete_tree(again.tree()[0])
+        assert (again.replay_of, again.reward, again.sample_index) == (trajectories[0].id, 1.0,
+                                                                         trajectories[0].sample_index)  # fmt: skip
 
 
 def test_plain_worker_and_manager_trace_the_same_samples(config_for, load_balancer, tmp_path):

@@ -43,6 +43,11 @@ def test_example_runs_on_the_embedded_model(tmp_path, llm, example, tool):
     assert llm_spans and all(s.attributes["gen_ai.usage.output_tokens"] > 0 for s in llm_spans)
     assert any(f'"name": "{tool}"' in s.outputs["response_text"] for s in llm_spans)  # the model called the tool
     assert any(s.kind == "tool" for s in spans) and any(s.name == "reward" for s in spans)
+    if example == "gsm8k-calculator":  # what the embedded model said, replayed token for token, checks out
+        from rollscope.testing import replay
+
+        outcome = replay(trajectories[0].id, str(tmp_path), tokenizer=llm.tokenizer)
+        assert outcome.ok, outcome.differences
 
 
 def test_make_demo_command(tmp_path):

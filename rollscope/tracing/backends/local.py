@@ -57,7 +57,7 @@ class LocalBackend(TraceBackend):
         return (
             t.id, t.project, t.experiment, t.step, t.sample_index, t.rollout_n, int(t.validate),
             t.agent_name, t.status, t.reward, t.start_ns, t.end_ns, *c[:6], t.error_type, t.error_message,
-            encode_json(attributes).decode() if attributes else None, *c[6:],
+            encode_json(attributes).decode() if attributes else None, *c[6:], t.attributes.get("replay_of"),
         )  # fmt: skip
 
     def on_trajectory_start(self, trajectory: Trajectory) -> None:
