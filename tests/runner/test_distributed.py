@@ -23,7 +23,8 @@ def test_two_ray_workers_record_every_trajectory_once(tmp_path):
 
 
 def test_a_worker_config_error_is_one_line(tmp_path):
-    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{tmp_path}/missing.yaml", "--workers", "2")
+    (tmp_path / "bad.yaml").write_text("replies: 5\n")  # found by the pre-flight check, refused in the workers
+    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{tmp_path}/bad.yaml", "--workers", "2")
     assert result.returncode == 3, result.stderr[-3000:]
     assert result.stderr.strip().splitlines()[-1].startswith("rollscope: error: scripted:")
     assert "Traceback" not in result.stderr

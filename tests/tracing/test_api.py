@@ -67,7 +67,7 @@ def test_exception_is_recorded_and_reraised(local_tracer, read_store):
     [span] = t.spans
     assert (span.status, span.error_type) == ("error", "ZeroDivisionError")
     assert "division by zero" in span.error_message
-    assert t.num_errors == 2  # the tool span and the trajectory itself
+    assert t.num_errors == 1  # error spans: the tool span (the trajectory's own failure is its status)
 
 
 def test_trace_false_disables_every_nested_op(local_tracer, read_store):
