@@ -109,7 +109,7 @@ def _synthetic_rows(n: int, seed: int, steps: int = 100, rollouts: int = 8):
         trajectories.append((tid, "bench", "q", step, sample, rollout, 0, "tool_agent", "ok", reward,
                              now + i, now + i + 1000, 7, 3, 3, int(tool_error), tokens, int(tool_error), None, None,
                              attributes, int(rng.random() < 0.05), int(rng.random() < 0.1), -0.3 * tokens, tokens,
-                             rng.randint(0, 40), int(rng.random() < 0.03)))  # fmt: skip
+                             rng.randint(0, 40), int(rng.random() < 0.03), None))  # fmt: skip
         parent = None
         for j in range(SPANS_PER_TRAJECTORY):
             sid = new_id()

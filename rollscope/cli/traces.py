@@ -6,8 +6,9 @@ import argparse
 import json
 import shutil
 import sys
+from pathlib import Path
 
-from rollscope.store import TraceStore
+from rollscope.store import TraceStore, resolve_dir
 from rollscope.store.reader import ORDERS
 
 
@@ -177,6 +178,45 @@ def traces_group(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_compact(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dir", help="the shared trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    p.add_argument("--min-segments", type=int, default=2, help="merge only batches of at least N (default 2)")
+    p.add_argument("--target-mb", type=float, default=64, help="size of a merged segment (default 64)")
+
+
+def traces_compact(args: argparse.Namespace) -> int:
+    """Merge a shared store's sealed segments into fewer, larger ones (safe while writers publish)."""
+    from rollscope.store.segments import SEGMENTS, compact, is_segmented
+
+    directory = resolve_dir(args.dir)
+    if not is_segmented(directory):
+        raise FileNotFoundError(f"{directory}: no {SEGMENTS}/ here: only a store written with local_dir has segments")
+    before = len(list((directory / SEGMENTS).glob("*.rstrace")))
+    made = compact(directory, min_segments=args.min_segments, target_bytes=int(args.target_mb * 2**20))
+    after = len(list((directory / SEGMENTS).glob("*.rstrace")))
+    print(f"{before} segments -> {after} ({len(made)} merged) in {directory / SEGMENTS}")
+    return 0
+
+
+def _add_recover(p: argparse.ArgumentParser) -> None:
+    p.add_argument("local_dir", help="the node-local directory the writers kept their live databases in")
+    p.add_argument("--dir", help="the shared trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+
+
+def traces_recover(args: argparse.Namespace) -> int:
+    """Publish what writers that died on this host left in their local databases."""
+    from rollscope.store.segments import recover
+
+    local = Path(args.local_dir)
+    if not local.is_dir():
+        raise FileNotFoundError(f"{local}: no such directory")
+    done = recover(local, resolve_dir(args.dir))
+    for path, sealed in done:
+        print(f"{path}: {sealed} trajectories published")
+    print(f"{len(done)} databases recovered" if done else f"nothing to recover in {local}")
+    return 0
+
+
 _SPAN_FIELDS = ("id", "parent_id", "name", "kind", "start_ns", "end_ns", "status", "error_type", "error_message",
                 "inputs", "outputs", "attributes")  # fmt: skip
 
@@ -190,4 +230,6 @@ COMMANDS = {
     "show": (_add_show, traces_show, "one trajectory: turns, tool calls and results, timing, tokens, reward, errors"),
     "diff": (_add_diff, traces_diff, "two trajectories side by side, turn by turn"),
     "group": (_add_group, traces_group, "a GRPO group: every rollout of one sample at one step, with advantages"),
+    "compact": (_add_compact, traces_compact, "merge a shared store's small segments (safe while writers publish)"),
+    "recover": (_add_recover, traces_recover, "publish what dead writers left in a node-local directory"),
 }

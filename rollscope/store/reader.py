@@ -14,6 +14,7 @@ from typing import Any
 
 from rollscope.store.records import SpanRecord, StepStats, TrajectoryRecord
 from rollscope.store.schema import SHARD_SUFFIX, SPAN_COLUMNS, TRAJECTORY_COLUMNS, decode_payload, resolve_dir
+from rollscope.store.segments import is_segmented, open_immutable, visible
 
 # order name -> SQL sort terms; every order ends with id, so equal keys page deterministically
 _ORDER = {
@@ -54,16 +55,33 @@ class TraceStore:
         self._missing: dict[Path, tuple[re.Pattern, dict[str, str]]] = {}  # older shards: the columns they lack
         self.damaged: dict[Path, str] = {}  # shard -> what was wrong with it
         self._cache: dict[tuple[Path, str], tuple[int, list[tuple]]] = {}  # (shard, query) -> (data_version, rows)
+        self._immutable: set[Path] = set()  # published segments and live views (shared layout)
+        self._sources: dict[Path, list] = {}  # compacted segment -> what it replaced
 
     # ---- shards ----
-    def shards(self) -> list[Path]:
-        return sorted(self.path.glob(f"*{SHARD_SUFFIX}"))
+    def shards(self, step: Any = None) -> list[Path]:
+        """The files to read: the shards in the directory and, in the shared layout, the visible
+        segments (those that may hold ``step``, when given) and live views (``store.segments``)."""
+        shards = sorted(self.path.glob(f"*{SHARD_SUFFIX}"))
+        if not is_segmented(self.path):
+            return shards
+        segments, views = visible(self.path, self._sources)
+        published = [s.path for s in segments if type(step) is not int or s.may_hold(step)] + views
+        self._immutable.update(published)
+        listed = set(published)
+        for gone in [p for p in self._conns if p in self._immutable and p not in listed]:  # replaced or compacted
+            self._conns.pop(gone).close()
+            self._immutable.discard(gone)
+        return shards + published
 
     def _conn(self, shard: Path) -> sqlite3.Connection:
         db = self._conns.get(shard)
         if db is None:
             try:
-                db = sqlite3.connect(shard, check_same_thread=False)
+                # A published file never changes and belongs to no one here: opened as immutable
+                # (no lock, no -shm), so no reader takes part in another host's database.
+                db = (open_immutable(shard) if shard in self._immutable
+                      else sqlite3.connect(shard, check_same_thread=False))  # fmt: skip
                 columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
             except sqlite3.OperationalError:
                 # A read-only file system (or directory): a WAL database cannot make its shared-memory
@@ -78,9 +96,9 @@ class TraceStore:
                 self._missing[shard] = (re.compile(r"\b(" + "|".join(missing) + r")\b"), missing)
         return db
 
-    def _query(self, sql: str, params: list[Any]) -> list[tuple[Path, tuple]]:
+    def _query(self, sql: str, params: list[Any], step: Any = None) -> list[tuple[Path, tuple]]:
         rows: list[tuple[Path, tuple]] = []
-        for shard in self.shards():
+        for shard in self.shards(step):
             if shard in self.damaged:
                 continue
             try:
@@ -145,7 +163,7 @@ class TraceStore:
         terms = _ORDER[order_by].split(", ")
         order = ", ".join(f"{c}{direction}" for c in terms)
         if limit is None:
-            rows = self._query(f"{_SELECT_TRAJ}{where} ORDER BY {order}", params)
+            rows = self._query(f"{_SELECT_TRAJ}{where} ORDER BY {order}", params, step)
             records = [self._record(shard, row) for shard, row in rows]
             if len({shard for shard, _ in rows}) > 1:
                 records.sort(key=lambda r: _null_first_key(_record_key(r, order_by)), reverse=descending)
@@ -154,7 +172,7 @@ class TraceStore:
         # whole rows are read only for the page itself.
         keys = f"SELECT {', '.join(terms)} FROM trajectories{where} ORDER BY {order} LIMIT {int(limit) + int(offset)}"
         streams: dict[Path, list[tuple]] = {}  # per shard: (*sort keys as _null_first tuples, shard); id last
-        for shard, row in self._query(keys, params):
+        for shard, row in self._query(keys, params, step):
             streams.setdefault(shard, []).append((*map(_null_first, row), shard))
         merged = heapq.merge(*streams.values(), reverse=descending)
         page = list(itertools.islice(merged, offset, offset + limit))
@@ -171,7 +189,8 @@ class TraceStore:
 
     def count(self, **filters: Any) -> int:
         where, params = _where(**filters)
-        return sum(r[0] for _, r in self._query(f"SELECT COUNT(*) FROM trajectories{where}", params))
+        rows = self._query(f"SELECT COUNT(*) FROM trajectories{where}", params, filters.get("step"))
+        return sum(r[0] for _, r in rows)
 
     def steps(self, **filters: Any) -> list[StepStats]:
         """Per-step aggregates of the matching trajectories, one series per experiment (steps of
@@ -254,7 +273,8 @@ class TraceStore:
         return diff_trajectories(left, right)
 
     def spans(self, trajectory_id: str, shard: Path | None = None) -> list[SpanRecord]:
-        shards = [shard] if shard is not None else self.shards()
+        # (a live view replaced since the record was read: the trajectory is wherever it is now)
+        shards = [shard] if shard is not None and (shard in self._conns or shard.exists()) else self.shards()
         out: list[SpanRecord] = []
         for s in shards:
             if s in self.damaged:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -12,6 +13,7 @@ from typing import Any
 
 from rollscope.store.records import SpanRecord
 from rollscope.store.schema import DDL, SHARD_SUFFIX, SPAN_COLUMNS, TRAJECTORY_COLUMNS, decode_payload
+from rollscope.store.segments import DEFAULT_PUBLISH_INTERVAL_S, Publisher, reconcile, recover
 from rollscope.store.summary import TrajectorySummary
 
 _UPSERT_TRAJECTORY = (
@@ -43,15 +45,27 @@ class ShardWriter:
     """Owns one shard file. Not thread-safe: the local backend's worker thread is its only user.
 
     ``existing``: continue a shard whose writer is gone (a killed trace sidecar's) instead of
-    starting one; SQLite rolls back whatever transaction it left unfinished."""
+    starting one; SQLite rolls back whatever transaction it left unfinished.
 
-    def __init__(self, directory: str | os.PathLike, existing: str | os.PathLike | None = None) -> None:
+    ``local_dir``: the shared-filesystem layout (``segments``). The database lives in ``local_dir``
+    (node-local disk) and what it holds is published into ``directory`` as sealed segments every
+    ``publish_interval_s`` and at ``publish``/``close``; databases that writers on this host left
+    behind when they died are published first."""
+
+    def __init__(self, directory: str | os.PathLike, existing: str | os.PathLike | None = None,
+                 local_dir: str | os.PathLike | None = None,
+                 publish_interval_s: float = DEFAULT_PUBLISH_INTERVAL_S) -> None:  # fmt: skip
         self.directory = Path(directory)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
+            if local_dir is not None:
+                Path(local_dir).mkdir(parents=True, exist_ok=True)
         except OSError as exc:
-            raise OSError(f"cannot create trace directory {self.directory}: {exc.strerror or exc}") from exc
-        self.path = Path(existing) if existing is not None else self.directory / shard_name()
+            raise OSError(f"cannot create trace directory {exc.filename}: {exc.strerror or exc}") from exc
+        home = Path(local_dir) if local_dir is not None else self.directory
+        if local_dir is not None and existing is None:
+            recover(home, self.directory)
+        self.path = Path(existing) if existing is not None else home / shard_name()
         if existing is not None and not self.path.is_file():
             raise OSError(f"cannot continue trace store {self.path}: no such file")
         try:
@@ -62,6 +76,11 @@ class ShardWriter:
             self._db.executescript(DDL)
         except sqlite3.Error as exc:
             raise OSError(f"cannot create trace store {self.path}: {exc}") from exc
+        self.publisher: Publisher | None = None
+        if local_dir is not None:
+            writer = self.path.name[: -len(SHARD_SUFFIX)]
+            reconcile(self._db, self.directory, writer)
+            self.publisher = Publisher(self._db, self.path, self.directory, writer, publish_interval_s)
 
     def write(
         self,
@@ -86,6 +105,8 @@ class ShardWriter:
             if position is not None:
                 db.execute(_SET_POSITION, (str(position),))
             db.execute("COMMIT")
+            if self.publisher is not None and self.publisher.due():
+                self.publisher.publish()
         except sqlite3.Error as exc:
             if db.in_transaction:  # SQLite has already rolled back on some errors (a full disk)
                 db.execute("ROLLBACK")
@@ -115,5 +136,19 @@ class ShardWriter:
                                                  attributes=values.get("attributes") or {}))  # fmt: skip
         return summaries
 
+    def publish(self) -> None:
+        """Make what is stored visible to readers on other hosts now (shared layout only)."""
+        if self.publisher is not None:
+            self.publisher.publish()
+
     def close(self) -> None:
+        publisher, done = self.publisher, False
+        if publisher is not None:
+            publisher.publish(final=True)
+            left = self._db.execute("SELECT COUNT(*) FROM trajectories WHERE id NOT IN (SELECT id FROM sealed)")
+            done = left.fetchone()[0] == 0
         self._db.close()
+        if done:  # all of it is in the shared directory now
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    Path(f"{self.path}{suffix}").unlink()

@@ -172,6 +172,9 @@ class BackendWorker:
                 elif event[0] == _FLUSH:
                     if self._call(self.backend.flush) and position is not None:
                         self.position, position = position, None
+                    publish = getattr(self.backend, "publish", None)  # an explicit flush: visible everywhere now
+                    if publish is not None:
+                        self._call(publish)
                     did_work = False
                     event[1].arrive()
                     continue

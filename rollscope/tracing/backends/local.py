@@ -8,19 +8,21 @@ import sqlite3
 from typing import Any
 
 from rollscope.store.schema import encode_json, encode_payload, resolve_dir
+from rollscope.store.segments import DEFAULT_PUBLISH_INTERVAL_S
 from rollscope.store.summary import TrajectorySummary
 from rollscope.store.writer import ShardWriter
 from rollscope.tracing.backends.base import TraceBackend
 from rollscope.tracing.spans import Span, Trajectory
 
 log = logging.getLogger("rollscope.tracing")
+ENV_LOCAL_DIR = "ROLLSCOPE_LOCAL_DIR"
 MAX_RETAINED_SPANS = 200_000  # kept in memory for a retry while the store cannot be written
 _EMPTY = TrajectorySummary()
 
 
 class LocalBackend(TraceBackend):
     name = "local"
-    options = frozenset({"trace_dir"})
+    options = frozenset({"trace_dir", "local_dir", "publish_interval_s"})
     lossless = True
     out_of_process = True  # encoding, compression and SQLite: the bulk of tracing's CPU
 
@@ -30,12 +32,18 @@ class LocalBackend(TraceBackend):
         project: str | None = None,
         experiment: str | None = None,
         trace_dir: str | os.PathLike | None = None,
+        local_dir: str | os.PathLike | None = None,
+        publish_interval_s: float = DEFAULT_PUBLISH_INTERVAL_S,
         resume_shard: str | os.PathLike | None = None,
     ) -> None:
-        """``resume_shard``: continue the shard a killed trace sidecar was writing, from the
+        """``local_dir`` (or ``$ROLLSCOPE_LOCAL_DIR``): a shared ``trace_dir`` on a network file
+        system gets sealed segments, the live database stays on this node (``store.segments``).
+        ``resume_shard``: continue the shard a killed trace sidecar was writing, from the
         position it committed last (``resumed_position``), with its open trajectories' counts."""
         super().__init__(project=project, experiment=experiment)
-        self.writer = ShardWriter(resolve_dir(trace_dir), existing=resume_shard)
+        local_dir = local_dir or os.environ.get(ENV_LOCAL_DIR) or None
+        self.writer = ShardWriter(resolve_dir(trace_dir), existing=resume_shard, local_dir=local_dir,
+                                  publish_interval_s=float(publish_interval_s))  # fmt: skip
         self._trajectories: dict[str, tuple] = {}
         self._spans: list[tuple] = []
         self._rewards: list[tuple[str, float | None, dict[str, Any]]] = []
@@ -84,6 +92,10 @@ class LocalBackend(TraceBackend):
 
     def on_reward(self, trajectory_id: str, reward: float, details: dict[str, Any]) -> None:
         self._rewards.append((trajectory_id, reward, details))
+
+    def publish(self) -> None:
+        """At an explicit flush: what is stored becomes visible on other hosts now (shared layout)."""
+        self.writer.publish()
 
     def mark_position(self, position: int) -> None:
         self._position = position

@@ -1,0 +1,331 @@
+"""Sealed segments: how a store on a shared filesystem (NFS, Lustre, GPFS, a cloud file store) is
+written by many hosts and read by others safely.
+
+A writer keeps its live SQLite database on node-local disk (WAL needs one host's shared memory)
+and publishes into the shared directory, every ``publish_interval_s`` and at flush and close:
+
+- ``segments/<writer>~<seq>~<lo>~<hi>.rstrace``: the trajectories it finished since the last
+  segment, each whole (row and spans) and each in exactly one segment; ``lo``-``hi`` is the step
+  range inside (readers skip segments outside a step they are asked for);
+- ``live/<writer>~<seq>~<gen>.rstrace``: its trajectories still running (or waiting for their
+  reward), consistent with its segments up to ``seq``.
+
+Every file is written under a dot-name, fsynced and renamed into place, so no reader ever sees a
+half-written one; once there it never changes. Readers open only these immutable files
+(``mode=ro&immutable=1``), never another process's database. A live view counts only when its
+``seq`` is its writer's newest segment (else a trajectory could show twice while the next one is
+renamed in), so running trajectories from other hosts show within one publish interval.
+
+``compact`` merges small segments into ``compact~<id>~<lo>~<hi>.rstrace``, listing its sources
+inside; readers leave out a segment a compacted one lists, so compaction is safe while writers
+publish, and running it again finishes what a crash left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import sqlite3
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rollscope.store.schema import DDL, SHARD_SUFFIX
+
+log = logging.getLogger("rollscope.store")
+
+SEGMENTS, LIVE = "segments", "live"
+DEFAULT_PUBLISH_INTERVAL_S = 5.0
+SETTLE_S = 30.0  # a finished trajectory waits this long for a reward verl computes after it ends
+_NAME = re.compile(r"^(?P<writer>[^~.][^~]*)~(?P<seq>\d+)~(?P<lo>-?\d+|n)~(?P<hi>-?\d+|n)"
+                   + re.escape(SHARD_SUFFIX) + "$")  # fmt: skip
+_LIVE_NAME = re.compile(r"^(?P<writer>[^~.][^~]*)~(?P<seq>\d+)~(?P<gen>\d+)" + re.escape(SHARD_SUFFIX) + "$")
+COMPACT_WRITER = "compact"
+
+
+@dataclass(frozen=True)
+class Segment:
+    path: Path
+    writer: str
+    seq: int
+    lo: int | None
+    hi: int | None
+
+    def may_hold(self, step: int) -> bool:
+        return self.lo is None or self.hi is None or self.lo <= step <= self.hi
+
+
+def parse(path: Path) -> Segment | None:
+    m = _NAME.match(path.name)
+    if m is None:
+        return None
+    lo, hi = (None if m[k] == "n" else int(m[k]) for k in ("lo", "hi"))
+    return Segment(path, m["writer"], int(m["seq"]), lo, hi)
+
+
+def is_segmented(directory: Path) -> bool:
+    return (directory / SEGMENTS).is_dir()
+
+
+def open_immutable(path: Path) -> sqlite3.Connection:
+    """A published file, read as the immutable file it is: no lock, no journal, no -shm."""
+    return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+
+
+def _sources(path: Path, cache: dict[Path, list[tuple[str, str, int]]]) -> list[tuple[str, str, int]]:
+    found = cache.get(path)
+    if found is None:
+        db = open_immutable(path)
+        try:
+            found = [tuple(r) for r in db.execute("SELECT name, writer, seq FROM sources")]
+        except sqlite3.DatabaseError:
+            found = []
+        finally:
+            db.close()
+        cache[path] = found
+    return found
+
+
+def visible(directory: Path, cache: dict[Path, list]) -> tuple[list[Segment], list[Path]]:
+    """(the segments to read, the live views to read) of a segmented store, as listed now."""
+    segments = [s for s in map(parse, sorted((directory / SEGMENTS).glob(f"*{SHARD_SUFFIX}"))) if s is not None]
+    replaced: set[str] = set()
+    newest: dict[str, int] = {}
+    for s in segments:
+        if s.writer == COMPACT_WRITER:
+            for name, writer, seq in _sources(s.path, cache):
+                replaced.add(name)
+                newest[writer] = max(newest.get(writer, 0), seq)
+        else:
+            newest[s.writer] = max(newest.get(s.writer, 0), s.seq)
+    segments = [s for s in segments if s.path.name not in replaced]
+    views: dict[str, tuple[int, Path]] = {}
+    live = directory / LIVE
+    for path in sorted(live.glob(f"*{SHARD_SUFFIX}")) if live.is_dir() else ():
+        m = _LIVE_NAME.match(path.name)
+        if m is None or int(m["seq"]) != newest.get(m["writer"], 0):
+            continue  # a view older than its writer's newest segment would repeat what that segment holds
+        if int(m["gen"]) >= views.get(m["writer"], (-1, path))[0]:
+            views[m["writer"]] = (int(m["gen"]), path)
+    return segments, [p for _, p in views.values()]
+
+
+def _fsync(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_file(target: Path, fill) -> None:
+    """Create ``target`` as a new database, atomically: built under a dot-name, fsynced, renamed."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    db = sqlite3.connect(f"file:{temp}", uri=True, isolation_level=None)
+    try:
+        db.execute("PRAGMA journal_mode=OFF")  # a crash leaves a dot-file nobody reads
+        db.executescript(DDL)
+        fill(db)
+        db.execute("PRAGMA journal_mode=DELETE")
+    finally:
+        db.close()
+    _fsync(temp)
+    temp.replace(target)
+    _fsync(target.parent)
+
+
+def _copy(db: sqlite3.Connection, source: Path | str, ids_sql: str, params: Iterable = ()) -> None:
+    """Copy whole trajectories (rows, spans) chosen by ``ids_sql`` over ``source`` into ``db``."""
+    db.execute("ATTACH DATABASE ? AS src", (str(source),))
+    try:
+        db.execute("BEGIN")
+        db.execute(f"CREATE TEMP TABLE pick AS {ids_sql}", tuple(params))
+        db.execute("INSERT OR REPLACE INTO main.trajectories SELECT * FROM src.trajectories "
+                   "WHERE id IN (SELECT id FROM pick)")  # fmt: skip
+        db.execute("INSERT OR REPLACE INTO main.spans SELECT * FROM src.spans "
+                   "WHERE trajectory_id IN (SELECT id FROM pick)")  # fmt: skip
+        db.execute("DROP TABLE pick")
+        db.execute("COMMIT")
+    finally:
+        db.execute("DETACH DATABASE src")
+
+
+class Publisher:
+    """A writer's side: seals finished trajectories of its local database into segments of the
+    shared directory, and keeps its live view there current. Used from the writer's own thread."""
+
+    def __init__(self, db: sqlite3.Connection, local_path: Path, shared: Path, writer: str,
+                 interval_s: float = DEFAULT_PUBLISH_INTERVAL_S) -> None:  # fmt: skip
+        self.db, self.local_path, self.shared, self.writer = db, local_path, shared, writer
+        self.interval_s = interval_s
+        db.execute("CREATE TABLE IF NOT EXISTS sealed (id TEXT PRIMARY KEY, seq INTEGER NOT NULL)")
+        row = db.execute("SELECT MAX(seq) FROM sealed").fetchone()
+        self.seq = row[0] or 0
+        self.gen = 0
+        self.next_at = time.monotonic() + interval_s
+
+    def due(self) -> bool:
+        return time.monotonic() >= self.next_at
+
+    def publish(self, final: bool = False) -> int:
+        """Seal what is finished (everything when ``final``) and refresh the live view; returns the
+        trajectories sealed. A failure (the shared directory gone, full) is logged, and retried
+        at the next publish: the local database keeps everything meanwhile."""
+        self.next_at = time.monotonic() + self.interval_s
+        settled = ("" if final else
+                   " AND status != 'running' AND (reward IS NOT NULL OR end_ns < ?)")  # fmt: skip
+        params = () if final else (time.time_ns() - int(SETTLE_S * 1e9),)
+        pick = f"SELECT id FROM main.trajectories WHERE id NOT IN (SELECT id FROM main.sealed){settled}"
+        try:
+            ids = [r[0] for r in self.db.execute(pick, params)]
+            if ids:
+                self._seal(ids)
+            self._live_view(final)
+        except (OSError, sqlite3.Error) as exc:
+            log.warning("trace store: publishing to %s failed (%s); the local store %s keeps it, retried",
+                        self.shared, exc, self.local_path)  # fmt: skip
+            return 0
+        return len(ids)
+
+    def _seal(self, ids: list[str]) -> None:
+        marks = ",".join("?" * len(ids))
+        steps = self.db.execute(f"SELECT MIN(step), MAX(step), COUNT(step) = COUNT(*) FROM trajectories "
+                                f"WHERE id IN ({marks})", ids).fetchone()  # fmt: skip
+        lo, hi = (steps[0], steps[1]) if steps[2] and all(type(v) is int for v in steps[:2]) else ("n", "n")
+        seq = self.seq + 1
+        target = self.shared / SEGMENTS / f"{self.writer}~{seq:08d}~{lo}~{hi}{SHARD_SUFFIX}"
+        _write_file(target, lambda db: _copy(db, self.local_path, "SELECT value AS id FROM json_each(?)",
+                                             (json.dumps(ids),)))  # fmt: skip
+        with self.db:  # after the rename: a crash in between is reconciled from the segment (recover)
+            self.db.executemany("INSERT OR IGNORE INTO sealed VALUES (?, ?)", [(i, seq) for i in ids])
+        self.seq = seq
+
+    def _live_view(self, final: bool) -> None:
+        live = self.shared / LIVE
+        old = sorted(live.glob(f"{self.writer}~*{SHARD_SUFFIX}")) if live.is_dir() else []
+        if not final:
+            self.gen += 1
+            target = live / f"{self.writer}~{self.seq:08d}~{self.gen:08d}{SHARD_SUFFIX}"
+            _write_file(target, lambda db: _copy(
+                db, self.local_path, "SELECT id FROM src.trajectories WHERE id NOT IN (SELECT id FROM src.sealed)"))
+            old = [p for p in old if p != target]
+        for path in old:  # readers that opened one keep reading it: it is never written again
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def reconcile(db: sqlite3.Connection, shared: Path, writer: str) -> None:
+    """After a crash: the segments this writer renamed into place but did not record as sealed."""
+    db.execute("CREATE TABLE IF NOT EXISTS sealed (id TEXT PRIMARY KEY, seq INTEGER NOT NULL)")
+    known = db.execute("SELECT MAX(seq) FROM sealed").fetchone()[0] or 0
+    for s in map(parse, sorted((shared / SEGMENTS).glob(f"{writer}~*{SHARD_SUFFIX}"))):
+        if s is not None and s.writer == writer and s.seq > known:
+            seg = open_immutable(s.path)
+            ids = [r[0] for r in seg.execute("SELECT id FROM trajectories")]
+            seg.close()
+            with db:
+                db.executemany("INSERT OR IGNORE INTO sealed VALUES (?, ?)", [(i, s.seq) for i in ids])
+
+
+def recover(local_dir: Path, shared: Path, *, alive: set[int] | None = None) -> list[tuple[Path, int]]:
+    """Publish what writers that died left in ``local_dir`` (their live databases), then remove
+    those databases. A database whose writer still runs on this host is left alone. Returns
+    (database, trajectories published) per database recovered."""
+    import socket
+
+    host = socket.gethostname()
+    done = []
+    for path in sorted(Path(local_dir).glob(f"*{SHARD_SUFFIX}")):
+        writer = path.name[: -len(SHARD_SUFFIX)]
+        pid = _pid_of(writer, host)
+        if pid is not None and ((alive is not None and pid in alive) or (alive is None and _running(pid))):
+            continue
+        db = sqlite3.connect(path, isolation_level=None)
+        try:
+            reconcile(db, shared, writer)
+            publisher = Publisher(db, path, shared, writer)
+            sealed = publisher.publish(final=True)
+            left = db.execute("SELECT COUNT(*) FROM trajectories WHERE id NOT IN (SELECT id FROM sealed)").fetchone()[0]
+        finally:
+            db.close()
+        if left == 0:
+            for suffix in ("", "-wal", "-shm"):
+                with contextlib.suppress(FileNotFoundError):
+                    Path(f"{path}{suffix}").unlink()
+        done.append((path, sealed))
+    return done
+
+
+def _pid_of(writer: str, host: str) -> int | None:
+    """The pid in a writer name made on this host (``<host>-<pid>-<random>``), else None."""
+    prefix = "".join(c if c.isalnum() or c in "-_" else "_" for c in host)[:40] + "-"
+    if not writer.startswith(prefix):
+        return None
+    pid = writer[len(prefix) :].split("-", 1)[0]
+    return int(pid) if pid.isdigit() else None
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def compact(directory: Path, *, min_segments: int = 2, target_bytes: int = 64 * 2**20) -> list[Path]:
+    """Merge sealed segments into ``compact~...`` segments of up to ``target_bytes``; returns the new
+    files. Safe while writers publish: readers leave out what a compacted segment lists as its
+    sources; the sources are removed afterwards (and by the next run, if a crash intervened)."""
+    cache: dict[Path, list] = {}
+    segments, _ = visible(directory, cache)
+    _remove_replaced(directory, cache)
+    batches: list[list[Segment]] = [[]]
+    size = 0
+    for s in segments:
+        length = s.path.stat().st_size
+        if batches[-1] and size + length > target_bytes:
+            batches.append([])
+            size = 0
+        batches[-1].append(s)
+        size += length
+    made = []
+    for batch in batches:
+        if len(batch) < min_segments:
+            continue
+        steps = [v for s in batch for v in (s.lo, s.hi)]
+        lo, hi = (min(steps), max(steps)) if all(v is not None for v in steps) else ("n", "n")
+        name = f"{COMPACT_WRITER}~{time.time_ns()}{os.getpid()}~{lo}~{hi}{SHARD_SUFFIX}"
+        target = directory / SEGMENTS / name
+
+        def fill(db: sqlite3.Connection, batch: list[Segment] = batch) -> None:
+            db.execute("CREATE TABLE sources (name TEXT PRIMARY KEY, writer TEXT NOT NULL, seq INTEGER NOT NULL)")
+            for s in batch:
+                _copy(db, f"{s.path.resolve().as_uri()}?mode=ro&immutable=1", "SELECT id FROM src.trajectories")
+                for name, writer, seq in (_sources(s.path, cache) if s.writer == COMPACT_WRITER
+                                          else [(s.path.name, s.writer, s.seq)]):  # fmt: skip
+                    db.execute("INSERT OR IGNORE INTO sources VALUES (?, ?, ?)", (name, writer, seq))
+
+        _write_file(target, fill)
+        made.append(target)
+        for s in batch:
+            with contextlib.suppress(FileNotFoundError):
+                s.path.unlink()
+    return made
+
+
+def _remove_replaced(directory: Path, cache: dict[Path, list]) -> None:
+    """Sources a compacted segment already holds, left by a compaction that stopped early."""
+    listed = sorted((directory / SEGMENTS).glob(f"*{SHARD_SUFFIX}"))
+    names = {name for p in listed if p.name.startswith(COMPACT_WRITER + "~") for name, _, _ in _sources(p, cache)}
+    for p in listed:
+        if p.name in names:
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
