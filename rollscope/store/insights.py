@@ -164,7 +164,7 @@ def _per_step(store: TraceStore, where: str, params: list, th: Thresholds) -> di
              "tool_calls", "tokens", "logprob_sum", "logprob_count")  # fmt: skip
     args = [getattr(th, a) for _, names_ in _PREDICATES.values() for a in (*names_, *names_)]  # MIN's, then MAX's
     runs: dict[tuple, dict[Any, dict]] = {}
-    for _, (project, experiment, step, *values) in store._query(sql, [th.answer_chars, *args, *params]):
+    for _, (project, experiment, step, *values) in store._query(sql, [th.answer_chars, *args, *params], cached=True):
         acc = runs.setdefault((project, experiment), {}).setdefault(step, {**dict.fromkeys(names, 0), "examples": {}})
         for name, value in zip(names, values, strict=False):
             acc[name] += value
@@ -181,7 +181,7 @@ def _groups(store: TraceStore, where: str, params: list) -> dict[tuple, list[tup
     sql = ("SELECT project, experiment, step, sample_index, COUNT(*), MIN(reward), MAX(reward), MIN(id) "
            f"FROM trajectories{where} GROUP BY project, experiment, step, sample_index")  # fmt: skip
     merged: dict[tuple, list] = {}
-    for _, (project, experiment, step, sample, n, low, high, first) in store._query(sql, params):
+    for _, (project, experiment, step, sample, n, low, high, first) in store._query(sql, params, cached=True):
         acc = merged.get((project, experiment, step, sample))
         if acc is None:
             merged[(project, experiment, step, sample)] = [n, low, high, first]
@@ -214,7 +214,7 @@ def _tool_errors(store: TraceStore, where: str, params: list) -> dict[tuple, dic
     sql = ("SELECT project, experiment, step, j.key, j.value, trajectories.id FROM trajectories, "
            f"json_each(trajectories.attributes, '$.tool_errors') AS j{where} ORDER BY trajectories.id")  # fmt: skip
     out: dict[tuple, dict[str, list]] = {}
-    for _, (project, experiment, step, label, n, tid) in store._query(sql, params):
+    for _, (project, experiment, step, label, n, tid) in store._query(sql, params, cached=True):
         acc = out.setdefault((project, experiment, step), {}).setdefault(label, [0, []])
         acc[0] += n
         acc[1].append(tid)

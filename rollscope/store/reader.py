@@ -54,7 +54,7 @@ class TraceStore:
         self._conns: dict[Path, sqlite3.Connection] = {}
         self._missing: dict[Path, tuple[re.Pattern, dict[str, str]]] = {}  # older shards: the columns they lack
         self.damaged: dict[Path, str] = {}  # shard -> what was wrong with it
-        self._cache: dict[tuple[Path, str], tuple[int, list[tuple]]] = {}  # (shard, query) -> (data_version, rows)
+        self._cache: dict[tuple, tuple[int, list[tuple]]] = {}  # (shard, query, params) -> (data_version, rows)
         self._immutable: set[Path] = set()  # published segments and live views (shared layout)
         self._sources: dict[Path, list] = {}  # compacted segment -> what it replaced
 
@@ -96,12 +96,19 @@ class TraceStore:
                 self._missing[shard] = (re.compile(r"\b(" + "|".join(missing) + r")\b"), missing)
         return db
 
-    def _query(self, sql: str, params: list[Any], step: Any = None) -> list[tuple[Path, tuple]]:
+    def _query(self, sql: str, params: list[Any], step: Any = None, cached: bool = False) -> list[tuple[Path, tuple]]:
+        """Every shard's rows for ``sql``. ``cached``: an aggregate over whole shards, kept per shard
+        until that shard changes (SQLite's ``data_version``): finished shards are not rescanned."""
         rows: list[tuple[Path, tuple]] = []
         for shard in self.shards(step):
             if shard in self.damaged:
                 continue
+            if shard in self._immutable and shard not in self._conns and not shard.exists():
+                continue  # a live view replaced since the listing: its successor is read next time
             try:
+                if cached:
+                    rows.extend((shard, r) for r in self._cached_rows(shard, sql, params))
+                    continue
                 rows.extend((shard, r) for r in self._conn(shard).execute(self._sql(shard, sql), params))
             except sqlite3.DatabaseError as exc:
                 if "no such table" in str(exc):  # a shard whose writer has not created its schema yet
@@ -201,7 +208,7 @@ class TraceStore:
                "TOTAL(num_errors > 0), TOTAL(num_llm_calls), TOTAL(num_tokens) "
                f"FROM trajectories{where} GROUP BY project, experiment, step")  # fmt: skip
         merged: dict[tuple, list[float]] = {}
-        for _, (project, experiment, step, *values) in self._query(sql, params):
+        for _, (project, experiment, step, *values) in self._query(sql, params, cached=True):
             acc = merged.setdefault((project, experiment, step), [0.0] * len(values))
             for i, v in enumerate(values):
                 acc[i] += v
@@ -221,24 +228,17 @@ class TraceStore:
         return sum(row[0] for row in self._unchanged("SELECT COUNT(*) FROM trajectories"))
 
     def _unchanged(self, sql: str) -> list[tuple]:
-        """Every shard's rows for a whole-table query, each shard's kept until that shard changes
-        (SQLite's ``data_version``): the finished shards of a store are not rescanned per page."""
-        rows: list[tuple] = []
-        for shard in self.shards():
-            if shard in self.damaged:
-                continue
-            try:
-                db = self._conn(shard)
-                version = db.execute("PRAGMA data_version").fetchone()[0]
-                cached = self._cache.get((shard, sql))
-                if cached is None or cached[0] != version:
-                    cached = self._cache[(shard, sql)] = (version, db.execute(self._sql(shard, sql)).fetchall())
-            except sqlite3.DatabaseError as exc:
-                if "no such table" not in str(exc):
-                    self._skip(shard, exc)
-                continue
-            rows.extend(cached[1])
-        return rows
+        """Every shard's rows for a whole-table query (``_query(..., cached=True)``)."""
+        return [row for _, row in self._query(sql, [], cached=True)]
+
+    def _cached_rows(self, shard: Path, sql: str, params: list[Any]) -> list[tuple]:
+        db = self._conn(shard)
+        version = db.execute("PRAGMA data_version").fetchone()[0]
+        key = (shard, sql, tuple(params))
+        found = self._cache.get(key)
+        if found is None or found[0] != version:
+            found = self._cache[key] = (version, db.execute(self._sql(shard, sql), params).fetchall())
+        return found[1]
 
     def get(self, trajectory_id: str) -> TrajectoryRecord:
         rows = self._query(f"{_SELECT_TRAJ} WHERE id = ?", [trajectory_id])
