@@ -114,6 +114,15 @@ def visible(directory: Path, cache: dict[Path, list]) -> tuple[list[Segment], li
     return segments, [p for _, p in views.values()]
 
 
+def _split_ddl() -> tuple[str, str]:
+    """The store's DDL as (tables, indexes)."""
+    lines = "\n".join(line for line in DDL.splitlines() if not line.lstrip().startswith("--"))
+    statements = [s.strip() for s in lines.split(";") if s.strip()]
+    indexes = [s for s in statements if s.upper().startswith("CREATE INDEX")]
+    tables = [s for s in statements if s not in indexes]
+    return ";\n".join(tables) + ";", ";\n".join(indexes) + ";"
+
+
 def _fsync(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
@@ -129,8 +138,10 @@ def _write_file(target: Path, fill) -> None:
     db = sqlite3.connect(f"file:{temp}", uri=True, isolation_level=None)
     try:
         db.execute("PRAGMA journal_mode=OFF")  # a crash leaves a dot-file nobody reads
-        db.executescript(DDL)
+        tables, indexes = _split_ddl()
+        db.executescript(tables)
         fill(db)
+        db.executescript(indexes)  # built once over the rows: cheaper than kept up row by row
         db.execute("PRAGMA journal_mode=DELETE")
     finally:
         db.close()
@@ -157,16 +168,22 @@ def _copy(db: sqlite3.Connection, source: Path | str, ids_sql: str, params: Iter
 
 class Publisher:
     """A writer's side: seals finished trajectories of its local database into segments of the
-    shared directory, and keeps its live view there current. Used from the writer's own thread."""
+    shared directory, and keeps its live view there current. Used from the writer's own thread.
+
+    Only what changed is looked at: rows added since the last publish (by rowid, which an upsert
+    keeps) and those held back then (still running, or waiting for a reward)."""
 
     def __init__(self, db: sqlite3.Connection, local_path: Path, shared: Path, writer: str,
                  interval_s: float = DEFAULT_PUBLISH_INTERVAL_S) -> None:  # fmt: skip
         self.db, self.local_path, self.shared, self.writer = db, local_path, shared, writer
         self.interval_s = interval_s
         db.execute("CREATE TABLE IF NOT EXISTS sealed (id TEXT PRIMARY KEY, seq INTEGER NOT NULL)")
-        row = db.execute("SELECT MAX(seq) FROM sealed").fetchone()
-        self.seq = row[0] or 0
+        self.seq = db.execute("SELECT MAX(seq) FROM sealed").fetchone()[0] or 0
+        self.mark = db.execute("SELECT COALESCE(MAX(rowid), 0) FROM trajectories").fetchone()[0]
+        unsealed = db.execute("SELECT id FROM trajectories WHERE id NOT IN (SELECT id FROM sealed)")
+        self.waiting = {r[0] for r in unsealed}
         self.gen = 0
+        self.live_shown = True  # a view of this writer may be in the shared directory
         self.next_at = time.monotonic() + interval_s
 
     def due(self) -> bool:
@@ -177,20 +194,31 @@ class Publisher:
         trajectories sealed. A failure (the shared directory gone, full) is logged, and retried
         at the next publish: the local database keeps everything meanwhile."""
         self.next_at = time.monotonic() + self.interval_s
-        settled = ("" if final else
-                   " AND status != 'running' AND (reward IS NOT NULL OR end_ns < ?)")  # fmt: skip
-        params = () if final else (time.time_ns() - int(SETTLE_S * 1e9),)
-        pick = f"SELECT id FROM main.trajectories WHERE id NOT IN (SELECT id FROM main.sealed){settled}"
         try:
-            ids = [r[0] for r in self.db.execute(pick, params)]
-            if ids:
-                self._seal(ids)
+            rows = self.db.execute("SELECT rowid, id, status, reward, end_ns FROM trajectories WHERE rowid > ?",
+                                   (self.mark,)).fetchall()  # fmt: skip
+            if self.waiting:
+                marks = ",".join("?" * len(self.waiting))
+                rows += self.db.execute(f"SELECT rowid, id, status, reward, end_ns FROM trajectories "
+                                        f"WHERE id IN ({marks}) AND rowid <= ?",
+                                        [*self.waiting, self.mark]).fetchall()  # fmt: skip
+            settled_before = time.time_ns() - int(SETTLE_S * 1e9)
+            ready, waiting = [], set()
+            for rowid, tid, status, reward, end_ns in rows:
+                self.mark = max(self.mark, rowid)
+                if final or (status != "running" and (reward is not None or (end_ns or 0) < settled_before)):
+                    ready.append(tid)
+                else:
+                    waiting.add(tid)
+            if ready:
+                self._seal(ready)
+            self.waiting = waiting
             self._live_view(final)
         except (OSError, sqlite3.Error) as exc:
             log.warning("trace store: publishing to %s failed (%s); the local store %s keeps it, retried",
                         self.shared, exc, self.local_path)  # fmt: skip
             return 0
-        return len(ids)
+        return len(ready)
 
     def _seal(self, ids: list[str]) -> None:
         marks = ",".join("?" * len(ids))
@@ -201,22 +229,27 @@ class Publisher:
         target = self.shared / SEGMENTS / f"{self.writer}~{seq:08d}~{lo}~{hi}{SHARD_SUFFIX}"
         _write_file(target, lambda db: _copy(db, self.local_path, "SELECT value AS id FROM json_each(?)",
                                              (json.dumps(ids),)))  # fmt: skip
-        with self.db:  # after the rename: a crash in between is reconciled from the segment (recover)
-            self.db.executemany("INSERT OR IGNORE INTO sealed VALUES (?, ?)", [(i, seq) for i in ids])
+        # after the rename: a crash in between is reconciled from the segment (``reconcile``)
+        self.db.execute("INSERT OR IGNORE INTO sealed SELECT value, ? FROM json_each(?)", (seq, json.dumps(ids)))
         self.seq = seq
 
     def _live_view(self, final: bool) -> None:
+        """The writer's unsealed trajectories as one file (none needed when there are none)."""
+        if not self.waiting and not self.live_shown:
+            return
         live = self.shared / LIVE
         old = sorted(live.glob(f"{self.writer}~*{SHARD_SUFFIX}")) if live.is_dir() else []
-        if not final:
+        target = None
+        if self.waiting and not final:
             self.gen += 1
             target = live / f"{self.writer}~{self.seq:08d}~{self.gen:08d}{SHARD_SUFFIX}"
-            _write_file(target, lambda db: _copy(
-                db, self.local_path, "SELECT id FROM src.trajectories WHERE id NOT IN (SELECT id FROM src.sealed)"))
-            old = [p for p in old if p != target]
+            _write_file(target, lambda db: _copy(db, self.local_path, "SELECT value AS id FROM json_each(?)",
+                                                 (json.dumps(sorted(self.waiting)),)))  # fmt: skip
+        self.live_shown = target is not None
         for path in old:  # readers that opened one keep reading it: it is never written again
-            with contextlib.suppress(OSError):
-                path.unlink()
+            if path != target:
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
 
 def reconcile(db: sqlite3.Connection, shared: Path, writer: str) -> None:
@@ -228,8 +261,7 @@ def reconcile(db: sqlite3.Connection, shared: Path, writer: str) -> None:
             seg = open_immutable(s.path)
             ids = [r[0] for r in seg.execute("SELECT id FROM trajectories")]
             seg.close()
-            with db:
-                db.executemany("INSERT OR IGNORE INTO sealed VALUES (?, ?)", [(i, s.seq) for i in ids])
+            db.execute("INSERT OR IGNORE INTO sealed SELECT value, ? FROM json_each(?)", (s.seq, json.dumps(ids)))
 
 
 def recover(local_dir: Path, shared: Path, *, alive: set[int] | None = None) -> list[tuple[Path, int]]:
