@@ -24,6 +24,7 @@ publish, and running it again finishes what a crash left.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import logging
 import os
@@ -277,14 +278,25 @@ def recover(local_dir: Path, shared: Path, *, alive: set[int] | None = None) -> 
         pid = _pid_of(writer, host)
         if pid is not None and ((alive is not None and pid in alive) or (alive is None and _running(pid))):
             continue
-        db = sqlite3.connect(path, isolation_level=None)
+        lock = open(f"{path}.lock", "w")  # noqa: SIM115  (held across the recovery)
         try:
-            reconcile(db, shared, writer)
-            publisher = Publisher(db, path, shared, writer)
-            sealed = publisher.publish(final=True)
-            left = db.execute("SELECT COUNT(*) FROM trajectories WHERE id NOT IN (SELECT id FROM sealed)").fetchone()[0]
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:  # another process on this node is recovering it
+            lock.close()
+            continue
+        try:
+            db = sqlite3.connect(path, isolation_level=None)
+            try:
+                reconcile(db, shared, writer)
+                sealed = Publisher(db, path, shared, writer).publish(final=True)
+                unsealed = "SELECT COUNT(*) FROM trajectories WHERE id NOT IN (SELECT id FROM sealed)"
+                left = db.execute(unsealed).fetchone()[0]
+            finally:
+                db.close()
         finally:
-            db.close()
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(f"{path}.lock")
+            lock.close()
         if left == 0:
             for suffix in ("", "-wal", "-shm"):
                 with contextlib.suppress(FileNotFoundError):
