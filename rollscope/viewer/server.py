@@ -26,7 +26,7 @@ from rollscope.store.reader import ORDERS
 from rollscope.viewer.charts import charts, sparkline
 from rollscope.viewer.chat import conversation, ground_truth
 from rollscope.viewer.tokens import token_view
-from rollscope.viewer.views import cut, figures, first_user_message, fmt, group_url, main_text, tool_call
+from rollscope.viewer.views import figures, first_user_message, fmt, main_text, table_row, tool_call
 
 PAGE_SIZE = 100
 STATIC = {"/static/style.css": ("style.css", "text/css; charset=utf-8")}
@@ -46,8 +46,8 @@ class Viewer:
         self.env = Environment(loader=PackageLoader("rollscope.viewer", "templates"), trim_blocks=True,
                                lstrip_blocks=True, autoescape=select_autoescape(default=True))  # fmt: skip
         self.env.globals.update(figures=figures, main_text=main_text, tool_call=tool_call, turn_text=turn_text,
-                                fmt=fmt, quote=quote, conversation=conversation, token_view=token_view, cut=cut,
-                                group_url=group_url)  # fmt: skip
+                                fmt=fmt, quote=quote, conversation=conversation, token_view=token_view,
+                                table_row=table_row)  # fmt: skip
         TraceStore(directory).close()  # fail now, with the store's message, if the directory is not a store
         self.routes: dict[str, Callable[[dict[str, str], list[str]], str]] = {
             "/": self.index, "/compare": self.compare, "/group": self.group, "/steps": self.steps,

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import functools
 import json
+from html import escape
 from typing import Any
-from urllib.parse import quote_plus
+from urllib.parse import quote, quote_plus
+
+from markupsafe import Markup
 
 from rollscope.store.diff import turn_text
 from rollscope.store.records import SpanRecord, TrajectoryRecord, last_user_message
@@ -38,6 +41,30 @@ def group_url(record: TrajectoryRecord) -> str:
 @functools.lru_cache(maxsize=1024)
 def _quoted(text: str) -> str:
     return quote_plus(text)
+
+
+def table_row(r: TrajectoryRecord) -> Markup:
+    """One row of the trajectory table. Written in Python rather than the template: it is drawn a
+    hundred times a page, and Jinja spends about five times as long on the same seventeen cells."""
+    attributes = r.attributes or {}
+    cells = (
+        f'<td><input type="checkbox" name="id" value="{escape(r.id)}"></td>',
+        f'<td><a href="/t/{escape(quote(r.id))}">{escape(r.id)}</a></td>',
+        f"<td>{escape(r.experiment or '')}</td>",
+        f"<td>{escape(fmt(r.step))}</td>",
+        f'<td><a href="{escape(group_url(r))}">{escape(fmt(r.sample_index))}</a></td>',
+        f"<td>{escape(fmt(r.rollout_n))}</td>",
+        f"<td>{'y' if r.validate else ''}</td>",
+        f"<td>{escape(r.agent_name or '')}</td>",
+        f'<td class="status-{escape(r.status)}">{escape(r.status)}</td>',
+        f"<td>{escape(fmt(r.reward))}</td>",
+        f'<td class="task">{escape(cut(attributes.get("task"), 60))}</td>',
+        f"<td>{r.num_llm_calls}</td><td>{r.num_tool_calls}</td><td>{r.num_tokens}</td><td>{r.num_errors}</td>",
+        f'<td class="first-error">{escape(cut(r.error_message or attributes.get("first_error"), 60))}</td>',
+        f"<td>{escape(fmt(r.duration_s))}</td>",
+    )
+    row_class = "row-error" if r.status == "error" or r.num_errors else ""
+    return Markup(f'<tr class="{row_class}">{"".join(cells)}</tr>\n')
 
 
 def shorten(text: str | None, limit: int | None) -> str | None:

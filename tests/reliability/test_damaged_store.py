@@ -86,3 +86,28 @@ def test_a_finished_store_on_a_read_only_file_system_is_readable(tmp_path):
                              code], capture_output=True, text=True, timeout=120)  # fmt: skip
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["3", "1", "0"]
+
+
+class Collected:
+    """Test double: a push destination that keeps what it is sent."""
+
+    def __init__(self):
+        self.records = []
+
+    def write(self, record):
+        self.records.append(record)
+
+    def flush(self):
+        pass
+
+
+def test_push_sends_the_healthy_shards(damaged, caplog):
+    from rollscope.push import push
+
+    trace_dir, shards = damaged
+    destination = Collected()
+    progress = list(push("weave", str(trace_dir), destination=destination))
+    assert progress[-1] == (3, 3)
+    assert len({r.experiment for r in destination.records}) == 1  # the healthy shard's, whole
+    assert all(len(r.spans) == 1 for r in destination.records)
+    assert any(shards[0].name in r.getMessage() for r in caplog.records)
