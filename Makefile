@@ -60,6 +60,7 @@ demo: install
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports
 
 test: install lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider

@@ -61,7 +61,7 @@ def one_round(order: list[str], block: int, model_dir: str, latency_s: float = 0
     from rollscope.store import TraceStore
     from rollscope.testing import compose_config
     from rollscope.tools.builtin import CalculatorTool
-    from rollscope.tracing import runtime
+    from rollscope.tracing import _runtime as runtime
 
     cfg = compose_config(Path(model_dir), ["actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3"])
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
@@ -110,7 +110,7 @@ def one_round(order: list[str], block: int, model_dir: str, latency_s: float = 0
     out = {v: {"elapsed_s": 0.0, "gc_s": 0.0, "catch_up_s": 0.0, "trajectories": 0, "blocks_s": []} for v in order}
     for variant in order:
         traced = variant == "rs_local"
-        runtime._tracer = tracer if traced else None
+        runtime.state.tracer = tracer if traced else None
         # Every block starts from the same garbage-collector phase. Otherwise whether a full
         # collection (~0.3 s over the torch/transformers/verl heap, one per ~2,000 trajectories
         # here, traced or not) falls inside a block decides it by ±10 %.
@@ -126,7 +126,7 @@ def one_round(order: list[str], block: int, model_dir: str, latency_s: float = 0
             t0 = time.perf_counter()
             tracing.flush_tracing(300)  # the sidecar stores what it held back while the rollout ran
             res["catch_up_s"] += time.perf_counter() - t0
-    runtime._tracer = tracer
+    runtime.state.tracer = tracer
     tracing.shutdown_tracing()
     stored = TraceStore(trace_dir).count(experiment="agent_loop")
     assert stored == out["rs_local"]["trajectories"] + WARM_UP, stored

@@ -2,7 +2,7 @@
 (what a rollout pays) and end-to-end throughput (spans per second until the backend confirmed).
 
   local   the embedded store
-  weave   the real weave client into an in-process trace server (rollscope.weave_inproc)
+  weave   the real weave client into an in-process trace server (rollscope.testing.weave_server)
   mlflow  a real SQLite MLflow tracking store
   otel    OTLP http/protobuf to a local receiver (a thread here that reads and discards)
 
@@ -53,7 +53,7 @@ def one(backend: str, n: int) -> dict:
     options: dict = {"trace_dir": f"{tmp}/traces"} if backend == "local" else {}
     client = None
     if backend == "weave":
-        from rollscope.weave_inproc import InMemoryTraceServer, make_client
+        from rollscope.testing.weave_server import InMemoryTraceServer, make_client
 
         client = make_client(InMemoryTraceServer(), project="bench")
     elif backend == "mlflow":

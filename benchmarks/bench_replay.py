@@ -30,7 +30,6 @@ def main() -> None:
     ap.add_argument("--json")
     args = ap.parse_args()
     t_start = time.perf_counter()
-    from rollscope.cli.run import start_tracing
     from rollscope.runner.config import load_config
     from rollscope.runner.replay import replay
     from rollscope.runner.runner import Runner
@@ -43,7 +42,7 @@ def main() -> None:
                                                   f"trace_dir={tmp}/t"])  # fmt: skip
         runner = Runner(config)
         runner.setup()
-        start_tracing(config, runner.tokenizer)
+        runner.start_tracing()
         asyncio.run(runner.run())
         shutdown_tracing()
         with TraceStore(f"{tmp}/t") as store:

@@ -89,14 +89,13 @@ def variant_cli(one_variant: Any, extra: dict[str, Any] | None = None) -> argpar
 
 
 def one_variant(variant: str, n: int, latency_s: float) -> dict:
-    from rollscope.cli.run import start_tracing
     from rollscope.runner.dataset import loop_kwargs
     from rollscope.store import TraceStore
     from rollscope.tracing import flush_tracing, shutdown_tracing
 
     runner, jobs, trace_dir = scripted_runner(n, latency_s)
     config = runner.config
-    start_tracing(config, runner.tokenizer)
+    runner.start_tracing()
 
     async def direct() -> None:
         limit = asyncio.Semaphore(config.concurrency)
@@ -138,7 +137,6 @@ def overhead(args: argparse.Namespace, latency_ms: float) -> dict:
 
 
 def embedded(limit: int) -> dict:
-    from rollscope.cli.run import start_tracing
     from rollscope.llm.embedded import EmbeddedLLM
     from rollscope.runner.config import load_config
     from rollscope.runner.runner import Runner
@@ -168,7 +166,7 @@ def embedded(limit: int) -> dict:
             config = load_config("gsm8k-calculator", overrides)
             runner = Runner(config, llm=llm, tokenizer=tok)
             runner.setup()
-            start_tracing(config, tok)
+            runner.start_tracing()
             asyncio.run(runner.run())
             shutdown_tracing()
         s = runner.stats

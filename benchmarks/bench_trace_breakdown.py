@@ -52,7 +52,7 @@ def one_mode(mode: str, pairs: int, model_dir: str) -> dict:
     from rollscope.llm import ScriptedLLM
     from rollscope.testing import compose_config
     from rollscope.tools.builtin import CalculatorTool
-    from rollscope.tracing import runtime
+    from rollscope.tracing import _runtime as runtime
 
     logging.disable(logging.WARNING)  # verl warns about the test model's type at every loop
     cfg = compose_config(Path(model_dir), ["actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3"])
@@ -86,16 +86,16 @@ def one_mode(mode: str, pairs: int, model_dir: str) -> dict:
         times: dict[str, list[tuple[float, float]]] = {"a": [], "b": []}
         for i in range(100 + pairs):  # the first 100 pairs warm up
             for name in ("a", "b") if i % 2 else ("b", "a"):
-                cls, runtime._tracer = settings[name]
+                cls, runtime.state.tracer = settings[name]
                 took = await trajectory(cls, i)
                 if i >= 100:
                     times[name].append(took)
-        runtime._tracer = tracer
+        runtime.state.tracer = tracer
         return times
 
     times = asyncio.run(run())
     calls = {name: count_calls(traced, asyncio.run, trajectory(cls, 0)) for name, (cls, traced) in settings.items()}
-    runtime._tracer = tracer
+    runtime.state.tracer = tracer
     if tracer is not None:
         tracing.shutdown_tracing()
     whole = {k: [build + run for build, run in v] for k, v in times.items()}
@@ -116,7 +116,7 @@ def one_mode(mode: str, pairs: int, model_dir: str) -> dict:
 def count_calls(tracer: object, fn: Callable[..., object], *args: object) -> dict[str, int]:
     """Function calls in one trajectory (``sys.setprofile``): Python functions, and built-in ones.
     Unlike time, a count does not drift with the machine: what tracing adds is exact."""
-    from rollscope.tracing import runtime
+    from rollscope.tracing import _runtime as runtime
 
     counts = {"python": 0, "builtin": 0}
 
@@ -126,7 +126,7 @@ def count_calls(tracer: object, fn: Callable[..., object], *args: object) -> dic
         elif event == "c_call":
             counts["builtin"] += 1
 
-    runtime._tracer = tracer
+    runtime.state.tracer = tracer
     sys.setprofile(profile)
     try:
         fn(*args)

@@ -32,7 +32,7 @@ os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 from verl.utils import rollout_trace as vt
 
 from rollscope import tracing
-from rollscope.weave_inproc import InMemoryTraceServer, make_client
+from rollscope.testing.weave_server import InMemoryTraceServer, make_client
 
 
 class Plain:

@@ -4,7 +4,7 @@ Trajectories as verl's tool loop makes them: a run span, 3 LLM turns (300 prompt
 ids with log-probs, as a verl TokenOutput), 2 tool calls; 7 Weave calls each (root + 6).
 
 Throughput, end to end until the backend's client confirmed (``flush``), into the in-process
-trace server (``rollscope.weave_inproc``; the weave client is the real one):
+trace server (``rollscope.testing.weave_server``; the weave client is the real one):
   calls    rollscope's weave backend: complete call records to the client's trace server
   client   the same trajectories through the weave client's ``create_call``/``finish_call`` (the
            way rollscope's backend wrote them before, and how verl's own decorator writes)
@@ -113,7 +113,7 @@ def one(variant: str, n: int) -> dict:
     options: dict = {"trace_dir": f"{tmp}/traces"}
     client = server = None
     if variant in ("calls", "client"):
-        from rollscope.weave_inproc import InMemoryTraceServer, make_client
+        from rollscope.testing.weave_server import InMemoryTraceServer, make_client
 
         if variant == "client":
             _register_client_path()
@@ -122,7 +122,7 @@ def one(variant: str, n: int) -> dict:
         backend = "weave" if variant == "calls" else "weave-client-path"
         options = {"weave_client": client}
     elif variant == "local+weave":
-        proc, url = _serve(["-m", "rollscope.weave_inproc"])
+        proc, url = _serve(["-m", "rollscope.testing.weave_server"])
         servers.append(proc)
         os.environ.update({"WANDB_API_KEY": "x" * 40, "WANDB_BASE_URL": url, "WF_TRACE_SERVER_URL": f"{url}/traces"})
         backend, options["weave_project"] = "local,weave", "ent/bench"

@@ -6,9 +6,8 @@ import time
 from collections.abc import Awaitable
 from typing import Any
 
-from rollscope.tracing import SpanKind, runtime
-from rollscope.tracing.api import begin_span, end_span, snapshot
-from rollscope.tracing.context import current_frame, trace_enabled
+from rollscope.tracing import SpanKind
+from rollscope.tracing.instrument import current_frame, snapshot, state, trace_enabled, traced_await
 from rollscope.tracing.spans import Span, Trajectory
 
 LLM_SPAN_NAME = "llm.generate"
@@ -37,7 +36,7 @@ class TracedLLMClient:
         inner client traces itself hangs beside the turn, under the loop's span). Token counts,
         finish reason and latency are derived where the span is shaped (``shaping``)."""
         call = self.inner.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kwargs)
-        if runtime._tracer is None or not trace_enabled.get():
+        if state.tracer is None or not trace_enabled.get():
             return call
         # The containers the loop mutates later are copied (``snapshot``, inlined for the usual
         # types); kwargs is this call's own dict (its None entries are dropped where it is shaped).
@@ -48,8 +47,8 @@ class TracedLLMClient:
             "kwargs": kwargs,
         }
         parent = current_frame.get()
-        if parent is None:  # outside any trajectory: the span opens one (begin_span)
-            return self._traced(call, inputs)
+        if parent is None:  # outside any trajectory: the span opens one
+            return traced_await(call, LLM_SPAN_NAME, SpanKind.LLM, inputs, decoder=self.tokenizer)
         return self._leaf(call, inputs, parent)
 
     async def _leaf(self, call: Awaitable[Any], inputs: dict[str, Any], parent: Span | Trajectory) -> Any:
@@ -59,26 +58,13 @@ class TracedLLMClient:
         except BaseException as exc:
             span = Span(LLM_SPAN_NAME, SpanKind.LLM, parent.trajectory, parent.id, inputs, None)
             span.start_ns, span.decoder = start_ns, self.tokenizer
-            if runtime._tracer is not None:
-                runtime._tracer.end_span(span, None, exc)
+            if state.tracer is not None:
+                state.tracer.end_span(span, None, exc)
             raise
-        tracer = runtime._tracer
+        tracer = state.tracer
         if tracer is not None:  # (unless tracing was shut down while the call ran)
             tracer.leaf_span(parent, LLM_SPAN_NAME, SpanKind.LLM, start_ns, inputs, output, None,
                              self.tokenizer)  # fmt: skip
-        return output
-
-    async def _traced(self, call: Awaitable[Any], inputs: dict[str, Any]) -> Any:
-        span = begin_span(LLM_SPAN_NAME, SpanKind.LLM, inputs)
-        if span is None:
-            return await call
-        span.decoder = self.tokenizer
-        try:
-            output = await call
-        except BaseException as exc:
-            end_span(span, None, exc)
-            raise
-        end_span(span, output)
         return output
 
 

@@ -25,10 +25,8 @@ from verl.utils.rollout_trace import _trace_enabled as verl_trace_enabled
 
 from rollscope.agentloops.llm_client import traced_client
 from rollscope.agentloops.verl_run import current_verl_run, open_verl_trajectory, start_from_trainer_config
-from rollscope.tracing import SpanKind, rollout_trace_attr, runtime, set_reward
-from rollscope.tracing.api import begin_span, end_span
-from rollscope.tracing.context import current_frame, verl_context
-from rollscope.tracing.payload import native
+from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward
+from rollscope.tracing.instrument import begin_span, current_frame, end_span, native, state, verl_context
 
 log = logging.getLogger("rollscope.agentloops")
 REPLAY = "rollscope.replay"  # the run span's attribute: what a replay rebuilds the loop from
@@ -120,7 +118,7 @@ def _traced_run(run: Any, owner: type) -> Any:
 
     @functools.wraps(run)
     async def traced_run(self: AgentLoopBase, sampling_params: dict[str, Any], **kwargs: Any) -> Any:
-        if runtime._tracer is None or _running.get() is self:
+        if state.tracer is None or _running.get() is self:
             return await run(self, sampling_params, **kwargs)
         running = _running.set(self)
         try:

@@ -18,7 +18,7 @@ import logging
 import sys
 from typing import Any
 
-from rollscope.tracing import init_from_verl_config, rollout_trace_attr, runtime
+from rollscope.tracing import init_from_verl_config, instrument, rollout_trace_attr
 
 log = logging.getLogger("rollscope.agentloops")
 
@@ -79,9 +79,8 @@ def batch_sample_indices(run: VerlRun) -> list[Any]:
 def plan_samples(run: VerlRun) -> None:
     """Choose this step's traced samples from the worker's batch, once per step (deterministic,
     whole GRPO groups: ``TraceSampler``)."""
-    sampler = runtime._tracer.sampler
-    if sampler.k is not None and not sampler.has_plan(run.step):
-        sampler.plan(run.step, batch_sample_indices(run))
+    if not instrument.has_plan(run.step):
+        instrument.plan_samples(run.step, batch_sample_indices(run))
 
 
 def open_verl_trajectory(run: VerlRun, name: str) -> Any:
@@ -95,7 +94,7 @@ def open_verl_trajectory(run: VerlRun, name: str) -> Any:
 def start_from_trainer_config(trainer_config: Any) -> None:
     """Start tracing once per process from the trainer config verl built the loop with, when
     ``actor_rollout_ref.rollout.trace.backend`` is set; then take over verl's own tracing."""
-    if runtime._tracer is not None or (_started_from and _started_from[0] is trainer_config):
+    if instrument.state.tracer is not None or (_started_from and _started_from[0] is trainer_config):
         return
     _started_from[:] = [trainer_config]
     try:

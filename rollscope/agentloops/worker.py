@@ -19,8 +19,7 @@ import ray
 from verl.experimental.agent_loop.agent_loop import AgentLoopManager, AgentLoopWorker
 
 from rollscope.agentloops.verl_run import VerlRun, open_verl_trajectory, start_from_trainer_config
-from rollscope.tracing import get_tracer, set_reward
-from rollscope.tracing.context import current_trajectory
+from rollscope.tracing import current_trajectory, get_tracer, set_reward
 
 log = logging.getLogger("rollscope.agentloops")
 

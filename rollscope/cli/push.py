@@ -9,7 +9,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    from rollscope.push import DESTINATIONS
+    from rollscope.tracing.push import DESTINATIONS
 
     p.add_argument("--to", required=True, choices=sorted(DESTINATIONS), help="destination backend")
     p.add_argument("--dir", help="trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
@@ -21,7 +21,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def push_command(args: argparse.Namespace) -> int:
-    from rollscope.push import DESTINATIONS, push
+    from rollscope.tracing.push import DESTINATIONS, push
 
     destination = DESTINATIONS[args.to](project=args.project, endpoint=args.endpoint)
     filters = {"experiment": args.experiment, "step": args.step, "validate": args.validate}

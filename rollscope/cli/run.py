@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 
 from rich.console import Console
 
-from rollscope.runner import preflight
-from rollscope.runner.config import RunConfig, bundled, load_config
-from rollscope.runner.progress import RunProgress, summary
-from rollscope.runner.runner import Runner, RunStats
+from rollscope.runner import preflight, session
+from rollscope.runner.config import bundled, load_config
+from rollscope.runner.progress import summary
 from rollscope.store.schema import resolve_dir
 
 # flag -> config key (flags are shortcuts for the most used overrides)
@@ -43,43 +41,11 @@ def run_command(args: argparse.Namespace) -> int:
         flags.append("validate=true")
     config = load_config(args.config, [*args.overrides, *flags])
     rows = preflight.check(config)  # before verl, torch and the model are imported: mistakes show at once
-    console = Console(stderr=True)
-    if config.workers > 1:
-        from rollscope.runner.distributed import run_on_ray
-
-        stats = run_on_ray(config, console=console, show_progress=not args.quiet)
-    else:
-        stats = asyncio.run(run_local(config, console=console, show_progress=not args.quiet, rows=rows))
+    stats = session.run(config, console=Console(stderr=True), show_progress=not args.quiet, rows=rows)
     trace_dir = str(resolve_dir(config.trace_dir).resolve())
     Console().print(summary(stats, name=config.name, trace_dir=trace_dir, experiment=config.experiment or config.name,
                             backend=config.backend))  # fmt: skip
     return 0
-
-
-def start_tracing(config: RunConfig, tokenizer: object) -> None:
-    from rollscope.tracing import init_tracing
-
-    init_tracing(backend=config.backend, project=config.project, experiment=config.experiment or config.name,
-                 token2text=config.token2text, tokenizer=tokenizer, trace_dir=config.trace_dir)  # fmt: skip
-
-
-async def run_local(config: RunConfig, *, console: Console, show_progress: bool = True,
-                    rows: list | None = None) -> RunStats:  # fmt: skip
-    from rollscope.tracing import shutdown_tracing
-
-    runner = Runner(config)
-    runner.rows = rows
-    with console.status(f"loading {config.llm} and {config.agent}…", spinner="dots"):
-        runner.setup()
-    start_tracing(config, runner.tokenizer)
-    try:
-        jobs = runner.jobs()
-        with RunProgress(runner.stats, config.name, console, total=len(jobs), enabled=show_progress) as progress:
-            await runner.run(jobs, on_outcome=progress.update)
-    finally:
-        await runner.close()
-        shutdown_tracing()
-    return runner.stats
 
 
 COMMAND = (add_args, run_command, "run agent loops on a dataset, traced (a bundled example or a config)")

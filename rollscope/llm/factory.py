@@ -65,7 +65,7 @@ def _scripted(path: str, model: str | None, chat_template: str | None, max_token
         got = json.dumps(data)[:100]
         raise LLMServerError(f"scripted:{path}: expected a non-empty list of reply strings, got {got}")
     if model is None:
-        from rollscope.testing import make_model_dir
+        from rollscope.llm.tokenizer_dir import make_model_dir
 
         model_dir = CACHE / "scripted-model"
         if not (model_dir / "tokenizer.json").exists():

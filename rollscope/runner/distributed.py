@@ -24,8 +24,6 @@ class RunnerActor:
     """One worker: a Runner with tracing into its own shard."""
 
     def __init__(self, fields: dict[str, Any], base: str) -> None:
-        from rollscope.cli.run import start_tracing
-
         config = RunConfig(**fields)
         config._base = base
         self.runner = Runner(config)
@@ -35,7 +33,7 @@ class RunnerActor:
         except (LLMServerError, ValueError, FileNotFoundError) as exc:  # handed to the driver by ready()
             self.error = exc
             return
-        start_tracing(config, self.runner.tokenizer)
+        self.runner.start_tracing()
 
     async def ready(self) -> Exception | None:
         return self.error

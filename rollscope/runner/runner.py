@@ -9,7 +9,6 @@ reward. Concurrency is bounded by a semaphore; counters are kept for the progres
 from __future__ import annotations
 
 import asyncio
-import copy
 import functools
 import importlib
 import inspect
@@ -23,6 +22,7 @@ from typing import Any
 from rollscope.llm.base import LLMServerError
 from rollscope.runner.config import RunConfig, RunConfigError
 from rollscope.runner.dataset import load_rows, loop_kwargs
+from rollscope.runner.trainer_config import trainer_config
 from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward, trace_span
 
 
@@ -124,38 +124,13 @@ def resolve_reward(spec: str | None) -> Callable[..., Any] | None:
     return fn
 
 
-def trainer_config(config: RunConfig, model_path: str) -> Any:
-    """verl's ppo_trainer config with the run's lengths, multi-turn settings and extra overrides."""
-    from rollscope.testing import compose_config
-
-    overrides = [
-        f"actor_rollout_ref.rollout.prompt_length={config.prompt_length}",
-        f"actor_rollout_ref.rollout.response_length={config.response_length}",
-        f"trainer.project_name={config.project}",
-        f"trainer.experiment_name={config.experiment or config.name}",
-        *(f"actor_rollout_ref.rollout.multi_turn.{k}={_hydra_value(v)}" for k, v in config.multi_turn.items()),
-        *config.verl,
-    ]
-    key = (str(model_path), tuple(overrides))
-    if key not in _composed:  # Hydra takes ~0.5 s a composition; a replay suite asks for the same one often
-        try:
-            _composed[key] = compose_config(model_path, overrides)
-        except Exception as exc:  # Hydra raises several types for a bad override
-            raise RunConfigError(f"verl config: {exc}") from None
-    return copy.deepcopy(_composed[key])
-
-
-_composed: dict[tuple, Any] = {}
-
-
 def _no_builder_warning(record: logging.LogRecord) -> bool:
     """verl warns, for every loop it builds, that it has no token builder for a model type and uses
     the default one; for rollscope's templates (the embedded model's included) the default is right."""
     return "No model-specific Continuous Token builder" not in record.getMessage()
 
 
-def _hydra_value(value: Any) -> str:
-    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
 
 
 class Runner:
@@ -203,6 +178,15 @@ class Runner:
         # On every trajectory: what a replay needs that the loop does not know (rollscope.replay).
         self.run_record = {"reward": cfg.reward, "tools": cfg.resolve(cfg.tools), "llm": cfg.llm,
                            "model": cfg.resolve(cfg.model) if cfg.model else None}  # fmt: skip
+
+    def start_tracing(self) -> None:
+        """Tracing for this run, into the config's backends (after ``setup``: token2text shaping
+        needs the tokenizer)."""
+        from rollscope.tracing import init_tracing
+
+        cfg = self.config
+        init_tracing(backend=cfg.backend, project=cfg.project, experiment=cfg.experiment or cfg.name,
+                     token2text=cfg.token2text, tokenizer=self.tokenizer, trace_dir=cfg.trace_dir)  # fmt: skip
 
     def jobs(self) -> list[Job]:
         return [Job(row, i, k) for i, row in enumerate(self.rows) for k in range(self.config.n)]

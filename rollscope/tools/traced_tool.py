@@ -20,8 +20,8 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from rollscope.store.summary import ERROR_KIND
-from rollscope.tracing import SpanKind, rollout_trace_op, runtime
-from rollscope.tracing.api import begin_span, end_span, snapshot
+from rollscope.tracing import SpanKind, rollout_trace_op
+from rollscope.tracing.instrument import begin_span, end_span, snapshot, state
 
 log = logging.getLogger("rollscope.tools")
 
@@ -80,7 +80,7 @@ def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[...
     @functools.wraps(func)
     async def execute(self: TracedTool, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
         span = None
-        if runtime._tracer is not None:  # untraced, not even the span's inputs are built
+        if state.tracer is not None:  # untraced, not even the span's inputs are built
             params = parameters.copy() if type(parameters) is dict else snapshot(parameters)  # snapshot, inlined
             inputs = {"instance_id": instance_id, "parameters": params}
             span = begin_span(getattr(self, "span_name", span_name), SpanKind.TOOL, inputs, {"tool.name": self.name})

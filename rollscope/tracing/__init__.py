@@ -10,10 +10,9 @@ Typical use::
     tracing.flush_tracing()
 """
 
-from rollscope.tracing.api import current_span, rollout_trace_attr, rollout_trace_op, set_reward, trace_span
-from rollscope.tracing.backends import TraceBackend, available_backends, register_backend
-from rollscope.tracing.context import current_trajectory
-from rollscope.tracing.runtime import (
+from rollscope.tracing._api import current_span, rollout_trace_attr, rollout_trace_op, set_reward, trace_span
+from rollscope.tracing._context import current_trajectory
+from rollscope.tracing._runtime import (
     Tracer,
     flush_tracing,
     get_tracer,
@@ -21,9 +20,10 @@ from rollscope.tracing.runtime import (
     shutdown_tracing,
     stats,
 )
-from rollscope.tracing.sampling import select_samples
+from rollscope.tracing._sampling import select_samples
+from rollscope.tracing._verl_config import init_from_verl_config
+from rollscope.tracing.backends import TraceBackend, available_backends, register_backend
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
-from rollscope.tracing.verl_config import init_from_verl_config
 
 __all__ = [
     "Span",

@@ -4,7 +4,6 @@ import asyncio
 
 import pytest
 
-from rollscope.cli.run import start_tracing
 from rollscope.llm.embedded import EmbeddedLLM
 from rollscope.runner.config import load_config
 from rollscope.runner.runner import Runner
@@ -28,7 +27,7 @@ def test_example_runs_on_the_embedded_model(tmp_path, llm, example, tool):
     config = load_config(example, ["limit=2", "sampling.temperature=0", f"trace_dir={tmp_path}"])
     runner = Runner(config, llm=llm, tokenizer=llm.tokenizer)
     runner.setup()
-    start_tracing(config, llm.tokenizer)
+    runner.start_tracing()
     try:
         asyncio.run(runner.run())
     finally:

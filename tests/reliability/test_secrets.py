@@ -96,7 +96,7 @@ def every_stored_text(trace_dir):
 @pytest.mark.parametrize("sidecar", [True, False], ids=["shaped in the sidecar", "shaped in this process"])
 def test_every_secret_shape_through_every_path_is_redacted(tmp_path, monkeypatch, sidecar):
     traces = tmp_path / "traces"
-    from rollscope.tracing.redaction import Redactor
+    from rollscope.tracing._redaction import Redactor
 
     monkeypatch.setattr(Redactor, "REFRESH_S", 0.0)  # look at the environment at every batch (no waiting)
     tracing.init_tracing(trace_dir=str(traces), experiment=f"run-{STRIPE_LIVE}", sidecar=sidecar)

@@ -28,7 +28,6 @@ def rollscope(*args):
 def recorded(tmp_path_factory):
     """Two trajectories of the gsm8k example recorded by the runner with a scripted LLM, three
     model turns each (two calculator calls, then the answer), the calculator from a tool file."""
-    from rollscope.cli.run import start_tracing
     from rollscope.runner.config import load_config
     from rollscope.runner.runner import Runner
     from rollscope.tracing import shutdown_tracing
@@ -40,7 +39,7 @@ def recorded(tmp_path_factory):
                                               "limit=2", f"trace_dir={root / 'traces'}", "step=4"])  # fmt: skip
     runner = Runner(config)
     runner.setup()
-    start_tracing(config, runner.tokenizer)
+    runner.start_tracing()
     try:
         asyncio.run(runner.run())
     finally:

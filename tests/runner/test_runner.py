@@ -5,7 +5,6 @@ import asyncio
 import pytest
 
 from examples.custom_agent.system_prompt_agent import SystemPromptAgent
-from rollscope.cli.run import start_tracing
 from rollscope.llm import ScriptedLLM
 from rollscope.llm.base import LLMServerError
 from rollscope.runner.config import load_config
@@ -27,7 +26,7 @@ def tokenizer(tmp_path_factory):
 def run(config, llm, tokenizer):
     runner = Runner(config, llm=llm, tokenizer=tokenizer)
     runner.setup()
-    start_tracing(config, tokenizer)
+    runner.start_tracing()
     try:
         asyncio.run(runner.run())
     finally:
@@ -76,7 +75,7 @@ def test_a_broken_trajectory_is_recorded_and_the_run_goes_on(tmp_path, tokenizer
     runner.setup()
     runner.rows[1]["agent_name"] = "tests.runner.agents:BrokenAgent"
     runner.rows[2]["agent_name"] = "rollscope_single_turn"
-    start_tracing(config, tokenizer)
+    runner.start_tracing()
     asyncio.run(runner.run())
     shutdown_tracing()
     failed = [o for o in runner.outcomes if o.error]
@@ -106,7 +105,7 @@ def test_a_dead_llm_stops_the_run_and_keeps_what_was_traced(tmp_path, tokenizer)
     config = load_config("gsm8k-calculator", ["limit=8", "concurrency=1", f"trace_dir={tmp_path}"])
     runner = Runner(config, llm=DiesAfter(tokenizer, ["The answer is 1."], n=3), tokenizer=tokenizer)
     runner.setup()
-    start_tracing(config, tokenizer)
+    runner.start_tracing()
     with pytest.raises(LLMServerError, match="cannot reach"):
         asyncio.run(runner.run())
     shutdown_tracing()

@@ -85,7 +85,6 @@ def dataset(path: Path) -> Path:
 def record(trace_dir: Path, model_dir: Path, *, experiment: str, scripts: dict, steps: tuple[int, ...]) -> None:
     from transformers import AutoTokenizer
 
-    from rollscope.cli.run import start_tracing
     from rollscope.runner.config import load_config
     from rollscope.runner.runner import Runner
     from rollscope.tracing import shutdown_tracing
@@ -99,7 +98,7 @@ def record(trace_dir: Path, model_dir: Path, *, experiment: str, scripts: dict, 
         ])  # fmt: skip
         runner = Runner(config, llm=ScenarioLLM(tokenizer, scripts), tokenizer=tokenizer)
         runner.setup()
-        start_tracing(config, tokenizer)
+        runner.start_tracing()
         try:
             asyncio.run(runner.run())
         finally:

@@ -9,8 +9,8 @@ import pytest
 
 from rollscope import tracing
 from rollscope.store.schema import SHARD_SUFFIX, decode_payload
-from rollscope.tracing.payload import PayloadShaper
-from rollscope.tracing.redaction import REDACTED, Redactor
+from rollscope.tracing._payload import PayloadShaper
+from rollscope.tracing._redaction import REDACTED, Redactor
 
 PLANTED = "sk-live-0123456789abcdefPLANTED"
 

@@ -8,7 +8,7 @@ import pytest
 
 from rollscope import tracing
 from rollscope.store import TraceStore
-from rollscope.tracing.sampling import TraceSampler, select_samples
+from rollscope.tracing._sampling import TraceSampler, select_samples
 
 WORKER = str(Path(__file__).parent.parent / "_trace_worker.py")
 

@@ -2,9 +2,9 @@
 
 from dataclasses import dataclass
 
-from rollscope.tracing.payload import PayloadShaper
-from rollscope.tracing.redaction import Redactor
-from rollscope.tracing.shaping import EventShaper
+from rollscope.tracing._payload import PayloadShaper
+from rollscope.tracing._redaction import Redactor
+from rollscope.tracing._shaping import EventShaper
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 

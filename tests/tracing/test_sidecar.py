@@ -18,11 +18,12 @@ from pydantic import BaseModel
 
 from rollscope import tracing
 from rollscope.store import TraceStore
-from rollscope.tracing import sidecar, wire
-from rollscope.tracing.callargs import Binder, CallArgs
-from rollscope.tracing.exporter import LEAF_SPAN
-from rollscope.tracing.payload import PayloadShaper
-from rollscope.tracing.redaction import Redactor
+from rollscope.tracing import _sidecar as sidecar
+from rollscope.tracing import _wire as wire
+from rollscope.tracing._callargs import Binder, CallArgs
+from rollscope.tracing._exporter import LEAF_SPAN
+from rollscope.tracing._payload import PayloadShaper
+from rollscope.tracing._redaction import Redactor
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 
@@ -325,7 +326,7 @@ def _process(code):
 def test_backlog_waits_while_the_traced_process_works_and_drains_on_flush():
     """The decision, with the traced process's CPU reading given (busy, then idle): deterministic
     on any machine, however loaded."""
-    from rollscope.tracing import backlog as bl
+    from rollscope.tracing import _backlog as bl
 
     reading = [1.0]  # a whole core: the traced process is working
     checks = threading.Semaphore(0)
@@ -353,7 +354,7 @@ def test_backlog_waits_while_the_traced_process_works_and_drains_on_flush():
 
 
 def test_process_load_reads_a_busy_process():
-    from rollscope.tracing.backlog import ProcessLoad
+    from rollscope.tracing._backlog import ProcessLoad
 
     busy = _process("while True: pass")
     try:
@@ -370,7 +371,7 @@ def test_process_load_reads_a_busy_process():
 
 
 def test_backlog_stores_while_the_traced_process_waits_and_stays_bounded():
-    from rollscope.tracing import backlog as bl
+    from rollscope.tracing import _backlog as bl
 
     idle = _process("import time; time.sleep(60)")
     try:

@@ -1,11 +1,11 @@
 """The weave backend with the real weave client, recording into an in-process trace server
-(rollscope.weave_inproc: a test double of W&B's server; the client is weave's own)."""
+(rollscope.testing.weave_server: a test double of W&B's server; the client is weave's own)."""
 
 import pytest
 
 from rollscope import tracing
+from rollscope.testing.weave_server import InMemoryTraceServer, make_client
 from rollscope.tracing.backends.weave import call_id
-from rollscope.weave_inproc import InMemoryTraceServer, make_client
 
 
 @pytest.fixture

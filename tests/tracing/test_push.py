@@ -4,9 +4,9 @@ server), with no duplicate on a second push and a resume after an interruption."
 import pytest
 
 from rollscope import tracing
-from rollscope.push import Ledger, push, weave_destination
+from rollscope.testing.weave_server import InMemoryTraceServer, make_client
 from rollscope.tracing.backends.weave import call_id
-from rollscope.weave_inproc import InMemoryTraceServer, make_client
+from rollscope.tracing.push import Ledger, push, weave_destination
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from rollscope.tracing.redaction import REDACTED, Redactor
+from rollscope.tracing._redaction import REDACTED, Redactor
 
 MAX_DEPTH = 24
 # No secret shape is shorter than this ('pwd=abcd'), so shorter strings skip the redaction regex.

@@ -18,9 +18,9 @@ import struct
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from rollscope.tracing.callargs import CallArgs
-from rollscope.tracing.exporter import LEAF_SPAN, span_from_leaf
-from rollscope.tracing.payload import CONVERTERS, UNKNOWN, NoRedaction, PayloadShaper, converter_for, native
+from rollscope.tracing._callargs import CallArgs
+from rollscope.tracing._exporter import LEAF_SPAN, span_from_leaf
+from rollscope.tracing._payload import CONVERTERS, UNKNOWN, NoRedaction, PayloadShaper, converter_for, native
 from rollscope.tracing.spans import STATUS_OK, Span, SpanKind, Trajectory, new_id
 
 _PROTOCOL = 5

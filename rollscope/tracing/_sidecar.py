@@ -34,12 +34,12 @@ import time
 from collections import deque
 from typing import Any
 
-from rollscope.tracing import wire
-from rollscope.tracing.backlog import DEFAULT_MAX_BYTES, Backlog
-from rollscope.tracing.exporter import _FLUSH, _POSITION, BackendWorker, Exporter, Marker, is_flush
-from rollscope.tracing.payload import PayloadShaper
-from rollscope.tracing.redaction import Redactor, secret_env_values
-from rollscope.tracing.shaping import EventShaper
+from rollscope.tracing import _wire as wire
+from rollscope.tracing._backlog import DEFAULT_MAX_BYTES, Backlog
+from rollscope.tracing._exporter import _FLUSH, _POSITION, BackendWorker, Exporter, Marker, is_flush
+from rollscope.tracing._payload import PayloadShaper
+from rollscope.tracing._redaction import Redactor, secret_env_values
+from rollscope.tracing._shaping import EventShaper
 
 log = logging.getLogger("rollscope.tracing")
 
@@ -154,7 +154,7 @@ class SidecarWorker:
     def _start(self) -> None:
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", "from rollscope.tracing.sidecar import main; main()"],
+                [sys.executable, "-c", "from rollscope.tracing._sidecar import main; main()"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
             )  # fmt: skip
         except OSError as exc:

@@ -12,8 +12,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from rollscope.tracing._runtime import Tracer, get_tracer, init_tracing
 from rollscope.tracing.backends import parse_backend_names
-from rollscope.tracing.runtime import Tracer, get_tracer, init_tracing
 
 VERL_MLFLOW_DEFAULT = "sqlite:////tmp/mlruns.db"
 _ENV_EXTRAS = {

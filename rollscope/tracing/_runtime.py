@@ -17,13 +17,13 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from rollscope.tracing import exporter as ev
+from rollscope.tracing import _exporter as ev
+from rollscope.tracing._payload import DEFAULT_MAX_PAYLOAD_CHARS, PayloadShaper
+from rollscope.tracing._redaction import Redactor
+from rollscope.tracing._sampling import TraceSampler
+from rollscope.tracing._shaping import EventShaper
+from rollscope.tracing._sidecar import SidecarError, SidecarWorker
 from rollscope.tracing.backends import parse_backend_names, resolve_backends
-from rollscope.tracing.payload import DEFAULT_MAX_PAYLOAD_CHARS, PayloadShaper
-from rollscope.tracing.redaction import Redactor
-from rollscope.tracing.sampling import TraceSampler
-from rollscope.tracing.shaping import EventShaper
-from rollscope.tracing.sidecar import SidecarError, SidecarWorker
 from rollscope.tracing.spans import STATUS_ERROR, Span, SpanKind, Trajectory
 
 log = logging.getLogger("rollscope.tracing")
@@ -197,12 +197,22 @@ def _as_int(v: Any) -> Any:
 
 
 # ---- the process-wide tracer ----
-_tracer: Tracer | None = None
+class TracingState:
+    """Where the process's tracer lives: ``state.tracer`` is None when tracing is off. The hot
+    path reads it as an attribute (no call); only ``init_tracing``/``shutdown_tracing`` set it."""
+
+    __slots__ = ("tracer",)
+
+    def __init__(self) -> None:
+        self.tracer: Tracer | None = None
+
+
+state = TracingState()
 _atexit_registered = False
 
 
 def get_tracer() -> Tracer | None:
-    return _tracer
+    return state.tracer
 
 
 def init_tracing(
@@ -220,13 +230,13 @@ def init_tracing(
     ``sidecar`` (False keeps every backend in this process; default from ``ROLLSCOPE_TRACE_SIDECAR``,
     on), and the options of the chosen backends (``trace_dir`` for ``local``).
     """
-    global _tracer, _atexit_registered
+    global _atexit_registered
     new = Tracer(
         backend=backend, project=project, experiment=experiment, token2text=token2text,
         max_samples_per_step_per_worker=max_samples_per_step_per_worker, sample_seed=sample_seed,
         **backend_options,
     )  # fmt: skip
-    old, _tracer = _tracer, new
+    old, state.tracer = state.tracer, new
     if old is not None:
         old.close()
     if not _atexit_registered:
@@ -237,29 +247,27 @@ def init_tracing(
 
 def flush_tracing(timeout: float | None = 30.0) -> bool:
     """Block until everything traced so far is in every backend. False if it timed out."""
-    return _tracer.flush(timeout) if _tracer is not None else True
+    return state.tracer.flush(timeout) if state.tracer is not None else True
 
 
 def shutdown_tracing(timeout: float | None = 30.0) -> bool:
-    global _tracer
-    tracer, _tracer = _tracer, None
+    tracer, state.tracer = state.tracer, None
     return tracer.close(timeout) if tracer is not None else True
 
 
 def stats() -> dict[str, Any]:
     """Exporter counters: per backend exported, queued, dropped and errors."""
-    return _tracer.stats() if _tracer is not None else {"pending": 0, "shape_errors": 0, "backends": {}}
+    return state.tracer.stats() if state.tracer is not None else {"pending": 0, "shape_errors": 0, "backends": {}}
 
 
 def _restart_in_child() -> None:
     """A forked child inherits the tracer object but not its threads: build a fresh one."""
-    global _tracer
-    if _tracer is not None:
-        settings = dict(_tracer.settings)
-        _tracer.exporter.abandon()
-        _tracer = None
+    if state.tracer is not None:
+        settings = dict(state.tracer.settings)
+        state.tracer.exporter.abandon()
+        state.tracer = None
         try:
-            _tracer = Tracer(**settings)
+            state.tracer = Tracer(**settings)
         except Exception as exc:  # tracing must never break the child
             log.warning("tracing disabled in forked child: %s", exc)
 

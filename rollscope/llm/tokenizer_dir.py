@@ -1,0 +1,43 @@
+"""A model directory without weights: a byte-level BPE tokenizer trained on a few sentences, with a
+ChatML chat template, and a tiny Qwen2 config (no download). verl needs a model directory even when
+no model runs on this machine: the scripted LLM (``--llm scripted:FILE``) and replays use this one.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+CORPUS = [
+    "What is 17 * 23? Use the calculator tool.",
+    '<tool_call>{"name": "calculator", "arguments": {"expression": "17 * 23"}}</tool_call>',
+    "The answer is 391.",
+    "user assistant tool system error unknown invalid arguments JSON",
+] * 30
+
+
+def make_model_dir(path: Path) -> Path:
+    """Write tokenizer and config files into ``path`` (created if missing); returns it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast, Qwen2Config
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
+    tok.train_from_iterator(CORPUS, trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
+                                   additional_special_tokens=["<|im_start|>"])  # fmt: skip
+    fast.chat_template = CHAT_TEMPLATE
+    path.mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(path)
+    cfg = Qwen2Config(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096)  # fmt: skip
+    cfg.architectures = ["Qwen2ForCausalLM"]
+    cfg.save_pretrained(path)
+    return path

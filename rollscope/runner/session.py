@@ -1,0 +1,45 @@
+"""A run's lifecycle in one place: build the runner, start tracing, run every job (in this process
+or over Ray actors), stop tracing. ``rollscope run`` and tests call ``run``; the CLI only parses
+and prints."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from rich.console import Console
+
+from rollscope.runner.config import RunConfig
+from rollscope.runner.progress import RunProgress
+from rollscope.runner.runner import Runner, RunStats
+
+
+def run(config: RunConfig, *, console: Console, show_progress: bool = True, rows: list[dict[str, Any]] | None = None,
+        ) -> RunStats:  # fmt: skip
+    """Run ``config`` to the end and return its counters: over ``config.workers`` Ray actors when
+    more than one, otherwise here. ``rows``: the dataset already read (by the pre-flight check)."""
+    if config.workers > 1:
+        from rollscope.runner.distributed import run_on_ray
+
+        return run_on_ray(config, console=console, show_progress=show_progress)
+    return asyncio.run(run_local(config, console=console, show_progress=show_progress, rows=rows))
+
+
+async def run_local(config: RunConfig, *, console: Console, show_progress: bool = True,
+                    rows: list[dict[str, Any]] | None = None) -> RunStats:  # fmt: skip
+    """One runner in this process, traced; tracing is shut down (everything stored) on return."""
+    from rollscope.tracing import shutdown_tracing
+
+    runner = Runner(config)
+    runner.rows = rows
+    with console.status(f"loading {config.llm} and {config.agent}…", spinner="dots"):
+        runner.setup()
+    runner.start_tracing()
+    try:
+        jobs = runner.jobs()
+        with RunProgress(runner.stats, config.name, console, total=len(jobs), enabled=show_progress) as progress:
+            await runner.run(jobs, on_outcome=progress.update)
+    finally:
+        await runner.close()
+        shutdown_tracing()
+    return runner.stats
