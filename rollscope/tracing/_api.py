@@ -17,7 +17,7 @@ from typing import Any, TypeVar, overload
 from rollscope.tracing import _runtime as runtime
 from rollscope.tracing._callargs import Binder, CallArgs
 from rollscope.tracing._context import current_frame, trace_enabled, verl_context
-from rollscope.tracing._exporter import SPAN_START
+from rollscope.tracing._events import SPAN_START
 from rollscope.tracing._runtime import Tracer
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 

@@ -19,6 +19,18 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from rollscope.tracing._events import (
+    FLUSH,
+    LEAF_SPAN,
+    POSITION,
+    REWARD,
+    SPAN_START,
+    TRAJECTORY_END,
+    TRAJECTORY_START,
+    flush,
+    is_control,
+    span_from_leaf,
+)
 from rollscope.tracing.backends.base import TraceBackend
 from rollscope.tracing.spans import Span
 
@@ -26,41 +38,6 @@ log = logging.getLogger("rollscope.tracing")
 
 _IDLE_POLL_S = 0.005
 _MAX_BATCH = 4096
-
-# Events are tuples whose first element is one of these kinds, except "span ended", which is the
-# bare Span object (the most frequent event, so it gets no tuple).
-TRAJECTORY_START = 0
-SPAN_START = 1
-TRAJECTORY_END = 3
-REWARD = 4
-_FLUSH = 5
-# In the trace sidecar: (_POSITION, n) follows the n-th event received from the traced process, so
-# a backend can make its position durable with the data (``TraceBackend.mark_position``).
-_POSITION = 6
-# A span that began and ended with nothing nested in it (an LLM turn), recorded as one tuple when
-# it ends: (LEAF_SPAN, parent frame, name, kind, start_ns, end_ns, inputs, outputs, attributes,
-# decoder). No Span object, id or context change on the rollout's thread; ``span_from_leaf`` builds the
-# Span where the event is shaped (the sidecar, or the exporter's thread).
-LEAF_SPAN = 2
-
-
-def span_from_leaf(event: tuple) -> Span:
-    _, parent, name, kind, start_ns, end_ns, inputs, outputs, attributes, decoder = event
-    span = Span(name, kind, parent.trajectory, parent.id, inputs, attributes)
-    span.start_ns, span.decoder = start_ns, decoder
-    span.finish(outputs)
-    span.end_ns = end_ns
-    return span
-
-
-def is_flush(event: Any) -> bool:
-    return type(event) is tuple and event[0] == _FLUSH
-
-
-def is_control(event: Any) -> bool:
-    """A flush marker or a position: passed through queues as is, never shaped nor dropped."""
-    return type(event) is tuple and (event[0] == _FLUSH or event[0] == _POSITION)
-
 
 class Marker:
     """Travels through every queue; set when the last worker has passed it (then calls ``then``)."""
@@ -169,7 +146,7 @@ class BackendWorker:
                 event = q.popleft()
                 if type(event) is Span:
                     ok = self._call(on_span_end, event)
-                elif event[0] == _FLUSH:
+                elif event[0] == FLUSH:
                     if self._call(self.backend.flush) and position is not None:
                         self.position, position = position, None
                     publish = getattr(self.backend, "publish", None)  # an explicit flush: visible everywhere now
@@ -178,7 +155,7 @@ class BackendWorker:
                     did_work = False
                     event[1].arrive()
                     continue
-                elif event[0] == _POSITION:
+                elif event[0] == POSITION:
                     position = event[1]
                     self.backend.mark_position(position)
                     did_work = True
@@ -244,9 +221,9 @@ class Exporter:
         if not self.workers:
             marker.done.set()
         if self._direct is not None:
-            self._direct.submit([(_FLUSH, marker)])
+            self._direct.submit([flush(marker)])
         else:
-            self.ingest.append((_FLUSH, marker))
+            self.ingest.append(flush(marker))
             self._wake.set()
         return marker.done.wait(timeout)
 

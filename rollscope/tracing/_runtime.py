@@ -17,7 +17,8 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
-from rollscope.tracing import _exporter as ev
+from rollscope.tracing import _events as ev
+from rollscope.tracing._exporter import BackendWorker, Exporter
 from rollscope.tracing._payload import DEFAULT_MAX_PAYLOAD_CHARS, PayloadShaper
 from rollscope.tracing._redaction import Redactor
 from rollscope.tracing._sampling import TraceSampler
@@ -84,8 +85,8 @@ class Tracer:
                 w.stop()
                 w.close(5.0)
             raise
-        workers += [ev.BackendWorker(b, max_queue) for b in self.backends]
-        self.exporter = ev.Exporter(workers, EventShaper(self.shaper) if here or token2text else None)
+        workers += [BackendWorker(b, max_queue) for b in self.backends]
+        self.exporter = Exporter(workers, EventShaper(self.shaper) if here or token2text else None)
         self.submit = self.exporter.submit
         # Whether begin_span (api.py, which builds spans) sends a span-start event too.
         self.emit_span_start = any(cls.wants_span_start for _, cls, _ in resolved)
@@ -141,7 +142,7 @@ class Tracer:
         attributes: dict[str, Any] | None = None, decoder: Any = None,
     ) -> None:  # fmt: skip
         """A span that ended without error and had nothing nested in it, recorded in one event
-        (``exporter.LEAF_SPAN``): for the calls of every turn (``llm_client``)."""
+        (``_events.LEAF_SPAN``): for the calls of every turn (``llm_client``)."""
         counts = parent.trajectory.counts
         counts[kind] = counts.get(kind, 0) + 1
         self.submit((ev.LEAF_SPAN, parent, name, kind, start_ns, time.time_ns(), inputs, outputs, attributes, decoder))

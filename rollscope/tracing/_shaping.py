@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollscope.tracing import _exporter as ev
+from rollscope.tracing import _events as ev
 from rollscope.tracing._callargs import CallArgs
 from rollscope.tracing._payload import PayloadShaper
 from rollscope.tracing.spans import Span, SpanKind, Trajectory

@@ -36,7 +36,8 @@ from typing import Any
 
 from rollscope.tracing import _wire as wire
 from rollscope.tracing._backlog import DEFAULT_MAX_BYTES, Backlog
-from rollscope.tracing._exporter import _FLUSH, _POSITION, BackendWorker, Exporter, Marker, is_flush
+from rollscope.tracing._events import flush, is_flush, position
+from rollscope.tracing._exporter import BackendWorker, Exporter, Marker
 from rollscope.tracing._payload import PayloadShaper
 from rollscope.tracing._redaction import Redactor, secret_env_values
 from rollscope.tracing._shaping import EventShaper
@@ -421,7 +422,7 @@ class SidecarWorker:
             return
         inner = Marker(len(workers), then=marker.arrive)
         for w in workers:
-            w.submit([(_FLUSH, inner)])
+            w.submit([flush(inner)])
 
 
 _EMPTY_STATS = {"exported": 0, "queued": 0, "dropped": 0, "late_rewards": 0, "errors": 0, "lossless": True}
@@ -488,7 +489,7 @@ def main() -> None:
 
     def release(chunk: bytes, count: int) -> None:  # in order: the chunk's last event is number received
         received[0] += count
-        exporter.submit_many([*wire.unpack(chunk), (_POSITION, received[0])])
+        exporter.submit_many([*wire.unpack(chunk), position(received[0])])
 
     backlog = Backlog(release, os.getppid(), int(max_mb * 2**20))
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rollscope.tracing._callargs import CallArgs
-from rollscope.tracing._exporter import LEAF_SPAN, span_from_leaf
+from rollscope.tracing._events import LEAF_SPAN, SPAN_END, TRAJECTORY_END, TRAJECTORY_START, span_from_leaf
 from rollscope.tracing._payload import CONVERTERS, UNKNOWN, NoRedaction, PayloadShaper, converter_for, native
 from rollscope.tracing.spans import STATUS_OK, Span, SpanKind, Trajectory, new_id
 
@@ -149,14 +149,14 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
                 outputs = _fields_of(outputs)
             elif type(outputs) is tuple:  # (ToolResponse, reward, metrics), say
                 outputs = [_fields_of(x) for x in outputs]
-            record: Any = (_SPAN_END, *_span_args(event, event.error_message, inputs, outputs, event.attributes))
+            record: Any = (SPAN_END, *_span_args(event, event.error_message, inputs, outputs, event.attributes))
         elif event[0] == LEAF_SPAN:
             _, parent, name, span_kind, start_ns, end_ns, inputs, outputs, attributes, _decoder = event
             if type(outputs) not in _PLAIN_TYPES:
                 outputs = _fields_of(outputs)
-            record = (_LEAF, parent.trajectory.id, parent.id, name, _KIND_VALUE[span_kind], start_ns, end_ns, inputs,
-                      outputs, attributes)  # fmt: skip
-        elif event[0] == 0 or event[0] == 3:  # a trajectory opened or closed
+            record = (LEAF_SPAN, parent.trajectory.id, parent.id, name, _KIND_VALUE[span_kind], start_ns, end_ns,
+                      inputs, outputs, attributes)  # fmt: skip
+        elif event[0] == TRAJECTORY_START or event[0] == TRAJECTORY_END:
             record = (event[0], *_trajectory_args(event[1]))
         else:  # a reward
             record = event
@@ -203,8 +203,6 @@ _MARSHAL, _PICKLE = 1, 2
 _PICKLE_PROTO = pickle.PROTO[0]  # the first byte of every pickle of protocol 2 or later
 _MARSHAL_VERSION = 2  # no back-references: the fastest for small records (a cycle fails over to pickle)
 _PLAIN_TYPES = (dict, list, str, int, float, type(None), bool, tuple)
-_SPAN_END = 2  # the tag of a span-end record (event kinds 0-4 are tuples' first elements)
-_LEAF = 6  # a leaf span's record: its id is given where it is unpacked
 
 
 def _fields_of(value: Any) -> Any:
@@ -224,13 +222,13 @@ def _fields_of(value: Any) -> Any:
 
 def _event(record: tuple) -> Any:
     kind = record[0]
-    if kind == _SPAN_END:
+    if kind == SPAN_END:
         return _span(*record[1:])
-    if kind == _LEAF:
+    if kind == LEAF_SPAN:  # its id is given here, where it is unpacked
         trajectory_id, parent_id, name, span_kind, start_ns, end_ns, inputs, outputs, attributes = record[1:]
         return _span(new_id(), trajectory_id, parent_id, name, span_kind, start_ns, end_ns, STATUS_OK, None, None,
                      inputs, outputs, attributes, False)  # fmt: skip
-    if kind == 0 or kind == 3:
+    if kind in (TRAJECTORY_START, TRAJECTORY_END):
         return (kind, _trajectory(*record[1:]))
     return record
 

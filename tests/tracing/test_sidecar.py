@@ -21,7 +21,7 @@ from rollscope.store import TraceStore
 from rollscope.tracing import _sidecar as sidecar
 from rollscope.tracing import _wire as wire
 from rollscope.tracing._callargs import Binder, CallArgs
-from rollscope.tracing._exporter import LEAF_SPAN
+from rollscope.tracing._events import LEAF_SPAN
 from rollscope.tracing._payload import PayloadShaper
 from rollscope.tracing._redaction import Redactor
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
