@@ -1,11 +1,8 @@
 """The process-wide tracer: configuration, backends and exporter, and its lifecycle.
 
-``init_tracing`` builds one ``Tracer``; while none exists every traced call costs one global
-lookup. The tracer turns trajectory and span lifecycle calls into events for the exporter. Backends
-that can run outside this process (the local store, Weave, OpenTelemetry) run in the trace sidecar,
-which also shapes their events (JSON, redaction, truncation); backends that must stay here (one
-handed a live client object) get events shaped on the exporter's thread, as does everything when
-token2text needs the traced object's tokenizer.
+``init_tracing`` builds one ``Tracer``; while none exists every traced call costs one attribute
+lookup (``state.tracer``). The tracer turns trajectory and span lifecycle calls into events for the
+exporter; where the backends run and where events are shaped is ``_pipeline``'s decision.
 """
 
 from __future__ import annotations
@@ -18,13 +15,10 @@ from collections.abc import Iterable
 from typing import Any
 
 from rollscope.tracing import _events as ev
-from rollscope.tracing._exporter import BackendWorker, Exporter
 from rollscope.tracing._payload import DEFAULT_MAX_PAYLOAD_CHARS, PayloadShaper
+from rollscope.tracing._pipeline import build_pipeline
 from rollscope.tracing._redaction import Redactor
 from rollscope.tracing._sampling import TraceSampler
-from rollscope.tracing._shaping import EventShaper
-from rollscope.tracing._sidecar import SidecarError, SidecarWorker
-from rollscope.tracing.backends import parse_backend_names, resolve_backends
 from rollscope.tracing.spans import STATUS_ERROR, Span, SpanKind, Trajectory
 
 log = logging.getLogger("rollscope.tracing")
@@ -59,37 +53,14 @@ class Tracer:
         self.sampler = TraceSampler(max_samples_per_step_per_worker, sample_seed)
         self.samples_all = max_samples_per_step_per_worker is None  # no sampler call per trajectory
         self.shaper = PayloadShaper(Redactor(redact_patterns), max_payload_chars, token2text, tokenizer)
-        if sidecar is None:
-            sidecar = os.environ.get("ROLLSCOPE_TRACE_SIDECAR", "1") != "0"
-        common = {"project": project, "experiment": experiment}
-        resolved = resolve_backends(parse_backend_names(backend), backend_options)
-        outside = [r for r in resolved if sidecar and _can_run_outside(r[1], r[2])]
-        workers: list[Any] = []
-        if outside:
-            config = {
-                "backends": [(n, f"{c.__module__}:{c.__qualname__}", _plain_options(o)) for n, c, o in outside],
-                "settings": common, "max_payload_chars": max_payload_chars,
-                "redact_patterns": list(redact_patterns), "max_queue": max_queue,
-            }  # fmt: skip
-            inside_count = len(resolved) - len(outside)
-            try:
-                workers.append(SidecarWorker(config, shaped=bool(inside_count) or token2text))
-            except SidecarError as exc:
-                log.warning("%s; tracing into %s in this process instead", exc, ", ".join(n for n, _, _ in outside))
-                outside = []
-        here = [r for r in resolved if r not in outside]
-        try:
-            self.backends = [cls(**common, **options) for _, cls, options in here]
-        except BaseException:
-            for w in workers:
-                w.stop()
-                w.close(5.0)
-            raise
-        workers += [BackendWorker(b, max_queue) for b in self.backends]
-        self.exporter = Exporter(workers, EventShaper(self.shaper) if here or token2text else None)
+        pipeline = build_pipeline(backend, backend_options, shaper=self.shaper, project=project,
+                                  experiment=experiment, token2text=token2text, sidecar=sidecar,
+                                  max_payload_chars=max_payload_chars, redact_patterns=redact_patterns,
+                                  max_queue=max_queue)  # fmt: skip
+        self.backends = pipeline.backends
+        self.exporter = pipeline.exporter
         self.submit = self.exporter.submit
-        # Whether begin_span (api.py, which builds spans) sends a span-start event too.
-        self.emit_span_start = any(cls.wants_span_start for _, cls, _ in resolved)
+        self.emit_span_start = pipeline.emit_span_start  # read by begin_span, which builds spans
 
     # ---- lifecycle calls made on the rollout's thread: build an object, append an event ----
     # (a span is built by api.begin_span itself: one call layer fewer per traced call)
@@ -162,27 +133,6 @@ class Tracer:
 
     def stats(self) -> dict[str, Any]:
         return self.exporter.stats()
-
-
-def _can_run_outside(cls: Any, options: dict[str, Any]) -> bool:
-    """Out-of-process backends go to the sidecar, which imports them by module path and gets their
-    options as data (one given a live object, such as a client, stays in this process)."""
-    return (isinstance(cls, type) and getattr(cls, "out_of_process", False) and cls.__module__ != "__main__"
-            and all(_is_data(v) for v in options.values()))  # fmt: skip
-
-
-def _is_data(value: Any) -> bool:
-    if value is None or isinstance(value, str | int | float | bool | os.PathLike):
-        return True
-    if isinstance(value, list | tuple):
-        return all(_is_data(v) for v in value)
-    if isinstance(value, dict):
-        return all(isinstance(k, str) and _is_data(v) for k, v in value.items())
-    return False
-
-
-def _plain_options(options: dict[str, Any]) -> dict[str, Any]:
-    return {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in options.items()}
 
 
 def _as_int(v: Any) -> Any:

@@ -1,0 +1,94 @@
+"""Where tracing's work runs: which backends go to the trace sidecar, which stay in this process,
+and where events are shaped. The ``Tracer`` captures; this module lays out the rest.
+
+- A backend runs in the sidecar when it can (``out_of_process``: the sidecar imports it by module
+  path) and its options are plain data; the sidecar shapes its events (JSON-safe, redacted,
+  truncated) off the rollout's process.
+- A backend handed a live object (a client, say), a class defined in ``__main__``, or any backend
+  when the sidecar is off (``sidecar=False`` or ``ROLLSCOPE_TRACE_SIDECAR=0``) or cannot start,
+  runs here, behind its own worker thread; events are then shaped on the exporter's thread.
+- ``token2text`` decodes token ids with the traced object's own tokenizer, which cannot cross to
+  another process: with it, every event is shaped here, on the exporter's thread, and the sidecar
+  (if any) only stores. That costs the traced process the shaping the sidecar would have done.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from rollscope.tracing._exporter import BackendWorker, Exporter
+from rollscope.tracing._payload import PayloadShaper
+from rollscope.tracing._shaping import EventShaper
+from rollscope.tracing._sidecar import SidecarError, SidecarWorker
+from rollscope.tracing.backends import TraceBackend, parse_backend_names, resolve_backends
+
+log = logging.getLogger("rollscope.tracing")
+
+
+@dataclass
+class Pipeline:
+    exporter: Exporter
+    backends: list[TraceBackend]  # those running in this process
+    emit_span_start: bool  # some backend shows running spans: begin_span sends a span-start event
+    in_sidecar: list[str]  # names of the backends the sidecar runs
+
+
+def build_pipeline(backend: str | list[str], backend_options: dict[str, Any], *, shaper: PayloadShaper,
+                   project: str | None, experiment: str | None, token2text: bool, sidecar: bool | None,
+                   max_payload_chars: int | None, redact_patterns: Iterable[str], max_queue: int,
+                   ) -> Pipeline:  # fmt: skip
+    """The exporter and its workers for ``backend`` (names or a comma-separated string)."""
+    if sidecar is None:
+        sidecar = os.environ.get("ROLLSCOPE_TRACE_SIDECAR", "1") != "0"
+    common = {"project": project, "experiment": experiment}
+    resolved = resolve_backends(parse_backend_names(backend), backend_options)
+    outside = [r for r in resolved if sidecar and _can_run_outside(r[1], r[2])]
+    workers: list[Any] = []
+    if outside:
+        config = {
+            "backends": [(n, f"{c.__module__}:{c.__qualname__}", _plain_options(o)) for n, c, o in outside],
+            "settings": common, "max_payload_chars": max_payload_chars,
+            "redact_patterns": list(redact_patterns), "max_queue": max_queue,
+        }  # fmt: skip
+        shaped_here = len(resolved) > len(outside) or token2text
+        try:
+            workers.append(SidecarWorker(config, shaped=shaped_here))
+        except SidecarError as exc:
+            log.warning("%s; tracing into %s in this process instead", exc, ", ".join(n for n, _, _ in outside))
+            outside = []
+    here = [r for r in resolved if r not in outside]
+    try:
+        backends = [cls(**common, **options) for _, cls, options in here]
+    except BaseException:
+        for w in workers:
+            w.stop()
+            w.close(5.0)
+        raise
+    workers += [BackendWorker(b, max_queue) for b in backends]
+    exporter = Exporter(workers, EventShaper(shaper) if here or token2text else None)
+    return Pipeline(exporter, backends, any(cls.wants_span_start for _, cls, _ in resolved), [n for n, _, _ in outside])
+
+
+def _can_run_outside(cls: Any, options: dict[str, Any]) -> bool:
+    """Out-of-process backends go to the sidecar, which imports them by module path and gets their
+    options as data (one given a live object, such as a client, stays in this process)."""
+    return (isinstance(cls, type) and getattr(cls, "out_of_process", False) and cls.__module__ != "__main__"
+            and all(_is_data(v) for v in options.values()))  # fmt: skip
+
+
+def _is_data(value: Any) -> bool:
+    if value is None or isinstance(value, str | int | float | bool | os.PathLike):
+        return True
+    if isinstance(value, list | tuple):
+        return all(_is_data(v) for v in value)
+    if isinstance(value, dict):
+        return all(isinstance(k, str) and _is_data(v) for k, v in value.items())
+    return False
+
+
+def _plain_options(options: dict[str, Any]) -> dict[str, Any]:
+    return {k: os.fspath(v) if isinstance(v, os.PathLike) else v for k, v in options.items()}
