@@ -69,7 +69,7 @@ def test_while_the_disk_stays_full_memory_is_bounded(small_disk, monkeypatch):
     for i in range(100):
         rollout(i)
     tracing.flush_tracing(30)
-    backend = tracing.runtime.get_tracer().exporter.workers[0].backend
+    backend = tracing.get_tracer().exporter.workers[0].backend
     assert len(backend._spans) <= 20 and backend.dropped_spans >= 80
     assert tracing.stats()["backends"]["local"]["dropped"] == backend.dropped_spans
 
@@ -94,7 +94,7 @@ def test_what_was_stored_waits_and_was_lost_is_counted_exactly(small_disk):
     assert 0 < stats["stored_trajectories"] == stored < 120
     assert stats["stored_trajectories"] + stats["retained_trajectories"] == 120
     assert stats["retained_spans"] == stats["retained_trajectories"]  # one span each
-    tracer = tracing.runtime.get_tracer()
+    tracer = tracing.get_tracer()
     tracing.shutdown_tracing(30)
     final = tracer.stats()["backends"]["local"]  # as the sidecar reported it when it closed
     assert final["lost_trajectories"] == 120 - stored and final["dropped"] == 120 - stored

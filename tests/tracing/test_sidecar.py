@@ -18,7 +18,7 @@ from pydantic import BaseModel
 
 from rollscope import tracing
 from rollscope.store import TraceStore
-from rollscope.tracing import _sidecar as sidecar
+from rollscope.tracing._sidecar import parent as sidecar
 from rollscope.tracing import _wire as wire
 from rollscope.tracing._callargs import Binder, CallArgs
 from rollscope.tracing._events import LEAF_SPAN

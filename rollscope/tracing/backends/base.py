@@ -22,7 +22,7 @@ class TraceBackend:
     lossless: ClassVar[bool] = False
     #: Whether ``on_span_start`` is wanted. When no backend wants it, the hot path skips the event.
     wants_span_start: ClassVar[bool] = False
-    #: Whether the backend may run in the trace sidecar, a helper process (``tracing.sidecar``):
+    #: Whether the backend may run in the trace sidecar, a helper process (``tracing._sidecar``):
     #: true for a backend that needs nothing from the traced process but its options, is
     #: importable by module path, and whose work would otherwise compete with the rollout.
     out_of_process: ClassVar[bool] = False

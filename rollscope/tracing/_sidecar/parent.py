@@ -1,22 +1,6 @@
-"""The trace sidecar: a helper process that shapes trace events and runs the backends able to live
-outside the traced process (the local store), so their CPU never competes with the rollout for
-the traced process's GIL.
-
-What stays in the traced process is the capture (the hooks) and the packing (``wire``): about a
-sixth of the per-trajectory work. The sidecar holds what it receives in a ``Backlog`` and stores
-it while the traced process leaves the CPU idle (benchmarks/RESULTS.md, issue 3).
-
-Protocol: length-prefixed frames over the child's stdin and a private copy of its stdout.
-    parent -> child   CONFIG (first), EVENTS, FLUSH id, CLOSE, SECRETS (when the parent's environment
-                      gains a secret-looking value after the start: redacted from then on)
-    child -> parent   READY or FAILED, LOG, FLUSHED id stats, CLOSED ok stats
-The child ignores Ctrl-C (the parent decides when tracing ends) and closes cleanly when the
-parent disappears (end of its stdin), so a killed rollout loses at most what was in the pipe.
-If the sidecar dies, its backends continue inside the traced process with a warning. The local
-store loses nothing: it commits the count of events it has stored with the events themselves,
-the traced process keeps what it sent until the sidecar reports it stored (``POSITIONS``), and the
-store's shard is continued from its committed count with the rest. Other backends are told what
-the sidecar had not reported delivered, counted exactly as dropped.
+"""The traced process's end of the trace sidecar: ``SidecarWorker`` stands where a backend's worker
+would, packs events where they end, ships them, keeps what the child has not stored yet, and takes
+over the child's backends if it dies (see the package's docstring).
 """
 
 from __future__ import annotations
@@ -25,7 +9,6 @@ import functools
 import logging
 import os
 import pickle
-import signal
 import struct
 import subprocess
 import sys
@@ -35,20 +18,31 @@ from collections import deque
 from typing import Any
 
 from rollscope.tracing import _wire as wire
-from rollscope.tracing._backlog import DEFAULT_MAX_BYTES, Backlog
-from rollscope.tracing._events import flush, is_flush, position
-from rollscope.tracing._exporter import BackendWorker, Exporter, Marker
-from rollscope.tracing._payload import PayloadShaper
-from rollscope.tracing._redaction import Redactor, secret_env_values
+from rollscope.tracing._events import flush, is_flush
+from rollscope.tracing._exporter import BackendWorker, Marker
+from rollscope.tracing._redaction import secret_env_values
 from rollscope.tracing._shaping import EventShaper
+from rollscope.tracing._sidecar.protocol import (
+    CLOSE,
+    CLOSED,
+    CONFIG,
+    EVENTS,
+    FAILED,
+    FLUSH,
+    FLUSHED,
+    LOG,
+    POSITIONS,
+    READY,
+    SECRETS,
+    read_frame,
+    read_frame_timeout,
+    shaper_for,
+    worker_for,
+    write_frame,
+)
 
 log = logging.getLogger("rollscope.tracing")
 
-_HEADER = struct.Struct("<IB")  # body length, frame kind
-CONFIG, EVENTS, FLUSH, CLOSE, READY, FAILED, LOG, FLUSHED, CLOSED = range(9)
-SECRETS = 9  # parent -> child: secret-looking environment values of the traced process, now
-POSITIONS = 10  # child -> parent: per backend, how many of the events sent it has flushed
-POSITIONS_INTERVAL_S = 0.2
 # Sent events the traced process keeps until the sidecar's local store reports them stored, for a
 # resumed store to take over. Beyond this, the oldest are let go (and counted if then needed).
 REPLAY_MAX_BYTES = 64 * 1024 * 1024
@@ -57,57 +51,12 @@ START_TIMEOUT_S = 60.0
 # larger batches cost less: measured with an instant LLM, waking every 20 ms cost the rollout
 # ~50 us per trajectory more than every 100 ms (benchmarks/RESULTS.md). A flush wakes it at once.
 SEND_INTERVAL_S = 0.1
-# The sidecar's work can wait (its queues are unbounded for the local store); the rollout's cannot.
-SIDECAR_NICE = 10
-
-
-def _write_frame(fd: int, kind: int, body: bytes = b"") -> None:
-    data = memoryview(_HEADER.pack(len(body), kind) + body)
-    while data:
-        data = data[os.write(fd, data) :]
-
-
-def _read_exact(fd: int, n: int) -> bytes | None:
-    chunks, left = [], n
-    while left:
-        chunk = os.read(fd, min(left, 1 << 20))
-        if not chunk:
-            return None
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
-
-
-def _read_frame(fd: int) -> tuple[int, bytes] | None:
-    header = _read_exact(fd, _HEADER.size)
-    if header is None:
-        return None
-    length, kind = _HEADER.unpack(header)
-    body = _read_exact(fd, length) if length else b""
-    return None if body is None else (kind, body)
-
-
-def _shaper_for(config: dict[str, Any]) -> EventShaper | None:
-    """How the backends' events are shaped outside the traced process (None: it shaped them)."""
-    if config["shaped"]:
-        return None
-    return EventShaper(PayloadShaper(Redactor(tuple(config["redact_patterns"])), config["max_payload_chars"]))
-
-
-def _worker_for(config: dict[str, Any], path: str, options: dict[str, Any],
-                resume: dict | None = None) -> BackendWorker:  # fmt: skip
-    from rollscope.tracing.backends.registry import load_class
-
-    return BackendWorker(load_class(path)(**config["settings"], **options, **(resume or {})), config["max_queue"])
 
 
 class SidecarError(RuntimeError):
     """The sidecar could not be started (its backends then run in the traced process)."""
 
 
-# ------------------------------------------------------------------------------------------------
-# The traced process's end
-# ------------------------------------------------------------------------------------------------
 class SidecarWorker:
     """Stands where a BackendWorker would: packs each event where it ends (``wire.pack_into``) into an
     outbox, sends what the outbox holds every ``SEND_INTERVAL_S``, and turns the child's
@@ -155,14 +104,14 @@ class SidecarWorker:
     def _start(self) -> None:
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", "from rollscope.tracing._sidecar import main; main()"],
+                [sys.executable, "-c", "from rollscope.tracing._sidecar.child import main; main()"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
             )  # fmt: skip
         except OSError as exc:
             raise SidecarError(f"cannot start the trace sidecar: {exc}") from exc
         self._out, self._in = self.proc.stdin.fileno(), self.proc.stdout.fileno()
-        _write_frame(self._out, CONFIG, pickle.dumps(self.config))
-        reply = _read_frame_timeout(self._in, START_TIMEOUT_S)
+        write_frame(self._out, CONFIG, pickle.dumps(self.config))
+        reply = read_frame_timeout(self._in, START_TIMEOUT_S)
         if reply is None or reply[0] not in (READY, FAILED):
             self.proc.kill()
             raise SidecarError(f"the trace sidecar (pid {self.proc.pid}) did not start")
@@ -203,7 +152,7 @@ class SidecarWorker:
             return all(w.close(_left(deadline)) for w in self._fallback)
         self._closing = True
         try:
-            _write_frame(self._out, CLOSE)
+            write_frame(self._out, CLOSE)
         except OSError:
             pass
         ok = self._closed.wait(_left(deadline)) and self._close_ok
@@ -285,7 +234,7 @@ class SidecarWorker:
             self._to_fallback(wire.unpack(body))
             return
         try:  # only this thread writes to the pipe: no lock held while the child is slow
-            _write_frame(self._out, EVENTS, struct.pack("<I", count) + body)
+            write_frame(self._out, EVENTS, struct.pack("<I", count) + body)
         except OSError:
             self._child_gone("its pipe closed")
             # The child never read it: a continued store had it replayed, the others get it now.
@@ -313,7 +262,7 @@ class SidecarWorker:
         secrets = secret_env_values()
         if secrets != self._secrets and self._fallback is None:
             self._secrets = secrets
-            _write_frame(self._out, SECRETS, wire.encode(secrets))
+            write_frame(self._out, SECRETS, wire.encode(secrets))
 
     def _send_flush(self, marker: Marker) -> None:
         with self._lock:  # decided under the lock _child_gone takes: a marker registered here is
@@ -323,7 +272,7 @@ class SidecarWorker:
                 self._pending[self._next_flush] = (marker, self._sent)
         if not gone:
             try:
-                _write_frame(self._out, FLUSH, struct.pack("<Q", self._next_flush))
+                write_frame(self._out, FLUSH, struct.pack("<Q", self._next_flush))
                 return
             except OSError:
                 self._child_gone("its pipe closed")
@@ -333,7 +282,7 @@ class SidecarWorker:
     # ---- receiving ----
     def _read(self) -> None:
         while True:
-            frame = _read_frame(self._in)
+            frame = read_frame(self._in)
             if frame is None:
                 break
             kind, body = frame
@@ -363,7 +312,7 @@ class SidecarWorker:
         with self._lock:
             if self._fallback is not None:
                 return
-            self._fallback_shape = _shaper_for(self.config)
+            self._fallback_shape = shaper_for(self.config)
             workers = []
             for name, path, options in self.config["backends"]:
                 worker = self._continue_here(name, path, options)
@@ -385,7 +334,7 @@ class SidecarWorker:
         resume = self._resume.get(name)
         if resume:
             try:
-                worker = _worker_for(self.config, path, options, resume)
+                worker = worker_for(self.config, path, options, resume)
             except Exception as exc:
                 log.warning("trace backend %r could not be continued from %s: %s", name, resume, exc)
             else:
@@ -396,7 +345,7 @@ class SidecarWorker:
                 return worker
         self.lost[name] = self._sent - self._acked.get(name, 0)
         try:
-            return _worker_for(self.config, path, options)
+            return worker_for(self.config, path, options)
         except Exception as exc:
             self.errors += 1
             log.warning("trace backend %r could not be restarted here: %s", name, exc)
@@ -428,110 +377,5 @@ class SidecarWorker:
 _EMPTY_STATS = {"exported": 0, "queued": 0, "dropped": 0, "late_rewards": 0, "errors": 0, "lossless": True}
 
 
-def _read_frame_timeout(fd: int, timeout: float) -> tuple[int, bytes] | None:
-    result: list = []
-    reader = threading.Thread(target=lambda: result.append(_read_frame(fd)), daemon=True)
-    reader.start()
-    reader.join(timeout)
-    return result[0] if result else None
-
-
 def _left(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
-
-
-# ------------------------------------------------------------------------------------------------
-# The sidecar process
-# ------------------------------------------------------------------------------------------------
-class _FrameLogHandler(logging.Handler):
-    """The child's warnings (a full disk, a failing backend) go to the traced process's logger."""
-
-    def __init__(self, send: Any) -> None:
-        super().__init__(logging.WARNING)
-        self.send = send
-
-    def emit(self, record: logging.LogRecord) -> None:
-        try:
-            self.send(LOG, wire.encode((record.levelno, record.getMessage())))
-        except Exception:
-            pass
-
-
-def main() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    if hasattr(os, "nice"):
-        os.nice(SIDECAR_NICE)
-    fd_in = 0
-    fd_out = os.dup(1)
-    os.dup2(2, 1)  # anything a library prints goes to stderr, never into the protocol
-    lock = threading.Lock()
-
-    def send(kind: int, body: bytes = b"") -> None:
-        with lock:
-            _write_frame(fd_out, kind, body)
-
-    root = logging.getLogger("rollscope")
-    root.addHandler(_FrameLogHandler(send))
-    root.propagate = False
-    frame = _read_frame(fd_in)
-    if frame is None or frame[0] != CONFIG:
-        return
-    config = pickle.loads(frame[1])
-    sys.path[:] = config["sys_path"]
-    try:
-        shaper = _shaper_for(config)
-        exporter = Exporter([_worker_for(config, path, options) for _, path, options in config["backends"]], shaper)
-    except Exception as exc:
-        send(FAILED, wire.encode((type(exc).__name__, str(exc))))
-        return
-    max_mb = float(os.environ.get("ROLLSCOPE_SIDECAR_BACKLOG_MB", DEFAULT_MAX_BYTES / 2**20))
-    received = [0]
-
-    def release(chunk: bytes, count: int) -> None:  # in order: the chunk's last event is number received
-        received[0] += count
-        exporter.submit_many([*wire.unpack(chunk), position(received[0])])
-
-    backlog = Backlog(release, os.getppid(), int(max_mb * 2**20))
-
-    def stats() -> dict[str, Any]:
-        out = exporter.stats()["backends"]
-        for s in out.values():
-            s["queued"] += backlog.events
-        return out
-
-    def positions() -> dict[str, int]:
-        return {w.name: w.position for w in exporter.workers}
-
-    def report_positions() -> None:
-        last: dict[str, int] = {}
-        while True:
-            time.sleep(POSITIONS_INTERVAL_S)
-            now = positions()
-            if now != last:
-                send(POSITIONS, wire.encode(now))
-                last = now
-
-    send(READY, wire.encode({w.name: w.backend.resume_options() for w in exporter.workers}))
-    threading.Thread(target=report_positions, name="rollscope-positions", daemon=True).start()
-    while True:
-        frame = _read_frame(fd_in)
-        if frame is None:  # the traced process is gone: keep what it sent
-            backlog.close()
-            exporter.close(30.0)
-            return
-        kind, body = frame
-        if kind == EVENTS:
-            backlog.add(body[4:], struct.unpack_from("<I", body)[0])
-        elif kind == FLUSH:
-            backlog.drain()
-            exporter.flush(None)
-            send(FLUSHED, wire.encode((struct.unpack("<Q", body)[0], stats(), positions())))
-        elif kind == SECRETS:
-            if shaper is not None:
-                shaper.shaper.redactor.add_literals(wire.decode(body))
-        elif kind == CLOSE:
-            backlog.close()
-            ok = exporter.close(None)
-            send(CLOSED, wire.encode((ok, stats())))
-            return
-

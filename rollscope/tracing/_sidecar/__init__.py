@@ -1,0 +1,23 @@
+"""The trace sidecar: a helper process that shapes trace events and runs the backends able to live
+outside the traced process (the local store), so their CPU never competes with the rollout for
+the traced process's GIL.
+
+What stays in the traced process is the capture (the hooks) and the packing (``wire``): about a
+sixth of the per-trajectory work. The sidecar holds what it receives in a ``Backlog`` and stores
+it while the traced process leaves the CPU idle (benchmarks/RESULTS.md).
+
+``parent`` is the traced process's end, ``child`` the sidecar process, ``protocol`` the frames
+between them.
+
+The child ignores Ctrl-C (the parent decides when tracing ends) and closes cleanly when the
+parent disappears (end of its stdin), so a killed rollout loses at most what was in the pipe.
+If the sidecar dies, its backends continue inside the traced process with a warning. The local
+store loses nothing: it commits the count of events it has stored with the events themselves,
+the traced process keeps what it sent until the sidecar reports it stored (``POSITIONS``), and the
+store's shard is continued from its committed count with the rest. Other backends are told what
+the sidecar had not reported delivered, counted exactly as dropped.
+"""
+
+from rollscope.tracing._sidecar.parent import SidecarError, SidecarWorker
+
+__all__ = ["SidecarError", "SidecarWorker"]
