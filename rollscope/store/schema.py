@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import threading
+from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +68,20 @@ SPAN_COLUMNS = (
     "error_message",
     "payload",
 )
+
+# The one place the columns' order is written: rows are built by name from here.
+_SPAN_FIELDS = attrgetter(*SPAN_COLUMNS[:-1])  # every span column but the payload is the span's attribute
+
+
+def trajectory_row(values: dict[str, Any]) -> tuple:
+    """A trajectories row, in ``TRAJECTORY_COLUMNS``' order, from its values by column name."""
+    return tuple([values[c] for c in TRAJECTORY_COLUMNS])
+
+
+def span_row(span: Any, payload: bytes) -> tuple:
+    """A spans row from a span (live or stored: the columns are its attributes) and its payload."""
+    return (*_SPAN_FIELDS(span), payload)
+
 
 DDL = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);

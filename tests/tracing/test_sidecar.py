@@ -18,12 +18,12 @@ from pydantic import BaseModel
 
 from rollscope import tracing
 from rollscope.store import TraceStore
-from rollscope.tracing._sidecar import parent as sidecar
 from rollscope.tracing import _wire as wire
 from rollscope.tracing._callargs import Binder, CallArgs
 from rollscope.tracing._events import LEAF_SPAN
 from rollscope.tracing._payload import PayloadShaper
 from rollscope.tracing._redaction import Redactor
+from rollscope.tracing._sidecar import parent as sidecar
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 

@@ -7,8 +7,17 @@ import os
 import sqlite3
 from typing import Any
 
-from rollscope.store.schema import encode_json, encode_payload, resolve_dir
+from rollscope.store.schema import (
+    SPAN_COLUMNS,
+    TRAJECTORY_COLUMNS,
+    encode_json,
+    encode_payload,
+    resolve_dir,
+    span_row,
+    trajectory_row,
+)
 from rollscope.store.segments import DEFAULT_PUBLISH_INTERVAL_S
+from rollscope.store.summary import COLUMNS as SUMMARY_COLUMNS
 from rollscope.store.summary import TrajectorySummary
 from rollscope.store.writer import ShardWriter
 from rollscope.tracing.backends.base import TraceBackend
@@ -16,6 +25,8 @@ from rollscope.tracing.spans import Span, Trajectory
 
 log = logging.getLogger("rollscope.tracing")
 ENV_LOCAL_DIR = "ROLLSCOPE_LOCAL_DIR"
+_STATUS = TRAJECTORY_COLUMNS.index("status")  # positions in the rows kept for a retry
+_SPAN_TRAJECTORY = SPAN_COLUMNS.index("trajectory_id")
 MAX_RETAINED_SPANS = 200_000  # kept in memory for a retry while the store cannot be written
 _EMPTY = TrajectorySummary()
 
@@ -59,14 +70,16 @@ class LocalBackend(TraceBackend):
 
     def _row(self, t: Trajectory) -> tuple:
         summary = self._open.get(t.id, _EMPTY)
-        c = summary.columns()
         extra = summary.attributes()
         attributes = {**t.attributes, **extra} if extra else t.attributes
-        return (
-            t.id, t.project, t.experiment, t.step, t.sample_index, t.rollout_n, int(t.validate),
-            t.agent_name, t.status, t.reward, t.start_ns, t.end_ns, *c[:6], t.error_type, t.error_message,
-            encode_json(attributes).decode() if attributes else None, *c[6:], t.attributes.get("replay_of"),
-        )  # fmt: skip
+        return trajectory_row({
+            "id": t.id, "project": t.project, "experiment": t.experiment, "step": t.step,
+            "sample_index": t.sample_index, "rollout_n": t.rollout_n, "validate": int(t.validate),
+            "agent_name": t.agent_name, "status": t.status, "reward": t.reward, "start_ns": t.start_ns,
+            "end_ns": t.end_ns, "error_type": t.error_type, "error_message": t.error_message,
+            "attributes": encode_json(attributes).decode() if attributes else None,
+            "replay_of": t.attributes.get("replay_of"), **dict(zip(SUMMARY_COLUMNS, summary.columns(), strict=True)),
+        })  # fmt: skip
 
     def on_trajectory_start(self, trajectory: Trajectory) -> None:
         self._open[trajectory.id] = TrajectorySummary()
@@ -81,10 +94,7 @@ class LocalBackend(TraceBackend):
             late.add(span)
             self._late_counts.append((*late.columns()[:6], span.trajectory_id))
         payload = {"inputs": span.inputs, "outputs": span.outputs, "attributes": span.attributes}
-        self._spans.append((
-            span.id, span.trajectory_id, span.parent_id, span.name, span.kind.value, span.start_ns,
-            span.end_ns, span.status, span.error_type, span.error_message, encode_payload(payload),
-        ))  # fmt: skip
+        self._spans.append(span_row(span, encode_payload(payload)))
 
     def on_trajectory_end(self, trajectory: Trajectory) -> None:
         self._trajectories[trajectory.id] = self._row(trajectory)
@@ -121,7 +131,7 @@ class LocalBackend(TraceBackend):
     def _write_what_fits(self) -> None:
         spans_of: dict[str, list[tuple]] = {}
         for row in self._spans:
-            spans_of.setdefault(row[1], []).append(row)
+            spans_of.setdefault(row[_SPAN_TRAJECTORY], []).append(row)
         kept: dict[str, tuple] = {}
         for tid, row in self._trajectories.items():
             try:
@@ -143,7 +153,7 @@ class LocalBackend(TraceBackend):
         self._rewards = [r for r in self._rewards if r[0] not in written]
 
     def _count_stored(self, rows: Any, spans: int) -> None:
-        self.stored_trajectories += sum(1 for row in rows if row[8] != "running")
+        self.stored_trajectories += sum(1 for row in rows if row[_STATUS] != "running")
         self.stored_spans += spans
 
     def counts(self) -> dict[str, int]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
+from rollscope.tracing.backends.records import SpanLike, kind_of, walk
 from rollscope.tracing.spans import Span, Trajectory
 
 _SPAN_TYPES = {"llm": "LLM", "tool": "TOOL", "agent": "AGENT", "reward": "EVALUATOR"}
@@ -77,16 +78,18 @@ def write_trace(experiment_id: str, t: Any, spans: list[Any], experiment: str | 
                                         experiment_id=experiment_id, start_time_ns=t.start_ns,
                                         inputs={"trajectory_id": t.id})  # fmt: skip
     live = {t.id: root}
-    ordered = sorted(spans, key=lambda s: (s.start_ns, s.id))
-    for s in ordered:
-        kind = s.kind if isinstance(s.kind, str) else s.kind.value
+
+    def start(s: SpanLike) -> None:
         live[s.id] = mlflow.start_span_no_context(
-            s.name, span_type=_SPAN_TYPES.get(kind, "UNKNOWN"), parent_span=live.get(s.parent_id, root),
+            s.name, span_type=_SPAN_TYPES.get(kind_of(s), "UNKNOWN"), parent_span=live.get(s.parent_id, root),
             inputs=s.inputs, attributes={k: v for k, v in (s.attributes or {}).items() if v is not None},
             start_time_ns=s.start_ns,
         )  # fmt: skip
-    for s in reversed(ordered):
-        status = "ERROR" if s.status == "error" else "OK"
-        live[s.id].end(outputs=s.outputs, status=status, end_time_ns=s.end_ns or s.start_ns)
+
+    def end(s: SpanLike) -> None:
+        live[s.id].end(outputs=s.outputs, status="ERROR" if s.status == "error" else "OK",
+                       end_time_ns=s.end_ns or s.start_ns)  # fmt: skip
+
+    walk(spans, start, end)
     root.end(outputs={"status": t.status, "reward": t.reward}, status="ERROR" if t.status == "error" else "OK",
              end_time_ns=t.end_ns or t.start_ns)  # fmt: skip

@@ -19,6 +19,7 @@ from typing import Any
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.backends.conversation import prompt_messages
+from rollscope.tracing.backends.records import SpanLike, kind_of, walk
 from rollscope.tracing.spans import Span, Trajectory
 
 MAX_ATTRIBUTE_CHARS = 8_192
@@ -64,10 +65,6 @@ def _json(value: Any) -> str:
 
 def _bounded(text: str) -> str:
     return text if len(text) <= MAX_ATTRIBUTE_CHARS else text[:MAX_ATTRIBUTE_CHARS] + "…"
-
-
-def _kind(span: Any) -> str:
-    return span.kind if isinstance(span.kind, str) else span.kind.value
 
 
 _OPENINFERENCE_KIND = {"llm": "LLM", "tool": "TOOL", "agent": "AGENT", "reward": "EVALUATOR"}
@@ -132,7 +129,7 @@ def _tool_call(span: Any, tool: str) -> dict[str, Any]:
 
 
 def _name_and_attributes(span: Any) -> tuple[str, dict[str, Any]]:
-    kind, attrs = _kind(span), dict(span.attributes or {})
+    kind, attrs = kind_of(span), dict(span.attributes or {})
     out: dict[str, Any] = {"rollscope.kind": kind, "rollscope.span_id": span.id,
                            "openinference.span.kind": _OPENINFERENCE_KIND.get(kind, "CHAIN")}  # fmt: skip
     if kind == "llm":
@@ -184,16 +181,19 @@ def write_spans(tracer: Any, t: Any, spans: list[Any], experiment: str | None = 
     attributes["output.value"] = _json({"status": t.status, "reward": t.reward})
     root = tracer.start_span(f"invoke_agent {agent}", attributes=attributes, start_time=t.start_ns)
     live = {t.id: root}
-    ordered = sorted(spans, key=lambda s: (s.start_ns, s.id))
-    for s in ordered:
+
+    def start(s: SpanLike) -> None:
         name, attrs = _name_and_attributes(s)
         attrs.update(verl)
         parent = trace.set_span_in_context(live.get(s.parent_id, root))
         live[s.id] = tracer.start_span(name, context=parent, attributes=attrs, start_time=s.start_ns)
-    for s in reversed(ordered):
+
+    def end(s: SpanLike) -> None:
         if s.status == "error":
             live[s.id].set_status(Status(StatusCode.ERROR, f"{s.error_type}: {s.error_message}"))
         live[s.id].end(end_time=s.end_ns or s.start_ns)
+
+    walk(spans, start, end)
     if t.status == "error":
         root.set_status(Status(StatusCode.ERROR, getattr(t, "error_message", None) or "error"))
     root.end(end_time=t.end_ns or t.start_ns)

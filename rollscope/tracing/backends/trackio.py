@@ -19,6 +19,7 @@ from typing import Any
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.backends.conversation import prompt_messages
+from rollscope.tracing.backends.records import in_start_order, kind_of
 from rollscope.tracing.spans import Span, Trajectory
 
 _SPAN_KIND = {"llm": "generation", "tool": "tool"}
@@ -58,10 +59,10 @@ class TrackioBackend(TrajectoryBackend):
 
 def trace_fields(t: Any, spans: list[Any], experiment: str | None = None) -> dict[str, Any]:
     """A trackio Trace's messages, metadata and spans for a trajectory (live or stored) and its spans."""
-    ordered = sorted(spans, key=lambda s: (s.start_ns, s.id))
+    ordered = in_start_order(spans)
     messages: list[dict[str, Any]] = []
     for s in ordered:
-        kind = s.kind if isinstance(s.kind, str) else s.kind.value
+        kind = kind_of(s)
         inputs = s.inputs if isinstance(s.inputs, dict) else {}
         outputs = s.outputs if isinstance(s.outputs, dict) else {}
         if kind == "llm":
@@ -84,7 +85,7 @@ def trace_fields(t: Any, spans: list[Any], experiment: str | None = None) -> dic
 
 
 def _span(s: Any) -> dict[str, Any]:
-    kind = s.kind if isinstance(s.kind, str) else s.kind.value
+    kind = kind_of(s)
     attrs = s.attributes or {}
     end_ns = s.end_ns or s.start_ns
     span = {"id": s.id, "parent_id": s.parent_id, "name": s.name, "kind": _SPAN_KIND.get(kind, "span"),

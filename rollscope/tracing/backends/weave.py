@@ -23,6 +23,7 @@ import uuid
 from typing import Any
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
+from rollscope.tracing.backends.records import SpanLike, kind_of, walk
 from rollscope.tracing.spans import Span, Trajectory
 
 _NAMESPACE = uuid.UUID("6f1d3c2e-5b7a-4e2f-9c1d-7a2b3c4d5e6f")
@@ -144,14 +145,15 @@ def write_trajectory(client: Any, t: dict[str, Any], spans: list[Any], ops: dict
     root_id = call_id(t["id"])
     ids = {t["id"]: root_id}
     total_usage: dict[str, Any] = {}
-    ends = []
     root_start = _time(t["start_ns"])
     server.call_start({"start": {
         "project_id": project_id, "id": root_id, "trace_id": root_id, "parent_id": None,
         "op_name": _op_name(client, t["name"], ops), "display_name": t["name"], "started_at": root_start,
         "attributes": attributes, "inputs": {"trajectory_id": t["id"], **attributes}}})  # fmt: skip
-    for s in sorted(spans, key=lambda s: (s.start_ns, s.id)):
-        kind = s.kind if isinstance(s.kind, str) else s.kind.value
+    ends: dict[str, dict[str, Any]] = {}
+
+    def start(s: SpanLike) -> None:
+        kind = kind_of(s)
         ids[s.id] = cid = call_id(t["id"], s.id)
         started = _time(s.start_ns)
         inputs = compact(s.inputs) if isinstance(s.inputs, dict) else {"inputs": compact(s.inputs)}
@@ -166,12 +168,12 @@ def write_trajectory(client: Any, t: dict[str, Any], spans: list[Any], ops: dict
             summary["usage"] = usage
             _add_usage(total_usage, usage)
         error = s.status == "error"
-        ends.append({"end": {
+        ends[s.id] = {"end": {
             "project_id": project_id, "id": cid, "trace_id": root_id, "started_at": started,
             "ended_at": _time(s.end_ns or s.start_ns), "output": compact(s.outputs), "summary": summary,
-            "exception": _exception(s.error_type, s.error_message) if error else None}})  # fmt: skip
-    for end in reversed(ends):
-        server.call_end(end)
+            "exception": _exception(s.error_type, s.error_message) if error else None}}  # fmt: skip
+
+    walk(spans, start, lambda s: server.call_end(ends[s.id]))
     error = t["status"] == "error"
     server.call_end({"end": {
         "project_id": project_id, "id": root_id, "trace_id": root_id, "started_at": root_start,
