@@ -2,7 +2,7 @@
 
     rollscope run examples/minimal_agent/config.yaml --limit 2
 
-The README shows this file; tests/examples/test_minimal_agent.py runs it.
+docs/agent-loops.md shows this file; tests/examples/test_minimal_agent.py runs it.
 """
 
 from typing import Any

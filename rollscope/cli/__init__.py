@@ -45,13 +45,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line as the commands see it (exit 2 with argparse's message when it is wrong)."""
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra:  # key=value overrides may follow options (argparse only takes them before)
         if not hasattr(args, "overrides") or any("=" not in item or item.startswith("-") for item in extra):
             parser.error(f"unrecognized arguments: {' '.join(extra)}")
         args.overrides = [*args.overrides, *extra]
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
     try:
         return args.func(args)
     except LLMServerError as exc:

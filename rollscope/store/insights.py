@@ -3,7 +3,7 @@
 Each signal is a count of trajectories (or GRPO groups) per step, with its share and up to five
 example ids, computed from the trajectories table's summary columns (``summary.COLUMNS``) by a few
 ``GROUP BY`` queries per shard: no span is read. The signals, what they mean for training, and
-their thresholds are documented in ``SIGNALS`` and the README.
+their thresholds are documented in ``SIGNALS`` and docs/insights.md.
 """
 
 from __future__ import annotations

@@ -135,7 +135,7 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
     even the event's plain copy cannot be pickled). Runs where the event ends, on the rollout's
     thread, so its objects die when the traced call returns, as untraced ones do (held in a
     queue, they would outlive collections and be promoted: benchmarks/RESULTS.md). One Python
-    call per event: in a real loop each call layer costs as much as the work (RESULTS.md, issue 3).
+    call per event: in a real loop each call layer costs as much as the work (benchmarks/RESULTS.md).
 
     The common event, a span whose payloads are plain builtins once call arguments are bound and
     a rich result is viewed, goes through ``marshal`` (several times cheaper than pickle for

@@ -112,7 +112,7 @@ class Span(_Timed):
         inputs: Any = None,
         attributes: dict[str, Any] | None = None,
     ) -> None:
-        # _begin, written out: a span is built for every traced call.
+        # Id, start and status set here rather than by a shared helper: a span is built for every traced call.
         self.id = f"{_prefix}{next(_counter):012x}"
         self.start_ns = time.time_ns()
         self.end_ns = None
@@ -135,7 +135,7 @@ class Span(_Timed):
         self.shaped = False
 
     def finish(self, outputs: Any = None, error: BaseException | None = None) -> None:
-        # _finish, written out: every span ends here.
+        # No helper call here either: every span ends through this method.
         self.outputs = outputs
         self.end_ns = time.time_ns()
         if error is not None:
@@ -175,7 +175,7 @@ class Trajectory(_Timed):
         agent_name: str,
         attributes: dict[str, Any] | None = None,
     ) -> None:
-        # _begin, written out (as in Span): one trajectory per rollout.
+        # Id, start and status set here, as in Span (no helper call): one trajectory per rollout.
         self.id = f"{_prefix}{next(_counter):012x}"
         self.start_ns = time.time_ns()
         self.end_ns = None

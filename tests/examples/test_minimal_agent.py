@@ -1,5 +1,5 @@
-"""The README's complete loop and tool (examples/minimal_agent/agent.py): the README shows that
-file as it is, `rollscope run` runs it, and the tool's result shapes reach the model."""
+"""The documented complete loop and tool (examples/minimal_agent/agent.py): docs/agent-loops.md
+shows that file as it is, `rollscope run` runs it, and the tool's result shapes reach the model."""
 
 import asyncio
 import json
@@ -12,12 +12,12 @@ from tests.cli.test_run_cli import rollscope
 EXAMPLE = Path(__file__).parents[2] / "examples" / "minimal_agent"
 
 
-def test_the_readme_shows_the_example_as_it_is():
-    readme = (Path(__file__).parents[2] / "README.md").read_text()
+def test_the_docs_show_the_example_as_it_is():
+    readme = (Path(__file__).parents[2] / "docs" / "agent-loops.md").read_text()
     code = (EXAMPLE / "agent.py").read_text()
     body = code[code.index("from typing import Any") :]
     blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
-    assert body in blocks, "README's agent loop example differs from examples/minimal_agent/agent.py"
+    assert body in blocks, "docs/agent-loops.md's agent loop differs from examples/minimal_agent/agent.py"
 
 
 def test_the_minimal_agent_runs_traced(tmp_path):
