@@ -79,6 +79,9 @@ bench: install
 	$(BIN)/python benchmarks/bench_backends.py --json benchmarks/out/backends.json
 	$(BIN)/python benchmarks/bench_weave.py --json benchmarks/out/weave.json
 	$(BIN)/python benchmarks/bench_sandbox.py --json benchmarks/out/sandbox.json
+	$(BIN)/python benchmarks/bench_insights.py --json benchmarks/out/insights.json
+	$(BIN)/python benchmarks/bench_replay.py --json benchmarks/out/replay.json
+	$(BIN)/python benchmarks/bench_segments.py --json benchmarks/out/segments.json
 
 clean:
 	rm -rf $(VENV) $(PHOENIX) rollscope_traces
