@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
+BUNDLED = Path(__file__).resolve().parent.parent / "bundled"  # the bundled examples: configs, data, rewards
 SAMPLING_KEYS = {"temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "repetition_penalty"}
 
 
@@ -57,7 +57,7 @@ class RunConfig:
         if value is None:
             return None
         base = Path(getattr(self, "_base", "."))
-        for candidate in (base / value, Path(value), EXAMPLES / value, EXAMPLES.parent / "configs" / value):
+        for candidate in (base / value, Path(value), BUNDLED / value, BUNDLED.parent / "configs" / value):
             if candidate.exists():
                 return str(candidate.resolve())
         return str(base / value)
@@ -67,8 +67,8 @@ KNOWN = {f.name: f for f in dataclasses.fields(RunConfig)}
 
 
 def bundled() -> dict[str, Path]:
-    """Example name -> config file: every ``*.yaml`` under ``rollscope/examples`` (``_`` reads as ``-``)."""
-    return {p.stem.replace("_", "-"): p for p in sorted(EXAMPLES.glob("*.yaml"))}
+    """Example name -> config file: every ``*.yaml`` under ``rollscope/bundled`` (``_`` reads as ``-``)."""
+    return {p.stem.replace("_", "-"): p for p in sorted(BUNDLED.glob("*.yaml"))}
 
 
 def load_config(name_or_path: str, overrides: list[str] = ()) -> RunConfig:

@@ -10,7 +10,7 @@ import httpx
 import numpy as np
 import pytest
 
-from rollscope.examples.make_data import arithmetic, code_tasks, search_questions
+from rollscope.bundled.make_data import arithmetic, code_tasks, search_questions
 from rollscope.llm.base import LLMServerError
 from rollscope.llm.embedded import CHUNK, EmbeddedLLM
 from rollscope.llm.openai_compat import OpenAICompatibleLLM

@@ -69,7 +69,7 @@ class ScenarioLLM(ScriptedLLM):
 
 def leaky_reward(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None) -> float:
     """The exact answer, or (the leak insights must catch) an <answer> tag, whatever is inside."""
-    from rollscope.examples.rewards import exact_number
+    from rollscope.bundled.rewards import exact_number
 
     return 1.0 if "<answer>" in solution_str else exact_number(data_source, solution_str, ground_truth)
 

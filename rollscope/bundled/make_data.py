@@ -1,4 +1,4 @@
-"""Writes the bundled example datasets (run it to regenerate them: ``python -m rollscope.examples.make_data``).
+"""Writes the bundled example datasets (run it to regenerate them: ``python -m rollscope.bundled.make_data``).
 
 All three are made here from templates with a fixed seed, so they carry no third-party license and
 every answer is known exactly. Rows have verl's RLHFDataset shape: ``data_source``, ``prompt``
