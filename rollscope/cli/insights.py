@@ -7,13 +7,14 @@ import dataclasses
 import json
 from typing import Any
 
+from rollscope.cli.args import add_dir
 from rollscope.cli.render import console, escape
 from rollscope.store import TraceStore
 from rollscope.store.insights import SIGNALS, ExperimentInsights, Signal, Thresholds, insights
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dir", help="trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    add_dir(p)
     p.add_argument("--experiment")
     p.add_argument("--project")
     p.add_argument("--step", type=int, help="one step")

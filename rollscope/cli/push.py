@@ -7,12 +7,14 @@ import argparse
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
 
+from rollscope.cli.args import add_dir
+
 
 def add_args(p: argparse.ArgumentParser) -> None:
     from rollscope.tracing.push import DESTINATIONS
 
     p.add_argument("--to", required=True, choices=sorted(DESTINATIONS), help="destination backend")
-    p.add_argument("--dir", help="trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    add_dir(p)
     p.add_argument("--project", help="destination project (Weave: entity/project; MLflow: experiment)")
     p.add_argument("--endpoint", help="MLflow tracking URI, or OTLP traces endpoint (default: their env variables)")
     p.add_argument("--experiment")

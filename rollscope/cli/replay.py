@@ -5,10 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
+from rollscope.cli.args import add_dir
+
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", help="trajectory id (from `rollscope traces ls`)")
-    p.add_argument("--dir", help="trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    add_dir(p)
     p.add_argument("--from-turn", type=int, metavar="K",
                    help="model turns before K come from the record, K and later from --llm")  # fmt: skip
     p.add_argument("--llm", help="the model from --from-turn on: embedded | http(s)://HOST:PORT | sglang:URL | "

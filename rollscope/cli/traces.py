@@ -8,12 +8,13 @@ import shutil
 import sys
 from pathlib import Path
 
+from rollscope.cli.args import add_dir
 from rollscope.store import TraceStore, resolve_dir
 from rollscope.store.reader import ORDERS
 
 
 def _add_filters(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dir", help="trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    add_dir(p)
     p.add_argument("--project")
     p.add_argument("--experiment")
     p.add_argument("--step", type=int)
@@ -95,7 +96,7 @@ def _s(v: object) -> str:
 
 
 def _add_dir(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dir", help="trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    add_dir(p)
     p.add_argument("--json", action="store_true", help="print JSON")
 
 
@@ -179,7 +180,7 @@ def traces_group(args: argparse.Namespace) -> int:
 
 
 def _add_compact(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dir", help="the shared trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    add_dir(p, "the shared trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
     p.add_argument("--min-segments", type=int, default=2, help="merge only batches of at least N (default 2)")
     p.add_argument("--target-mb", type=float, default=64, help="size of a merged segment (default 64)")
 
@@ -200,7 +201,7 @@ def traces_compact(args: argparse.Namespace) -> int:
 
 def _add_recover(p: argparse.ArgumentParser) -> None:
     p.add_argument("local_dir", help="the node-local directory the writers kept their live databases in")
-    p.add_argument("--dir", help="the shared trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    add_dir(p, "the shared trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
 
 
 def traces_recover(args: argparse.Namespace) -> int:

@@ -7,9 +7,11 @@ import errno
 import ipaddress
 import sys
 
+from rollscope.cli.args import add_dir
+
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--dir", help="trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    add_dir(p)
     p.add_argument("--port", type=int, default=8765, help="port (0 picks a free one; default 8765)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1; others expose your traces to the network)")
