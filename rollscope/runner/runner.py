@@ -140,6 +140,7 @@ class Runner:
     def __init__(self, config: RunConfig, *, llm: Any = None, tokenizer: Any = None) -> None:
         self.config = config
         self.llm, self.tokenizer = llm, tokenizer
+        self._owns_llm = llm is None  # an LLM passed in is its caller's to close
         self.stats = RunStats()
         self.outcomes: list[Outcome] = []
         self.rows: list[dict[str, Any]] | None = None  # read in setup unless given (already checked)
@@ -290,7 +291,7 @@ class Runner:
         return value
 
     async def close(self) -> None:
-        close = getattr(self.llm, "close", None)
+        close = getattr(self.llm, "close", None) if self._owns_llm else None
         if close is not None:
             result = close()
             if inspect.isawaitable(result):

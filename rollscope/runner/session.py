@@ -5,13 +5,14 @@ and prints."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 
 from rollscope.runner.config import RunConfig
 from rollscope.runner.progress import RunProgress
-from rollscope.runner.runner import Runner, RunStats
+from rollscope.runner.runner import Outcome, Runner, RunStats
 
 
 def run(config: RunConfig, *, console: Console, show_progress: bool = True, rows: list[dict[str, Any]] | None = None,
@@ -27,18 +28,23 @@ def run(config: RunConfig, *, console: Console, show_progress: bool = True, rows
 
 async def run_local(config: RunConfig, *, console: Console, show_progress: bool = True,
                     rows: list[dict[str, Any]] | None = None) -> RunStats:  # fmt: skip
-    """One runner in this process, traced; tracing is shut down (everything stored) on return."""
-    from rollscope.tracing import shutdown_tracing
-
+    """One runner in this process, set up behind a spinner, run with a progress bar."""
     runner = Runner(config)
     runner.rows = rows
     with console.status(f"loading {config.llm} and {config.agent}…", spinner="dots"):
         runner.setup()
+    with RunProgress(runner.stats, config.name, console, total=len(runner.jobs()), enabled=show_progress) as progress:
+        return await run_traced(runner, on_outcome=progress.update)
+
+
+async def run_traced(runner: Runner, on_outcome: Callable[[Outcome], None] | None = None) -> RunStats:
+    """Every job of ``runner`` (set up already), traced: tracing starts here and is shut down,
+    everything stored, on return, whatever happened on the way."""
+    from rollscope.tracing import shutdown_tracing
+
     runner.start_tracing()
     try:
-        jobs = runner.jobs()
-        with RunProgress(runner.stats, config.name, console, total=len(jobs), enabled=show_progress) as progress:
-            await runner.run(jobs, on_outcome=progress.update)
+        await runner.run(on_outcome=on_outcome)
     finally:
         await runner.close()
         shutdown_tracing()

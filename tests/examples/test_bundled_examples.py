@@ -5,10 +5,10 @@ import asyncio
 import pytest
 
 from rollscope.llm.embedded import EmbeddedLLM
+from rollscope.runner import session
 from rollscope.runner.config import load_config
 from rollscope.runner.runner import Runner
 from rollscope.store import TraceStore
-from rollscope.tracing import shutdown_tracing
 from tests.cli.test_run_cli import rollscope
 
 pytestmark = pytest.mark.slow
@@ -27,11 +27,7 @@ def test_example_runs_on_the_embedded_model(tmp_path, llm, example, tool):
     config = load_config(example, ["limit=2", "sampling.temperature=0", f"trace_dir={tmp_path}"])
     runner = Runner(config, llm=llm, tokenizer=llm.tokenizer)
     runner.setup()
-    runner.start_tracing()
-    try:
-        asyncio.run(runner.run())
-    finally:
-        shutdown_tracing()
+    asyncio.run(session.run_traced(runner))
     assert runner.stats.done == 2 and runner.stats.failed == 0
     assert all(o.reward is not None for o in runner.outcomes)
     with TraceStore(tmp_path) as store:

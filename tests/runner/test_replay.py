@@ -28,9 +28,9 @@ def rollscope(*args):
 def recorded(tmp_path_factory):
     """Two trajectories of the gsm8k example recorded by the runner with a scripted LLM, three
     model turns each (two calculator calls, then the answer), the calculator from a tool file."""
+    from rollscope.runner import session
     from rollscope.runner.config import load_config
     from rollscope.runner.runner import Runner
-    from rollscope.tracing import shutdown_tracing
 
     root = tmp_path_factory.mktemp("replay")
     (root / "replies.yaml").write_text(THREE_TURNS)
@@ -39,11 +39,7 @@ def recorded(tmp_path_factory):
                                               "limit=2", f"trace_dir={root / 'traces'}", "step=4"])  # fmt: skip
     runner = Runner(config)
     runner.setup()
-    runner.start_tracing()
-    try:
-        asyncio.run(runner.run())
-    finally:
-        shutdown_tracing()
+    asyncio.run(session.run_traced(runner))
     with TraceStore(root / "traces") as store:
         ids = [t.id for t in store.trajectories()]
     return root, ids

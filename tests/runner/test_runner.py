@@ -7,11 +7,11 @@ import pytest
 from examples.custom_agent.system_prompt_agent import SystemPromptAgent
 from rollscope.llm import ScriptedLLM
 from rollscope.llm.base import LLMServerError
+from rollscope.runner import session
 from rollscope.runner.config import load_config
 from rollscope.runner.runner import Runner
 from rollscope.store import TraceStore
 from rollscope.testing import make_model_dir
-from rollscope.tracing import shutdown_tracing
 
 CALL = '<tool_call>{"name": "calculator", "arguments": {"expression": "61 * 16"}}</tool_call>'
 
@@ -26,11 +26,7 @@ def tokenizer(tmp_path_factory):
 def run(config, llm, tokenizer):
     runner = Runner(config, llm=llm, tokenizer=tokenizer)
     runner.setup()
-    runner.start_tracing()
-    try:
-        asyncio.run(runner.run())
-    finally:
-        shutdown_tracing()
+    asyncio.run(session.run_traced(runner))
     return runner
 
 
@@ -75,9 +71,7 @@ def test_a_broken_trajectory_is_recorded_and_the_run_goes_on(tmp_path, tokenizer
     runner.setup()
     runner.rows[1]["agent_name"] = "tests.runner.agents:BrokenAgent"
     runner.rows[2]["agent_name"] = "rollscope_single_turn"
-    runner.start_tracing()
-    asyncio.run(runner.run())
-    shutdown_tracing()
+    asyncio.run(session.run_traced(runner))
     failed = [o for o in runner.outcomes if o.error]
     assert [(o.sample_index, o.error) for o in failed] == [(1, "RuntimeError: broken on sample 1")]
     with TraceStore(tmp_path) as store:
@@ -105,10 +99,8 @@ def test_a_dead_llm_stops_the_run_and_keeps_what_was_traced(tmp_path, tokenizer)
     config = load_config("gsm8k-calculator", ["limit=8", "concurrency=1", f"trace_dir={tmp_path}"])
     runner = Runner(config, llm=DiesAfter(tokenizer, ["The answer is 1."], n=3), tokenizer=tokenizer)
     runner.setup()
-    runner.start_tracing()
     with pytest.raises(LLMServerError, match="cannot reach"):
-        asyncio.run(runner.run())
-    shutdown_tracing()
+        asyncio.run(session.run_traced(runner))
     assert runner.stats.done == 3
     with TraceStore(tmp_path) as store:
         assert store.count(status="ok") == 3

@@ -85,9 +85,9 @@ def dataset(path: Path) -> Path:
 def record(trace_dir: Path, model_dir: Path, *, experiment: str, scripts: dict, steps: tuple[int, ...]) -> None:
     from transformers import AutoTokenizer
 
+    from rollscope.runner import session
     from rollscope.runner.config import load_config
     from rollscope.runner.runner import Runner
-    from rollscope.tracing import shutdown_tracing
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     data = dataset(trace_dir.parent / f"{experiment}.jsonl")
@@ -98,9 +98,5 @@ def record(trace_dir: Path, model_dir: Path, *, experiment: str, scripts: dict, 
         ])  # fmt: skip
         runner = Runner(config, llm=ScenarioLLM(tokenizer, scripts), tokenizer=tokenizer)
         runner.setup()
-        runner.start_tracing()
-        try:
-            asyncio.run(runner.run())
-        finally:
-            shutdown_tracing()
+        asyncio.run(session.run_traced(runner))
         assert runner.stats.done == 10 and runner.stats.failed == 0
