@@ -44,14 +44,18 @@ def store_dir(tmp_path_factory):
     return path
 
 
-@pytest.fixture(scope="module")
-def server(store_dir):
+def serve(store_dir):
+    """The viewer on a free port of 127.0.0.1, in a thread: yields its URL, then stops it."""
     httpd = make_server(str(store_dir), port=0)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
     httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def server(store_dir):
+    yield from serve(store_dir)
 
 
 CHATML_PROMPT = ("<|im_start|>system\nYou are a calculator.<|im_end|>\n<|im_start|>user\nWhat is 6 * 7?<|im_end|>\n"
@@ -96,9 +100,4 @@ def rich_store(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def rich_server(rich_store):
-    httpd = make_server(str(rich_store), port=0)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
+    yield from serve(rich_store)
