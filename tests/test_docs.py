@@ -16,6 +16,7 @@ made.
 - toml: parsed. text: every `rollscope/...` path it names exists.
 """
 
+import os
 import re
 import shlex
 import shutil
@@ -78,15 +79,13 @@ def recorded(tmp_path_factory):
     result = subprocess.run(
         [sys.executable, "-m", "rollscope.cli", "run", "gsm8k-calculator", "--limit", "8", "--n", "2", "--step", "120",
          "--llm", f"scripted:{REPO / 'examples/scripted_replies.yaml'}", "--dir", str(root / "rollscope_traces"),
-         "--quiet"], capture_output=True, text=True, timeout=600, env={**_env(), "PWD": str(root)},
+         "--quiet"], capture_output=True, text=True, timeout=600, env=_env(),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "rollscope_traces"
 
 
 def _env() -> dict[str, str]:
-    import os
-
     return {**os.environ, **ENV_EXTRA}
 
 

@@ -34,7 +34,6 @@ class Pipeline:
     exporter: Exporter
     backends: list[TraceBackend]  # those running in this process
     emit_span_start: bool  # some backend shows running spans: begin_span sends a span-start event
-    in_sidecar: list[str]  # names of the backends the sidecar runs
 
 
 def build_pipeline(backend: str | list[str], backend_options: dict[str, Any], *, shaper: PayloadShaper,
@@ -70,7 +69,7 @@ def build_pipeline(backend: str | list[str], backend_options: dict[str, Any], *,
         raise
     workers += [BackendWorker(b, max_queue) for b in backends]
     exporter = Exporter(workers, EventShaper(shaper) if here or token2text else None)
-    return Pipeline(exporter, backends, any(cls.wants_span_start for _, cls, _ in resolved), [n for n, _, _ in outside])
+    return Pipeline(exporter, backends, any(cls.wants_span_start for _, cls, _ in resolved))
 
 
 def _can_run_outside(cls: Any, options: dict[str, Any]) -> bool:

@@ -15,10 +15,9 @@ from __future__ import annotations
 import fcntl
 import sqlite3
 from pathlib import Path
-from typing import Any
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
-from rollscope.tracing.backends.records import SpanLike, kind_of, walk
+from rollscope.tracing.backends.records import SpanLike, TrajectoryLike, kind_of, walk
 from rollscope.tracing.spans import Span, Trajectory
 
 _SPAN_TYPES = {"llm": "LLM", "tool": "TOOL", "agent": "AGENT", "reward": "EVALUATOR"}
@@ -66,7 +65,7 @@ class MlflowBackend(TrajectoryBackend):
         mlflow.flush_trace_async_logging()  # MLflow exports traces on its own thread
 
 
-def write_trace(experiment_id: str, t: Any, spans: list[Any], experiment: str | None = None) -> None:
+def write_trace(experiment_id: str, t: TrajectoryLike, spans: list[SpanLike], experiment: str | None = None) -> None:
     """One MLflow trace for a trajectory (a live Trajectory or a stored record) and its spans."""
     import mlflow
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.backends.conversation import prompt_messages
-from rollscope.tracing.backends.records import SpanLike, kind_of, walk
+from rollscope.tracing.backends.records import SpanLike, TrajectoryLike, kind_of, walk
 from rollscope.tracing.spans import Span, Trajectory
 
 MAX_ATTRIBUTE_CHARS = 8_192
@@ -160,7 +160,7 @@ def _name_and_attributes(span: Any) -> tuple[str, dict[str, Any]]:
     return name, out
 
 
-def write_spans(tracer: Any, t: Any, spans: list[Any], experiment: str | None = None) -> None:
+def write_spans(tracer: Any, t: TrajectoryLike, spans: list[SpanLike], experiment: str | None = None) -> None:
     """The trajectory (a live Trajectory or a stored record) and its spans as OpenTelemetry spans."""
     from opentelemetry import trace
     from opentelemetry.trace import Status, StatusCode

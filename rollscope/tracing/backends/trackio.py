@@ -19,7 +19,7 @@ from typing import Any
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.backends.conversation import prompt_messages
-from rollscope.tracing.backends.records import in_start_order, kind_of
+from rollscope.tracing.backends.records import SpanLike, TrajectoryLike, in_start_order, kind_of
 from rollscope.tracing.spans import Span, Trajectory
 
 _SPAN_KIND = {"llm": "generation", "tool": "tool"}
@@ -57,7 +57,7 @@ class TrackioBackend(TrajectoryBackend):
             self.run.finish()
 
 
-def trace_fields(t: Any, spans: list[Any], experiment: str | None = None) -> dict[str, Any]:
+def trace_fields(t: TrajectoryLike, spans: list[SpanLike], experiment: str | None = None) -> dict[str, Any]:
     """A trackio Trace's messages, metadata and spans for a trajectory (live or stored) and its spans."""
     ordered = in_start_order(spans)
     messages: list[dict[str, Any]] = []

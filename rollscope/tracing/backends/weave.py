@@ -135,7 +135,8 @@ def _exception(kind: str | None, message: str | None) -> str:
     return json.dumps({"type": kind or "Error", "message": message or ""})
 
 
-def write_trajectory(client: Any, t: dict[str, Any], spans: list[Any], ops: dict[str, str] | None = None) -> None:
+def write_trajectory(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: dict[str, str] | None = None,
+                     ) -> None:  # fmt: skip
     """The root call and one call per span (parents before children), each sent to the client's
     trace server as a start and an end record with the recorded times. ``spans`` may be live
     Spans or stored SpanRecords."""
