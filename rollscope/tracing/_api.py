@@ -14,11 +14,10 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
-from rollscope.tracing import _runtime as runtime
 from rollscope.tracing._callargs import Binder, CallArgs
 from rollscope.tracing._context import current_frame, trace_enabled, verl_context
 from rollscope.tracing._events import SPAN_START
-from rollscope.tracing._runtime import Tracer
+from rollscope.tracing._runtime import Tracer, state
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -54,7 +53,7 @@ class _TrajectoryBlock:
 
     def __enter__(self) -> Trajectory | None:
         sample_index, step, rollout_n, validate, name, trace, attributes = self.args
-        tracer = self.tracer = runtime.state.tracer
+        tracer = self.tracer = state.tracer
         if tracer is None:
             return None
         if not trace or not (tracer.samples_all or tracer.sampler.should_trace(step, sample_index)):
@@ -140,7 +139,7 @@ def rollout_trace_op(
 
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            if runtime.state.tracer is None or not trace_enabled.get():  # before building any CallArgs
+            if state.tracer is None or not trace_enabled.get():  # before building any CallArgs
                 return await func(*args, **kwargs)
             span = begin_span(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)))
             if span is None:
@@ -158,7 +157,7 @@ def rollout_trace_op(
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if runtime.state.tracer is None or not trace_enabled.get():
+        if state.tracer is None or not trace_enabled.get():
             return func(*args, **kwargs)
         span = begin_span(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)))
         if span is None:
@@ -181,7 +180,7 @@ def begin_span(
     """Start a span under the current frame (opening a trajectory, named ``trajectory_name`` or
     ``name``, if there is none); None if untraced. The building block of the decorators, for
     wrappers that need more control (``TracedAgentLoop``); pair every span with ``end_span``."""
-    tracer = runtime.state.tracer
+    tracer = state.tracer
     if tracer is None or not trace_enabled.get():
         return None
     parent = current_frame.get()
@@ -201,7 +200,7 @@ def begin_span(
 def end_span(span: Span, outputs: Any = None, error: BaseException | None = None) -> None:
     current_frame.reset(span.ctx_token)
     span.ctx_token = None
-    tracer = runtime.state.tracer
+    tracer = state.tracer
     if tracer is None:  # tracing was shut down while the span ran
         return
     tracer.end_span(span, outputs, error)
@@ -255,7 +254,7 @@ def current_span() -> Span | None:
 
 def set_reward(reward: float | None, trajectory_id: str | None = None, **details: Any) -> None:
     """Record a trajectory's reward: the current one, or any by id (also after it ended)."""
-    tracer = runtime.state.tracer
+    tracer = state.tracer
     if tracer is None:
         return
     if trajectory_id is None:
