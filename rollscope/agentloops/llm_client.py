@@ -34,7 +34,7 @@ class TracedLLMClient:
         turn of every rollout. Inside a trajectory a call that succeeds is recorded as one leaf-span
         event when it returns (no Span object, no context change: ``Tracer.leaf_span``; what the
         inner client traces itself hangs beside the turn, under the loop's span). Token counts,
-        finish reason and latency are derived where the span is shaped (``shaping``)."""
+        finish reason and latency are derived where the span is shaped (``tracing._shaping``)."""
         call = self.inner.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kwargs)
         if state.tracer is None or not trace_enabled.get():
             return call

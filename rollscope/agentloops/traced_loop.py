@@ -94,7 +94,7 @@ _REPEATED_FIELDS = ("prompt_ids", "response_logprobs", "routed_experts", "multi_
 class RunOutput:
     """What the run span records of an AgentLoopOutput: the trained-on response (ids and mask),
     reward, turns, metrics and extra fields; the rest is in the llm spans. The view is taken when
-    the span is packed or shaped (``payload.native``)."""
+    the span is packed or shaped (``instrument.native``)."""
 
     __slots__ = ("output",)
 

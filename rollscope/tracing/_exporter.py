@@ -1,7 +1,7 @@
 """Moves trace events off the rollout's thread: shape once, then fan out to the backends' workers.
 
 The hot path only appends to a deque (no wake-up call, no I/O); or, when the trace sidecar is the
-only destination, packs the event for it on the spot (``sidecar``, ``wire.pack_into``). A thread
+only destination, packs the event for it on the spot (``_sidecar``, ``_wire.pack_into``). A thread
 drains the deque every few milliseconds, shapes the events when a backend in this process needs
 them shaped (payloads become JSON-safe redacted values), and hands each batch to every worker: one
 per backend here, and the sidecar's, which ships them to the helper process that stores them.

@@ -2,7 +2,7 @@
 outside the traced process (the local store), so their CPU never competes with the rollout for
 the traced process's GIL.
 
-What stays in the traced process is the capture (the hooks) and the packing (``wire``): about a
+What stays in the traced process is the capture (the hooks) and the packing (``_wire``): about a
 sixth of the per-trajectory work. The sidecar holds what it receives in a ``Backlog`` and stores
 it while the traced process leaves the CPU idle (benchmarks/RESULTS.md).
 

@@ -58,7 +58,7 @@ class SidecarError(RuntimeError):
 
 
 class SidecarWorker:
-    """Stands where a BackendWorker would: packs each event where it ends (``wire.pack_into``) into an
+    """Stands where a BackendWorker would: packs each event where it ends (``_wire.pack_into``) into an
     outbox, sends what the outbox holds every ``SEND_INTERVAL_S``, and turns the child's
     acknowledgements into flush arrivals and stats. The outbox is a deque, whose appends and
     pops are atomic: the rollout's thread takes no lock."""
