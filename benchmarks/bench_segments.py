@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import random
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -24,7 +23,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_store import SPANS_PER_TRAJECTORY, _synthetic_rows  # a sibling script, not a package
+from bench_store import SPANS_PER_TRAJECTORY, _synthetic_rows, median_ms  # a sibling script, not a package
 
 INGEST = """
 import sys, time
@@ -82,15 +81,6 @@ def build_segments(directory: Path, total_spans: int, segments: int) -> int:
 
         _write_file(target, fill)
     return n
-
-
-def median_ms(fn, times: int) -> float:
-    samples = []
-    for _ in range(times):
-        t0 = time.perf_counter()
-        fn()
-        samples.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(samples)
 
 
 def main() -> None:

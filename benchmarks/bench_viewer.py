@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_store import build_store  # a sibling script, not a package
+from bench_store import build_store_reported  # a sibling script, not a package
 
 
 def median_ms(fn, requests: list[str]) -> float:
@@ -106,9 +106,7 @@ def main() -> None:
     from rollscope.store import TraceStore
 
     with tempfile.TemporaryDirectory() as tmp:
-        t0 = time.perf_counter()
-        build_store(args.spans, tmp)
-        print(f"store of {args.spans:,} spans built in {time.perf_counter() - t0:.1f} s")
+        build_store_reported(args.spans, tmp)
         with TraceStore(tmp) as store:
             count = store.count()
         now, before = side_by_side(args.baseline, tmp, args.rounds)
