@@ -6,14 +6,11 @@ from rollscope.agentloops.single_turn import SingleTurnAgentLoop
 from rollscope.agentloops.tool_agent_loop import ToolAgentLoop
 from rollscope.agentloops.tool_parser import RollscopeToolParser
 from rollscope.agentloops.traced_loop import TracedAgentLoop
-from rollscope.agentloops.worker import TracedAgentLoopManager, TracedAgentLoopWorker
 
 __all__ = [
     "RollscopeToolParser",
     "SingleTurnAgentLoop",
     "ToolAgentLoop",
     "TracedAgentLoop",
-    "TracedAgentLoopManager",
-    "TracedAgentLoopWorker",
     "TracedLLMClient",
 ]

@@ -24,7 +24,7 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 from verl.utils.rollout_trace import _trace_enabled as verl_trace_enabled
 
 from rollscope.agentloops.llm_client import traced_client
-from rollscope.agentloops.verl_run import current_verl_run, open_verl_trajectory, start_from_trainer_config
+from rollscope.agentloops.verl_run import VerlTrajectory, current_verl_run, start_from_trainer_config
 from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward
 from rollscope.tracing.instrument import begin_span, current_frame, end_span, native, state, verl_context
 
@@ -46,13 +46,14 @@ def sample_index_from(kwargs: dict[str, Any]) -> Any:
 
 def _trajectory_for(name: str, kwargs: dict[str, Any]) -> contextlib.AbstractContextManager:
     """Open a trajectory unless one is open (the runner's, a caller's). Under verl's worker it
-    carries verl's step, sample_index, rollout_n and validate, and rollscope's sampler decides
-    whether it is traced (verl's own choice is switched off: ``verl_run``)."""
+    carries verl's step, sample_index, rollout_n and validate, rollscope's sampler decides
+    whether it is traced (verl's own choice is switched off: ``verl_run``), and it ends once verl
+    has scored the output."""
     if current_frame.get() is not None:
         return contextlib.nullcontext()
     run = current_verl_run()
     if run is not None:
-        return open_verl_trajectory(run, name)
+        return VerlTrajectory(run, name)
     allowed, verl_attrs = verl_context()
     if not allowed or verl_attrs is not None:
         return contextlib.nullcontext()  # verl decided: untraced, or its trajectory is joined by the span
@@ -123,7 +124,8 @@ def _traced_run(run: Any, owner: type) -> Any:
         running = _running.set(self)
         try:
             name = agent_name.get() or type(self).__name__
-            with _trajectory_for(name, kwargs):
+            trajectory = _trajectory_for(name, kwargs)
+            with trajectory:
                 inputs = {"sampling_params": sampling_params, **kwargs}
                 span = begin_span(span_name, SpanKind.AGENT, inputs, {REPLAY: self._rollscope_replay.copy()},
                                   trajectory_name=name)  # fmt: skip
@@ -141,6 +143,8 @@ def _traced_run(run: Any, owner: type) -> Any:
                         raise
                     record_output_reward(output)
                     end_span(span, RunOutput(output))
+                    if type(trajectory) is VerlTrajectory:
+                        trajectory.scored_later(output)  # verl's reward, then the trajectory's end
                     return output
                 finally:
                     verl_trace_enabled.reset(verl_silenced)

@@ -7,18 +7,21 @@ created before any runs. The loop itself is handed neither the step nor the batc
 ``rollout_trace_attr`` shares them only when verl chose to trace the sample (its unseeded per-worker
 choice). So the loop reads them where verl keeps them: the ``trajectory`` and ``agent_name``
 arguments of the ``_run_agent_loop`` coroutine behind each task. That lets the loop's own wrapper
-open the trajectory and choose the traced samples deterministically, the same way under verl's
-plain worker and under ``TracedAgentLoopManager``.
+open the trajectory, choose the traced samples deterministically, and keep the trajectory open
+until verl has scored it (``VerlTrajectory``), under verl's ``AgentLoopWorker`` and its
+TransferQueue worker alike.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import sys
 from typing import Any
 
-from rollscope.tracing import init_from_verl_config, instrument, rollout_trace_attr
+from rollscope.tracing import Trajectory, init_from_verl_config, instrument, rollout_trace_attr
 
 log = logging.getLogger("rollscope.agentloops")
 
@@ -44,11 +47,35 @@ class VerlRun:
         self.agent_name = agent_name if isinstance(agent_name, str) else None
 
 
-def _run_of(task: asyncio.Task, frames: tuple[str, ...] = (_RUN_FRAME,)) -> VerlRun | None:
-    frame = getattr(task.get_coro(), "cr_frame", None)
-    if frame is None or frame.f_code.co_name not in frames:
+def _call_arguments(coro: Any, frames: tuple[str, ...]) -> dict[str, Any] | None:
+    """The arguments of the verl worker method (one of ``frames``) a task runs: the coroutine's
+    own locals, or — when verl's worker is a Ray actor, whose methods Ray wraps (``_resume_span``
+    in ``ray.util.tracing``) — the arguments the wrapper holds, bound to the method's signature."""
+    frame = getattr(coro, "cr_frame", None)
+    if frame is None:
         return None
     local = frame.f_locals
+    if frame.f_code.co_name in frames:
+        return local
+    method = local.get("method")
+    if getattr(method, "__name__", None) not in frames or not isinstance(local.get("_kwargs"), dict):
+        return None
+    try:
+        bound = _signature(method).bind(local.get("self"), *local.get("_args", ()), **local["_kwargs"])
+    except TypeError:
+        return None
+    return bound.arguments
+
+
+@functools.lru_cache(maxsize=8)
+def _signature(method: Any) -> inspect.Signature:
+    return inspect.signature(method)
+
+
+def _run_of(task: asyncio.Task, frames: tuple[str, ...] = (_RUN_FRAME,)) -> VerlRun | None:
+    local = _call_arguments(task.get_coro(), frames)
+    if local is None:
+        return None
     trajectory = local.get("trajectory")
     if not isinstance(trajectory, dict) or "sample_index" not in trajectory:
         return None
@@ -83,12 +110,55 @@ def plan_samples(run: VerlRun) -> None:
         instrument.plan_samples(run.step, batch_sample_indices(run))
 
 
-def open_verl_trajectory(run: VerlRun, name: str) -> Any:
-    """rollscope's trajectory for a sample verl's worker runs, with verl's attributes; traced when
-    this step's plan picked the sample."""
-    plan_samples(run)
-    return rollout_trace_attr(sample_index=run.sample_index, step=run.step, rollout_n=run.rollout_n,
-                              validate=run.validate, name=run.agent_name or name, opened_by="verl")  # fmt: skip
+class VerlTrajectory:
+    """The trajectory of one sample verl's worker runs, with verl's attributes (traced when this
+    step's plan picked the sample). It stays open after the loop's ``run`` returns: verl scores
+    the output afterwards, in the same ``_run_agent_loop`` task (``_compute_score``, its reward
+    loop), and the trajectory ends when that task does — with verl's reward and its components
+    (``reward_extra_info``) on it, in every backend — without holding up the batch."""
+
+    __slots__ = ("block", "output", "run")
+
+    def __init__(self, run: VerlRun, name: str) -> None:
+        self.run = run
+        self.block = rollout_trace_attr(
+            sample_index=run.sample_index, step=run.step, rollout_n=run.rollout_n, validate=run.validate,
+            name=run.agent_name or name, opened_by="verl",
+        )  # fmt: skip
+        self.output: Any = None
+
+    def __enter__(self) -> Trajectory | None:
+        plan_samples(self.run)
+        return self.block.__enter__()
+
+    def scored_later(self, output: Any) -> None:
+        """The loop's output, which verl scores once ``run`` has returned it."""
+        self.output = output
+
+    def __exit__(self, *exc_info: Any) -> None:
+        trajectory, task = self.block.trajectory, asyncio.current_task()
+        if trajectory is not None and self.output is not None and exc_info[1] is None and task is not None:
+            self.block.hold()
+            task.add_done_callback(functools.partial(_close_scored, trajectory, self.output))
+        self.block.__exit__(*exc_info)
+
+
+def _close_scored(trajectory: Trajectory, output: Any, task: asyncio.Task) -> None:
+    """End a held trajectory once verl's ``_run_agent_loop`` task is done: verl's reward on it if
+    verl scored the output, the task's error if it failed after ``run`` (postprocessing, reward)."""
+    tracer = instrument.state.tracer
+    if tracer is None:
+        return
+    error = asyncio.CancelledError() if task.cancelled() else task.exception()
+    reward = getattr(output, "reward_score", None)
+    extra = (getattr(output, "extra_fields", None) or {}).get("reward_extra_info") or {}
+    if reward is not None and (reward != trajectory.reward or extra):
+        try:
+            trajectory.reward = float(reward)
+            tracer.reward(trajectory.id, trajectory.reward, {"source": "verl_reward", **extra})
+        except (TypeError, ValueError) as exc:  # an odd score must not fail the batch
+            log.warning("verl's reward %r not recorded: %s", reward, exc)
+    tracer.close_trajectory(trajectory, error)
 
 
 def start_from_trainer_config(trainer_config: Any) -> None:

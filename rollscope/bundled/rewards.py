@@ -56,3 +56,16 @@ async def passes_tests(data_source: str, solution_str: str, ground_truth: str, e
     result = await run_sandboxed(f"{code}\n\n{checks}\n", wall_s=10)
     passed = result["output"].split().count("__pass__")
     return passed / len(spec["cases"])
+
+
+_TOOL_RESPONSE_END = "</tool_response>"
+
+
+def calculator_drill(data_source: str, solution_str: str, ground_truth: str, extra_info: Any = None) -> dict:
+    """The training demo's reward: 1.0 when the number the model states after the last tool
+    response (its own words; under verl ``solution_str`` holds the tool responses too) is the
+    answer. The components verl records beside it (``reward_extra_info``): whether the model
+    called the calculator, and whether it answered at all."""
+    own_words = solution_str.rsplit(_TOOL_RESPONSE_END, 1)[-1]
+    correct = score(own_words, ground_truth)
+    return {"score": correct, "correct": correct, "used_calculator": float(_TOOL_RESPONSE_END in solution_str)}

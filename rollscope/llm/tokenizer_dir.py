@@ -5,6 +5,7 @@ no model runs on this machine: the scripted LLM (``--llm scripted:FILE``) and re
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 CHAT_TEMPLATE = (
@@ -19,8 +20,10 @@ CORPUS = [
 ] * 30
 
 
-def make_model_dir(path: Path) -> Path:
-    """Write tokenizer and config files into ``path`` (created if missing); returns it."""
+def make_model_dir(path: Path, corpus: Sequence[str] = CORPUS, chat_template: str = CHAT_TEMPLATE,
+                   vocab_size: int = 600, **model: int) -> Path:  # fmt: skip
+    """Write tokenizer and config files into ``path`` (created if missing); returns it. ``model``
+    overrides the Qwen2 sizes (``hidden_size``, ``num_hidden_layers``, ...) of the config."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config
 
@@ -28,16 +31,18 @@ def make_model_dir(path: Path) -> Path:
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    trainer = trainers.BpeTrainer(vocab_size=600, special_tokens=specials,
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
-    tok.train_from_iterator(CORPUS, trainer)
+    tok.train_from_iterator(corpus, trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    additional_special_tokens=["<|im_start|>"])  # fmt: skip
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = chat_template
     path.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(path)
-    cfg = Qwen2Config(vocab_size=len(fast), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-                      num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=4096)  # fmt: skip
+    sizes = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+                 num_key_value_heads=1, max_position_embeddings=4096)  # fmt: skip
+    cfg = Qwen2Config(vocab_size=len(fast), eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
+                      **{**sizes, **model})  # fmt: skip
     cfg.architectures = ["Qwen2ForCausalLM"]
     cfg.save_pretrained(path)
     return path

@@ -35,7 +35,9 @@ def rollout_trace_attr(
     """Open a trajectory carrying verl's attributes; the block gets it (None when not traced).
 
     ``trace=False``, or a sample not chosen by ``max_samples_per_step_per_worker``, disables every
-    traced call nested inside.
+    traced call nested inside. ``block.hold()`` inside the block leaves the trajectory open past
+    its end, for a result that arrives later (verl's reward): close it with
+    ``get_tracer().close_trajectory(trajectory)``.
     """
     return _TrajectoryBlock(sample_index, step, rollout_n, validate, name, trace, attributes)
 
@@ -44,12 +46,17 @@ class _TrajectoryBlock:
     """``rollout_trace_attr``'s block. A class rather than a generator: it runs once per rollout on
     the event loop, and a plain ``__enter__``/``__exit__`` costs half as much."""
 
-    __slots__ = ("args", "enabled_token", "frame_token", "tracer", "trajectory")
+    __slots__ = ("args", "enabled_token", "frame_token", "held", "tracer", "trajectory")
 
     def __init__(self, *args: Any) -> None:
         self.args = args
         self.trajectory: Trajectory | None = None
         self.enabled_token: Any = None
+        self.held = False
+
+    def hold(self) -> None:
+        """Leave the trajectory open when the block ends; its owner closes it."""
+        self.held = True
 
     def __enter__(self) -> Trajectory | None:
         sample_index, step, rollout_n, validate, name, trace, attributes = self.args
@@ -69,7 +76,8 @@ class _TrajectoryBlock:
 
     def __exit__(self, exc_type: Any, exc: BaseException | None, tb: Any) -> None:
         if self.trajectory is not None:
-            self.tracer.close_trajectory(self.trajectory, exc)
+            if not self.held or exc is not None:
+                self.tracer.close_trajectory(self.trajectory, exc)
             current_frame.reset(self.frame_token)
         if self.enabled_token is not None:
             trace_enabled.reset(self.enabled_token)

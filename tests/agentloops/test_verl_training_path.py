@@ -1,5 +1,5 @@
-"""verl's own training path, as the Weave guide sets it up: verl's plain ``AgentLoopWorker`` (and
-rollscope's optional manager worker), verl's real ``LLMServerClient`` with its decorated
+"""verl's own training path, as the Weave guide sets it up: verl's plain ``AgentLoopWorker`` (as a
+class, and with its methods wrapped as Ray wraps an actor's), verl's real ``LLMServerClient`` with its decorated
 ``generate``, only ``trace.*`` keys set. Every trajectory is one complete call tree in every
 backend: the local store, Weave (the real client, over HTTP to a W&B stand-in) and MLflow (a real
 SQLite store)."""
@@ -10,15 +10,20 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 from verl.utils.rollout_trace import RolloutTraceConfig
 
 from rollscope import tracing
-from rollscope.agentloops import TracedAgentLoopWorker
 from rollscope.store import TraceStore
 from rollscope.testing import compose_config
-from tests.agentloops.verl_harness import grpo_batch, run_worker, start_llm_servers, verl_llm_client
+from tests.agentloops.verl_harness import (
+    as_ray_actor_class,
+    grpo_batch,
+    run_worker,
+    start_llm_servers,
+    verl_llm_client,
+)
 
 pytestmark = pytest.mark.slow
 
 N_ROLLOUTS, SAMPLES, STEP = 2, 4, 5
-WORKERS = {"plain": AgentLoopWorker, "manager": TracedAgentLoopWorker}
+WORKERS = {"plain": AgentLoopWorker, "ray actor": as_ray_actor_class(AgentLoopWorker)}
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +55,7 @@ def assert_complete_tree(run, llm_name="llm.generate"):
         ("Multiply.release", "custom")]  # fmt: skip
 
 
-@pytest.mark.parametrize("worker", ["plain", "manager"])
+@pytest.mark.parametrize("worker", list(WORKERS))
 def test_verls_trace_keys_alone_trace_a_scratch_loop_completely(worker, config_for, load_balancer, tmp_path):
     cfg = config_for("actor_rollout_ref.rollout.trace.backend=local", "actor_rollout_ref.rollout.trace.token2text=True",
                      f"+rollscope.trace.trace_dir={tmp_path / 'traces'}")  # fmt: skip
@@ -87,25 +92,25 @@ def test_verls_trace_keys_alone_trace_a_scratch_loop_completely(worker, config_f
                                                                          trajectories[0].sample_index)  # fmt: skip
 
 
-def test_plain_worker_and_manager_trace_the_same_samples(config_for, load_balancer, tmp_path):
+def test_the_worker_as_a_class_and_as_a_ray_actor_trace_the_same_samples(config_for, load_balancer, tmp_path):
     chosen = {}
-    for worker in ("plain", "manager"):
+    for worker in WORKERS:
         tracing.shutdown_tracing()
         cfg = config_for("actor_rollout_ref.rollout.trace.backend=local",
                          "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=2",
-                         f"+rollscope.trace.trace_dir={tmp_path / worker}", "+rollscope.trace.sample_seed=3")  # fmt: skip
+                         f"+rollscope.trace.trace_dir={tmp_path / worker.replace(' ', '_')}", "+rollscope.trace.sample_seed=3")  # fmt: skip
         for step in (STEP, STEP + 1):
             run_worker(WORKERS[worker], cfg, verl_llm_client(cfg, load_balancer), grpo_batch(N_ROLLOUTS, step))
         assert tracing.flush_tracing(60)
-        trajectories = TraceStore(tmp_path / worker).trajectories()
+        trajectories = TraceStore(tmp_path / worker.replace(" ", "_")).trajectories()
         chosen[worker] = sorted((t.step, t.sample_index, t.rollout_n) for t in trajectories)
     expected = sorted((step, s, r) for step in (STEP, STEP + 1)
                       for s in tracing.select_samples(range(SAMPLES), step=step, k=2, seed=3)
                       for r in range(N_ROLLOUTS))  # fmt: skip
-    assert chosen["plain"] == chosen["manager"] == expected  # whole GRPO groups, seeded, the same
+    assert chosen["plain"] == chosen["ray actor"] == expected  # whole GRPO groups, seeded, the same
 
 
-@pytest.mark.parametrize("worker", ["plain", "manager"])
+@pytest.mark.parametrize("worker", list(WORKERS))
 def test_weave_holds_one_complete_root_call_per_trajectory(worker, config_for, load_balancer, wandb):
     """trace.backend=weave as in the Weave guide: verl's worker makes its own weave client (real,
     over HTTP to the stand-in); rollscope's backend writes from the sidecar with its own."""
@@ -139,7 +144,7 @@ def test_weave_holds_one_complete_root_call_per_trajectory(worker, config_for, l
         assert children[2]["inputs"]["parameters"]["expression"] and children[2]["output"]["text"]
 
 
-@pytest.mark.parametrize("worker", ["plain", "manager"])
+@pytest.mark.parametrize("worker", list(WORKERS))
 def test_mlflow_holds_one_trace_per_trajectory(worker, config_for, load_balancer, tmp_path, monkeypatch):
     import mlflow
 
@@ -176,11 +181,3 @@ def test_with_verls_tracing_off_rollscope_still_records_every_span(config_for, l
     for t in trajectories:
         [run] = t.tree()
         assert_complete_tree(run)
-
-
-def test_manager_refuses_verls_transfer_queue_path_at_start(config_for):
-    from rollscope.agentloops import TracedAgentLoopManager
-
-    cfg = config_for("transfer_queue.enable=True")
-    with pytest.raises(ValueError, match=r"transfer_queue\.enable=True: remove actor_rollout_ref"):
-        TracedAgentLoopManager(cfg, llm_client=None)

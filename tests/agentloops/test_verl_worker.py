@@ -1,4 +1,4 @@
-"""Proof that it works inside verl: verl's real AgentLoopWorker (rollscope's hooked subclass), a
+"""Proof that it works inside verl: verl's real AgentLoopWorker (the plain one), a
 config composed from verl's own YAML, the loop from agent_loop_config_path, tools from
 tool_config_path, a GRPO batch with n=2; only the LLM servers are a test double (ScriptedLLM)."""
 
@@ -6,11 +6,11 @@ import asyncio
 
 import numpy as np
 import pytest
+from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
 from verl.protocol import DataProto
 from verl.utils.rollout_trace import RolloutTraceConfig
 
 from rollscope import tracing
-from rollscope.agentloops import TracedAgentLoopWorker
 from rollscope.configs import path as config_path
 from rollscope.llm import ScriptedLLM
 from rollscope.store import TraceStore
@@ -71,7 +71,7 @@ def grpo_batch(n, step):
 @pytest.mark.slow
 def test_generate_sequences_in_verls_worker(worker_config, tokenizer, tmp_path):
     async def main():
-        worker = TracedAgentLoopWorker(worker_config, scripted_llm(tokenizer))
+        worker = AgentLoopWorker(worker_config, scripted_llm(tokenizer))
         return await worker.generate_sequences(grpo_batch(n=2, step=7))
 
     out = asyncio.run(main())
@@ -103,7 +103,8 @@ def test_generate_sequences_in_verls_worker(worker_config, tokenizer, tmp_path):
 
 @pytest.mark.slow
 def test_reward_computed_by_verl_after_run_lands_on_the_trajectory(worker_config, tokenizer, tmp_path):
-    """verl scores after run returns (a reward-loop Ray actor); the worker hook attaches it."""
+    """verl scores after run returns (a reward-loop Ray actor), in the same task: the trajectory
+    stays open for it and ends with verl's reward and its components."""
     import ray
 
     @ray.remote(num_cpus=0)
@@ -118,7 +119,7 @@ def test_reward_computed_by_verl_after_run_lands_on_the_trajectory(worker_config
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         async def main():
-            worker = TracedAgentLoopWorker(worker_config, scripted_llm(tokenizer), None, [LengthReward.remote()])
+            worker = AgentLoopWorker(worker_config, scripted_llm(tokenizer), None, [LengthReward.remote()])
             batch = grpo_batch(n=1, step=2)
             batch.non_tensor_batch.pop("agent_name")  # default_agent_loop applies
             return await worker.generate_sequences(batch)

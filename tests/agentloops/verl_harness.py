@@ -94,6 +94,14 @@ def grpo_batch(n, step, samples=4, agent_name="user_agent"):
     )
 
 
+def as_ray_actor_class(worker_cls):
+    """``worker_cls`` with every method wrapped as Ray wraps an actor class's (``_resume_span`` in
+    ``ray.util.tracing``): what verl's manager runs, in this process so the test reads its tracer."""
+    from ray.util.tracing.tracing_helper import _inject_tracing_into_class
+
+    return _inject_tracing_into_class(type(worker_cls.__name__, (worker_cls,), {}))
+
+
 def run_worker(worker_cls, config, llm_client, batch, *args):
     """One batch through a verl worker, in its own event loop (as the worker's Ray actor runs it)."""
 

@@ -1,0 +1,111 @@
+"""``make demo-train``: verl's own GRPO trainer on CPU teaches a tiny policy to use the calculator.
+
+    python -m rollscope.trainer.demo [--steps 12] [--dir rollscope_traces] [--work .rollscope-demo]
+
+Builds the task and the warm-started model (``demo_task``, seconds, kept for the next run), runs
+``python -m verl.trainer.main_ppo`` with rollscope's tool loop and calculator named through verl's
+own keys and ``trace.backend=local``, then prints the per-step mean reward and calculator use from
+the trace store, and the commands that open the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from pathlib import Path
+
+from rollscope import configs
+from rollscope.bundled import rewards
+from rollscope.store import TraceStore, resolve_dir
+from rollscope.trainer import demo_task
+from rollscope.trainer.launch import TrainerFailed, run_main_ppo
+
+EXPERIMENT = "demo-train"
+PROJECT = "rollscope-demo"
+PROMPTS_PER_STEP, ROLLOUTS = 8, 8
+_STEP_LINE = re.compile(r"step:(\d+) - .*?critic/score/mean:([-\d.e]+)")
+
+
+def overrides(model: Path, train: Path, val: Path, trace_dir: Path, steps: int) -> list[str]:
+    """verl's keys for the demo: the guide's trace keys, rollscope's loop and tool by path, GRPO."""
+    return [
+        f"data.train_files={train}", f"data.val_files={val}",
+        f"data.train_batch_size={PROMPTS_PER_STEP}", "data.max_prompt_length=64", "data.max_response_length=96",
+        "data.shuffle=True", "data.dataloader_num_workers=0",
+        f"actor_rollout_ref.model.path={model}",
+        "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=False",
+        "actor_rollout_ref.actor.use_kl_loss=False", "actor_rollout_ref.actor.entropy_coeff=0",
+        "actor_rollout_ref.actor.optim.lr=2e-3", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
+        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
+        f"actor_rollout_ref.rollout.n={ROLLOUTS}", "actor_rollout_ref.rollout.temperature=1.0",
+        "actor_rollout_ref.rollout.prompt_length=64", "actor_rollout_ref.rollout.response_length=96",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+        "actor_rollout_ref.rollout.multi_turn.enable=True", "actor_rollout_ref.rollout.multi_turn.format=hermes",
+        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=2",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={configs.path('calculator_tool.yaml')}",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={configs.path('agent_loops.yaml')}",
+        "actor_rollout_ref.rollout.agent.default_agent_loop=rollscope_tool_agent",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "actor_rollout_ref.rollout.trace.backend=local",
+        f"+rollscope.trace.trace_dir={trace_dir}",
+        f"reward.custom_reward_function.path={rewards.__file__}", "reward.custom_reward_function.name=calculator_drill",
+        f"trainer.project_name={PROJECT}", f"trainer.experiment_name={EXPERIMENT}", "trainer.logger=['console']",
+        f"trainer.total_training_steps={steps}", "trainer.total_epochs=1000", "trainer.test_freq=-1",
+        "trainer.val_before_train=False", "trainer.save_freq=-1",
+    ]  # fmt: skip
+
+
+def report(store: TraceStore, experiment: str = EXPERIMENT) -> list[tuple[int, float, float, int]]:
+    """(step, mean reward, calculator calls per trajectory, trajectories) of the run, from the store."""
+    rows = []
+    for s in store.steps(experiment=experiment):
+        if s.step is None or not s.trajectories:
+            continue
+        rows.append((s.step, s.mean_reward or 0.0, s.tool_calls / s.trajectories, s.trajectories))
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rollscope.trainer.demo", description=__doc__.split("\n\n")[0])
+    p.add_argument("--steps", type=int, default=12, help="GRPO steps (default 12)")
+    p.add_argument("--dir", default=None, help="trace store (default $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    p.add_argument("--work", default=".rollscope-demo", help="where the model, data and verl's log go")
+    args = p.parse_args(argv)
+    work, trace_dir = Path(args.work).resolve(), resolve_dir(args.dir).resolve()
+    started = time.monotonic()
+    task = demo_task.problems()
+    print(f"building the task ({len(task)} problems) and warm-starting the model in {work / 'model'} ...", flush=True)
+    model = demo_task.build_model(work / "model", task)
+    train, val = demo_task.write_dataset(work / "data", task)
+    print(f"verl main_ppo on CPU: GRPO, {args.steps} steps x {PROMPTS_PER_STEP} prompts x {ROLLOUTS} rollouts "
+          f"(Ray starts first, about a minute); log: {work / 'main_ppo.log'}", flush=True)  # fmt: skip
+
+    def progress(line: str) -> None:
+        m = _STEP_LINE.search(line)
+        if m:
+            print(f"  step {m.group(1)}/{args.steps}: mean reward {float(m.group(2)):.3f}", flush=True)
+
+    try:
+        run_main_ppo(overrides(model, train, val, trace_dir, args.steps), log_path=work / "main_ppo.log",
+                     cwd=work, on_line=progress)  # fmt: skip
+    except TrainerFailed as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    rows = report(TraceStore(trace_dir))
+    print(f"\n{'step':>4}  {'mean reward':>11}  {'calculator calls':>16}  trajectories")
+    for step, reward, tools, n in rows:
+        print(f"{step:>4}  {reward:>11.3f}  {tools:>16.2f}  {n:>12}")
+    if len(rows) >= 10:
+        first, last = (sum(r[1] for r in part) / len(part) for part in (rows[:5], rows[-5:]))
+        print(f"\nmean reward, first 5 steps {first:.3f} -> last 5 steps {last:.3f} ({last - first:+.3f})")
+    print(f"done in {time.monotonic() - started:.0f} s. Open the run:\n"
+          f"  rollscope traces ls --dir {trace_dir} --experiment {EXPERIMENT}\n"
+          f"  rollscope insights --dir {trace_dir}\n  rollscope ui --dir {trace_dir}")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
