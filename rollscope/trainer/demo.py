@@ -37,7 +37,7 @@ def overrides(model: Path, train: Path, val: Path, trace_dir: Path, steps: int) 
         f"actor_rollout_ref.model.path={model}",
         "algorithm.adv_estimator=grpo", "algorithm.use_kl_in_reward=False",
         "actor_rollout_ref.actor.use_kl_loss=False", "actor_rollout_ref.actor.entropy_coeff=0",
-        "actor_rollout_ref.actor.optim.lr=2e-3", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
+        "actor_rollout_ref.actor.optim.lr=3e-4", "actor_rollout_ref.actor.ppo_mini_batch_size=2",
         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=16",
         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=16",
         f"actor_rollout_ref.rollout.n={ROLLOUTS}", "actor_rollout_ref.rollout.temperature=1.0",

@@ -51,39 +51,38 @@ def wrong_answers(answer: str, rng: random.Random, k: int = 3) -> list[str]:
     return [str(value + d) for d in rng.sample([d for d in range(-40, 41) if d], k)]
 
 
-def conversations(task: list[dict[str, Any]], seed: int = 0) -> list[tuple[list[dict[str, str]], float]]:
-    """(messages, weight) demonstrations: per problem the calculator path with weight TOOL_SHARE
-    and three wrong guesses sharing the rest."""
+def conversations(task: list[dict[str, Any]], seed: int = 0,
+                  tool_share: float = TOOL_SHARE) -> list[tuple[list[dict[str, str]], float]]:  # fmt: skip
+    """(messages, weight) demonstrations: per problem the calculator path with weight
+    ``tool_share`` and three wrong guesses sharing the rest."""
     rng = random.Random(seed)
     found = []
     for p in task:
         user = {"role": "user", "content": p["question"]}
         found.append(([user, {"role": "assistant", "content": tool_call(p["expression"])},
                        {"role": "tool", "content": p["answer"]},
-                       {"role": "assistant", "content": f"The answer is {p['answer']}."}], TOOL_SHARE))  # fmt: skip
+                       {"role": "assistant", "content": f"The answer is {p['answer']}."}], tool_share))  # fmt: skip
         guesses = wrong_answers(p["answer"], rng)
         for guess in guesses:
             found.append(([user, {"role": "assistant", "content": f"The answer is {guess}."}],
-                          (1 - TOOL_SHARE) / len(guesses)))  # fmt: skip
+                          (1 - tool_share) / len(guesses)))  # fmt: skip
     return found
 
 
-def build_model(path: Path, task: list[dict[str, Any]], seed: int = 0) -> Path:
+def build_model(path: Path, task: list[dict[str, Any]], seed: int = 0, tool_share: float = TOOL_SHARE) -> Path:
     """Tokenizer, config and warm-started weights in ``path`` (kept: built once per version)."""
     stamp = path / "rollscope-demo.json"
-    key = {"version": MODEL_VERSION, "problems": task, "seed": seed}
+    key = {"version": MODEL_VERSION, "problems": task, "seed": seed, "tool_share": tool_share}
     if stamp.is_file() and json.loads(stamp.read_text()) == key:
         return path
     import torch
-    from transformers import AutoTokenizer, Qwen2ForCausalLM
+    from transformers import AutoConfig, AutoTokenizer, Qwen2ForCausalLM
 
-    demos = conversations(task, seed)
+    demos = conversations(task, seed, tool_share)
     corpus = [json.dumps(m) for messages, _ in demos for m in messages] * 4
     make_model_dir(path, corpus=corpus, chat_template=CHAT_TEMPLATE, vocab_size=400, **MODEL_SIZES)
     tokenizer = AutoTokenizer.from_pretrained(path)
     torch.manual_seed(seed)
-    from transformers import AutoConfig
-
     model = Qwen2ForCausalLM(AutoConfig.from_pretrained(path))
     rows = [_supervised(tokenizer, messages) for messages, _ in demos]
     weights = torch.tensor([w for _, w in demos])

@@ -82,11 +82,21 @@ def cpu_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
     return env
 
 
+def merge_overrides(*lists: Iterable[str]) -> list[str]:
+    """Hydra overrides with one entry per key, the last given winning (Hydra itself refuses a key
+    given twice): a caller's setting replaces a default."""
+    merged: dict[str, str] = {}
+    for item in (i for overrides in lists for i in overrides):
+        merged.pop(item.lstrip("+~").partition("=")[0], None)
+        merged[item.lstrip("+~").partition("=")[0]] = item
+    return list(merged.values())
+
+
 def main_ppo_command(overrides: Iterable[str]) -> list[str]:
-    """``python -m verl.trainer.main_ppo`` with the CPU overrides first, the caller's after."""
+    """``python -m verl.trainer.main_ppo`` with the CPU overrides, then the caller's (which win)."""
     overrides = list(overrides)
     check_overrides(overrides)
-    return [sys.executable, "-m", "verl.trainer.main_ppo", *CPU_OVERRIDES, *overrides]
+    return [sys.executable, "-m", "verl.trainer.main_ppo", *merge_overrides(CPU_OVERRIDES, overrides)]
 
 
 class TrainerFailed(RuntimeError):
