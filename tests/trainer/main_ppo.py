@@ -22,10 +22,10 @@ class TrainerRun:
     log: str
 
 
-def train(root: Path, model: Path, *overrides: str, env: dict | None = None) -> TrainerRun:
+def train(root: Path, model: Path, *overrides: str, backend: str = "local", env: dict | None = None) -> TrainerRun:
     train_file, val_file = demo_task.write_dataset(root / "data", demo_task.problems())
     trace_dir, dump_dir = root / "traces", root / "dump"
-    base = demo.overrides(model, train_file, val_file, trace_dir, STEPS)
+    base = demo.overrides(model, train_file, val_file, trace_dir, STEPS, backend)
     log = run_main_ppo([*base, f"data.train_batch_size={PROMPTS}", f"actor_rollout_ref.rollout.n={ROLLOUTS}",
                         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
                         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",

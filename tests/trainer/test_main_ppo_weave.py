@@ -1,0 +1,72 @@
+"""verl's own ``main_ppo`` with its default trainer (v1: ``AgentLoopManagerTQ`` and
+``AgentLoopWorkerTQ`` over the TransferQueue) and the Weave guide's one key,
+``trace.backend=weave``, into the W&B stand-in on 127.0.0.1: exactly one root call per trajectory,
+each a complete tree, with the reward verl computed on it."""
+
+import os
+from collections import Counter
+
+import pytest
+
+from rollscope.store.records import last_user_message
+from rollscope.testing.weave_server import WandbStandIn
+from tests.trainer.main_ppo import PROMPTS, ROLLOUTS, STEPS, question, train
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def wandb_server():
+    stand_in = WandbStandIn()
+    yield stand_in
+    stand_in.close()
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, demo_model, wandb_server):
+    env = {**os.environ, **wandb_server.environment()}
+    return train(tmp_path_factory.mktemp("main_ppo_weave"), demo_model, "trainer.use_v1=True",
+                 "trainer.project_name=ent/proj", backend="weave", env=env)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def roots(run, wandb_server):
+    calls = {c["id"]: c for c in wandb_server.calls}
+    return calls, [c for c in calls.values() if c["parent_id"] is None]
+
+
+def test_one_root_call_per_trajectory_of_every_step(run, roots):
+    assert "AgentLoopWorkerTQ" in run.log  # verl's default trainer drove the rollouts
+    _, found = roots
+    assert len(found) == len(run.dump) == STEPS * PROMPTS * ROLLOUTS
+    groups = Counter((r["attributes"]["step"], r["attributes"]["sample_index"]) for r in found)
+    assert sorted({step for step, _ in groups}) == list(range(1, STEPS + 1)) and set(groups.values()) == {ROLLOUTS}
+    for root in found:
+        assert root["project_id"] == "ent/proj"
+        assert (root["attributes"]["experiment_name"], root["attributes"]["validate"]) == ("demo-train", False)
+
+
+def test_each_root_holds_the_complete_trajectory(roots):
+    calls, found = roots
+    for root in found:
+        tree = [c for c in calls.values() if c["trace_id"] == root["id"] and c is not root]
+        [run] = [c for c in tree if c["parent_id"] == root["id"]]
+        assert run["display_name"] == "ToolAgentLoop.run"
+        children = sorted((c for c in tree if c["parent_id"] == run["id"]), key=lambda c: c["started_at"])
+        names = [c["display_name"] for c in children]
+        assert names[0] == "llm.generate" and names.count("llm.generate") >= 1
+        assert all(c["ended_at"] for c in [root, *tree]) and root["exception"] is None and run["exception"] is None
+        # an error only where the model's call failed (a calculator call with a bad expression)
+        assert all(c["exception"] is None for c in tree if c["display_name"] == "llm.generate")
+
+
+def test_each_root_carries_verls_reward(run, roots):
+    """Per step and prompt, the rewards on the root calls are the scores verl's batch holds."""
+    calls, found = roots
+    dumped = Counter((r["step"], question(r["input"]), r["score"]) for r in run.dump)
+    traced = Counter()
+    for root in found:
+        [run_call] = [c for c in calls.values() if c["parent_id"] == root["id"]]
+        prompt = last_user_message(run_call["inputs"]["raw_prompt"])
+        traced[(root["attributes"]["step"], question(prompt), root["output"]["reward"])] += 1
+    assert traced == dumped
