@@ -13,9 +13,9 @@ import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
-from rollscope.trainer.cpu.rollout import ROLLOUT_NAME, UnsupportedOnCPU
+from rollscope.trainer.cpu import ROLLOUT_NAME, UnsupportedOnCPU
 
-PLUGIN = "rollscope.trainer.cpu"
+PLUGIN = "rollscope.trainer.cpu.plugin"
 
 # What makes verl's trainer run on a CPU (see docs/verl.md, "verl without a GPU").
 CPU_OVERRIDES = (

@@ -1,17 +1,19 @@
 """verl 0.9.1 on CPU, registered through verl's plugin points (nothing in verl is edited).
 
-verl imports this module in every process it starts (driver, trainer workers, agent-loop
-workers, the rollout server) when ``VERL_USE_EXTERNAL_MODULES=rollscope.trainer.cpu`` is set;
-``rollscope.trainer.launch.cpu_environment`` sets it with the rest. Importing it registers:
+``plugin`` is the module verl imports in every process it starts (driver, trainer workers,
+agent-loop workers, the rollout server) when ``VERL_USE_EXTERNAL_MODULES=rollscope.trainer.cpu.plugin``
+is set (``rollscope.trainer.launch.cpu_environment`` sets it with the rest). It installs:
 
 - ``platform``: the ``cpu`` platform (``VERL_PLATFORM=cpu``): gloo for collectives, ``"cpu"`` as
   the device, stand-ins for the CUDA memory and RNG calls verl makes;
 - ``rollout``: the ``hf_cpu`` rollout (``actor_rollout_ref.rollout.name=hf_cpu``): a Ray actor
   that generates with Hugging Face ``generate`` and takes the actor's weights at every sync.
+
+Importing this package or its modules changes nothing; only the plugin does.
 """
 
-from rollscope.trainer.cpu import platform, rollout
+ROLLOUT_NAME = "hf_cpu"
 
-ROLLOUT_NAME = rollout.ROLLOUT_NAME
 
-__all__ = ["ROLLOUT_NAME", "platform", "rollout"]
+class UnsupportedOnCPU(ValueError):
+    """A setting verl on CPU cannot honour, named with what to set instead."""

@@ -1,4 +1,4 @@
-"""The ``cpu`` platform for verl: what verl asks of an accelerator, answered by the CPU.
+"""The ``cpu`` platform for verl: what verl asks of an accelerator, answered by the CPU (``install``).
 
 verl reaches the device through ``get_torch_device()`` (the platform's ``device_module``) and the
 platform object. Without a registered ``cpu`` platform verl falls back to NVIDIA's, and
@@ -36,12 +36,8 @@ _DEVICE_MODULE_STAND_INS = {
     "set_rng_state": lambda state, *a, **k: torch.set_rng_state(state),
     "get_device_name": lambda *a, **k: "CPU",
 }
-for _name, _fn in _DEVICE_MODULE_STAND_INS.items():
-    if not hasattr(torch.cpu, _name):
-        setattr(torch.cpu, _name, _fn)
 
 
-@PlatformRegistry.register(platform=PLATFORM_NAME)
 class CPUPlatform(PlatformBase):
     """One "device", the CPU; collectives over gloo. Ray schedules verl's workers on a "GPU"
     resource: the launcher declares one (``+ray_kwargs.ray_init.num_gpus=1``)."""
@@ -112,7 +108,6 @@ class CPUPlatform(PlatformBase):
         return None
 
 
-# torch refuses the "cpu:gloo,cpu:gloo" verl builds from the device and backend names.
 _verl_init_process_group = verl_distributed.initialize_global_process_group_ray
 
 
@@ -120,10 +115,17 @@ def _init_process_group_gloo(timeout_second: Any = None, backend: Any = None) ->
     return _verl_init_process_group(timeout_second=timeout_second, backend=backend or "gloo")
 
 
-if verl_distributed.initialize_global_process_group_ray is _verl_init_process_group:
+def install() -> None:
+    """Register the platform and make verl's device calls work on CPU (in verl's processes only:
+    the plugin calls this; once per process)."""
+    for name, fn in _DEVICE_MODULE_STAND_INS.items():
+        if not hasattr(torch.cpu, name):
+            setattr(torch.cpu, name, fn)
+    if PlatformRegistry.get(PLATFORM_NAME) is None:
+        PlatformRegistry.register(platform=PLATFORM_NAME)(CPUPlatform)
+    # torch refuses the "cpu:gloo,cpu:gloo" verl builds from the device and backend names
     verl_distributed.initialize_global_process_group_ray = _init_process_group_gloo
-
-# FSDP2's CPUOffloadPolicy(pin_memory=True) (the reference policy's) pins memory, which needs an
-# accelerator; on CPU the tensor is already where it would be copied to.
-if not torch.cuda.is_available():
-    torch.Tensor.pin_memory = lambda self, *a, **k: self
+    # FSDP2's CPUOffloadPolicy(pin_memory=True) (the reference policy's) pins memory, which needs
+    # an accelerator; on CPU the tensor already is where it would be copied to
+    if not torch.cuda.is_available():
+        torch.Tensor.pin_memory = lambda self, *a, **k: self

@@ -25,12 +25,9 @@ from verl.workers.rollout import base as verl_rollout_base
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
 
-ROLLOUT_NAME = "hf_cpu"
+from rollscope.trainer.cpu import ROLLOUT_NAME, UnsupportedOnCPU
+
 MAX_BATCH = 64  # requests generated together; more wait for the next batch
-
-
-class UnsupportedOnCPU(ValueError):
-    """A setting the CPU rollout cannot honour, named with what to set instead."""
 
 
 def server_name(replica_rank: int) -> str:
@@ -209,5 +206,7 @@ class HFCPUReplica(RolloutReplica):
         self._server_address = f"{ROLLOUT_NAME}://replica{self.replica_rank}"
 
 
-verl_rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{__name__}.HFCPUServerAdapter"
-RolloutReplicaRegistry.register(ROLLOUT_NAME, lambda: HFCPUReplica)
+def install() -> None:
+    """Name the rollout where verl looks rollouts up: its worker-side registry and its replicas'."""
+    verl_rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{__name__}.HFCPUServerAdapter"
+    RolloutReplicaRegistry.register(ROLLOUT_NAME, lambda: HFCPUReplica)
