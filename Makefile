@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export WANDB_ERROR_REPORTING := false
 export WANDB_SILENT := true
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo demo-train test lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -58,6 +58,10 @@ install: $(VENV)/.installed $(PHOENIX)/.installed
 demo: install
 	$(BIN)/rollscope run gsm8k-calculator --limit 8
 
+# verl's own GRPO trainer on CPU (docs/verl.md, "verl without a GPU"): 12 steps, a few minutes.
+demo-train: install
+	$(BIN)/python -m rollscope.trainer.demo
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
@@ -84,4 +88,4 @@ bench: install
 	$(BIN)/python benchmarks/bench_segments.py --json benchmarks/out/segments.json
 
 clean:
-	rm -rf $(VENV) $(PHOENIX) rollscope_traces
+	rm -rf $(VENV) $(PHOENIX) rollscope_traces .rollscope-demo

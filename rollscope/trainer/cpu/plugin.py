@@ -1,7 +1,23 @@
-"""What verl imports in each of its processes (``VERL_USE_EXTERNAL_MODULES``): the CPU platform and
-the ``hf_cpu`` rollout, installed where verl looks them up."""
+"""What verl imports in each of its processes (``VERL_USE_EXTERNAL_MODULES``): the CPU platform, and
+the ``hf_cpu`` rollout named where verl looks rollouts up (its worker-side registry and its
+replicas'). The rollout module is named, not imported: verl imports it when it needs it, and a Ray
+actor process that imports it first (to build the server) imports verl, and so this plugin, from it.
+"""
 
-from rollscope.trainer.cpu import platform, rollout
+import importlib
+
+from verl.workers.rollout import base as verl_rollout_base
+from verl.workers.rollout.replica import RolloutReplicaRegistry
+
+from rollscope.trainer.cpu import ROLLOUT_NAME, platform
+
+_ROLLOUT_MODULE = "rollscope.trainer.cpu.rollout"
+
+
+def _replica_class() -> type:
+    return importlib.import_module(_ROLLOUT_MODULE).HFCPUReplica
+
 
 platform.install()
-rollout.install()
+verl_rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{_ROLLOUT_MODULE}.HFCPUServerAdapter"
+RolloutReplicaRegistry.register(ROLLOUT_NAME, _replica_class)

@@ -21,9 +21,8 @@ from typing import Any
 
 import ray
 import torch
-from verl.workers.rollout import base as verl_rollout_base
 from verl.workers.rollout.base import BaseRollout
-from verl.workers.rollout.replica import RolloutReplica, RolloutReplicaRegistry, TokenOutput
+from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 from rollscope.trainer.cpu import ROLLOUT_NAME, UnsupportedOnCPU
 
@@ -204,9 +203,3 @@ class HFCPUReplica(RolloutReplica):
         self.servers = [handle]
         self._server_handle = handle
         self._server_address = f"{ROLLOUT_NAME}://replica{self.replica_rank}"
-
-
-def install() -> None:
-    """Name the rollout where verl looks rollouts up: its worker-side registry and its replicas'."""
-    verl_rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{__name__}.HFCPUServerAdapter"
-    RolloutReplicaRegistry.register(ROLLOUT_NAME, lambda: HFCPUReplica)
