@@ -31,6 +31,7 @@ from rollscope.tracing._events import (
     is_control,
     span_from_leaf,
 )
+from rollscope.tracing._shaping import EventShaper
 from rollscope.tracing.backends.base import TraceBackend
 from rollscope.tracing.spans import Span
 
@@ -191,7 +192,7 @@ class Exporter:
     when every backend sits in the trace sidecar, which shapes them itself).
     """
 
-    def __init__(self, workers: list[Any], shape: Callable[[Any], Any] | None) -> None:
+    def __init__(self, workers: list[Any], shape: EventShaper | None) -> None:
         self.ingest: deque = deque()
         self._shape = shape
         self.workers = workers
@@ -277,7 +278,8 @@ class Exporter:
         backends: dict[str, dict[str, Any]] = {}
         for w in self.workers:
             backends.update(w.stats())
-        return {"pending": len(self.ingest), "shape_errors": self.shape_errors, "backends": backends}
+        unshapeable = self._shape.unshapeable if self._shape is not None else 0  # kept, payloads replaced
+        return {"pending": len(self.ingest), "shape_errors": self.shape_errors + unshapeable, "backends": backends}
 
 
 def _ignore(*_: Any) -> None:

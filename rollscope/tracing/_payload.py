@@ -30,6 +30,15 @@ _TEXT_FIELD = {
 }
 
 
+UNRECORDED = "rollscope.shape_error"  # the attribute of a span whose payloads could not be recorded
+
+
+def unrecorded(exc: BaseException) -> str:
+    """What stands in for the payloads of a span that could not be read (``UNRECORDED``): the
+    span itself is kept, with its place in the tree, timing and status."""
+    return f"<payload not recorded: {type(exc).__name__}: {exc}>"[:500]
+
+
 def text_field_for(key: str) -> str | None:
     if key in _TEXT_FIELD:
         return _TEXT_FIELD[key]

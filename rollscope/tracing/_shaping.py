@@ -12,13 +12,14 @@ from typing import Any
 
 from rollscope.tracing import _events as ev
 from rollscope.tracing._callargs import CallArgs
-from rollscope.tracing._payload import PayloadShaper
+from rollscope.tracing._payload import UNRECORDED, PayloadShaper, unrecorded
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 
 class EventShaper:
     def __init__(self, shaper: PayloadShaper) -> None:
         self.shaper = shaper
+        self.unshapeable = 0  # spans kept with their payloads replaced (``_span_or_placeholder``)
 
     def refresh_secrets(self) -> None:
         """Environment secrets set since tracing started are redacted from now on."""
@@ -27,11 +28,11 @@ class EventShaper:
     def __call__(self, event: Span | tuple) -> Span | tuple:
         shape = self.shaper.shape
         if type(event) is Span:
-            self._span(event, ended=True)
+            self._span_or_placeholder(event, ended=True)
             return event
         kind = event[0]
         if kind == ev.SPAN_START:
-            self._span(event[1], ended=False)
+            self._span_or_placeholder(event[1], ended=False)
         elif kind == ev.TRAJECTORY_START or kind == ev.TRAJECTORY_END:
             t: Trajectory = event[1]
             # plain columns too: a secret in an experiment or agent name is as stored as one in a payload
@@ -43,6 +44,21 @@ class EventShaper:
         elif kind == ev.REWARD:
             return (kind, event[1], event[2], shape(event[3]))
         return event
+
+    def _span_or_placeholder(self, span: Span, ended: bool) -> None:
+        """A span whose payloads cannot be shaped (a container the traced code changed while this
+        thread read it, an object that fails when walked) keeps its place in the tree, its name,
+        kind, timing and status, with what went wrong in place of the payloads: never dropped."""
+        try:
+            self._span(span, ended)
+        except Exception as exc:
+            self.unshapeable += 1
+            problem = unrecorded(exc)
+            span.name = self.shaper.shape(span.name) if isinstance(span.name, str) else "span"
+            span.inputs, span.outputs, span.shaped = self.shaper.shape(problem), None, True
+            span.attributes = {UNRECORDED: span.inputs}
+            if span.error_message is not None:
+                span.error_message = self.shaper.shape(str(span.error_message))
 
     def _span(self, span: Span, ended: bool) -> None:
         shape = self.shaper.shape

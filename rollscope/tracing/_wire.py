@@ -20,7 +20,16 @@ from typing import Any
 
 from rollscope.tracing._callargs import CallArgs
 from rollscope.tracing._events import LEAF_SPAN, SPAN_END, TRAJECTORY_END, TRAJECTORY_START, span_from_leaf
-from rollscope.tracing._payload import CONVERTERS, UNKNOWN, NoRedaction, PayloadShaper, converter_for, native
+from rollscope.tracing._payload import (
+    CONVERTERS,
+    UNKNOWN,
+    UNRECORDED,
+    NoRedaction,
+    PayloadShaper,
+    converter_for,
+    native,
+    unrecorded,
+)
 from rollscope.tracing.spans import STATUS_OK, Span, SpanKind, Trajectory, new_id
 
 _PROTOCOL = 5
@@ -170,7 +179,14 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
         try:
             append(encode(event))
         except Exception:  # a structure too deep for pickle, say
-            append(encode(_plain_event(event)))
+            try:
+                append(encode(_plain_event(event)))
+            except Exception as exc:  # payloads that fail when read: the span goes without them
+                if type(event) is not Span:
+                    raise
+                problem = unrecorded(exc)
+                error = event.error_message if isinstance(event.error_message, str) else None
+                append(encode(_span(*_span_args(event, error, problem, None, {UNRECORDED: problem}))))
     except Exception as exc:
         failed(exc)
 

@@ -2,6 +2,8 @@
 
 from dataclasses import dataclass
 
+import pytest
+
 from rollscope.tracing._payload import PayloadShaper
 from rollscope.tracing._redaction import Redactor
 from rollscope.tracing._shaping import EventShaper
@@ -50,3 +52,45 @@ def test_attributes_the_caller_set_win_and_the_callers_dict_is_left_alone():
 
 def test_other_spans_get_no_usage_attributes():
     assert _shaped({"prompt_ids": [1]}, TokenOutput([2], "stop"), kind=SpanKind.TOOL).attributes == {}
+
+
+class ChangedWhileRead(dict):
+    """A dict the traced code changes while the exporter thread walks it (what a rollout mutating
+    its own output does when the exporter lags on a busy machine)."""
+
+    def __iter__(self):
+        raise RuntimeError("dictionary changed size during iteration")
+
+    items = keys = values = __iter__
+
+
+def test_a_span_whose_payload_cannot_be_read_keeps_its_place_with_the_reason():
+    secret = "sk-ant-" + "a1b2c3d4" * 5
+    span = Span("llm.generate", SpanKind.LLM, _trajectory(), "parent", {"prompt_ids": [1, 2]}, {"k": secret})
+    span.finish(ChangedWhileRead(token_ids=[1]))
+    shaper = EventShaper(PayloadShaper(Redactor(), 20_000))
+    shaped = shaper(span)
+    assert (shaped.name, shaped.kind, shaped.parent_id, shaped.status) == ("llm.generate", SpanKind.LLM, "parent", "ok")
+    assert shaped.inputs == "<payload not recorded: RuntimeError: dictionary changed size during iteration>"
+    assert shaped.attributes == {"rollscope.shape_error": shaped.inputs} and shaped.outputs is None
+    assert shaper.unshapeable == 1
+
+
+@pytest.mark.parametrize("sidecar", [True, False], ids=["through the sidecar", "in process"])
+def test_such_a_span_is_stored_in_its_trajectory(sidecar, tmp_path):
+    from rollscope import tracing
+    from rollscope.store import TraceStore
+
+    tracing.init_tracing(trace_dir=str(tmp_path), sidecar=sidecar)
+    try:
+        with tracing.rollout_trace_attr(step=1, sample_index=0), tracing.trace_span("run", kind="agent"), \
+                tracing.trace_span("llm.generate", kind="llm") as turn:  # fmt: skip
+            turn.outputs = ChangedWhileRead(token_ids=[1])
+        assert tracing.flush_tracing()
+    finally:
+        tracing.shutdown_tracing()
+    [t] = TraceStore(tmp_path).trajectories()
+    [run] = t.tree()
+    [turn] = run.children
+    assert (t.num_spans, t.num_llm_calls, turn.name, turn.kind) == (2, 1, "llm.generate", "llm")
+    assert turn.attributes["rollscope.shape_error"].startswith("<payload not recorded: RuntimeError")
