@@ -24,7 +24,7 @@ def test_trajectories_are_searchable_traces(tmp_path):
                 with tracing.trace_span("calculator", kind="tool", inputs={"expression": "1/0"}) as s:
                     if i == 3:
                         s.fail(ZeroDivisionError("division by zero"))
-            tracing.set_reward(float(i % 2))
+            tracing.set_reward(float(i % 2), correct=float(i % 2), judge="exact")  # and its components
     assert tracing.flush_tracing(120)
     assert tracing.stats()["backends"]["mlflow"]["errors"] == 0
     mlflow.set_tracking_uri(uri)
@@ -34,6 +34,7 @@ def test_trajectories_are_searchable_traces(tmp_path):
     assert len(traces) == 4
     by_sample = {t.info.tags["sample_index"]: t for t in traces}
     assert by_sample["1"].info.tags["reward"] == "1.0" and by_sample["1"].info.tags["experiment_name"] == "exp"
+    assert (by_sample["1"].info.tags["reward.correct"], by_sample["1"].info.tags["reward.judge"]) == ("1.0", "exact")
     spans = {s.name: s for s in by_sample["3"].data.spans}
     assert spans["calculator"].parent_id == spans["ToolAgentLoop.run"].span_id
     assert spans["calculator"].status.status_code == "ERROR"

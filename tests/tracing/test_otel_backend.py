@@ -54,7 +54,7 @@ def test_genai_spans_reach_an_otlp_receiver(receiver, trace_dir):
             with tracing.trace_span("CalculatorTool.execute", kind="tool", inputs={"expression": "1/0"},
                                     **{"tool.name": "calculator"}) as s:  # fmt: skip
                 s.fail(ZeroDivisionError("division by zero"))
-        tracing.set_reward(0.5)
+        tracing.set_reward(0.5, judge="lenient")
     assert tracing.flush_tracing(30)
     tracing.shutdown_tracing()
     assert received and all(path == "/v1/traces" and ctype == "application/x-protobuf" for path, ctype, _, _ in received)
@@ -66,6 +66,7 @@ def test_genai_spans_reach_an_otlp_receiver(receiver, trace_dir):
     assert set(by_name) == {"invoke_agent tool_agent", "ToolAgentLoop.run", "chat model", "execute_tool calculator"}
     root, run = by_name["invoke_agent tool_agent"], by_name["ToolAgentLoop.run"]
     assert _attrs(root)["rollscope.step"] == 2 and _attrs(root)["rollscope.reward"] == 0.5
+    assert _attrs(root)["rollscope.reward.judge"] == "lenient"  # the reward's components beside it
     assert _attrs(root)["gen_ai.operation.name"] == "invoke_agent" and _attrs(root)["gen_ai.agent.name"] == "tool_agent"
     chat, tool = by_name["chat model"], by_name["execute_tool calculator"]
     assert chat.parent_span_id == run.span_id == tool.parent_span_id and run.parent_span_id == root.span_id

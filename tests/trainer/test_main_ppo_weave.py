@@ -69,4 +69,7 @@ def test_each_root_carries_verls_reward(run, roots):
         [run_call] = [c for c in calls.values() if c["parent_id"] == root["id"]]
         prompt = last_user_message(run_call["inputs"]["raw_prompt"])
         traced[(root["attributes"]["step"], question(prompt), root["output"]["reward"])] += 1
+        details = root["output"]["reward_details"]  # the components verl's reward function returned
+        assert details["source"] == "verl_reward" and details["correct"] == root["output"]["reward"]
+        assert details["used_calculator"] in (0.0, 1.0)
     assert traced == dumped

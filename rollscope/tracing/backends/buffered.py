@@ -1,12 +1,15 @@
 """The shared shape of backends that take a whole trajectory at once (Weave, MLflow, OpenTelemetry):
 spans are held until their trajectory ends, then written together with their recorded times, so
-parents exist before children and a replay from the store (``rollscope push``) writes the same."""
+parents exist before children and a replay from the store (``rollscope push``) writes the same.
+A reward that arrives before the end is written with the trajectory, its components kept under
+the trajectory's ``reward_details`` attribute, where the store keeps them."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from rollscope.tracing.backends.base import TraceBackend
+from rollscope.tracing.backends.records import REWARD_DETAILS
 from rollscope.tracing.spans import Span, Trajectory
 
 
@@ -31,9 +34,14 @@ class TrajectoryBackend(TraceBackend):
         entry = self._open.get(trajectory_id)
         if entry is None:
             self.late_rewards += 1
-        else:
-            entry[0].reward = reward
+            return
+        entry[0].reward = reward
+        if details:
+            entry[0].attributes = {**(entry[0].attributes or {}), REWARD_DETAILS: details}
 
     def on_trajectory_end(self, trajectory: Trajectory) -> None:
-        _, spans = self._open.pop(trajectory.id, (trajectory, []))
+        started, spans = self._open.pop(trajectory.id, (trajectory, []))
+        details = (started.attributes or {}).get(REWARD_DETAILS)
+        if details and started is not trajectory:  # the end event is its own copy (the sidecar's wire)
+            trajectory.attributes = {**(trajectory.attributes or {}), REWARD_DETAILS: details}
         self.write(trajectory, spans)

@@ -17,7 +17,7 @@ import sqlite3
 from pathlib import Path
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
-from rollscope.tracing.backends.records import SpanLike, TrajectoryLike, kind_of, walk
+from rollscope.tracing.backends.records import SpanLike, TrajectoryLike, kind_of, reward_details, walk
 from rollscope.tracing.spans import Span, Trajectory
 
 _SPAN_TYPES = {"llm": "LLM", "tool": "TOOL", "agent": "AGENT", "reward": "EVALUATOR"}
@@ -72,6 +72,7 @@ def write_trace(experiment_id: str, t: TrajectoryLike, spans: list[SpanLike], ex
     tags = {"step": t.step, "sample_index": t.sample_index, "rollout_n": t.rollout_n, "validate": bool(t.validate),
             "experiment_name": t.experiment or experiment, "agent": t.agent_name, "reward": t.reward,
             "status": t.status, "rollscope.trajectory_id": t.id}  # fmt: skip
+    tags.update({f"reward.{k}": v for k, v in reward_details(t).items()})  # searchable: tags.`reward.correct`
     tags = {k: str(v) for k, v in tags.items() if v is not None}
     root = mlflow.start_span_no_context(t.agent_name or "agent_loop", span_type="AGENT", tags=tags,
                                         experiment_id=experiment_id, start_time_ns=t.start_ns,
@@ -90,5 +91,5 @@ def write_trace(experiment_id: str, t: TrajectoryLike, spans: list[SpanLike], ex
                        end_time_ns=s.end_ns or s.start_ns)  # fmt: skip
 
     walk(spans, start, end)
-    root.end(outputs={"status": t.status, "reward": t.reward}, status="ERROR" if t.status == "error" else "OK",
-             end_time_ns=t.end_ns or t.start_ns)  # fmt: skip
+    root.end(outputs={"status": t.status, "reward": t.reward, "reward_details": reward_details(t)},
+             status="ERROR" if t.status == "error" else "OK", end_time_ns=t.end_ns or t.start_ns)  # fmt: skip

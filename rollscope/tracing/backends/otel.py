@@ -19,7 +19,7 @@ from typing import Any
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.backends.conversation import prompt_messages
-from rollscope.tracing.backends.records import SpanLike, TrajectoryLike, kind_of, walk
+from rollscope.tracing.backends.records import SpanLike, TrajectoryLike, kind_of, reward_details, walk
 from rollscope.tracing.spans import Span, Trajectory
 
 MAX_ATTRIBUTE_CHARS = 8_192
@@ -169,7 +169,8 @@ def write_spans(tracer: Any, t: TrajectoryLike, spans: list[SpanLike], experimen
     attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent,
                   "rollscope.trajectory_id": t.id, "rollscope.step": t.step, "rollscope.sample_index": t.sample_index,
                   "rollscope.rollout_n": t.rollout_n, "rollscope.validate": bool(t.validate),
-                  "rollscope.experiment": t.experiment or experiment, "rollscope.reward": t.reward}  # fmt: skip
+                  "rollscope.experiment": t.experiment or experiment, "rollscope.reward": t.reward,
+                  **{f"rollscope.reward.{k}": v for k, v in reward_details(t).items()}}  # fmt: skip
     # verl's attribute names on every span, so any span filters by step, sample or experiment
     verl = {"step": t.step, "sample_index": t.sample_index, "rollout_n": t.rollout_n, "validate": bool(t.validate),
             "experiment_name": t.experiment or experiment}  # fmt: skip
@@ -178,7 +179,7 @@ def write_spans(tracer: Any, t: TrajectoryLike, spans: list[SpanLike], experimen
                   if v is not None}  # fmt: skip
     attributes.update(verl)
     attributes["openinference.span.kind"] = "AGENT"
-    attributes["output.value"] = _json({"status": t.status, "reward": t.reward})
+    attributes["output.value"] = _json({"status": t.status, "reward": t.reward, "reward_details": reward_details(t)})
     root = tracer.start_span(f"invoke_agent {agent}", attributes=attributes, start_time=t.start_ns)
     live = {t.id: root}
 

@@ -39,6 +39,17 @@ class TrajectoryLike(Protocol):
     end_ns: int | None
     status: str
     error_message: Any
+    attributes: dict[str, Any] | None
+
+
+REWARD_DETAILS = "reward_details"  # the trajectory attribute holding a reward's components
+
+
+def reward_details(t: TrajectoryLike) -> dict[str, Any]:
+    """The components that came with the trajectory's reward (verl's ``reward_extra_info``, the
+    source): where the store keeps them, and where a backend writing the whole trajectory finds them."""
+    details = (t.attributes or {}).get(REWARD_DETAILS)
+    return details if isinstance(details, dict) else {}
 
 
 def kind_of(span: SpanLike) -> str:

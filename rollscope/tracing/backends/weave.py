@@ -23,7 +23,7 @@ import uuid
 from typing import Any
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
-from rollscope.tracing.backends.records import SpanLike, kind_of, walk
+from rollscope.tracing.backends.records import SpanLike, kind_of, reward_details, walk
 from rollscope.tracing.spans import Span, Trajectory
 
 _NAMESPACE = uuid.UUID("6f1d3c2e-5b7a-4e2f-9c1d-7a2b3c4d5e6f")
@@ -89,7 +89,8 @@ def trajectory_view(t: Any, experiment: str | None) -> dict[str, Any]:
     """What a Weave root call needs of a trajectory (a live Trajectory or a stored record)."""
     return {
         "id": t.id, "name": t.agent_name or "agent_loop", "start_ns": t.start_ns, "end_ns": t.end_ns,
-        "status": t.status, "reward": t.reward, "error": getattr(t, "error_message", None),
+        "status": t.status, "reward": t.reward, "reward_details": reward_details(t),
+        "error": getattr(t, "error_message", None),
         "attributes": {"step": t.step, "sample_index": t.sample_index, "rollout_n": t.rollout_n,
                        "validate": bool(t.validate), "experiment_name": t.experiment or experiment},
     }  # fmt: skip
@@ -176,9 +177,12 @@ def write_trajectory(client: Any, t: dict[str, Any], spans: list[SpanLike], ops:
 
     walk(spans, start, lambda s: server.call_end(ends[s.id]))
     error = t["status"] == "error"
+    output = {"status": t["status"], "reward": t["reward"]}
+    if t.get("reward_details"):
+        output["reward_details"] = t["reward_details"]
     server.call_end({"end": {
         "project_id": project_id, "id": root_id, "trace_id": root_id, "started_at": root_start,
-        "ended_at": _time(t["end_ns"] or t["start_ns"]), "output": {"status": t["status"], "reward": t["reward"]},
+        "ended_at": _time(t["end_ns"] or t["start_ns"]), "output": output,
         "summary": {"usage": total_usage} if total_usage else {},
         "exception": _exception("TrajectoryError", t["error"]) if error else None}})  # fmt: skip
 
