@@ -149,7 +149,8 @@ def _close_scored(trajectory: Trajectory, output: Any, task: asyncio.Task) -> No
     tracer = instrument.state.tracer
     if tracer is None:
         return
-    error = asyncio.CancelledError() if task.cancelled() else task.exception()
+    error = asyncio.CancelledError("verl's task was cancelled before verl scored it") if task.cancelled() \
+        else task.exception()
     reward = getattr(output, "reward_score", None)
     extra = (getattr(output, "extra_fields", None) or {}).get("reward_extra_info") or {}
     if reward is not None and (reward != trajectory.reward or extra):

@@ -137,3 +137,42 @@ def test_reward_computed_by_verl_after_run_lands_on_the_trajectory(worker_config
         assert t.attributes["reward_details"]["scorer"] == "length"
     assert len(out) == 3
     tracing.shutdown_tracing()
+
+
+@pytest.mark.slow
+def test_a_reward_that_fails_after_run_ends_each_trajectory_with_the_error(worker_config, tokenizer, tmp_path):
+    """The trajectory held open for verl's reward still ends when verl's reward loop raises: with
+    the error (or, for the tasks torn down with the failed batch, the cancellation), its run and
+    turns intact, nothing left open."""
+    import ray
+
+    @ray.remote(num_cpus=0)
+    class BrokenReward:
+        def compute_score(self, data):
+            raise RuntimeError("reward server unreachable")
+
+    worker_config.actor_rollout_ref.rollout.agent.default_agent_loop = "rollscope_tool_agent"
+    worker_config.actor_rollout_ref.rollout.agent.agent_loop_config_path = str(config_path("agent_loops.yaml"))
+    worker_config.actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker = None
+    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    try:
+        async def main():
+            worker = AgentLoopWorker(worker_config, scripted_llm(tokenizer), None, [BrokenReward.remote()])
+            batch = grpo_batch(n=1, step=4)
+            batch.non_tensor_batch.pop("agent_name")
+            return await worker.generate_sequences(batch)
+
+        with pytest.raises(Exception, match="reward server unreachable"):
+            asyncio.run(main())
+    finally:
+        ray.shutdown()
+    assert tracing.flush_tracing()
+    trajectories = TraceStore(tmp_path / "traces").trajectories()
+    assert len(trajectories) == 3
+    assert any("reward server unreachable" in t.error_message for t in trajectories)
+    for t in trajectories:
+        assert t.status == "error" and t.end_ns is not None and t.reward is None
+        assert "reward server unreachable" in t.error_message or "cancelled before verl scored it" in t.error_message
+        [run] = t.tree()
+        assert run.status == "ok" and t.num_llm_calls == 3  # the rollout itself was whole
+    tracing.shutdown_tracing()
