@@ -47,24 +47,17 @@ class VerlRun:
         self.agent_name = agent_name if isinstance(agent_name, str) else None
 
 
-def _call_arguments(coro: Any, frames: tuple[str, ...]) -> dict[str, Any] | None:
-    """The arguments of the verl worker method (one of ``frames``) a task runs: the coroutine's
-    own locals, or — when verl's worker is a Ray actor, whose methods Ray wraps (``_resume_span``
-    in ``ray.util.tracing``) — the arguments the wrapper holds, bound to the method's signature."""
-    frame = getattr(coro, "cr_frame", None)
-    if frame is None:
-        return None
-    local = frame.f_locals
-    if frame.f_code.co_name in frames:
-        return local
+def _ray_actor_arguments(local: dict[str, Any], frames: tuple[str, ...]) -> dict[str, Any] | None:
+    """When verl's worker is a Ray actor, Ray wraps its methods (``_resume_span`` in
+    ``ray.util.tracing``): the task's coroutine is the wrapper's, holding the method and its
+    arguments, which are bound here to the method's signature (its own locals' names)."""
     method = local.get("method")
     if getattr(method, "__name__", None) not in frames or not isinstance(local.get("_kwargs"), dict):
         return None
     try:
-        bound = _signature(method).bind(local.get("self"), *local.get("_args", ()), **local["_kwargs"])
+        return _signature(method).bind(local.get("self"), *local.get("_args", ()), **local["_kwargs"]).arguments
     except TypeError:
         return None
-    return bound.arguments
 
 
 @functools.lru_cache(maxsize=8)
@@ -73,9 +66,18 @@ def _signature(method: Any) -> inspect.Signature:
 
 
 def _run_of(task: asyncio.Task, frames: tuple[str, ...] = (_RUN_FRAME,)) -> VerlRun | None:
-    local = _call_arguments(task.get_coro(), frames)
-    if local is None:
+    """The sample a task of verl's worker runs: the arguments of its ``_run_agent_loop`` (or,
+    for the TransferQueue worker's batch, ``_run_prompt``) coroutine."""
+    frame = getattr(task.get_coro(), "cr_frame", None)
+    if frame is None:
         return None
+    local = frame.f_locals
+    if frame.f_code.co_name not in frames:
+        if "_kwargs" not in local:  # (checked here: outside verl this runs once per rollout)
+            return None
+        local = _ray_actor_arguments(local, frames)
+        if local is None:
+            return None
     trajectory = local.get("trajectory")
     if not isinstance(trajectory, dict) or "sample_index" not in trajectory:
         return None
