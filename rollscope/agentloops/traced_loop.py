@@ -95,12 +95,16 @@ _REPEATED_FIELDS = ("prompt_ids", "response_logprobs", "routed_experts", "multi_
 class RunOutput:
     """What the run span records of an AgentLoopOutput: the trained-on response (ids and mask),
     reward, turns, metrics and extra fields; the rest is in the llm spans. The view is taken when
-    the span is packed or shaped (``instrument.native``)."""
+    the span is packed or shaped (``instrument.native``), which may be on the exporter's thread
+    (token2text) while verl adds to the output's ``extra_fields`` (its postprocessing, its reward):
+    that dict is copied here, as it was when ``run`` returned."""
 
-    __slots__ = ("output",)
+    __slots__ = ("extra_fields", "output")
 
     def __init__(self, output: Any) -> None:
         self.output = output
+        extra = getattr(output, "extra_fields", None)
+        self.extra_fields = extra.copy() if type(extra) is dict else extra
 
     def __trace_view__(self) -> Any:
         output = self.output
@@ -110,6 +114,8 @@ class RunOutput:
         # (model_dump costs ten times as much; nested models, the metrics, become their fields)
         view = {k: native(v) if hasattr(v, "__pydantic_fields_set__") else v
                 for k, v in fields.items() if k not in _REPEATED_FIELDS}  # fmt: skip
+        if "extra_fields" in view:
+            view["extra_fields"] = self.extra_fields
         view["prompt_length"] = len(getattr(output, "prompt_ids", None) or [])
         return view
 

@@ -155,3 +155,19 @@ def test_a_reply_cut_at_max_tokens_is_stored_as_length(verl_config, tokenizer, l
     llm = t.spans[1]
     assert llm.outputs["stop_reason"] == "length" and len(llm.outputs["token_ids"]) == 3
     assert llm.attributes["gen_ai.response.finish_reasons"] == ["length"]
+
+
+def test_the_run_span_keeps_the_extra_fields_run_returned_while_verl_adds_to_them():
+    """verl adds to the output's extra_fields after run (raw_prompt, reward_extra_info) while the
+    exporter thread may still be reading the span (token2text shapes in process)."""
+    from verl.experimental.agent_loop.agent_loop import AgentLoopOutput
+
+    from rollscope.agentloops.traced_loop import RunOutput
+
+    output = AgentLoopOutput(prompt_ids=[1, 2], response_ids=[3], response_mask=[1], num_turns=2,
+                             metrics={}, extra_fields={"stop": "eos"})  # fmt: skip
+    recorded = RunOutput(output)
+    output.extra_fields["raw_prompt"] = [{"role": "user", "content": "q"}]
+    output.extra_fields["reward_extra_info"] = {"acc": 1.0}
+    view = recorded.__trace_view__()
+    assert view["extra_fields"] == {"stop": "eos"} and view["response_ids"] == [3] and view["prompt_length"] == 2
