@@ -101,17 +101,10 @@ def test_generate_sequences_in_verls_worker(worker_config, tokenizer, tmp_path):
     tracing.shutdown_tracing()
 
 
-@pytest.mark.slow
-def test_reward_computed_by_verl_after_run_lands_on_the_trajectory(worker_config, tokenizer, tmp_path):
-    """verl scores after run returns (a reward-loop Ray actor), in the same task: the trajectory
-    stays open for it and ends with verl's reward and its components."""
+def score_with(worker_config, tokenizer, reward_actor_class, step):
+    """One batch through verl's plain worker whose reward loop is ``reward_actor_class``, a real
+    Ray actor standing where verl's RewardLoopWorker runs; rollscope's tool loop by default."""
     import ray
-
-    @ray.remote(num_cpus=0)
-    class LengthReward:  # a real Ray actor standing where verl's RewardLoopWorker runs
-        def compute_score(self, data):
-            return {"reward_score": float(data.batch["responses"].shape[-1]) / 1000,
-                    "reward_extra_info": {"scorer": "length"}}  # fmt: skip
 
     worker_config.actor_rollout_ref.rollout.agent.default_agent_loop = "rollscope_tool_agent"
     worker_config.actor_rollout_ref.rollout.agent.agent_loop_config_path = str(config_path("agent_loops.yaml"))
@@ -119,14 +112,33 @@ def test_reward_computed_by_verl_after_run_lands_on_the_trajectory(worker_config
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
         async def main():
-            worker = AgentLoopWorker(worker_config, scripted_llm(tokenizer), None, [LengthReward.remote()])
-            batch = grpo_batch(n=1, step=2)
+            reward = ray.remote(num_cpus=0)(reward_actor_class).remote()
+            worker = AgentLoopWorker(worker_config, scripted_llm(tokenizer), None, [reward])
+            batch = grpo_batch(n=1, step=step)
             batch.non_tensor_batch.pop("agent_name")  # default_agent_loop applies
             return await worker.generate_sequences(batch)
 
-        out = asyncio.run(main())
+        return asyncio.run(main())
     finally:
         ray.shutdown()
+
+
+class LengthReward:
+    def compute_score(self, data):
+        return {"reward_score": float(data.batch["responses"].shape[-1]) / 1000,
+                "reward_extra_info": {"scorer": "length"}}  # fmt: skip
+
+
+class BrokenReward:
+    def compute_score(self, data):
+        raise RuntimeError("reward server unreachable")
+
+
+@pytest.mark.slow
+def test_reward_computed_by_verl_after_run_lands_on_the_trajectory(worker_config, tokenizer, tmp_path):
+    """verl scores after run returns (a reward-loop Ray actor), in the same task: the trajectory
+    stays open for it and ends with verl's reward and its components."""
+    out = score_with(worker_config, tokenizer, LengthReward, step=2)
     tracing.flush_tracing()
     trajectories = TraceStore(tmp_path / "traces").trajectories()
     assert len(trajectories) == 3
@@ -144,28 +156,8 @@ def test_a_reward_that_fails_after_run_ends_each_trajectory_with_the_error(worke
     """The trajectory held open for verl's reward still ends when verl's reward loop raises: with
     the error (or, for the tasks torn down with the failed batch, the cancellation), its run and
     turns intact, nothing left open."""
-    import ray
-
-    @ray.remote(num_cpus=0)
-    class BrokenReward:
-        def compute_score(self, data):
-            raise RuntimeError("reward server unreachable")
-
-    worker_config.actor_rollout_ref.rollout.agent.default_agent_loop = "rollscope_tool_agent"
-    worker_config.actor_rollout_ref.rollout.agent.agent_loop_config_path = str(config_path("agent_loops.yaml"))
-    worker_config.actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker = None
-    ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
-    try:
-        async def main():
-            worker = AgentLoopWorker(worker_config, scripted_llm(tokenizer), None, [BrokenReward.remote()])
-            batch = grpo_batch(n=1, step=4)
-            batch.non_tensor_batch.pop("agent_name")
-            return await worker.generate_sequences(batch)
-
-        with pytest.raises(Exception, match="reward server unreachable"):
-            asyncio.run(main())
-    finally:
-        ray.shutdown()
+    with pytest.raises(Exception, match="reward server unreachable"):
+        score_with(worker_config, tokenizer, BrokenReward, step=4)
     assert tracing.flush_tracing()
     trajectories = TraceStore(tmp_path / "traces").trajectories()
     assert len(trajectories) == 3
