@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
@@ -107,24 +108,32 @@ def run_main_ppo(overrides: Iterable[str], *, log_path: Path, env: Mapping[str, 
                  cwd: Path | None = None, on_line: Callable[[str], None] | None = None,
                  timeout: float | None = None) -> Path:  # fmt: skip
     """Run verl's trainer to the end, its output into ``log_path`` (each line also to ``on_line``:
-    progress). Raises ``TrainerFailed`` with the log's tail when verl fails."""
+    progress). Raises ``TrainerFailed`` with the log's tail when verl fails or outlives ``timeout``
+    seconds (then it is killed)."""
     command = main_ppo_command(overrides)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                 env=cpu_environment(env), cwd=cwd, errors="replace")  # fmt: skip
+        watchdog = threading.Timer(timeout, proc.kill) if timeout is not None else None
+        if watchdog is not None:
+            watchdog.start()
         assert proc.stdout is not None
         try:
             for line in proc.stdout:
                 log.write(line)
                 if on_line is not None:
                     on_line(line.rstrip("\n"))
-            code = proc.wait(timeout=timeout)
+            code = proc.wait()
         except BaseException:
             proc.kill()
             proc.wait()
             raise
+        finally:
+            if watchdog is not None:
+                watchdog.cancel()
     if code != 0:
         tail = "".join(log_path.read_text(encoding="utf-8", errors="replace").splitlines(True)[-40:])
-        raise TrainerFailed(f"verl's main_ppo exited with {code} (log: {log_path}):\n{tail}")
+        why = f"was killed after {timeout:.0f} s" if code == -9 and timeout is not None else f"exited with {code}"
+        raise TrainerFailed(f"verl's main_ppo {why} (log: {log_path}):\n{tail}")
     return log_path

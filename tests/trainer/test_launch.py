@@ -34,3 +34,14 @@ def test_verls_processes_load_the_plugin_beside_the_users_modules():
     assert env["VERL_USE_EXTERNAL_MODULES"] == f"{PLUGIN},my.plugin"
     assert (env["VERL_PLATFORM"], env["TORCH_COMPILE_DISABLE"], env["PATH"]) == ("cpu", "1", "/bin")
     assert cpu_environment(env)["VERL_USE_EXTERNAL_MODULES"] == env["VERL_USE_EXTERNAL_MODULES"]
+
+
+def test_a_trainer_that_outlives_its_timeout_is_killed_and_said(tmp_path, monkeypatch):
+    """run_main_ppo's own process handling, on a stand-in that never ends (``sleep``)."""
+    import rollscope.trainer.launch as launch
+
+    monkeypatch.setattr(launch, "main_ppo_command", lambda overrides: ["sleep", "60"])
+    lines = []
+    with pytest.raises(launch.TrainerFailed, match=r"was killed after 1 s \(log: "):
+        launch.run_main_ppo([], log_path=tmp_path / "log", timeout=1, on_line=lines.append)
+    assert (tmp_path / "log").exists() and lines == []

@@ -55,7 +55,7 @@ class HFCPUServer:
     def __init__(self, model_path: str, prompt_length: int, response_length: int) -> None:
         from transformers import AutoModelForCausalLM
 
-        torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))
+        torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))  # the trainer's workers share the cores
         self.model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32).eval()
         config = self.model.config
         self.eos_ids = {config.eos_token_id} if isinstance(config.eos_token_id, int) else set(config.eos_token_id or ())
