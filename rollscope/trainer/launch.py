@@ -58,7 +58,7 @@ def check_overrides(overrides: Iterable[str]) -> None:
     """Refuse, in one line naming the key, a setting the CPU trainer cannot honour (before Ray
     starts, not a minute into the run). ``None`` in ``_FIXED``: any value is refused."""
     for item in overrides:
-        key, sep, value = item.lstrip("+~").partition("=")
+        key, sep, value = _split(item)
         if not sep or key not in _FIXED:
             continue
         allowed, why = _FIXED[key]
@@ -88,9 +88,15 @@ def merge_overrides(*lists: Iterable[str]) -> list[str]:
     given twice): a caller's setting replaces a default."""
     merged: dict[str, str] = {}
     for item in (i for overrides in lists for i in overrides):
-        merged.pop(item.lstrip("+~").partition("=")[0], None)
-        merged[item.lstrip("+~").partition("=")[0]] = item
+        key = _split(item)[0]
+        merged.pop(key, None)  # (re-inserted: the key takes the place of its last setting)
+        merged[key] = item
     return list(merged.values())
+
+
+def _split(item: str) -> tuple[str, str, str]:
+    """A Hydra override as (key, "=", value), its ``+``/``~`` prefix dropped."""
+    return item.lstrip("+~").partition("=")
 
 
 def main_ppo_command(overrides: Iterable[str]) -> list[str]:
