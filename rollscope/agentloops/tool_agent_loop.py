@@ -40,6 +40,16 @@ class ToolAgentLoop(TracedAgentLoop, VerlToolAgentLoop):
         if self.tool_parser_name in _STRICT_FORMATS:
             self.tool_parser = RollscopeToolParser(self.tokenizer)
 
+    async def _handle_pending_state(self, agent_data: Any, sampling_params: dict[str, Any]) -> Any:
+        self._agent_data = agent_data  # the run's state: its messages and tokens, for traced_conversation
+        return await super()._handle_pending_state(agent_data, sampling_params)
+
+    def traced_conversation(self) -> tuple[list[dict[str, Any]], Any, list[int]] | None:
+        data = getattr(self, "_agent_data", None)
+        if data is None:
+            return None
+        return data.messages, getattr(data, "_active_tool_schemas", self.tool_schemas), data.prompt_ids
+
     async def _call_tool(self, tool_call: FunctionCall, tools_kwargs: dict[str, Any], agent_data: Any) -> Any:
         found = self._call_problem(tool_call, agent_data)
         if found is None:

@@ -23,6 +23,7 @@ from typing import Any
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 from verl.utils.rollout_trace import _trace_enabled as verl_trace_enabled
 
+from rollscope.agentloops import retokenization
 from rollscope.agentloops.llm_client import traced_client
 from rollscope.agentloops.verl_run import VerlTrajectory, current_verl_run, start_from_trainer_config
 from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward
@@ -148,6 +149,7 @@ def _traced_run(run: Any, owner: type) -> Any:
                         end_span(span, None, exc)
                         raise
                     record_output_reward(output)
+                    await self._check_retokenization(span)
                     end_span(span, RunOutput(output))
                     if type(trajectory) is VerlTrajectory:
                         trajectory.scored_later(output)  # verl's reward, then the trajectory's end
@@ -187,6 +189,22 @@ class TracedAgentLoop(AgentLoopBase):
         start_from_trainer_config(self.config)  # verl's plain worker: its trace.* keys start tracing
         self.server_manager = traced_client(self.server_manager, self.tokenizer)
         self._rollscope_replay = replay_record(type(self), self.config, self.tokenizer)
+
+    async def _check_retokenization(self, span: Any) -> None:
+        conversation = self.traced_conversation()
+        if conversation is None:
+            return
+        kwargs = getattr(self, "apply_chat_template_kwargs", None)
+        drift = await retokenization.check(self.tokenizer, *conversation, kwargs)
+        if drift is not None:
+            span.attributes[retokenization.RETOKENIZATION] = drift
+
+    def traced_conversation(self) -> tuple[list[dict[str, Any]], Any, list[int]] | None:
+        """The messages of the run that just ended, the tool schemas and the token sequence the
+        loop built from them (prompt and response): the run span then records whether the chat
+        template renders the messages to the same tokens (``retokenization``). None: the loop
+        keeps no messages (the default)."""
+        return None
 
 
 # (loop class, trainer config, tokenizer) ids -> what a replay needs to rebuild such a loop

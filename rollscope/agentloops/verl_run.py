@@ -30,6 +30,9 @@ _RUN_FRAME = "_run_agent_loop"
 # this name, created for the whole batch at once: the batch's samples are read from those.
 _PROMPT_FRAME = "_run_prompt"
 TAKEN_OVER = "rollscope"  # verl's trace backend name once rollscope records for it
+# The output's extra field holding the trajectory's id: verl carries it into the training batch,
+# where the trainer's side joins what training did with it (``rollscope.trainer.verl_hook``).
+TRAJECTORY_KEY = "rollscope_trajectory_id"
 _started_from: list[Any] = []  # the trainer config tracing was started from in this process
 
 
@@ -134,8 +137,12 @@ class VerlTrajectory:
         return self.block.__enter__()
 
     def scored_later(self, output: Any) -> None:
-        """The loop's output, which verl scores once ``run`` has returned it."""
+        """The loop's output, which verl scores once ``run`` has returned it; it carries the
+        trajectory's id into verl's batch (``TRAJECTORY_KEY``)."""
         self.output = output
+        extra = getattr(output, "extra_fields", None)
+        if self.block.trajectory is not None and type(extra) is dict:
+            extra[TRAJECTORY_KEY] = self.block.trajectory.id
 
     def __exit__(self, *exc_info: Any) -> None:
         trajectory, task = self.block.trajectory, asyncio.current_task()
@@ -151,8 +158,11 @@ def _close_scored(trajectory: Trajectory, output: Any, task: asyncio.Task) -> No
     tracer = instrument.state.tracer
     if tracer is None:
         return
-    error = asyncio.CancelledError("verl's task was cancelled before verl scored it") if task.cancelled() \
+    error = (
+        asyncio.CancelledError("verl's task was cancelled before verl scored it")
+        if task.cancelled()
         else task.exception()
+    )
     reward = getattr(output, "reward_score", None)
     extra = (getattr(output, "extra_fields", None) or {}).get("reward_extra_info") or {}
     if reward is not None and (reward != trajectory.reward or extra):

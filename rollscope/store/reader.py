@@ -12,8 +12,15 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from rollscope.store.records import SpanRecord, StepStats, TrajectoryRecord
-from rollscope.store.schema import SHARD_SUFFIX, SPAN_COLUMNS, TRAJECTORY_COLUMNS, decode_payload, resolve_dir
+from rollscope.store.records import SpanRecord, StepStats, TrainingRecord, TrajectoryRecord
+from rollscope.store.schema import (
+    SHARD_SUFFIX,
+    SPAN_COLUMNS,
+    TRAINING_COLUMNS,
+    TRAJECTORY_COLUMNS,
+    decode_payload,
+    resolve_dir,
+)
 from rollscope.store.segments import is_segmented, open_immutable, visible
 
 # order name -> SQL sort terms; every order ends with id, so equal keys page deterministically
@@ -35,6 +42,7 @@ _ADDED_COLUMNS = {"num_tokens": "0", "num_tool_errors": "0", "num_truncated": "0
                   "logprob_sum": "0", "logprob_count": "0", "answer_chars": "0", "turn_limit": "0",
                   "replay_of": "NULL"}  # fmt: skip
 log = logging.getLogger("rollscope.store")
+_SELECT_TRAINING = f"SELECT {', '.join(TRAINING_COLUMNS)} FROM training"
 _SELECT_SPANS = f"SELECT {', '.join(SPAN_COLUMNS)} FROM spans WHERE trajectory_id = ? ORDER BY start_ns, id"
 
 
@@ -246,6 +254,7 @@ class TraceStore:
             raise KeyError(f"no trajectory {trajectory_id!r} in {self.path}")
         record = self._record(*rows[0])
         record.spans  # noqa: B018  (load now: a record from get() is used whole)
+        record.training  # noqa: B018
         return record
 
     def group(self, step: int, sample_index: Any, **filters: Any) -> list[TrajectoryRecord]:
@@ -297,18 +306,49 @@ class TraceStore:
                 )
         return out
 
+    # ---- what training did (written by the trainer's process, in its own shard) ----
+    def training(self, trajectory_id: str) -> TrainingRecord | None:
+        """The training record of one trajectory, from whichever shard holds it."""
+        rows = self._query(f"{_SELECT_TRAINING} WHERE trajectory_id = ?", [trajectory_id])
+        return _training(rows[-1][1]) if rows else None
+
+    def training_records(self, *, project: str | None = None, experiment: str | None = None,
+                         step: int | None = None, min_delta: float | None = None,
+                         values: bool = False) -> list[TrainingRecord]:  # fmt: skip
+        """Training records matching the filters, by step; ``values``: with the whole records
+        (per-token arrays), read from the payloads; else only the indexed columns."""
+        clauses, params = [], []
+        for column, value in (("project", project), ("experiment", experiment), ("step", step)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if min_delta is not None:
+            clauses.append("logprob_delta_max >= ?")
+            params.append(min_delta)
+        where = " WHERE " + " AND ".join(clauses) if clauses else ""
+        columns = TRAINING_COLUMNS if values else (*TRAINING_COLUMNS[:-1], "NULL")
+        rows = self._query(f"SELECT {', '.join(columns)} FROM training{where}", params, cached=not values)
+        found = sorted((_training(row) for _, row in rows), key=lambda r: (_null_first(r.step), r.trajectory_id))
+        return found
+
     def _record(self, shard: Path, row: tuple) -> TrajectoryRecord:
         values = dict(zip(TRAJECTORY_COLUMNS, row, strict=True))
         values["validate"] = bool(values["validate"])
         values["attributes"] = json.loads(values["attributes"]) if values["attributes"] else {}
         tid = values["id"]
-        return TrajectoryRecord(**values, shard=shard.name, _load_spans=lambda: self.spans(tid, shard))
+        return TrajectoryRecord(**values, shard=shard.name, _load_spans=lambda: self.spans(tid, shard),
+                                _load_training=lambda: self.training(tid))  # fmt: skip
 
     def __enter__(self) -> TraceStore:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _training(row: tuple) -> TrainingRecord:
+    *columns, payload = row
+    return TrainingRecord(*columns, values=decode_payload(payload) if payload else {})
 
 
 def _where(**filters: Any) -> tuple[str, list[Any]]:

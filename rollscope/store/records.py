@@ -78,6 +78,8 @@ class TrajectoryRecord:
     shard: str = ""
     _load_spans: Callable[[], list[SpanRecord]] | None = field(default=None, repr=False, compare=False)
     _spans: list[SpanRecord] | None = field(default=None, repr=False, compare=False)
+    _load_training: Callable[[], TrainingRecord | None] | None = field(default=None, repr=False, compare=False)
+    _training: Any = field(default=False, repr=False, compare=False)  # False: not read yet
 
     @property
     def duration_s(self) -> float | None:
@@ -89,6 +91,13 @@ class TrajectoryRecord:
         if self._spans is None:
             self._spans = self._load_spans() if self._load_spans is not None else []
         return self._spans
+
+    @property
+    def training(self) -> TrainingRecord | None:
+        """What training did with the trajectory (None: no trainer step used it, or none recorded)."""
+        if self._training is False:
+            self._training = self._load_training() if self._load_training is not None else None
+        return self._training
 
     def tree(self) -> list[SpanRecord]:
         """Top-level spans, each with ``children`` filled in, in start order."""
@@ -133,6 +142,30 @@ class TrajectoryRecord:
             "turn_limit": self.turn_limit,
             "replay_of": self.replay_of,
         }
+
+
+@dataclass
+class TrainingRecord:
+    """What a trainer step did with one trajectory (``rollscope.trainer.training_record``): the
+    indexed columns, and the whole record (per-token arrays too) in ``values``."""
+
+    trajectory_id: str
+    project: str | None
+    experiment: str | None
+    step: int | None  # the trainer step that consumed the trajectory
+    uid: str | None  # its GRPO group
+    advantage: float | None
+    group_size: int | None
+    group_mean: float | None
+    group_std: float | None
+    policy_version: int | None  # the weight version of its first LLM turn
+    lag: int | None  # actor updates between those weights and the ones the step updated
+    logprob_delta_max: float | None  # max |trainer - rollout| log-prob over the tokens the loss uses
+    values: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**self.values, "trajectory_id": self.trajectory_id, "project": self.project,
+                "experiment": self.experiment}  # fmt: skip
 
 
 @dataclass

@@ -19,7 +19,8 @@ from typing import Any
 import orjson
 import zstandard
 
-SCHEMA_VERSION = 4  # 3: num_tokens, num_tool_errors; 4: the insight columns (num_truncated ... turn_limit), replay_of
+SCHEMA_VERSION = 5  # 3: num_tokens, num_tool_errors; 4: the insight columns (num_truncated ... turn_limit), replay_of;
+# 5: the training table
 SHARD_SUFFIX = ".rstrace"
 DEFAULT_DIR = "rollscope_traces"
 ENV_DIR = "ROLLSCOPE_TRACE_DIR"
@@ -69,6 +70,25 @@ SPAN_COLUMNS = (
     "payload",
 )
 
+# What training did with a trajectory (``rollscope.trainer.training_record``), written by the
+# trainer's process into its own shard: the columns filters and charts need, the whole record
+# (per-token log-probs and mask among it) in the payload.
+TRAINING_COLUMNS = (
+    "trajectory_id",
+    "project",
+    "experiment",
+    "step",
+    "uid",
+    "advantage",
+    "group_size",
+    "group_mean",
+    "group_std",
+    "policy_version",
+    "lag",
+    "logprob_delta_max",
+    "payload",
+)
+
 # The one place the columns' order is written: rows are built by name from here.
 _SPAN_FIELDS = attrgetter(*SPAN_COLUMNS[:-1])  # every span column but the payload is the span's attribute
 
@@ -76,6 +96,13 @@ _SPAN_FIELDS = attrgetter(*SPAN_COLUMNS[:-1])  # every span column but the paylo
 def trajectory_row(values: dict[str, Any]) -> tuple:
     """A trajectories row, in ``TRAJECTORY_COLUMNS``' order, from its values by column name."""
     return tuple([values[c] for c in TRAJECTORY_COLUMNS])
+
+
+def training_row(trajectory_id: str, record: dict[str, Any], project: str | None, experiment: str | None) -> tuple:
+    """A training row from a trajectory's training record (``TRAINING_COLUMNS``' order)."""
+    values = {**record, "trajectory_id": trajectory_id, "project": project, "experiment": experiment,
+              "payload": encode_payload(record)}  # fmt: skip
+    return tuple([values.get(c) for c in TRAINING_COLUMNS])
 
 
 def span_row(span: Any, payload: bytes) -> tuple:
@@ -124,6 +151,23 @@ CREATE INDEX IF NOT EXISTS traj_agent ON trajectories (agent_name);
 CREATE INDEX IF NOT EXISTS traj_status ON trajectories (status);
 CREATE INDEX IF NOT EXISTS traj_reward ON trajectories (reward);
 CREATE INDEX IF NOT EXISTS traj_start ON trajectories (start_ns);
+CREATE TABLE IF NOT EXISTS training (
+    trajectory_id TEXT PRIMARY KEY,
+    project TEXT,
+    experiment TEXT,
+    step INTEGER,
+    uid TEXT,
+    advantage REAL,
+    group_size INTEGER,
+    group_mean REAL,
+    group_std REAL,
+    policy_version INTEGER,
+    lag INTEGER,
+    logprob_delta_max REAL,
+    payload BLOB
+);
+CREATE INDEX IF NOT EXISTS training_step ON training (project, experiment, step, advantage);
+CREATE INDEX IF NOT EXISTS training_delta ON training (logprob_delta_max);
 CREATE TABLE IF NOT EXISTS spans (
     id TEXT NOT NULL,
     trajectory_id TEXT NOT NULL,

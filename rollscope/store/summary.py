@@ -2,7 +2,8 @@
 filtered and summarised (``rollscope insights``) without reading a single span: counts and tokens,
 replies cut at their token limit, tool calls repeated with the same arguments, the sum of the
 sampled log-probabilities, the size of the final answer, whether the loop ran out of turns, tool
-errors by tool and kind, the task and the first error.
+errors by tool and kind, the task, the first error and where the chat template re-renders the
+conversation to other tokens (``RETOKENIZATION``).
 
 The local backend keeps one ``TrajectorySummary`` per open trajectory and adds each span as it
 ends (in the trace sidecar, off the rollout); a shard continued after its writer died rebuilds them
@@ -22,6 +23,7 @@ from rollscope.store.records import ERROR_CHARS, TASK_CHARS, last_user_message
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 ERROR_KIND = "tool.error_kind"  # set where a tool call fails: malformed_call, unknown_tool, bad_arguments, ...
 TURN_LIMIT = "max_assistant_turns"  # an agent run's extra_fields["stop"] when it used every turn it had
+RETOKENIZATION = "rollscope.retokenization"  # a run span's attribute: its chat-template check
 _TAG = re.compile(r"<[^<>]{0,64}>")  # template and format tags: <answer>, </tool_call>, <|im_end|>
 _WORD = re.compile(r"\w")
 
@@ -51,8 +53,23 @@ def _field(value: Any, name: str) -> Any:
 
 class TrajectorySummary:
     __slots__ = (
-        "answer", "calls", "errors", "first_error", "llm", "logprob_count", "logprob_sum", "repeated",
-        "spans", "task", "tokens", "tool_error_kinds", "tool_errors", "tools", "truncated", "turn_limit",
+        "answer",
+        "calls",
+        "drift",
+        "errors",
+        "first_error",
+        "llm",
+        "logprob_count",
+        "logprob_sum",
+        "repeated",
+        "spans",
+        "task",
+        "tokens",
+        "tool_error_kinds",
+        "tool_errors",
+        "tools",
+        "truncated",
+        "turn_limit",
     )  # fmt: skip
 
     def __init__(self) -> None:
@@ -63,6 +80,7 @@ class TrajectorySummary:
         self.tool_error_kinds: dict[str, int] = {}
         self.task: str | None = None
         self.first_error: str | None = None
+        self.drift: int | None = None
 
     def add(self, span: Any) -> None:
         """One ended span (its payloads shaped: plain JSON values)."""
@@ -83,6 +101,9 @@ class TrajectorySummary:
                 self.task = task[:TASK_CHARS] if task else None
             if _field(_field(outputs, "extra_fields"), "stop") == TURN_LIMIT:
                 self.turn_limit = 1
+            check = (span.attributes or {}).get(RETOKENIZATION)
+            if isinstance(check, dict) and check.get("match") is False:
+                self.drift = check.get("position")
 
     def _llm(self, span: Any) -> None:
         self.llm += 1
@@ -128,4 +149,6 @@ class TrajectorySummary:
             out["first_error"] = self.first_error
         if self.tool_error_kinds:
             out["tool_errors"] = dict(self.tool_error_kinds)
+        if self.drift is not None:
+            out["retokenization_drift"] = self.drift  # the first position the chat template renders differently
         return out

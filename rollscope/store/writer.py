@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rollscope.store.records import SpanRecord
-from rollscope.store.schema import DDL, SHARD_SUFFIX, SPAN_COLUMNS, TRAJECTORY_COLUMNS, decode_payload
+from rollscope.store.schema import DDL, SHARD_SUFFIX, SPAN_COLUMNS, TRAINING_COLUMNS, TRAJECTORY_COLUMNS, decode_payload
 from rollscope.store.segments import DEFAULT_PUBLISH_INTERVAL_S, Publisher, reconcile, recover
 from rollscope.store.summary import TrajectorySummary
 
@@ -28,6 +28,8 @@ _SET_REWARD = (
     "UPDATE trajectories SET reward = COALESCE(?, reward), "
     "attributes = json_set(COALESCE(attributes, '{}'), '$.reward_details', json(?)) WHERE id = ?"
 )
+_INSERT_TRAINING = (f"INSERT OR REPLACE INTO training ({', '.join(TRAINING_COLUMNS)}) "
+                    f"VALUES ({', '.join('?' * len(TRAINING_COLUMNS))})")  # fmt: skip
 _SET_POSITION = "INSERT OR REPLACE INTO meta VALUES ('position', ?)"
 _ADD_COUNTS = (
     "UPDATE trajectories SET num_spans = num_spans + ?, num_llm_calls = num_llm_calls + ?, "
@@ -89,6 +91,7 @@ class ShardWriter:
         rewards: Iterable[tuple[str, float | None, dict[str, Any]]] = (),
         counts: Iterable[tuple[int, int, int, int, int, int, str]] = (),
         position: int | None = None,
+        training: Iterable[Sequence[Any]] = (),
     ) -> None:
         """One transaction: either all of it is in the shard afterwards or none of it. ``position``
         (the trace sidecar's count of events this data completes) is committed with it."""
@@ -102,6 +105,7 @@ class ShardWriter:
                 ((reward, json.dumps(details, default=str), tid) for tid, reward, details in rewards),
             )
             db.executemany(_ADD_COUNTS, counts)
+            db.executemany(_INSERT_TRAINING, training)
             if position is not None:
                 db.execute(_SET_POSITION, (str(position),))
             db.execute("COMMIT")

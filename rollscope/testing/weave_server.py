@@ -22,6 +22,7 @@ class InMemoryTraceServer:
         self.starts: list[Any] = []
         self.ends: list[Any] = []
         self.objects: list[Any] = []
+        self.feedback: list[Any] = []
 
     def _digest(self, payload: Any) -> str:
         return hashlib.sha256(repr(payload).encode()).hexdigest()[:32]
@@ -37,6 +38,11 @@ class InMemoryTraceServer:
     def call_end(self, req: Any) -> Any:
         with self.lock:
             self.ends.append(req)
+        return None
+
+    def feedback_create(self, req: Any) -> Any:
+        with self.lock:
+            self.feedback.append(req)
         return None
 
     def obj_create(self, req: Any) -> Any:
@@ -72,11 +78,12 @@ def make_client(server: InMemoryTraceServer, project: str = "bench") -> Any:
 
 class WandbStandIn:
     """W&B's HTTP endpoints on 127.0.0.1 as ``weave.init`` and the trace client use them (server_info,
-    GraphQL, objects, files, complete-call batches); keeps the calls it receives. Point the client at
+    GraphQL, objects, files, complete-call batches, feedback); keeps the calls it receives. Point the client at
     it with ``environment()``."""
 
     def __init__(self) -> None:
         self.calls = []
+        self.feedback = []  # feedback items as created (weave_ref, feedback_type, payload, ...)
         self.paths = []
         stand_in = self
 
@@ -113,6 +120,13 @@ class WandbStandIn:
                 if "calls/complete" in self.path or "upsert_batch" in self.path:
                     stand_in.calls.extend(json.loads(body).get("batch", []))
                     return self._reply({})
+                if self.path.endswith("/feedback/batch/create") or self.path.endswith("/feedback/create"):
+                    items = json.loads(body)
+                    items = items.get("batch", []) if "batch" in self.path else [items]
+                    stand_in.feedback.extend(items)
+                    made = [{"id": item.get("id") or f"f{len(stand_in.feedback)}", "created_at": "2026-01-01T00:00:00Z",
+                             "payload": item.get("payload", {}), "wb_user_id": ""} for item in items]  # fmt: skip
+                    return self._reply({"res": made} if "batch" in self.path else made[0])
                 if self.path.endswith("/table/create"):
                     return self._reply({"digest": "t" * 32, "row_digests": []})
                 return self._reply({"digest": "d" * 32})

@@ -14,6 +14,7 @@ costs a third of comparing enum members, on every event.
 |                   |  outputs, attributes, decoder)                           |                                 |
 | TRAJECTORY_END    | (kind, Trajectory)                                       | ``Tracer.close_trajectory``     |
 | REWARD            | (kind, trajectory id, reward, details)                   | ``Tracer.reward``               |
+| TRAINING          | (kind, trajectory id, record): what training did with it | ``Tracer.training``             |
 | FLUSH             | (kind, Marker)                                           | ``flush``                       |
 | POSITION          | (kind, n): follows the n-th event the sidecar received    | ``position``                    |
 | SPAN_END          | the Span itself in memory; this tag only on the wire     | ``Tracer.end_span``             |
@@ -40,6 +41,7 @@ class EventKind(IntEnum):
     FLUSH = 5
     POSITION = 6
     SPAN_END = 7
+    TRAINING = 8
 
 
 TRAJECTORY_START = EventKind.TRAJECTORY_START.value
@@ -50,6 +52,7 @@ REWARD = EventKind.REWARD.value
 FLUSH = EventKind.FLUSH.value
 POSITION = EventKind.POSITION.value
 SPAN_END = EventKind.SPAN_END.value
+TRAINING = EventKind.TRAINING.value
 
 
 def flush(marker: Any) -> tuple:

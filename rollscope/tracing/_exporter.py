@@ -25,6 +25,7 @@ from rollscope.tracing._events import (
     POSITION,
     REWARD,
     SPAN_START,
+    TRAINING,
     TRAJECTORY_END,
     TRAJECTORY_START,
     flush,
@@ -39,6 +40,7 @@ log = logging.getLogger("rollscope.tracing")
 
 _IDLE_POLL_S = 0.005
 _MAX_BATCH = 4096
+
 
 class Marker:
     """Travels through every queue; set when the last worker has passed it (then calls ``then``)."""
@@ -129,6 +131,7 @@ class BackendWorker:
             SPAN_START: self.backend.on_span_start,
             TRAJECTORY_END: self.backend.on_trajectory_end,
             REWARD: self.backend.on_reward,
+            TRAINING: self.backend.on_training,
         }
         if not self.backend.wants_span_start:
             handlers[SPAN_START] = _ignore

@@ -121,6 +121,11 @@ class Tracer:
     def reward(self, trajectory_id: str, reward: float | None, details: dict[str, Any]) -> None:
         self.submit((ev.REWARD, trajectory_id, reward, details))
 
+    def training(self, trajectory_id: str, record: dict[str, Any]) -> None:
+        """What the trainer did with a trajectory that has ended (``trainer.training_record``): a
+        late update, as a late reward is. ``record`` holds numbers and verl's group id only."""
+        self.submit((ev.TRAINING, trajectory_id, record))
+
     def flush(self, timeout: float | None = 30.0) -> bool:
         return self.exporter.flush(timeout)
 

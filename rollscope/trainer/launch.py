@@ -28,6 +28,7 @@ CPU_OVERRIDES = (
     "actor_rollout_ref.model.use_remove_padding=False",  # needs flash-attn
     "+actor_rollout_ref.model.override_config.attn_implementation=eager",
     "+actor_rollout_ref.actor.fsdp_config.mixed_precision={param_dtype:fp32,reduce_dtype:fp32,buffer_dtype:fp32}",
+    "actor_rollout_ref.rollout.dtype=float32",  # as the actor computes (verl's default: bfloat16)
     "actor_rollout_ref.actor.use_torch_compile=False",
     "actor_rollout_ref.actor.fsdp_config.use_torch_compile=False",
     "trainer.device=cpu",

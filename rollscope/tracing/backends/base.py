@@ -46,6 +46,10 @@ class TraceBackend:
     def on_reward(self, trajectory_id: str, reward: float, details: dict[str, Any]) -> None:
         """A reward arrived for a trajectory, possibly after it ended (verl scores after ``run``)."""
 
+    def on_training(self, trajectory_id: str, record: dict[str, Any]) -> None:
+        """What training did with a trajectory, after it ended: its GRPO group, advantage, policy
+        version and the trainer's log-probs (``rollscope.trainer.training_record``)."""
+
     def flush(self) -> None:
         """Make everything received so far durable or sent."""
 

@@ -14,6 +14,7 @@ from rollscope.store.schema import (
     encode_payload,
     resolve_dir,
     span_row,
+    training_row,
     trajectory_row,
 )
 from rollscope.store.segments import DEFAULT_PUBLISH_INTERVAL_S
@@ -59,6 +60,7 @@ class LocalBackend(TraceBackend):
         self._spans: list[tuple] = []
         self._rewards: list[tuple[str, float | None, dict[str, Any]]] = []
         self._late_counts: list[tuple] = []
+        self._training: list[tuple] = []
         # Per open trajectory, what its spans add up to so far (the columns ``traces ls`` and insights read).
         self._open: dict[str, TrajectorySummary] = self.writer.running_summaries() if resume_shard is not None else {}
         self.resumed_position = self.writer.position() if resume_shard is not None else 0
@@ -103,6 +105,9 @@ class LocalBackend(TraceBackend):
     def on_reward(self, trajectory_id: str, reward: float, details: dict[str, Any]) -> None:
         self._rewards.append((trajectory_id, reward, details))
 
+    def on_training(self, trajectory_id: str, record: dict[str, Any]) -> None:
+        self._training.append(training_row(trajectory_id, record, self.project, self.experiment))
+
     def publish(self) -> None:
         """At an explicit flush: what is stored becomes visible on other hosts now (shared layout)."""
         self.writer.publish()
@@ -115,10 +120,12 @@ class LocalBackend(TraceBackend):
 
     def flush(self) -> None:
         position = self._position
-        if not (self._trajectories or self._spans or self._rewards or self._late_counts or position is not None):
+        if not (self._trajectories or self._spans or self._rewards or self._late_counts or self._training
+                or position is not None):  # fmt: skip
             return
         try:
-            self.writer.write(self._trajectories.values(), self._spans, self._rewards, self._late_counts, position)
+            self.writer.write(self._trajectories.values(), self._spans, self._rewards, self._late_counts, position,
+                              self._training)  # fmt: skip
             self._position = None
             self._count_stored(self._trajectories.values(), len(self._spans))
         except sqlite3.OperationalError:
@@ -126,7 +133,7 @@ class LocalBackend(TraceBackend):
             # for the next flush (bounded), and let the error be reported.
             self._write_what_fits()
             raise
-        self._trajectories, self._spans, self._rewards, self._late_counts = {}, [], [], []
+        self._trajectories, self._spans, self._rewards, self._late_counts, self._training = {}, [], [], [], []
 
     def _write_what_fits(self) -> None:
         spans_of: dict[str, list[tuple]] = {}
@@ -170,7 +177,10 @@ class LocalBackend(TraceBackend):
         if self._trajectories or self._spans:  # still no room: lost, and counted exactly
             self.lost_trajectories += len(self._trajectories)
             self.dropped_spans += len(self._spans)
-            log.warning("trace store: %d trajectories (%d spans) could not be written and are lost",
-                        len(self._trajectories), len(self._spans))
+            log.warning(
+                "trace store: %d trajectories (%d spans) could not be written and are lost",
+                len(self._trajectories),
+                len(self._spans),
+            )
             self._trajectories, self._spans = {}, []
         self.writer.close()

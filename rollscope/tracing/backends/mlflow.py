@@ -3,7 +3,9 @@
 Tags: ``step``, ``sample_index``, ``rollout_n``, ``validate``, ``experiment_name``, ``agent``,
 ``reward`` and ``status`` — so ``mlflow.search_traces(filter_string="tags.step = '120'")`` finds a
 step. Spans keep their nesting, recorded start and end times, inputs, outputs and errors. Traces are
-written when the trajectory ends (a late reward is not added).
+written when the trajectory ends (a late reward is not added). What training did with a
+trajectory comes later, from the trainer's process: ``training.<field>`` tags set on its trace
+(``tags.`training.advantage```), found by the trace's ``rollscope.trajectory_id`` tag.
 
 A SQLite tracking store is created once, in WAL mode, under a file lock, before any trace is
 written: several workers starting at once against MLflow's SQLite default otherwise race through
@@ -14,12 +16,24 @@ from __future__ import annotations
 
 import fcntl
 import sqlite3
+import time
 from pathlib import Path
+from typing import Any
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
-from rollscope.tracing.backends.records import SpanLike, TrajectoryLike, kind_of, reward_details, walk
+from rollscope.tracing.backends.records import (
+    SpanLike,
+    TrajectoryLike,
+    kind_of,
+    reward_details,
+    training_summary,
+    walk,
+)
 from rollscope.tracing.spans import Span, Trajectory
 
+# A training record whose trace is not in MLflow yet (its worker's trace still on its way) is
+# looked for again at the next flushes for this long, then counted in ``training_unjoined``.
+TRAINING_WAIT_S = 300.0
 _SPAN_TYPES = {"llm": "LLM", "tool": "TOOL", "agent": "AGENT", "reward": "EVALUATOR"}
 
 
@@ -55,6 +69,30 @@ class MlflowBackend(TrajectoryBackend):
         name = mlflow_experiment or project or "rollscope"
         found = mlflow.get_experiment_by_name(name)
         self.experiment_id = found.experiment_id if found else mlflow.create_experiment(name)
+        self._training: dict[str, tuple[dict[str, Any], float]] = {}  # trajectory id -> (record, give up at)
+        self.training_unjoined = 0
+
+    def on_training(self, trajectory_id: str, record: dict[str, Any]) -> None:
+        self._training[trajectory_id] = (record, time.monotonic() + TRAINING_WAIT_S)
+
+    def _tag_training(self) -> None:
+        from mlflow import MlflowClient
+
+        client = MlflowClient()
+        for tid, (record, give_up_at) in list(self._training.items()):
+            traces = client.search_traces(locations=[self.experiment_id], max_results=1, include_spans=False,
+                                          filter_string=f"tags.`rollscope.trajectory_id` = '{tid}'")  # fmt: skip
+            if traces:
+                trace_id = traces[0].info.trace_id
+                for key, value in training_summary(record).items():
+                    client.set_trace_tag(trace_id, f"training.{key}", str(value))
+                del self._training[tid]
+            elif time.monotonic() > give_up_at:
+                del self._training[tid]
+                self.training_unjoined += 1
+
+    def counts(self) -> dict[str, int]:
+        return {"training_unjoined": self.training_unjoined, "training_waiting": len(self._training)}
 
     def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
         write_trace(self.experiment_id, trajectory, spans, self.experiment)
@@ -63,6 +101,8 @@ class MlflowBackend(TrajectoryBackend):
         import mlflow
 
         mlflow.flush_trace_async_logging()  # MLflow exports traces on its own thread
+        if self._training:
+            self._tag_training()
 
 
 def write_trace(experiment_id: str, t: TrajectoryLike, spans: list[SpanLike], experiment: str | None = None) -> None:

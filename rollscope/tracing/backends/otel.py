@@ -7,7 +7,10 @@ they read: GenAI (``gen_ai.input.messages``, ``gen_ai.output.messages``,
 OpenInference (``input.value``, ``output.value``, ``llm.input_messages``, ``llm.output_messages``,
 token counts, span kinds), from the shaped (redacted, truncated, token2text-decoded) payloads; plus
 ``rollscope.*`` attributes (step, sample_index, rollout_n, validate, experiment, reward; the raw
-inputs and outputs as JSON text). Spans keep their recorded times and nesting.
+inputs and outputs as JSON text). Spans keep their recorded times and nesting. A trajectory's
+trace and root span ids are derived from its id, so what training did with it, known later in
+the trainer's process, joins the same trace: a ``rollscope.training`` span under the root with
+``rl.*`` attributes (``rl.advantage``, ``rl.group.id``, ``rl.policy.version``, ...).
 Point it at an OpenTelemetry Collector (``otel_endpoint=http://collector:4318/v1/traces``, or the
 standard ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) to fan traces out at cluster scale.
 """
@@ -15,14 +18,60 @@ standard ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) to fan traces out at cluster sc
 from __future__ import annotations
 
 import json
+import uuid
+from contextvars import ContextVar
 from typing import Any
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.backends.conversation import prompt_messages
-from rollscope.tracing.backends.records import SpanLike, TrajectoryLike, kind_of, reward_details, walk
+from rollscope.tracing.backends.records import (
+    SpanLike,
+    TrajectoryLike,
+    kind_of,
+    reward_details,
+    training_summary,
+    walk,
+)
 from rollscope.tracing.spans import Span, Trajectory
 
 MAX_ATTRIBUTE_CHARS = 8_192
+_NAMESPACE = uuid.UUID("0c8f5a51-7f0e-4d8e-9a36-8f3b1f1e2d4c")
+# A training record's fields as attributes, in the spirit of the proposed ``rl.*`` conventions.
+RL_ATTRIBUTES = {
+    "step": "rl.trainer.step", "uid": "rl.group.id", "group_size": "rl.group.size",
+    "group_mean": "rl.group.reward.mean", "group_std": "rl.group.reward.std", "estimator": "rl.advantage.estimator",
+    "advantage": "rl.advantage", "score": "rl.reward", "reward": "rl.reward.shaped",
+    "policy_version": "rl.policy.version", "policy_version_max": "rl.policy.version.max", "lag": "rl.policy.lag",
+    "tokens": "rl.tokens.loss", "masked_tokens": "rl.tokens.masked", "logprob_delta_max": "rl.logprob.delta.max",
+    "logprob_delta_mean": "rl.logprob.delta.mean", "logprob_delta_position": "rl.logprob.delta.max_position",
+    "masked_delta_max": "rl.logprob.delta.masked_max",
+}  # fmt: skip
+
+
+def trajectory_ids(trajectory_id: str) -> tuple[int, int]:
+    """The OpenTelemetry trace id and root span id of a trajectory: the same in every process."""
+    digest = uuid.uuid5(_NAMESPACE, trajectory_id).int
+    return digest, (digest & 0xFFFF_FFFF_FFFF_FFFF) or 1
+
+
+_root_ids: ContextVar[tuple[int, int] | None] = ContextVar("rollscope_otel_root_ids", default=None)
+
+
+def _id_generator() -> Any:
+    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+
+    class TrajectoryIds(RandomIdGenerator):
+        """Random ids, except a trajectory's root span's (``trajectory_ids``)."""
+
+        def generate_trace_id(self) -> int:
+            ids = _root_ids.get()
+            return ids[0] if ids is not None else super().generate_trace_id()
+
+        def generate_span_id(self) -> int:
+            ids = _root_ids.get()
+            return ids[1] if ids is not None else super().generate_span_id()
+
+    return TrajectoryIds()
 
 
 class OtelBackend(TrajectoryBackend):
@@ -43,13 +92,16 @@ class OtelBackend(TrajectoryBackend):
         # openinference.project.name: the project Phoenix and other OpenInference viewers file it under
         resource = {"service.name": otel_service_name or "rollscope",
                     "openinference.project.name": project or "rollscope", **(otel_resource or {})}  # fmt: skip
-        self.provider = TracerProvider(resource=Resource.create(resource))
+        self.provider = TracerProvider(resource=Resource.create(resource), id_generator=_id_generator())
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=otel_endpoint,
                                                                              headers=otel_headers)))  # fmt: skip
         self.tracer = self.provider.get_tracer("rollscope")
 
     def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
         write_spans(self.tracer, trajectory, spans, self.experiment)
+
+    def on_training(self, trajectory_id: str, record: dict[str, Any]) -> None:
+        write_training(self.tracer, trajectory_id, record)
 
     def flush(self) -> None:
         self.provider.force_flush()
@@ -180,7 +232,11 @@ def write_spans(tracer: Any, t: TrajectoryLike, spans: list[SpanLike], experimen
     attributes.update(verl)
     attributes["openinference.span.kind"] = "AGENT"
     attributes["output.value"] = _json({"status": t.status, "reward": t.reward, "reward_details": reward_details(t)})
-    root = tracer.start_span(f"invoke_agent {agent}", attributes=attributes, start_time=t.start_ns)
+    token = _root_ids.set(trajectory_ids(t.id))
+    try:
+        root = tracer.start_span(f"invoke_agent {agent}", attributes=attributes, start_time=t.start_ns)
+    finally:
+        _root_ids.reset(token)
     live = {t.id: root}
 
     def start(s: SpanLike) -> None:
@@ -198,3 +254,18 @@ def write_spans(tracer: Any, t: TrajectoryLike, spans: list[SpanLike], experimen
     if t.status == "error":
         root.set_status(Status(StatusCode.ERROR, getattr(t, "error_message", None) or "error"))
     root.end(end_time=t.end_ns or t.start_ns)
+
+
+def write_training(tracer: Any, trajectory_id: str, record: dict[str, Any]) -> None:
+    """A training record as a ``rollscope.training`` span in the trajectory's trace, under its root."""
+    from opentelemetry import trace
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    trace_id, root_id = trajectory_ids(trajectory_id)
+    parent = NonRecordingSpan(
+        SpanContext(trace_id, root_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
+    )
+    attributes = {RL_ATTRIBUTES[k]: v if isinstance(v, (str, bool, int, float)) else str(v)
+                  for k, v in training_summary(record).items()}  # fmt: skip
+    attributes.update({"rollscope.trajectory_id": trajectory_id, "openinference.span.kind": "EVALUATOR"})
+    tracer.start_span("rollscope.training", context=trace.set_span_in_context(parent), attributes=attributes).end()

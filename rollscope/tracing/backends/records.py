@@ -52,6 +52,20 @@ def reward_details(t: TrajectoryLike) -> dict[str, Any]:
     return details if isinstance(details, dict) else {}
 
 
+# A training record's scalars (``rollscope.trainer.training_record``): what a backend that cannot
+# hold per-token arrays attaches to the trajectory, late, by the trajectory's id.
+TRAINING_SCALARS = (
+    "step", "uid", "estimator", "group_size", "group_mean", "group_std", "score", "reward", "advantage",
+    "policy_version", "policy_version_max", "lag", "tokens", "masked_tokens", "logprob_delta_max",
+    "logprob_delta_mean", "logprob_delta_position", "masked_delta_max",
+)  # fmt: skip
+
+
+def training_summary(record: dict[str, Any]) -> dict[str, Any]:
+    """The scalars of a training record that are set."""
+    return {k: record[k] for k in TRAINING_SCALARS if record.get(k) is not None}
+
+
 def kind_of(span: SpanLike) -> str:
     """The span's kind as text ("llm", "tool", ...)."""
     return span.kind if type(span.kind) is str else span.kind.value

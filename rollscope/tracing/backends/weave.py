@@ -5,7 +5,8 @@ verl's attributes (step, sample_index, rollout_n, validate, experiment_name); th
 root call's output, token usage in the LLM calls' summaries (rolled up on the root). Calls are
 written when the trajectory ends, with the spans' own start and end times and ids derived from
 rollscope's, so the same trajectory replayed later (``rollscope push``) lands with its real timing
-and creates no duplicate.
+and creates no duplicate. What training did with the trajectory (its advantage, group, policy
+version, log-prob agreement) arrives after the call ended: it goes as feedback on the root call.
 
 Runs in the trace sidecar with a weave client of its own: ``weave.init(project)``, the call verl
 makes, so the same entity and project (``WANDB_*`` environment, ``trainer.project_name``). Calls go
@@ -23,9 +24,10 @@ import uuid
 from typing import Any
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
-from rollscope.tracing.backends.records import SpanLike, kind_of, reward_details, walk
+from rollscope.tracing.backends.records import SpanLike, kind_of, reward_details, training_summary, walk
 from rollscope.tracing.spans import Span, Trajectory
 
+TRAINING_FEEDBACK = "rollscope.training"  # the feedback type of a trajectory's training record
 _NAMESPACE = uuid.UUID("6f1d3c2e-5b7a-4e2f-9c1d-7a2b3c4d5e6f")
 # Lists shorter than this stay lists: only token ids and log-probs are long enough to matter.
 _PACK_FROM = 16
@@ -80,9 +82,22 @@ class WeaveBackend(TrajectoryBackend):
     def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
         write_trajectory(self.client, trajectory_view(trajectory, self.experiment), spans, self._ops)
 
+    def on_training(self, trajectory_id: str, record: dict[str, Any]) -> None:
+        write_training(self.client, trajectory_id, record)
+
     def flush(self) -> None:
         if self._client is not None:
             self._client.flush()
+
+
+def write_training(client: Any, trajectory_id: str, record: dict[str, Any]) -> None:
+    """A training record, late, on the trajectory's root call: a Weave call is immutable once
+    ended, so it goes as feedback on the call (Weave's own way to add to a call afterwards, shown
+    beside it and filterable in the calls table), of type ``rollscope.training``, the scalars only."""
+    project_id = client.project_id
+    client.server.feedback_create({
+        "project_id": project_id, "weave_ref": f"weave:///{project_id}/call/{call_id(trajectory_id)}",
+        "feedback_type": TRAINING_FEEDBACK, "payload": training_summary(record)})  # fmt: skip
 
 
 def trajectory_view(t: Any, experiment: str | None) -> dict[str, Any]:
@@ -121,8 +136,14 @@ def _usage(span: Any) -> dict[str, Any] | None:
     if prompt is None and completion is None:
         return None
     prompt, completion = prompt or 0, completion or 0
-    return {attrs.get("gen_ai.request.model") or "model": {
-        "requests": 1, "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion}}
+    return {
+        attrs.get("gen_ai.request.model") or "model": {
+            "requests": 1,
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        }
+    }
 
 
 def _add_usage(total: dict[str, Any], usage: dict[str, Any]) -> None:

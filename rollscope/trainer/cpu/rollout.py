@@ -52,11 +52,14 @@ class _Request:
 class HFCPUServer:
     """verl's rollout-server interface over a Hugging Face causal LM on CPU."""
 
-    def __init__(self, model_path: str, prompt_length: int, response_length: int) -> None:
+    def __init__(self, model_path: str, prompt_length: int, response_length: int, dtype: str = "float32") -> None:
+        """``dtype``: verl's ``rollout.dtype``, what the server computes in (float32 matches the CPU
+        trainer; bfloat16, verl's default for vLLM, gives the rollout-vs-trainer log-prob gap of
+        a GPU run)."""
         from transformers import AutoModelForCausalLM
 
         torch.set_num_threads(max(1, (os.cpu_count() or 2) // 2))  # the trainer's workers share the cores
-        self.model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=torch.float32).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(model_path, torch_dtype=getattr(torch, dtype)).eval()
         config = self.model.config
         self.eos_ids = {config.eos_token_id} if isinstance(config.eos_token_id, int) else set(config.eos_token_id or ())
         self.pad_id = config.pad_token_id if config.pad_token_id is not None else min(self.eos_ids, default=0)
@@ -199,7 +202,8 @@ class HFCPUReplica(RolloutReplica):
     async def launch_servers(self) -> None:
         actor = ray.remote(num_cpus=0)(HFCPUServer)
         handle = actor.options(name=server_name(self.replica_rank), max_concurrency=self.max_concurrency).remote(
-            self.model_config.path, self.config.prompt_length, self.config.response_length)  # fmt: skip
+            self.model_config.path, self.config.prompt_length, self.config.response_length,
+            str(self.config.get("dtype") or "float32"))  # fmt: skip
         self.servers = [handle]
         self._server_handle = handle
         self._server_address = f"{ROLLOUT_NAME}://replica{self.replica_rank}"

@@ -1,0 +1,282 @@
+"""On verl's driver: join what training did with each trajectory to the trajectory rollscope stored.
+
+verl imports this module in every process (an entry point in verl's ``verl.plugins`` group), so
+on the guide's path — ``trace.backend=...`` and nothing else — its trainer is joined too.
+Importing it touches nothing of verl: it waits for verl's trainer modules to be imported and
+then wraps, in the trainer verl runs,
+
+- v1 (default): ``PPOTrainer._compute_advantage`` and the ``compute_advantage_for_multi_trajectories``
+  it calls, whose result holds the step's uid, masks, scores, both log-probs and advantages;
+- v0: ``RayPPOTrainer._update_actor``, whose batch holds the same;
+- both: ``fit``, which waits at its end (bounded) until every step's records are handed on.
+
+The join key is rollscope's trajectory id, which the traced loop puts in its output's
+``extra_fields`` (``agentloops.verl_run.TRAJECTORY_KEY``): verl carries those into the batch (v0's
+``non_tensor_batch``; v1's TransferQueue, read for the step's keys). On the trainer's thread the
+hook only keeps references to the step's tensors (no copy, no GPU sync, no pass over them); a
+thread of its own computes the records (``training_record``) and sends them as late updates
+through rollscope's tracing, started from verl's own ``trace.*`` keys in this process.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import importlib.util
+import logging
+import queue
+import sys
+import threading
+from typing import Any
+
+log = logging.getLogger("rollscope.trainer")
+
+_V0, _V1 = "verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.trainer_base"
+DRAIN_TIMEOUT_S = 120.0  # at the end of fit: how long the last steps' records may take to go out
+_WRAPPED = "__rollscope_joined__"
+
+
+class _Recorder:
+    """The thread that turns captured steps into records and sends them."""
+
+    def __init__(self) -> None:
+        self.jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self.thread: threading.Thread | None = None
+        self.lock = threading.Lock()
+        self.config: Any = None
+        self.sent = 0
+        self.failed = 0
+
+    def submit(self, config: Any, make_arrays: Any) -> None:
+        with self.lock:
+            if self.thread is None:
+                self.config = config
+                self.thread = threading.Thread(target=self._run, name="rollscope-training-record", daemon=True)
+                self.thread.start()
+        self.jobs.put(make_arrays)
+
+    def drain(self, timeout: float = DRAIN_TIMEOUT_S) -> None:
+        """Wait until every submitted step is sent and flushed (called when ``fit`` ends)."""
+        if self.thread is None:
+            return
+        done = threading.Event()
+        self.jobs.put(done)
+        if not done.wait(timeout):
+            log.warning("rollscope: training records still being written after %.0f s; the rest may be lost", timeout)
+
+    def _run(self) -> None:
+        from rollscope.tracing import get_tracer, init_from_verl_config
+        from rollscope.trainer.training_record import records
+
+        tracer = None
+        try:
+            tracer = get_tracer() or init_from_verl_config(self.config)
+        except Exception as exc:  # a tracing setup error never fails training
+            log.error("rollscope: training records not recorded: %s", exc)
+        while True:
+            job = self.jobs.get()
+            if isinstance(job, threading.Event):
+                if tracer is not None:
+                    tracer.flush()
+                job.set()
+                continue
+            if tracer is None:
+                continue
+            try:
+                for trajectory_id, record in records(job()):
+                    tracer.training(trajectory_id, record)
+                    self.sent += 1
+            except Exception as exc:  # an unexpected batch layout: said once per step, training goes on
+                self.failed += 1
+                log.warning("rollscope: a step's training records not recorded: %s: %s", type(exc).__name__, exc)
+
+
+recorder = _Recorder()
+
+
+def _traced(config: Any) -> bool:
+    """Whether rollscope records this run: verl's trace backend (or rollscope's variable) is set."""
+    import os
+
+    trace = config.actor_rollout_ref.rollout.get("trace") or {}
+    return bool(os.environ.get("ROLLSCOPE_TRACE_BACKEND") or trace.get("backend"))
+
+
+def _column(non_tensor: dict[str, Any], key: str, rows: int) -> list[Any]:
+    values = non_tensor.get(key)
+    return [None] * rows if values is None else list(values)
+
+
+def capture_v0(trainer: Any, batch: Any) -> None:
+    """v0: the batch ``_update_actor`` is given (verl's DataProto, advantages computed)."""
+    if not _traced(trainer.config):
+        return
+    from rollscope.agentloops.verl_run import TRAJECTORY_KEY
+
+    tensors, non_tensor, step = batch.batch, dict(batch.non_tensor_batch), trainer.global_steps
+    estimator = str(trainer.config.algorithm.adv_estimator)
+
+    def arrays() -> Any:
+        from rollscope.trainer.training_record import StepArrays
+
+        responses = tensors["responses"]
+        rows, width = responses.shape
+        return StepArrays(
+            step=step, trajectory_ids=_column(non_tensor, TRAJECTORY_KEY, rows), uids=list(non_tensor["uid"]),
+            response_mask=tensors["response_mask"], advantages=tensors["advantages"],
+            scores=tensors["token_level_scores"], rewards=tensors["token_level_rewards"],
+            lengths=tensors["attention_mask"][:, -width:].sum(-1),
+            old_log_probs=tensors.get("old_log_probs"), rollout_log_probs=tensors.get("rollout_log_probs"),
+            min_versions=_column(non_tensor, "min_global_steps", rows),
+            max_versions=_column(non_tensor, "max_global_steps", rows), estimator=estimator,
+        )  # fmt: skip
+
+    recorder.submit(trainer.config, arrays)
+
+
+_current = threading.local()  # v1: the trainer and step batch whose advantages are being computed
+
+
+def capture_v1(trainer: Any, batch: Any, data: Any) -> None:
+    """v1: the DataProto ``compute_advantage_for_multi_trajectories`` returned for ``batch`` (a
+    TransferQueue ``KVBatchMeta``: keys and tags). The trajectory ids are read from the
+    TransferQueue (the agent loop's ``extra_fields``, one small field per row)."""
+    if not _traced(trainer.config):
+        return
+    import transfer_queue as tq
+
+    from rollscope.agentloops.verl_run import TRAJECTORY_KEY
+
+    extra = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+    fields = extra["extra_fields"]
+    fields = fields.tolist() if hasattr(fields, "tolist") else list(fields)
+    tensors, tags, step = data.batch, list(batch.tags), trainer.global_steps
+    estimator = str(trainer.config.algorithm.adv_estimator)
+
+    def arrays() -> Any:
+        import torch
+
+        from rollscope.trainer.training_record import StepArrays
+
+        def plain(f: Any) -> dict:
+            return f if isinstance(f, dict) else {}
+
+        return StepArrays(
+            step=step, trajectory_ids=[plain(f).get(TRAJECTORY_KEY) for f in fields],
+            uids=list(data.non_tensor_batch["uid"]), response_mask=tensors["response_mask"],
+            advantages=tensors["advantages"], scores=tensors["token_level_scores"],
+            rewards=tensors["token_level_rewards"],
+            lengths=torch.tensor([int(t.get("response_len") or 0) for t in tags]),
+            old_log_probs=tensors.get("old_log_probs"), rollout_log_probs=tensors.get("rollout_log_probs"),
+            min_versions=[t.get("min_global_steps") for t in tags],
+            max_versions=[t.get("max_global_steps") for t in tags], estimator=estimator,
+        )  # fmt: skip
+
+    recorder.submit(trainer.config, arrays)
+
+
+def _guarded(capture: Any, *args: Any) -> None:
+    try:
+        capture(*args)
+    except Exception as exc:  # the join never fails a training step
+        log.warning("rollscope: a step's training records not captured: %s: %s", type(exc).__name__, exc)
+
+
+def _wrap_fit(cls: type) -> None:
+    fit = cls.fit
+
+    @functools.wraps(fit)
+    def joined_fit(self: Any, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return fit(self, *args, **kwargs)
+        finally:
+            recorder.drain()
+
+    cls.fit = joined_fit
+
+
+def patch_v0(module: Any) -> None:
+    cls = module.RayPPOTrainer
+    if getattr(cls, _WRAPPED, False):
+        return
+    update_actor = cls._update_actor
+
+    @functools.wraps(update_actor)
+    def _update_actor(self: Any, batch: Any) -> Any:
+        _guarded(capture_v0, self, batch)
+        return update_actor(self, batch)
+
+    cls._update_actor = _update_actor
+    _wrap_fit(cls)
+    setattr(cls, _WRAPPED, True)
+
+
+def patch_v1(module: Any) -> None:
+    cls = module.PPOTrainer
+    if getattr(cls, _WRAPPED, False):
+        return
+    compute, advantages = cls._compute_advantage, module.compute_advantage_for_multi_trajectories
+
+    @functools.wraps(compute)
+    def _compute_advantage(self: Any, batch: Any, metrics: dict) -> Any:
+        _current.step = (self, batch)
+        try:
+            return compute(self, batch, metrics)
+        finally:
+            _current.step = None
+
+    @functools.wraps(advantages)
+    def compute_advantage_for_multi_trajectories(data: Any, *args: Any, **kwargs: Any) -> Any:
+        result = advantages(data, *args, **kwargs)
+        current = getattr(_current, "step", None)
+        if current is not None:
+            _guarded(capture_v1, current[0], current[1], result)
+        return result
+
+    cls._compute_advantage = _compute_advantage
+    module.compute_advantage_for_multi_trajectories = compute_advantage_for_multi_trajectories
+    _wrap_fit(cls)
+    setattr(cls, _WRAPPED, True)
+
+
+_PATCHES = {_V0: patch_v0, _V1: patch_v1}
+
+
+class _PatchOnImport(importlib.abc.MetaPathFinder):
+    """Wraps a trainer module once it has been executed (no verl module is imported early)."""
+
+    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
+        patch = _PATCHES.get(name)
+        if patch is None:
+            return None
+        sys.meta_path.remove(self)  # find the real spec without finding ourselves
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        exec_module = spec.loader.exec_module
+
+        def exec_and_patch(module: Any) -> None:
+            exec_module(module)
+            try:
+                patch(module)
+            except Exception as exc:  # a verl whose trainer looks different: training as it was
+                log.warning("rollscope: verl's trainer (%s) not joined: %s", name, exc)
+
+        spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]
+        return spec
+
+
+def install() -> None:
+    """Join verl's trainer in this process: now for a trainer module already imported, on import
+    for the others. Idempotent."""
+    for name, patch in _PATCHES.items():
+        if name in sys.modules:
+            patch(sys.modules[name])
+    if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _PatchOnImport())
+
+
+install()
