@@ -65,6 +65,10 @@ def _figure(s: Signal) -> str:
     if s.name == "logprob_drift":
         return _drift(s, "mean_logprob", "{:.3f}", "{:+.3f}")
     share = "" if s.share is None else f" ({s.share:.0%})"
+    if s.name == "logprob_mismatch" and s.detail.get("max_delta") is not None:
+        share += f" max |Δ| {s.detail['max_delta']:.2g}"
+    if s.name == "off_policy_lag" and s.detail.get("max_lag") is not None:
+        share += f" max lag {s.detail['max_lag']}"
     return f"{s.count}/{s.total}{share}"
 
 
@@ -81,6 +85,8 @@ def show(out: Any, run: ExperimentInsights) -> None:
               f"{run.trajectories} trajectories, steps {escape(steps)}")  # fmt: skip
     for name, (counts, meaning) in SIGNALS.items():
         series = run.of(name)
+        if not series:  # the trainer's signals, for a run no trainer recorded
+            continue
         flagged = [str(s.step) for s in series if s.flagged]
         mark = f" [bold red]FLAGGED at step {', '.join(flagged)}[/bold red]" if flagged else ""
         out.print(f"\n[bold]{name}[/bold] — {escape(counts)}{mark}")

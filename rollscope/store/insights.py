@@ -29,6 +29,11 @@ class Thresholds:
     rewarded_empty: float = 0.0  # share of rewarded trajectories whose answer is empty or format-only
     length_drift: float = 0.25  # relative change of mean response tokens against the baseline steps
     logprob_drift: float = 0.1  # rise of the mean sampled-token log-prob (nats) against the baseline
+    retokenization_drift: float = 0.0  # share of trajectories the chat template re-renders to other tokens
+    logprob_delta: float = 0.5  # nats: a loss token's |trainer - rollout| log-prob past this is a mismatch
+    logprob_mismatch: float = 0.0  # share of trajectories with a mismatched token
+    zero_advantage: float = 0.5  # share of the trainer's GRPO groups whose advantages are all 0
+    lag: int = 1  # actor updates a rollout's weights may be behind the trainer's
     min_group: int = 2  # rewarded rollouts a sample needs to count as a GRPO group
     baseline_steps: int = 3  # the first steps of a run, the baseline of the drift signals
     answer_chars: int = 1  # fewer word characters than this (tags removed): an empty answer
@@ -55,7 +60,21 @@ SIGNALS: dict[str, tuple[str, str]] = {
                      "length growing or collapsing faster than the reward moves"),
     "logprob_drift": ("mean sampled-token log-prob, against the first steps (where recorded)",
                       "rising toward 0: the policy's entropy collapsing"),
+    "retokenization_drift": ("trajectories whose messages the chat template renders to other tokens than "
+                             "the model was trained on",
+                             "an export or re-rendered prompt from these messages is not what the policy "
+                             "saw; fix the template (tool calls, whitespace, reasoning it drops)"),
+    # from the trainer's side (what verl's trainer did with each trajectory: store.training)
+    "logprob_mismatch": ("trajectories with a loss token whose trainer and rollout log-probs differ by more "
+                         "than logprob_delta nats (tool responses and padding excluded)",
+                         "the policy trained on is not the one that sampled: dtype, kernels or stale "
+                         "weights; importance-correct (rollout_correction) or fix the mismatch"),
+    "zero_advantage": ("the trainer's GRPO groups whose advantages are all 0",
+                       "the prompts of those groups taught nothing this step (all solved or all failed)"),
+    "off_policy_lag": ("trajectories generated with weights older than the trainer's (actor updates behind)",
+                       "stale rollouts: bound the staleness or correct for it"),
 }
+TRAINING_SIGNALS = ("logprob_mismatch", "zero_advantage", "off_policy_lag")
 
 # signal -> the trajectories it counts (a WHERE clause; ? from thresholds)
 _PREDICATES = {
@@ -65,6 +84,7 @@ _PREDICATES = {
     "repeated_calls": ("num_repeated_calls > 0", ()),
     "reward_without_tools": ("reward > 0 AND num_tool_calls = 0", ()),
     "rewarded_empty": ("reward > 0 AND answer_chars < ?", ("answer_chars",)),
+    "retokenization_drift": ("json_extract(attributes, '$.retokenization_drift') IS NOT NULL", ()),
 }
 
 
@@ -117,6 +137,10 @@ def insights(store: TraceStore, *, experiment: str | None = None, project: str |
     per_step = _per_step(store, where, params, th)
     groups = _groups(store, where + and_ + "reward IS NOT NULL", params)
     tool_errors = _tool_errors(store, where + and_ + "num_tool_errors > 0", params)
+    training: dict[tuple, dict[Any, list]] = {}
+    for rec in store.training_records(project=project, experiment=experiment) if not validate else ():
+        if (first is None or rec.step >= first) and (last is None or rec.step <= last):
+            training.setdefault((rec.project, rec.experiment), {}).setdefault(rec.step, []).append(rec)
     out = []
     for run in sorted(per_step, key=lambda pe: (_null_first(pe[0]), _null_first(pe[1]))):
         rows = per_step[run]
@@ -130,6 +154,7 @@ def insights(store: TraceStore, *, experiment: str | None = None, project: str |
                 ("repeated_calls", r["repeated"], r["n"]),
                 ("reward_without_tools", r["reward_no_tools"] if uses_tools else 0, r["rewarded"]),
                 ("rewarded_empty", r["rewarded_empty"], r["rewarded"]),
+                ("retokenization_drift", r["drift"], r["n"]),
             ):  # fmt: skip
                 share = count / total if total else None
                 signals.append(Signal(name, step, int(count), int(total), share, sorted(r["examples"][name]),
@@ -142,6 +167,7 @@ def insights(store: TraceStore, *, experiment: str | None = None, project: str |
                                   sorted(r["examples"]["tool_errors"]), rate is not None and rate > th.tool_errors,
                                   {"by_tool_and_kind": by_kind}))  # fmt: skip
         signals += _drift(rows, th)
+        signals += _training_signals(training.get(run, {}), th)
         for s in signals:  # a flagged drift step's examples: its longest, or its most confident, trajectories
             if s.flagged and s.name in ("length_drift", "logprob_drift"):
                 key = "num_tokens" if s.name == "length_drift" else "logprob_sum / NULLIF(logprob_count, 0)"
@@ -158,10 +184,12 @@ def _per_step(store: TraceStore, where: str, params: list, th: Thresholds) -> di
     sql = ("SELECT project, experiment, step, COUNT(*), TOTAL(num_truncated > 0), TOTAL(turn_limit), "
            "TOTAL(num_repeated_calls > 0), TOTAL(reward > 0 AND num_tool_calls = 0), "
            "TOTAL(reward > 0 AND answer_chars < ?), TOTAL(reward > 0), TOTAL(num_tool_calls), TOTAL(num_tokens), "
-           f"TOTAL(logprob_sum), TOTAL(logprob_count), {examples} FROM trajectories{where} "
+           "TOTAL(logprob_sum), TOTAL(logprob_count), "
+           "TOTAL(json_extract(attributes, '$.retokenization_drift') IS NOT NULL), "
+           f"{examples} FROM trajectories{where} "
            "GROUP BY project, experiment, step")  # fmt: skip
     names = ("n", "truncated", "turn_limit", "repeated", "reward_no_tools", "rewarded_empty", "rewarded",
-             "tool_calls", "tokens", "logprob_sum", "logprob_count")  # fmt: skip
+             "tool_calls", "tokens", "logprob_sum", "logprob_count", "drift")  # fmt: skip
     args = [getattr(th, a) for _, names_ in _PREDICATES.values() for a in (*names_, *names_)]  # MIN's, then MAX's
     runs: dict[tuple, dict[Any, dict]] = {}
     for _, (project, experiment, step, *values) in store._query(sql, [th.answer_chars, *args, *params], cached=True):
@@ -242,4 +270,36 @@ def _drift(rows: dict[Any, dict], th: Thresholds) -> list[Signal]:
         signals.append(Signal("logprob_drift", step, int(r["logprob_count"]), int(r["logprob_count"]), None,
                               [], rise is not None and rise > th.logprob_drift,
                               {"mean_logprob": mean_lp, "baseline": base_lp, "change": rise}))  # fmt: skip
+    return signals
+
+
+def _training_signals(steps: dict[Any, list], th: Thresholds) -> list[Signal]:
+    """The signals of what the trainer did, per trainer step, from the training records' columns."""
+    signals = []
+    for step in sorted(steps, key=_null_first):
+        records = steps[step]
+        compared = [r for r in records if r.logprob_delta_max is not None]
+        bad = sorted(compared, key=lambda r: -r.logprob_delta_max)
+        bad = [r for r in bad if r.logprob_delta_max > th.logprob_delta]
+        share = len(bad) / len(compared) if compared else None
+        worst = max((r.logprob_delta_max for r in compared), default=None)
+        flagged = share is not None and share > th.logprob_mismatch
+        signals.append(Signal("logprob_mismatch", step, len(bad), len(compared), share,
+                              [r.trajectory_id for r in bad[:EXAMPLES]], flagged, {"max_delta": worst}))  # fmt: skip
+        groups: dict[Any, list] = {}
+        for r in records:
+            groups.setdefault(r.uid, []).append(r)
+        counted = [g for g in groups.values() if len(g) >= th.min_group]
+        flat = [g for g in counted if all(abs(r.advantage or 0.0) < 1e-6 for r in g)]
+        share = len(flat) / len(counted) if counted else None
+        signals.append(Signal("zero_advantage", step, len(flat), len(counted), share,
+                              sorted(min(r.trajectory_id for r in g) for g in flat)[:EXAMPLES],
+                              share is not None and share > th.zero_advantage and bool(flat)))  # fmt: skip
+        lags = [r for r in records if r.lag is not None]
+        behind = sorted((r for r in lags if r.lag > 0), key=lambda r: (-r.lag, r.trajectory_id))
+        most = max((r.lag for r in lags), default=None)
+        mean = sum(r.lag for r in lags) / len(lags) if lags else None
+        signals.append(Signal("off_policy_lag", step, len(behind), len(lags), len(behind) / len(lags) if lags else None,
+                              [r.trajectory_id for r in behind[:EXAMPLES]], most is not None and most > th.lag,
+                              {"max_lag": most, "mean_lag": mean}))  # fmt: skip
     return signals

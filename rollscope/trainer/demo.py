@@ -30,7 +30,8 @@ _STEP_LINE = re.compile(r"step:(\d+) - .*?critic/score/mean:([-\d.e]+)")
 
 def overrides(model: Path, train: Path, val: Path, trace_dir: Path, steps: int, backend: str = "local") -> list[str]:
     """verl's keys for the demo: the guide's trace keys, rollscope's loop and tool by path, GRPO.
-    ``trace_dir`` is the store's directory, when ``backend`` has the store (``local``)."""
+    ``trace_dir`` is the store's directory, when ``backend`` has the store (``local``); several
+    backends are named as one quoted value (``'local,mlflow'``: Hydra reads a bare a,b as a list)."""
     return [
         f"data.train_files={train}", f"data.val_files={val}",
         f"data.train_batch_size={PROMPTS_PER_STEP}", "data.max_prompt_length=64", "data.max_response_length=96",
@@ -50,7 +51,7 @@ def overrides(model: Path, train: Path, val: Path, trace_dir: Path, steps: int, 
         f"actor_rollout_ref.rollout.agent.agent_loop_config_path={configs.path('agent_loops.yaml')}",
         "actor_rollout_ref.rollout.agent.default_agent_loop=rollscope_tool_agent",
         "actor_rollout_ref.rollout.agent.num_workers=1",
-        f"actor_rollout_ref.rollout.trace.backend={backend}", "actor_rollout_ref.rollout.trace.token2text=True",
+        f"actor_rollout_ref.rollout.trace.backend='{backend}'", "actor_rollout_ref.rollout.trace.token2text=True",
         *([f"+rollscope.trace.trace_dir={trace_dir}"] if "local" in backend.split(",") else []),
         f"reward.custom_reward_function.path={rewards.__file__}", "reward.custom_reward_function.name=calculator_drill",
         f"trainer.project_name={PROJECT}", f"trainer.experiment_name={EXPERIMENT}", "trainer.logger=['console']",

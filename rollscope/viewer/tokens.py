@@ -1,5 +1,6 @@
-"""An llm turn's tokens with their sampled log-probabilities: what the token view draws and
-``traces show --tokens`` prints.
+"""An llm turn's tokens with their sampled log-probabilities, and a trained-on response's tokens
+with the trainer's and the rollout's log-probs: what the token views draw and ``traces show
+--tokens`` prints.
 
 Each token falls in a likelihood bucket (a CSS class, so the page's style policy holds); the
 least likely tokens are listed with their positions, since that is where a reply went somewhere
@@ -11,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rollscope.store.records import SpanRecord
+from rollscope.store.records import SpanRecord, TrajectoryRecord
 
 # Upper edges of the buckets, most likely first: p >= 0.9, 0.6, 0.37, 0.14, 0.02, below.
 BUCKETS = (-0.1, -0.5, -1.0, -2.0, -4.0)
@@ -76,3 +77,65 @@ def token_view(span: SpanRecord, least: int = DEFAULT_LEAST, threshold: float = 
     below = sum(t.log_prob < threshold for t in scored) / len(scored) if scored else None  # type: ignore[operator]
     lowest = sorted(scored, key=lambda t: (t.log_prob, t.position))[:least]
     return TokenView(tokens, lowest, mean, below, threshold, bool(scored), bool(texts))
+
+
+# Upper edges of the |trainer - rollout| log-prob buckets (nats): agreement to float noise, then worse.
+DELTA_BUCKETS = (1e-4, 1e-2, 0.1, 0.5, 2.0)
+DEFAULT_WORST = 10
+
+
+@dataclass
+class TrainingToken:
+    position: int  # in the response (the sequence the trainer trained on, after the prompt)
+    token_id: int | None
+    text: str
+    trainer: float | None  # the trainer's log-prob (verl's old_log_probs)
+    rollout: float | None  # the rollout server's
+    delta: float | None  # trainer - rollout; None where the loss does not use the token
+    bucket: int  # of |delta|: 0 (agree) .. len(DELTA_BUCKETS); -1: masked (a tool response, not trained on)
+
+
+@dataclass
+class TrainingTokenView:
+    tokens: list[TrainingToken]
+    worst: list[TrainingToken]  # the loss tokens with the largest |delta|
+    masked: int  # tokens in the response the loss does not use
+    has_texts: bool
+
+
+def _delta_bucket(delta: float | None) -> int:
+    if delta is None:
+        return -1
+    for i, edge in enumerate(DELTA_BUCKETS):
+        if abs(delta) < edge:
+            return i
+    return len(DELTA_BUCKETS)
+
+
+def training_token_view(record: TrajectoryRecord, worst: int = DEFAULT_WORST) -> TrainingTokenView | None:
+    """The response's tokens with both log-probs and their difference, masked tokens apart: None
+    without a training record holding both. The token texts are the llm turns' (token2text), which
+    are the loss tokens in order; a masked token (a tool response) shows its id."""
+    training = record.training
+    values = training.values if training is not None else {}
+    old, rollout, mask = values.get("old_log_probs"), values.get("rollout_log_probs"), values.get("response_mask")
+    if not old or not rollout or not mask:
+        return None
+    run = next((s for s in record.spans if s.kind == "agent" and isinstance(s.outputs, dict)), None)
+    ids = (run.outputs.get("response_ids") if run is not None else None) or []
+    texts: list[str] = []
+    for span in record.spans:
+        if span.kind == "llm" and isinstance(span.outputs, dict) and isinstance(span.outputs.get("token_texts"), list):
+            texts.extend(str(t) for t in span.outputs["token_texts"])
+    tokens, sampled = [], 0
+    for i, (o, r, m) in enumerate(zip(old, rollout, mask, strict=False)):
+        token_id = ids[i] if i < len(ids) and type(ids[i]) is int else None
+        if m:
+            text = texts[sampled] if sampled < len(texts) else f"[{token_id}]"
+            sampled += 1
+        else:
+            text = f"[{token_id}]"
+        delta = _number(o) - _number(r) if m and _number(o) is not None and _number(r) is not None else None
+        tokens.append(TrainingToken(i, token_id, text, _number(o), _number(r), delta, _delta_bucket(delta)))
+    scored = sorted((t for t in tokens if t.delta is not None), key=lambda t: (-abs(t.delta), t.position))
+    return TrainingTokenView(tokens, scored[:worst], sum(1 for m in mask if not m), bool(texts))

@@ -139,3 +139,34 @@ def test_parsing_stays_bounded_on_hostile_output():
     assert "nested too deeply" in calls[0].arguments or "not valid JSON" in calls[0].arguments
     _, calls = extract_from_text(b'<tool_call>{"name": "calc\xff\xfe", "arguments": {}}</tool_call>'.decode("utf-8", "replace"))
     assert calls[0].name == "calc\ufffd\ufffd"  # decoded with replacement characters: an unknown tool, told so
+
+
+def _retokenization(read_store):
+    [t] = read_store().trajectories()
+    [run] = t.tree()
+    return t, run.attributes["rollscope.retokenization"]
+
+
+def test_the_chat_template_renders_the_conversation_as_the_model_saw_it(verl_config, tokenizer, local_tracer,
+                                                                        read_store):  # fmt: skip
+    run_loop(verl_config, tokenizer, ["The answer is 391."], tools=[])
+    t, check = _retokenization(read_store)
+    assert check["match"] is True and "retokenization_drift" not in t.attributes
+
+
+def test_a_template_that_changes_a_reply_is_found_at_the_exact_token(verl_config, tokenizer, local_tracer, read_store):
+    """A planted mismatch: the template re-renders the assistant's 391 as 392. The first differing
+    position is the first token of the reply where the two texts' tokens part."""
+    planted = copy.deepcopy(tokenizer)
+    planted.chat_template = tokenizer.chat_template.replace("{{ m['content'] }}",
+                                                            "{{ m['content'] | replace('391', '392') }}")  # fmt: skip
+    out = run_loop(verl_config, planted, ["The answer is 391."], tools=[])
+    said, rendered = tokenizer.encode("The answer is 391."), tokenizer.encode("The answer is 392.")
+    parted = next(i for i, (x, y) in enumerate(zip(said, rendered, strict=False)) if x != y)
+    t, check = _retokenization(read_store)
+    assert check["match"] is False and check["position"] == len(out.prompt_ids) + parted
+    assert t.attributes["retokenization_drift"] == check["position"]
+    start = check["window_start"]
+    sequence = out.prompt_ids + out.response_ids
+    assert check["rollout"] == sequence[start : start + len(check["rollout"])]
+    assert check["rollout"][check["position"] - start] != check["template"][check["position"] - start]

@@ -54,3 +54,28 @@ def test_workers_starting_together_share_one_tracking_store(tmp_path):
     import sqlite3
 
     assert sqlite3.connect(tmp_path / "mlflow.db").execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_a_training_record_arriving_later_becomes_tags_of_the_trajectorys_trace(tmp_path):
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    options = {"mlflow_tracking_uri": uri, "mlflow_experiment": "rollscope-test"}
+    tracing.init_tracing(backend="mlflow", project="proj", **options)
+    with tracing.rollout_trace_attr(step=7, sample_index=0, rollout_n=0, name="tool_agent") as t, \
+            tracing.trace_span("ToolAgentLoop.run", kind="agent"):
+        pass
+    tracing.shutdown_tracing()
+    tracing.init_tracing(backend="mlflow", project="proj", **options)  # the trainer's process
+    tracing.get_tracer().training(t.id, {"step": 7, "uid": "u-1", "advantage": 0.25, "lag": 0,
+                                         "old_log_probs": [-1.0, -2.0]})  # fmt: skip
+    assert tracing.flush_tracing(120)
+    assert tracing.stats()["backends"]["mlflow"]["training_unjoined"] == 0
+    tracing.shutdown_tracing()
+    mlflow.set_tracking_uri(uri)
+    experiment = mlflow.get_experiment_by_name("rollscope-test")
+    [trace] = mlflow.search_traces(locations=[experiment.experiment_id], filter_string="tags.`training.uid` = 'u-1'",
+                                   return_type="list")  # fmt: skip
+    tags = trace.info.tags
+    assert (tags["training.advantage"], tags["training.step"], tags["rollscope.trajectory_id"]) == ("0.25", "7", t.id)
+    assert "training.old_log_probs" not in tags

@@ -103,3 +103,26 @@ def test_weave_otel_without_an_entity_says_what_is_missing(monkeypatch):
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     with pytest.raises(ValueError, match="entity"):
         tracing.init_tracing(backend="weave-otel", weave_project="proj", sidecar=False)
+
+
+def test_a_training_record_joins_the_trajectorys_trace_from_another_tracer(receiver, trace_dir):
+    """The trace and root span ids derive from the trajectory's id: the trainer's process, with its
+    own tracer, puts a ``rollscope.training`` span with ``rl.*`` attributes under the root span."""
+    endpoint, received = receiver
+    tracing.init_tracing(backend="local,otel", trace_dir=str(trace_dir), otel_endpoint=endpoint)
+    with tracing.rollout_trace_attr(step=2, sample_index=5, rollout_n=1, name="tool_agent") as t, \
+            tracing.trace_span("ToolAgentLoop.run", kind="agent"):
+        pass
+    tracing.shutdown_tracing()
+    tracing.init_tracing(backend="otel", otel_endpoint=endpoint)  # the trainer's process
+    tracing.get_tracer().training(t.id, {"step": 2, "uid": "u-1", "advantage": -0.5, "policy_version": 1,
+                                         "lag": 0, "old_log_probs": [-1.0]})  # fmt: skip
+    tracing.shutdown_tracing()
+    spans = {s.name: s for _, _, req, _ in received for rs in req.resource_spans for ss in rs.scope_spans
+             for s in ss.spans}  # fmt: skip
+    root, training = spans["invoke_agent tool_agent"], spans["rollscope.training"]
+    assert training.trace_id == root.trace_id and training.parent_span_id == root.span_id
+    attrs = _attrs(training)
+    assert (attrs["rl.advantage"], attrs["rl.group.id"], attrs["rl.policy.version"]) == (-0.5, "u-1", 1)
+    assert attrs["rl.trainer.step"] == 2 and attrs["rollscope.trajectory_id"] == t.id
+    assert not any(key.startswith("rl.") and "log_probs" in key for key in attrs)  # per-token arrays stay out

@@ -4,6 +4,7 @@
 import pytest
 
 from rollscope import tracing
+from rollscope.store import TraceStore
 from rollscope.testing.weave_server import InMemoryTraceServer, make_client
 from rollscope.tracing.backends.weave import call_id
 
@@ -68,3 +69,29 @@ def test_calls_nest_carry_verls_attributes_and_the_reward(weave_server, trace_di
     assert call_id(t.id) in starts
     started = starts[call_id(t.id)]["started_at"]
     assert abs(started.timestamp() - t.start_ns / 1e9) < 1e-3
+
+
+TRAINING = {"step": 3, "uid": "u-1", "advantage": 0.7, "group_size": 2, "group_mean": 0.5, "group_std": 0.71,
+            "policy_version": 2, "lag": 0, "logprob_delta_max": 0.02, "old_log_probs": [-1.0, -2.0]}  # fmt: skip
+
+
+def test_a_training_record_arriving_later_is_feedback_on_the_root_call(weave_server, trace_dir):
+    """The trainer's process knows what training did with a trajectory only after the worker wrote
+    it: a second tracer (the trainer's) attaches it to the root call the worker wrote, by its id."""
+    server, client = weave_server
+    tracing.init_tracing(backend="local,weave", project="proj", experiment="exp", trace_dir=str(trace_dir),
+                         weave_client=client)  # fmt: skip
+    rollout(0, 1.0)
+    assert tracing.flush_tracing(30)
+    [trajectory] = TraceStore(trace_dir).trajectories()
+    tracing.shutdown_tracing()
+    tracing.init_tracing(backend="weave", project="proj", weave_client=client)  # the trainer's process
+    tracing.get_tracer().training(trajectory.id, TRAINING)
+    assert tracing.flush_tracing(30)
+    client.flush()
+    [root] = [r["start"] for r in server.starts if r["start"].get("parent_id") is None]
+    [item] = server.feedback
+    assert item["weave_ref"] == f"weave:///{client.project_id}/call/{root['id']}" == \
+        f"weave:///{client.project_id}/call/{call_id(trajectory.id)}"
+    assert item["feedback_type"] == "rollscope.training"
+    assert item["payload"] == {k: v for k, v in TRAINING.items() if k != "old_log_probs"}  # scalars only

@@ -1,12 +1,17 @@
 """verl's own ``main_ppo`` (the v0 trainer: ``AgentLoopManager`` and verl's plain
 ``AgentLoopWorker`` as Ray actors), rollscope's tool loop and calculator named through verl's keys,
-``trace.backend=local`` and nothing else: every trajectory of every step is stored, complete, with
-the reward verl computed for it — the same numbers verl's own batch dump holds."""
+``trace.backend=local,mlflow`` and nothing else: every trajectory of every step is stored, complete,
+with the reward verl computed for it — the same numbers verl's own batch dump holds — and with what
+the trainer did with it (group, advantage, policy version, the trainer's log-probs), each field
+recomputed here from sources the join does not use: the stored rewards, the LLM spans' log-probs
+and weight versions, verl's GRPO formula."""
 
+import os
 from collections import Counter
 from itertools import pairwise
 
 import pytest
+import torch
 from transformers import AutoTokenizer
 
 from rollscope.store import TraceStore
@@ -18,7 +23,9 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, demo_model):
-    return train(tmp_path_factory.mktemp("main_ppo_local"), demo_model, "trainer.use_v1=False")
+    root = tmp_path_factory.mktemp("main_ppo_local")
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{root}/mlruns.db"}
+    return train(root, demo_model, "trainer.use_v1=False", backend="local,mlflow", env=env)
 
 
 @pytest.fixture(scope="module")
@@ -68,3 +75,104 @@ def test_rewards_are_verls_numbers_for_each_trajectory(run, stored, demo_model):
         response = tokenizer.decode(root.outputs["response_ids"], skip_special_tokens=True)
         traced[(t.step, question(last_user_message(root.inputs["raw_prompt"])), response, t.reward, details["correct"], details["used_calculator"])] += 1
     assert traced == dumped
+
+
+def _llm_spans(tree):
+    [root] = tree
+    return [c for c in root.children if c.kind == "llm"]
+
+
+def test_every_trajectory_carries_its_group_and_advantage_as_verl_computed_them(run, stored):
+    """The group is verl's uid (one per prompt and step, the prompt's rollouts in it); its mean
+    and std and each advantage are what verl's GRPO formula gives for the stored rewards."""
+    by_uid: dict[str, list] = {}
+    for t, _ in stored:
+        record = t.training
+        assert record is not None and record.step == t.step and record.values["estimator"] == "grpo"
+        assert record.values["score"] == t.reward  # verl's reward, as the worker recorded it
+        by_uid.setdefault(record.uid, []).append(t)
+    assert len(by_uid) == STEPS * PROMPTS
+    for members in by_uid.values():
+        assert len({(t.step, t.sample_index) for t in members}) == 1 and len(members) == ROLLOUTS
+        rewards = torch.tensor([t.reward for t in members])
+        mean, std = rewards.mean(), rewards.std()
+        for t in members:
+            assert t.training.group_size == ROLLOUTS
+            assert t.training.group_mean == pytest.approx(float(mean)) and t.training.group_std == pytest.approx(float(std))
+            assert t.training.advantage == pytest.approx(float((t.reward - mean) / (std + 1e-6)), abs=1e-5)
+    dumped = Counter((r["step"], r["score"]) for r in run.dump)  # verl's own dump of the batch
+    assert Counter((t.training.step, t.training.values["score"]) for t, _ in stored) == dumped
+
+
+def test_policy_version_is_the_one_each_turn_was_generated_with(stored):
+    for t, tree in stored:
+        versions = [s.outputs["extra_fields"]["global_steps"] for s in _llm_spans(tree)]
+        assert t.training.policy_version == min(versions) == t.step - 1  # the weights of the step before
+        assert t.training.values["policy_version_max"] == max(versions) and t.training.lag == 0
+
+
+def test_trainer_log_probs_agree_with_the_rollouts_on_every_loss_token(stored):
+    """The rollout side equals the LLM spans' log-probs token by token; with the server on the
+    actor's weights (float32, both) the trainer's differ by < 1e-5; tool responses are masked,
+    never counted, and shown apart (their rollout log-prob is verl's 0: tens of nats "off")."""
+    masked_seen = 0
+    for t, tree in stored:
+        values = t.training.values
+        [root] = tree
+        mask = values["response_mask"]
+        assert mask == root.outputs["response_mask"][: len(mask)]
+        sampled = [lp for s in _llm_spans(tree) for lp in s.outputs["log_probs"]]
+        on_loss = [lp for lp, m in zip(values["rollout_log_probs"], mask, strict=True) if m]
+        assert on_loss == pytest.approx(sampled[: len(on_loss)], abs=1e-6)
+        deltas = [abs(o - r) for o, r, m in zip(values["old_log_probs"], values["rollout_log_probs"], mask,
+                                                strict=True) if m]  # fmt: skip
+        assert t.training.logprob_delta_max == pytest.approx(max(deltas)) and max(deltas) < 1e-5
+        if values["masked_tokens"]:
+            masked_seen += 1
+            assert values["masked_delta_max"] > 1.0 > t.training.logprob_delta_max
+    assert masked_seen > 0
+
+
+def test_retokenization_drift_is_found_at_the_first_tool_call(stored):
+    """The demo's chat template renders an assistant message's content only: a reply's tool call,
+    which verl's parser moves out of the content, is lost on re-rendering, at the reply's first token."""
+    calling = 0
+    for t, tree in stored:
+        [root] = tree
+        check = root.attributes["rollscope.retokenization"]
+        first = _llm_spans(tree)[0]
+        if '<tool_call>' in first.outputs["response_text"]:
+            calling += 1
+            assert check["match"] is False and t.attributes["retokenization_drift"] == check["position"]
+            assert check["position"] == len(first.inputs["prompt_ids"])  # where the reply begins
+        elif t.num_tool_calls == 0:
+            assert check["match"] is True and "retokenization_drift" not in t.attributes
+    assert calling > 0
+
+
+def test_mlflow_traces_carry_the_training_record_as_tags(run, stored):
+    import mlflow
+
+    mlflow.set_tracking_uri(f"sqlite:///{run.root}/mlruns.db")
+    experiment = mlflow.get_experiment_by_name("rollscope-demo")
+    traces = mlflow.search_traces(locations=[experiment.experiment_id], return_type="list", max_results=1000)
+    by_id = {tr.info.tags["rollscope.trajectory_id"]: tr.info.tags for tr in traces}
+    assert len(by_id) == len(stored)
+    for t, _ in stored:
+        tags = by_id[t.id]
+        assert float(tags["training.advantage"]) == pytest.approx(t.training.advantage)
+        assert tags["training.uid"] == t.training.uid and int(tags["training.policy_version"]) == t.step - 1
+
+
+def test_insights_count_the_groups_training_learned_nothing_from(run):
+    from rollscope.store.insights import insights
+
+    store = TraceStore(run.trace_dir)
+    [found] = insights(store)
+    for signal in found.of("zero_advantage"):
+        rewards: dict = {}
+        for t in store.trajectories(step=signal.step, limit=None):
+            rewards.setdefault(t.sample_index, set()).add(t.reward)
+        flat = sum(1 for group in rewards.values() if len(group) == 1)
+        assert (signal.count, signal.total) == (flat, PROMPTS)
+    assert [s.count for s in found.of("logprob_mismatch")] == [0] * STEPS

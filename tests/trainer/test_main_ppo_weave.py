@@ -1,12 +1,15 @@
 """verl's own ``main_ppo`` with its default trainer (v1: ``AgentLoopManagerTQ`` and
 ``AgentLoopWorkerTQ`` over the TransferQueue) and the Weave guide's one key,
 ``trace.backend=weave``, into the W&B stand-in on 127.0.0.1: exactly one root call per trajectory,
-each a complete tree, with the reward verl computed on it."""
+each a complete tree, with the reward verl computed on it, and, as feedback on it, what the trainer
+did with it. The rollout server computes in bfloat16 (verl's default ``rollout.dtype``) while the
+trainer computes in float32: the log-prob gap of a GPU run, which the record shows."""
 
 import os
 from collections import Counter
 
 import pytest
+import torch
 
 from rollscope.store.records import last_user_message
 from rollscope.testing.weave_server import WandbStandIn
@@ -26,7 +29,8 @@ def wandb_server():
 def run(tmp_path_factory, demo_model, wandb_server):
     env = {**os.environ, **wandb_server.environment()}
     return train(tmp_path_factory.mktemp("main_ppo_weave"), demo_model, "trainer.use_v1=True",
-                 "trainer.project_name=ent/proj", backend="weave", env=env)  # fmt: skip
+                 "trainer.project_name=ent/proj", "actor_rollout_ref.rollout.dtype=bfloat16", backend="weave",
+                 env=env)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -73,3 +77,33 @@ def test_each_root_carries_verls_reward(run, roots):
         assert details["source"] == "verl_reward" and details["correct"] == root["output"]["reward"]
         assert details["used_calculator"] in (0.0, 1.0)
     assert traced == dumped
+
+
+def test_each_root_has_the_training_record_as_feedback(run, roots, wandb_server):
+    """One ``rollscope.training`` feedback per root call; its group and score are the uid and score
+    verl's own dump holds (its key is {uid}_{session}_{output}), its advantage verl's GRPO formula
+    of its group's scores."""
+    _, found = roots
+    feedback = {f["weave_ref"].rsplit("/", 1)[1]: f for f in wandb_server.feedback}
+    assert set(feedback) == {root["id"] for root in found}
+    payloads = [feedback[root["id"]]["payload"] for root in found]
+    assert all(feedback[root["id"]]["feedback_type"] == "rollscope.training" for root in found)
+    dumped = Counter((r["step"], r["uid"].rsplit("_", 2)[0], r["score"]) for r in run.dump)
+    assert Counter((p["step"], p["uid"], p["score"]) for p in payloads) == dumped
+    by_uid: dict[str, list] = {}
+    for p in payloads:
+        by_uid.setdefault(p["uid"], []).append(p)
+    for group in by_uid.values():
+        scores = torch.tensor([p["score"] for p in group])
+        for p in group:
+            assert p["group_size"] == ROLLOUTS == len(group)
+            assert p["advantage"] == pytest.approx(float((p["score"] - scores.mean()) / (scores.std() + 1e-6)), abs=1e-5)
+            assert p["policy_version"] == p["step"] - 1 and p["lag"] == 0
+
+
+def test_a_bfloat16_rollout_server_shows_as_a_log_prob_gap_on_loss_tokens(wandb_server):
+    payloads = [f["payload"] for f in wandb_server.feedback]
+    assert payloads and all(p["logprob_delta_max"] > 1e-4 for p in payloads)  # float32 vs bfloat16 numerics
+    for p in payloads:  # tool responses (rollout log-prob 0) are kept apart, never counted
+        if p["masked_tokens"]:
+            assert p["masked_delta_max"] > p["logprob_delta_max"]
