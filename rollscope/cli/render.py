@@ -11,9 +11,10 @@ from rich.tree import Tree
 
 from rollscope.store.diff import TrajectoryDiff, turn_text
 from rollscope.store.grpo import GroupMember
+from rollscope.store.history import PromptStep
 from rollscope.store.records import SpanRecord, TrajectoryRecord
 from rollscope.viewer.chat import ground_truth
-from rollscope.viewer.tokens import token_view
+from rollscope.viewer.tokens import token_view, training_token_view
 from rollscope.viewer.views import figures, first_user_message, fmt, main_text, shorten
 
 TEXT_LIMIT = 600
@@ -64,6 +65,11 @@ def show_trajectory(out: Console, record: TrajectoryRecord, *, full: bool = Fals
     truth = ground_truth(record)
     if truth is not None:
         out.print(f"[bold]ground truth:[/bold] {escape(shorten(truth, limit) or '')}")
+    drift = record.attributes.get("retokenization_drift")
+    if drift is not None:
+        out.print(f"[yellow]retokenization drift:[/yellow] the chat template renders the messages to other tokens "
+                  f"from position {drift}")  # fmt: skip
+    show_training(out, record)
     tree = Tree("[bold]spans[/bold]")
     for root in record.tree():
         _add_span(tree, root, limit)
@@ -71,6 +77,49 @@ def show_trajectory(out: Console, record: TrajectoryRecord, *, full: bool = Fals
     if tokens:
         for n, span in enumerate(s for s in record.spans if s.kind == "llm"):
             show_tokens(out, n, span)
+        show_training_tokens(out, record)
+
+
+def show_training(out: Console, record: TrajectoryRecord) -> None:
+    """What the trainer did with the trajectory, when a trainer recorded it."""
+    t = record.training
+    if t is None:
+        return
+    v = t.values
+    versions = fmt(t.policy_version) + ("" if v.get("policy_version_max") in (None, t.policy_version)
+                                        else f"-{v['policy_version_max']}")  # fmt: skip
+    masked = v.get("masked_delta_max")
+    out.print(f"[bold]training:[/bold] step {fmt(t.step)} · advantage {fmt(t.advantage)} · "
+              f"group {escape(t.uid or '-')} ({fmt(t.group_size)} rollouts, mean {fmt(t.group_mean)}, "
+              f"std {fmt(t.group_std)}) · policy version {versions}, lag {fmt(t.lag)} · "
+              f"trainer vs rollout log-prob max |Δ| {fmt(t.logprob_delta_max)} over "
+              f"{v.get('tokens')} loss tokens" + (f" ({v.get('masked_tokens')} masked, not counted: their |Δ| "
+                                                  f"{fmt(masked)})" if masked is not None else ""))  # fmt: skip
+
+
+def show_training_tokens(out: Console, record: TrajectoryRecord) -> None:
+    view = training_token_view(record)
+    if view is None:
+        return
+    out.print(f"[bold]trained-on tokens[/bold]: {len(view.tokens)} · {view.masked} masked · "
+              "largest |trainer - rollout|:")
+    for k in view.worst:
+        out.print(f"  #{k.position:<4} Δ {k.delta:+.3g}  trainer {k.trainer:.3f}  rollout {k.rollout:.3f}  "
+                  f"{escape(repr(k.text))}")  # fmt: skip
+
+
+def show_history(out: Console, sample: object, history: list[PromptStep]) -> None:
+    table = Table(title=f"prompt {escape(str(sample))}: {len(history)} steps", title_justify="left")
+    for column in ("experiment", "step", "rollouts", "mean reward", "spread", "tokens", "turns", "tools",
+                   "advantages", "policy"):  # fmt: skip
+        table.add_column(column, justify="left" if column == "experiment" else "right")
+    for h in history:
+        spread = fmt(h.std_reward) + (" [red]no signal[/red]" if h.zero_variance else "")
+        adv = f"{min(h.advantages):+.2f}..{max(h.advantages):+.2f}" if h.advantages else "-"
+        table.add_row(escape(f"{h.project or '-'} / {h.experiment or '-'}"), fmt(h.step), str(h.rollouts),
+                      fmt(h.mean_reward), spread, fmt(h.mean_tokens), fmt(h.mean_turns), fmt(h.mean_tool_calls), adv,
+                      ", ".join(map(str, h.policy_versions)) or "-")  # fmt: skip
+    out.print(table)
 
 
 _BUCKET_STYLE = ("", "on grey23", "on dark_orange3", "on orange_red1", "on red3", "bold white on red")

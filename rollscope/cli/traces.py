@@ -114,7 +114,9 @@ def traces_show(args: argparse.Namespace) -> int:
     with TraceStore(args.dir) as store:
         record = store.get(args.id)
     if args.json:
-        print(json.dumps({**record.to_dict(), "spans": [_span_dict(s) for s in record.spans]}, indent=1, default=str))
+        training = None if record.training is None else record.training.to_dict()
+        print(json.dumps({**record.to_dict(), "training": training, "spans": [_span_dict(s) for s in record.spans]},
+                         indent=1, default=str))  # fmt: skip
         return 0
     show_trajectory(console(), record, full=args.full, tokens=args.tokens)
     return 0
@@ -179,6 +181,29 @@ def traces_group(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_prompt(p: argparse.ArgumentParser) -> None:
+    p.add_argument("sample", help="sample index")
+    p.add_argument("--experiment")
+    _add_dir(p)
+
+
+def traces_prompt(args: argparse.Namespace) -> int:
+    """One prompt across the steps it was drawn in: its group's reward, length, turns, advantages."""
+    from rollscope.cli.render import console, show_history
+    from rollscope.store.history import prompt_history
+
+    sample = int(args.sample) if args.sample.lstrip("-").isdigit() else args.sample
+    with TraceStore(args.dir) as store:
+        history = prompt_history(store, sample, experiment=args.experiment)
+    if not history:
+        raise KeyError(f"no trajectories for sample {args.sample} in {store.path}")
+    if args.json:
+        print(json.dumps([h.to_dict() for h in history], indent=1, default=str))
+    else:
+        show_history(console(), sample, history)
+    return 0
+
+
 def _add_compact(p: argparse.ArgumentParser) -> None:
     add_dir(p, "the shared trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
     p.add_argument("--min-segments", type=int, default=2, help="merge only batches of at least N (default 2)")
@@ -231,6 +256,7 @@ COMMANDS = {
     "show": (_add_show, traces_show, "one trajectory: turns, tool calls and results, timing, tokens, reward, errors"),
     "diff": (_add_diff, traces_diff, "two trajectories side by side, turn by turn"),
     "group": (_add_group, traces_group, "a GRPO group: every rollout of one sample at one step, with advantages"),
+    "prompt": (_add_prompt, traces_prompt, "one prompt across steps: its group's reward, spread, length, advantages"),
     "compact": (_add_compact, traces_compact, "merge a shared store's small segments (safe while writers publish)"),
     "recover": (_add_recover, traces_recover, "publish what dead writers left in a node-local directory"),
 }

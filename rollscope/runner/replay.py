@@ -48,7 +48,9 @@ class ReplayOutcome:
                 "differences": self.differences, "notes": self.notes,
                 "first_divergence": None if self.diff is None else self.diff.first_divergence,
                 "first_divergent_model_turn":
-                    None if self.diff is None else self.diff.first_divergent_model_turn}  # fmt: skip
+                    None if self.diff is None else self.diff.first_divergent_model_turn,
+                "original_training": None if self.diff is None or self.diff.left.training is None
+                    else self.diff.left.training.to_dict()}  # fmt: skip
 
 
 class ReplayLLM:

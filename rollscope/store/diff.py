@@ -98,9 +98,19 @@ def _turns(record: TrajectoryRecord) -> list[SpanRecord]:
     return [s for s in record.spans if s.kind in _TURN_KINDS]
 
 
+# What the trainer did, compared when either side has it (a replay has none: the original's shows)
+_TRAINING_FIELDS = ("advantage", "policy_version", "step", "uid")
+
+
 def diff_trajectories(left: TrajectoryRecord, right: TrajectoryRecord) -> TrajectoryDiff:
     summary = ("status", "reward", "num_llm_calls", "num_tool_calls", "num_errors")
     fields = {f: (getattr(left, f), getattr(right, f)) for f in summary if getattr(left, f) != getattr(right, f)}
+    trained = (left.training, right.training)
+    if trained != (None, None):
+        for f in _TRAINING_FIELDS:
+            pair = tuple(None if t is None else getattr(t, f) for t in trained)
+            if pair[0] != pair[1]:
+                fields[f"training.{f}"] = pair
     a, b = _turns(left), _turns(right)
     turns = []
     for i in range(max(len(a), len(b))):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from rollscope.store.records import StepStats
 
@@ -26,15 +26,70 @@ class Chart:
     x_labels: list[tuple[float, str]]
     width: int = WIDTH
     height: int = HEIGHT
+    boxes: list[Box] = field(default_factory=list)  # a distribution chart's, one per step
+
+
+@dataclass
+class Box:
+    """One step of a distribution: whiskers at min and max, the box between the quartiles."""
+
+    x: float
+    low: float  # y of the minimum (SVG: larger is lower)
+    q1: float
+    median: float
+    q3: float
+    high: float
+    tip: str
+
+
+def _quantile(ordered: list[float], q: float) -> float:
+    at = q * (len(ordered) - 1)
+    i = int(at)
+    return ordered[i] + (ordered[min(i + 1, len(ordered) - 1)] - ordered[i]) * (at - i)
+
+
+def distribution(title: str, values: dict[int, list[float]]) -> Chart:
+    """Per step, a box of ``values`` (min, quartiles, max): the spread the mean hides, e.g. of the
+    advantages a step trained on."""
+    rows = {x: sorted(v) for x, v in values.items() if x is not None and v}
+    if not rows:
+        return Chart(title, "", [], 0.0, 0.0, [])
+    xs = sorted(rows)
+    y0, y1 = min(min(v) for v in rows.values()), max(max(v) for v in rows.values())
+    y1 = y1 if y1 > y0 else y0 + 1.0
+    x0, x_end = xs[0], xs[-1]
+
+    def px(x: float) -> float:
+        return PAD + (WIDTH - 2 * PAD) * ((x - x0) / (x_end - x0) if x_end > x0 else 0.5)
+
+    def py(y: float) -> float:
+        return HEIGHT - PAD + (2 * PAD - HEIGHT) * (y - y0) / (y1 - y0)
+
+    boxes = []
+    for x in xs:
+        v = rows[x]
+        q1, median, q3 = (_quantile(v, q) for q in (0.25, 0.5, 0.75))
+        tip = f"step {x}: {len(v)} values, min {v[0]:.3g}, median {median:.3g}, max {v[-1]:.3g}"
+        boxes.append(Box(px(x), py(v[0]), py(q1), py(median), py(q3), py(v[-1]), tip))
+    labels = [(px(x), str(x)) for x in sorted({x0, x_end, xs[len(xs) // 2]})]
+    return Chart(title, "", [], y0, y1, labels, boxes=boxes)
 
 
 def charts(steps: list[StepStats], extra: dict[str, dict] | None = None) -> list[Chart]:
     """One chart per metric of ``steps``, then one per ``extra`` series (title -> {step: value})."""
     rows = [s for s in steps if s.step is not None]
-    out = []
     series_of = [(title, [(s.step, value(s)) for s in rows if value(s) is not None]) for title, value in METRICS]
-    series_of += [(title, [(x, y) for x, y in values.items() if x is not None and y is not None])
-                  for title, values in (extra or {}).items()]  # fmt: skip
+    return _lines(series_of) + series_charts(extra or {})
+
+
+def series_charts(extra: dict[str, dict]) -> list[Chart]:
+    """One line chart per series (title -> {step: value})."""
+    return _lines([(title, [(x, y) for x, y in values.items() if x is not None and y is not None])
+                   for title, values in extra.items()])  # fmt: skip
+
+
+def _lines(series_of: list[tuple[str, list[tuple[float, float]]]]) -> list[Chart]:
+    out = []
     for title, series in series_of:
         if not series:
             out.append(Chart(title, "", [], 0.0, 0.0, []))

@@ -21,11 +21,12 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from rollscope.store import TraceStore
 from rollscope.store.diff import turn_text, without_ids
 from rollscope.store.grpo import group_advantages
+from rollscope.store.history import prompt_history
 from rollscope.store.insights import SIGNALS, Signal, Thresholds, insights
 from rollscope.store.reader import ORDERS
-from rollscope.viewer.charts import charts, sparkline
+from rollscope.viewer.charts import Chart, charts, distribution, series_charts, sparkline
 from rollscope.viewer.chat import conversation, ground_truth
-from rollscope.viewer.tokens import token_view
+from rollscope.viewer.tokens import token_view, training_token_view
 from rollscope.viewer.views import figures, first_user_message, fmt, main_text, table_row, tool_call
 
 PAGE_SIZE = 100
@@ -51,7 +52,7 @@ class Viewer:
         TraceStore(directory).close()  # fail now, with the store's message, if the directory is not a store
         self.routes: dict[str, Callable[[dict[str, str], list[str]], str]] = {
             "/": self.index, "/compare": self.compare, "/group": self.group, "/steps": self.steps,
-            "/insights": self.insights,
+            "/insights": self.insights, "/prompt": self.prompt,
         }  # fmt: skip
 
     def store(self) -> TraceStore:
@@ -121,8 +122,11 @@ class Viewer:
             return round(left, 3), round(min(max(width, 0.2), 100 - left), 3)
 
         replays = self.store().trajectories(replay_of=record.id, order_by="start")
+        original = self.store().get(record.replay_of).training if record.replay_of else None
         return self._render("trajectory.html", title=record.id, t=record, roots=record.tree(), bar=bar,
-                            task=first_user_message(record), truth=ground_truth(record), replays=replays)  # fmt: skip
+                            task=first_user_message(record), truth=ground_truth(record), replays=replays,
+                            training=record.training, tv=training_token_view(record), original=original,
+                            threshold=Thresholds().logprob_delta)  # fmt: skip
 
     def compare(self, q: dict[str, str], ids: list[str]) -> str:
         ids = list(dict.fromkeys(i for i in ids if i))
@@ -164,9 +168,23 @@ class Viewer:
             runs.setdefault((s.project, s.experiment), []).append(s)
         found = {(i.project, i.experiment): i for i in insights(
             self.store(), experiment=filters["experiment"], project=filters["project"], validate=filters["validate"])}
+        training: dict[tuple, dict] = {}
+        for r in self.store().training_records(project=filters["project"], experiment=filters["experiment"]):
+            training.setdefault((r.project, r.experiment), {}).setdefault(r.step, []).append(r)
         sections = [{"project": p, "experiment": e, "stats": stats,
-                     "charts": charts(stats, _insight_series(found.get((p, e))))} for (p, e), stats in runs.items()]
+                     "charts": [*charts(stats, _insight_series(found.get((p, e)))),
+                                *_training_charts(training.get((p, e)))]}
+                    for (p, e), stats in runs.items()]  # fmt: skip
         return self._render("steps.html", title="steps", sections=sections, q=q)
+
+    def prompt(self, q: dict[str, str], _: list[str]) -> str:
+        if "sample" not in q:
+            raise BadRequest("a prompt is named by its sample index: /prompt?sample=I")
+        sample = _sample(q)
+        history = prompt_history(self.store(), sample, experiment=q.get("experiment"), project=q.get("project"))
+        if not history:
+            raise KeyError(f"no trajectories for sample {sample}")
+        return self._render("prompt.html", title=f"prompt {sample}", sample=sample, history=history)
 
     def insights(self, q: dict[str, str], _: list[str]) -> str:
         steps = (_int(q, "from", None), _int(q, "to", None))
@@ -195,6 +213,31 @@ def _insight_series(found: Any) -> dict[str, dict]:
     return {title: {s.step: s.share for s in found.of(name)} for title, name in (
         ("zero-variance GRPO groups (share)", "zero_variance"), ("truncated replies (share)", "truncated"),
         ("tool errors per tool call", "tool_errors"))}  # fmt: skip
+
+
+def _training_charts(steps: dict[Any, list] | None) -> list[Chart]:
+    """What the trainer did, per step: the advantages it trained on (a box per step), the share of
+    its GRPO groups with every advantage 0, the rollouts' off-policy lag, the worst log-prob gap."""
+    if not steps:
+        return []
+
+    def per_step(value: Callable[[list], float | None]) -> dict[Any, float | None]:
+        return {step: value(records) for step, records in steps.items()}
+
+    def zero_share(records: list) -> float | None:
+        groups: dict[Any, list] = {}
+        for r in records:
+            groups.setdefault(r.uid, []).append(abs(r.advantage or 0.0) < 1e-6)
+        return sum(all(g) for g in groups.values()) / len(groups) if groups else None
+
+    lags = per_step(lambda rs: (sum(r.lag for r in rs if r.lag is not None) / len(rs)) if rs else None)
+    return [distribution("advantage per step (min, quartiles, max)",
+                         {step: [r.advantage for r in rs if r.advantage is not None] for step, rs in steps.items()}),
+            *series_charts({"GRPO groups with every advantage 0 (share)": per_step(zero_share),
+                            "off-policy lag (mean actor updates behind)": lags,
+                            "max |trainer - rollout| log-prob (nats)": per_step(
+                                lambda rs: max((r.logprob_delta_max for r in rs if r.logprob_delta_max is not None),
+                                               default=None))})]  # fmt: skip
 
 
 def _overall(series: list[Signal]) -> str:
