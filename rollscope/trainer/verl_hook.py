@@ -27,6 +27,7 @@ import logging
 import queue
 import sys
 import threading
+from collections.abc import Callable
 from typing import Any
 
 log = logging.getLogger("rollscope.trainer")
@@ -109,12 +110,17 @@ def _column(non_tensor: dict[str, Any], key: str, rows: int) -> list[Any]:
 
 def capture_v0(trainer: Any, batch: Any) -> None:
     """v0: the batch ``_update_actor`` is given (verl's DataProto, advantages computed)."""
-    if not _traced(trainer.config):
-        return
+    config = trainer.config
+    if _traced(config):
+        recorder.submit(config, v0_step(batch, trainer.global_steps, str(config.algorithm.adv_estimator)))
+
+
+def v0_step(batch: Any, step: int, estimator: str) -> Callable[[], Any]:
+    """The step's arrays from a v0 batch, built when called (on the recorder's thread): until then
+    only references to the batch's tensors are held."""
     from rollscope.agentloops.verl_run import TRAJECTORY_KEY
 
-    tensors, non_tensor, step = batch.batch, dict(batch.non_tensor_batch), trainer.global_steps
-    estimator = str(trainer.config.algorithm.adv_estimator)
+    tensors, non_tensor = batch.batch, dict(batch.non_tensor_batch)
 
     def arrays() -> Any:
         from rollscope.trainer.training_record import StepArrays
@@ -131,7 +137,7 @@ def capture_v0(trainer: Any, batch: Any) -> None:
             max_versions=_column(non_tensor, "max_global_steps", rows), estimator=estimator,
         )  # fmt: skip
 
-    recorder.submit(trainer.config, arrays)
+    return arrays
 
 
 _current = threading.local()  # v1: the trainer and step batch whose advantages are being computed

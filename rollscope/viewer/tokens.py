@@ -130,11 +130,12 @@ def training_token_view(record: TrajectoryRecord, worst: int = DEFAULT_WORST) ->
     tokens, sampled = [], 0
     for i, (o, r, m) in enumerate(zip(old, rollout, mask, strict=False)):
         token_id = ids[i] if i < len(ids) and type(ids[i]) is int else None
+        shown = f"[{token_id}]" if token_id is not None else f"#{i}"
         if m:
-            text = texts[sampled] if sampled < len(texts) else f"[{token_id}]"
+            text = texts[sampled] if sampled < len(texts) else shown
             sampled += 1
         else:
-            text = f"[{token_id}]"
+            text = shown
         delta = _number(o) - _number(r) if m and _number(o) is not None and _number(r) is not None else None
         tokens.append(TrainingToken(i, token_id, text, _number(o), _number(r), delta, _delta_bucket(delta)))
     scored = sorted((t for t in tokens if t.delta is not None), key=lambda t: (-abs(t.delta), t.position))

@@ -101,3 +101,60 @@ def rich_store(tmp_path_factory):
 @pytest.fixture(scope="module")
 def rich_server(rich_store):
     yield from serve(rich_store)
+
+
+def train_on(trace_dir, experiment="viewer"):
+    """What a trainer would record for the stored trajectories (``trainer.training_record`` from
+    arrays shaped as verl's batch), through a tracer of its own, as verl's driver does: per step,
+    GRPO advantages of the stored rewards, 6 response tokens of which 2 are a masked tool
+    response, the trainer's and the rollout's log-probs agreeing except on one planted token of
+    one trajectory (step 1, sample 0, rollout 2: position 4, 1.5 nats), and the trajectories of step
+    2 generated one actor update behind."""
+    import torch
+
+    from rollscope.store import TraceStore
+    from rollscope.trainer.training_record import StepArrays, records
+
+    by_step: dict = {}
+    for t in TraceStore(trace_dir).trajectories(experiment=experiment, limit=None):
+        by_step.setdefault(t.step, []).append(t)
+    tracing.init_tracing(project="proj", experiment=experiment, trace_dir=str(trace_dir))
+    for step, rows in sorted(by_step.items()):
+        rows.sort(key=lambda t: (t.sample_index, t.rollout_n))
+        rewards = torch.tensor([t.reward for t in rows])
+        scores = torch.zeros(len(rows), 6)
+        scores[:, -1] = rewards
+        uids = [f"s{step}-{t.sample_index}" for t in rows]
+        advantages = torch.zeros(len(rows), 6)
+        for uid in set(uids):
+            members = [i for i, u in enumerate(uids) if u == uid]
+            group = rewards[members]
+            advantages[members] = ((group - group.mean()) / (group.std() + 1e-6))[:, None]
+        mask = torch.tensor([[1, 1, 0, 0, 1, 1]] * len(rows))
+        rollout = torch.full((len(rows), 6), -0.5) * mask
+        old = torch.full((len(rows), 6), -0.5)
+        for i, t in enumerate(rows):
+            if (t.step, t.sample_index, t.rollout_n) == (1, 0, 2):
+                old[i, 4] = -2.0
+        versions = [step - 2 if step == 2 else step - 1] * len(rows)
+        arrays = StepArrays(step=step, trajectory_ids=[t.id for t in rows], uids=uids, response_mask=mask,
+                            advantages=advantages, scores=scores, rewards=scores, lengths=torch.full((len(rows),), 6),
+                            old_log_probs=old, rollout_log_probs=rollout, min_versions=versions,
+                            max_versions=versions)  # fmt: skip
+        for tid, record_ in records(arrays):
+            tracing.get_tracer().training(tid, record_)
+    assert tracing.flush_tracing(30)
+    tracing.shutdown_tracing()
+
+
+@pytest.fixture(scope="module")
+def trained_store(tmp_path_factory):
+    path = tmp_path_factory.mktemp("viewer-trained") / "traces"
+    record(path, experiment="trained")
+    train_on(path, experiment="trained")
+    return path
+
+
+@pytest.fixture(scope="module")
+def trained_server(trained_store):
+    yield from serve(trained_store)

@@ -168,3 +168,28 @@ def test_sorting_the_experiment_selector_and_groups_per_experiment(rich_server, 
     shot(browser, "11-groups-per-experiment")
     browser.get(rich_server + "/steps")
     assert len(browser.find_elements(By.CSS_SELECTOR, "section.run")) == 2
+
+
+def test_trained_on_tokens_and_advantage_boxes_as_drawn(trained_server, trained_store, browser):
+    """The training record as Chromium draws it: the masked tool response greyed apart, the planted
+    1.5-nat token in the strongest colour the others lack; one advantage box per step, left to right."""
+    from selenium.webdriver.common.by import By
+
+    from rollscope.store import TraceStore
+
+    [planted] = TraceStore(trained_store).trajectories(step=1, sample_index=0, rollout_n=2)
+    browser.get(f"{trained_server}/t/{planted.id}")
+    strip = browser.find_element(By.ID, "training-tokens")
+    tokens = strip.find_elements(By.CSS_SELECTOR, ".dtok")
+    colours = [t.value_of_css_property("background-color") for t in tokens]
+    assert len(tokens) == 6 and all(t.rect["width"] > 0 for t in tokens)
+    assert colours[2] == colours[3] != colours[0]  # masked: their own grey
+    assert colours[4] not in (colours[0], colours[2]) and colours[0] == colours[1] == colours[5]
+    assert browser.find_element(By.ID, "advantage").text.strip()
+    shot(browser, "10-trained-on-tokens")
+    browser.get(f"{trained_server}/steps")
+    boxes = browser.find_elements(By.CSS_SELECTOR, "g.step-box rect.box")
+    xs = [b.rect["x"] for b in boxes]
+    assert len(boxes) == 3 and xs == sorted(xs) and xs[0] < xs[-1]
+    assert all(b.rect["height"] > 0 and b.rect["width"] > 0 for b in boxes)
+    shot(browser, "11-advantage-boxes")

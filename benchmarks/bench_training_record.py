@@ -1,0 +1,92 @@
+"""The cost of joining what training did to each trajectory, on verl's driver, at a realistic batch
+(default 1,024 trajectories x 2,048 response tokens, CPU tensors, as verl's driver holds them).
+
+Side by side, alternating, on one batch (verl's own ``DataProto``):
+- the hook on the trainer's thread (``verl_hook.capture_v0``: what runs before verl's actor update);
+- the records it hands to its own thread (``training_record.records``: slicing, ``tolist``, group
+  stats), which overlap the actor update instead of delaying it;
+- verl's own GRPO ``compute_advantage`` on the same batch, driver work verl already does per step.
+
+Goal: the trainer's-thread cost ≤ 1 % of a step. A step at this batch size on GPUs takes minutes;
+the ratio to verl's own advantage computation is the figure measured here.
+
+usage: python benchmarks/bench_training_record.py [--rows 1024] [--tokens 2048] [--rounds 5] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
+
+
+def batch(rows: int, tokens: int, n: int = 8):
+    import numpy as np
+    import torch
+    from verl import DataProto
+
+    torch.manual_seed(0)
+    mask = (torch.rand(rows, tokens) > 0.3).long()
+    scores = torch.zeros(rows, tokens)
+    scores[:, -1] = (torch.rand(rows) > 0.5).float()
+    logp = -torch.rand(rows, tokens)
+    tensors = {"responses": torch.randint(0, 32000, (rows, tokens)), "response_mask": mask,
+               "attention_mask": torch.ones(rows, 512 + tokens, dtype=torch.long), "token_level_scores": scores,
+               "token_level_rewards": scores, "old_log_probs": logp, "rollout_log_probs": logp + 1e-3}  # fmt: skip
+    uids = np.array([f"uid-{i // n}" for i in range(rows)], dtype=object)
+    versions = np.array([3] * rows, dtype=object)
+    extra = {"uid": uids, "rollscope_trajectory_id": np.array([f"t{i:06d}" for i in range(rows)], dtype=object),
+             "min_global_steps": versions, "max_global_steps": versions}  # fmt: skip
+    return DataProto.from_dict(tensors=tensors, non_tensors=extra)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=1024)
+    ap.add_argument("--tokens", type=int, default=2048)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--json")
+    args = ap.parse_args()
+    from omegaconf import OmegaConf
+    from verl.trainer.ppo.core_algos import AdvantageEstimator
+    from verl.trainer.ppo.ray_trainer import compute_advantage
+
+    from rollscope.trainer import verl_hook
+    from rollscope.trainer.training_record import records
+
+    data = batch(args.rows, args.tokens)
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"trace": {"backend": "none"}, "n": 8}},
+                               "algorithm": {"adv_estimator": "grpo"}})  # fmt: skip
+    trainer = SimpleNamespace(config=config, global_steps=4)
+    hook, background, verl = [], [], []
+    for _ in range(args.rounds):
+        t0 = time.perf_counter()
+        compute_advantage(data, adv_estimator=AdvantageEstimator.GRPO, num_repeat=8)
+        verl.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        verl_hook.capture_v0(trainer, data)
+        hook.append(time.perf_counter() - t0)
+        verl_hook.recorder.drain()  # its thread has sent the step's records: now time that work here
+        t0 = time.perf_counter()
+        captured = records(verl_hook.v0_step(data, 4, "grpo")())
+        background.append(time.perf_counter() - t0)
+    result = {"rows": args.rows, "tokens": args.tokens, "records": len(captured),
+              "hook_ms": statistics.median(hook) * 1e3, "background_ms": statistics.median(background) * 1e3,
+              "verl_compute_advantage_ms": statistics.median(verl) * 1e3}  # fmt: skip
+    result["hook_vs_verl_advantage"] = result["hook_ms"] / result["verl_compute_advantage_ms"]
+    print(f"{args.rows} trajectories x {args.tokens} tokens: on the trainer's thread {result['hook_ms']:.3f} ms "
+          f"({result['hook_vs_verl_advantage']:.2%} of verl's own compute_advantage, "
+          f"{result['verl_compute_advantage_ms']:.0f} ms); records on the hook's thread "
+          f"{result['background_ms']:.0f} ms (overlapping the actor update)")  # fmt: skip
+    if args.json:
+        Path(args.json).write_text(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

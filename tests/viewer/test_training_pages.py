@@ -1,0 +1,81 @@
+"""What the trainer did, as the viewer and the CLI show it: a trajectory's training facts and
+trained-on tokens by trainer-rollout Δ (masked apart), the per-step advantage boxes and lag, a
+prompt's history, the insights of the trainer's side, and the diff of a trajectory with another."""
+
+import json
+import re
+
+import pytest
+
+from rollscope.cli import main
+from rollscope.store import TraceStore
+from rollscope.store.history import prompt_history
+from rollscope.store.insights import insights
+from rollscope.viewer.server import Viewer
+
+
+def _planted(store):
+    [t] = store.trajectories(step=1, sample_index=0, rollout_n=2)
+    return store.get(t.id)
+
+
+def test_a_trajectory_page_shows_its_training_and_colours_its_tokens_by_delta(trained_store):
+    store = TraceStore(trained_store)
+    t = _planted(store)
+    status, _, body = Viewer(str(trained_store)).handle(f"/t/{t.id}")
+    page = body.decode()
+    assert status == 200 and 'id="training"' in page and 'id="training-tokens"' in page
+    assert re.search(r'id="advantage">' + re.escape(f"{t.training.advantage:.3g}"), page)
+    assert "past 0.5 nats" in page  # its max |Δ| 1.5 passes the mismatch threshold
+    tokens = re.findall(r'<span class="tok dtok (d\w)"', page)
+    assert len(tokens) == 6 and tokens[2:4] == ["dx", "dx"]  # the tool response: masked, apart
+    assert tokens[4] == "d4" and set(tokens[:2] + tokens[5:]) == {"d0"}  # Δ 1.5 at position 4; 0 elsewhere
+    worst = re.search(r'<table class="list worst">.*?</table>', page, re.S).group(0)
+    assert re.findall(r"<tr><td>(\d+)</td>", worst)[0] == "4"
+
+
+def test_steps_page_draws_advantage_boxes_lag_and_the_worst_delta(trained_store):
+    page = Viewer(str(trained_store)).handle("/steps")[2].decode()
+    for title in ("advantage per step", "GRPO groups with every advantage 0", "off-policy lag",
+                  "max |trainer - rollout| log-prob"):  # fmt: skip
+        assert title in page
+    assert page.count('class="step-box"') == 3  # one box per step
+
+
+def test_prompt_history_follows_one_sample_across_steps(trained_store):
+    store = TraceStore(trained_store)
+    history = prompt_history(store, 0, experiment="trained")
+    assert [h.step for h in history] == [0, 1, 2] and all(h.rollouts == 4 for h in history)
+    for h in history:
+        rewards = [t.reward for t in store.trajectories(step=h.step, sample_index=0, experiment="trained")]
+        assert h.mean_reward == pytest.approx(sum(rewards) / 4) and len(h.advantages) == 4
+        assert h.policy_versions == ([0] if h.step == 2 else [h.step - 1])
+    page = Viewer(str(trained_store)).handle("/prompt?sample=0&experiment=trained")[2].decode()
+    assert page.count("<tr class=") == 3
+
+
+def test_insights_flag_the_planted_mismatch_and_the_lagging_step(trained_store):
+    [run] = insights(TraceStore(trained_store), experiment="trained")
+    mismatch = {s.step: s for s in run.of("logprob_mismatch")}
+    assert (mismatch[1].count, mismatch[1].flagged, mismatch[0].count) == (1, True, 0)
+    assert mismatch[1].examples == [_planted(TraceStore(trained_store)).id]
+    lag = {s.step: s for s in run.of("off_policy_lag")}
+    assert (lag[2].count, lag[2].detail["max_lag"], lag[1].count) == (8, 1, 0)
+    assert not lag[2].flagged  # one update behind is within the default bound (--lag 1)
+
+
+def test_traces_show_prompt_and_diff_on_the_command_line(trained_store, capsys):
+    store = TraceStore(trained_store)
+    t = _planted(store)
+    assert main(["traces", "show", t.id, "--dir", str(trained_store), "--json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert shown["training"]["advantage"] == pytest.approx(t.training.advantage)
+    assert shown["training"]["logprob_delta_max"] == pytest.approx(1.5)
+    assert main(["traces", "show", t.id, "--dir", str(trained_store), "--tokens"]) == 0
+    out = capsys.readouterr().out
+    assert "trained-on tokens" in out and "#4" in out and "policy version 0" in out
+    assert main(["traces", "prompt", "0", "--dir", str(trained_store), "--json"]) == 0
+    assert [h["step"] for h in json.loads(capsys.readouterr().out)] == [0, 1, 2]
+    [other] = store.trajectories(step=1, sample_index=0, rollout_n=1)
+    diff = store.diff(t.id, other.id)
+    assert diff.fields["training.advantage"] == (t.training.advantage, store.get(other.id).training.advantage)
