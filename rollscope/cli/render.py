@@ -14,7 +14,7 @@ from rollscope.store.grpo import GroupMember
 from rollscope.store.history import PromptStep
 from rollscope.store.records import SpanRecord, TrajectoryRecord
 from rollscope.viewer.chat import ground_truth
-from rollscope.viewer.tokens import token_view, training_token_view
+from rollscope.viewer.tokens import retokenization, token_view, training_token_view
 from rollscope.viewer.views import figures, first_user_message, fmt, main_text, shorten
 
 TEXT_LIMIT = 600
@@ -65,10 +65,12 @@ def show_trajectory(out: Console, record: TrajectoryRecord, *, full: bool = Fals
     truth = ground_truth(record)
     if truth is not None:
         out.print(f"[bold]ground truth:[/bold] {escape(shorten(truth, limit) or '')}")
-    drift = record.attributes.get("retokenization_drift")
+    drift = retokenization(record)
     if drift is not None:
         out.print(f"[yellow]retokenization drift:[/yellow] the chat template renders the messages to other tokens "
-                  f"from position {drift}")  # fmt: skip
+                  f"from position {drift['position']}; ids from {drift['window_start']}:\n"
+                  f"  trained on: {' '.join(map(str, drift['rollout']))}\n"
+                  f"  template:   {' '.join(map(str, drift['template']))}")  # fmt: skip
     show_training(out, record)
     tree = Tree("[bold]spans[/bold]")
     for root in record.tree():

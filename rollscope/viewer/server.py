@@ -26,7 +26,7 @@ from rollscope.store.insights import SIGNALS, Signal, Thresholds, insights
 from rollscope.store.reader import ORDERS
 from rollscope.viewer.charts import Chart, charts, distribution, series_charts, sparkline
 from rollscope.viewer.chat import conversation, ground_truth
-from rollscope.viewer.tokens import token_view, training_token_view
+from rollscope.viewer.tokens import retokenization, token_view, training_token_view
 from rollscope.viewer.views import figures, first_user_message, fmt, main_text, table_row, tool_call
 
 PAGE_SIZE = 100
@@ -126,6 +126,7 @@ class Viewer:
         return self._render("trajectory.html", title=record.id, t=record, roots=record.tree(), bar=bar,
                             task=first_user_message(record), truth=ground_truth(record), replays=replays,
                             training=record.training, tv=training_token_view(record), original=original,
+                            drift=retokenization(record),
                             threshold=Thresholds().logprob_delta)  # fmt: skip
 
     def compare(self, q: dict[str, str], ids: list[str]) -> str:

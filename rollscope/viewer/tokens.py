@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from rollscope.store.records import SpanRecord, TrajectoryRecord
+from rollscope.store.summary import RETOKENIZATION
 
 # Upper edges of the buckets, most likely first: p >= 0.9, 0.6, 0.37, 0.14, 0.02, below.
 BUCKETS = (-0.1, -0.5, -1.0, -2.0, -4.0)
@@ -140,3 +141,13 @@ def training_token_view(record: TrajectoryRecord, worst: int = DEFAULT_WORST) ->
         tokens.append(TrainingToken(i, token_id, text, _number(o), _number(r), delta, _delta_bucket(delta)))
     scored = sorted((t for t in tokens if t.delta is not None), key=lambda t: (-abs(t.delta), t.position))
     return TrainingTokenView(tokens, scored[:worst], sum(1 for m in mask if not m), bool(texts))
+
+
+def retokenization(record: TrajectoryRecord) -> dict | None:
+    """The run span's chat-template check (``agentloops.retokenization``) when it found the template
+    rendering the conversation to other tokens: position, both id windows, lengths."""
+    for span in record.spans:
+        check = (span.attributes or {}).get(RETOKENIZATION) if span.kind == "agent" else None
+        if isinstance(check, dict) and check.get("match") is False:
+            return check
+    return None

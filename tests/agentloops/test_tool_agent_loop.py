@@ -154,7 +154,8 @@ def test_the_chat_template_renders_the_conversation_as_the_model_saw_it(verl_con
     assert check["match"] is True and "retokenization_drift" not in t.attributes
 
 
-def test_a_template_that_changes_a_reply_is_found_at_the_exact_token(verl_config, tokenizer, local_tracer, read_store):
+def test_a_template_that_changes_a_reply_is_found_at_the_exact_token(verl_config, tokenizer, local_tracer, read_store,
+                                                                     trace_dir):  # fmt: skip
     """A planted mismatch: the template re-renders the assistant's 391 as 392. The first differing
     position is the first token of the reply where the two texts' tokens part."""
     planted = copy.deepcopy(tokenizer)
@@ -170,3 +171,8 @@ def test_a_template_that_changes_a_reply_is_found_at_the_exact_token(verl_config
     sequence = out.prompt_ids + out.response_ids
     assert check["rollout"] == sequence[start : start + len(check["rollout"])]
     assert check["rollout"][check["position"] - start] != check["template"][check["position"] - start]
+    from rollscope.viewer.server import Viewer  # the trajectory page says where, with both windows
+
+    page = Viewer(str(trace_dir)).handle(f"/t/{t.id}")[2].decode()
+    assert f"from position <b>{check['position']}</b>" in page
+    assert "trained on: " + " ".join(map(str, check["rollout"])) in page
