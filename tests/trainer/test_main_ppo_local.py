@@ -113,7 +113,8 @@ def test_policy_version_is_the_one_each_turn_was_generated_with(stored):
 
 def test_trainer_log_probs_agree_with_the_rollouts_on_every_loss_token(stored):
     """The rollout side equals the LLM spans' log-probs token by token; with the server on the
-    actor's weights (float32, both) the trainer's differ by < 1e-5; tool responses are masked,
+    actor's weights (float32, both) the trainer's differ by float noise only (~1e-6 here; at most
+    1.1e-5 over the 768 trajectories of ``make demo-train``, hence 5e-5); tool responses are masked,
     never counted, and shown apart (their rollout log-prob is verl's 0: tens of nats "off")."""
     masked_seen = 0
     for t, tree in stored:
@@ -126,7 +127,7 @@ def test_trainer_log_probs_agree_with_the_rollouts_on_every_loss_token(stored):
         assert on_loss == pytest.approx(sampled[: len(on_loss)], abs=1e-6)
         deltas = [abs(o - r) for o, r, m in zip(values["old_log_probs"], values["rollout_log_probs"], mask,
                                                 strict=True) if m]  # fmt: skip
-        assert t.training.logprob_delta_max == pytest.approx(max(deltas)) and max(deltas) < 1e-5
+        assert t.training.logprob_delta_max == pytest.approx(max(deltas)) and max(deltas) < 5e-5
         if values["masked_tokens"]:
             masked_seen += 1
             assert values["masked_delta_max"] > 1.0 > t.training.logprob_delta_max
