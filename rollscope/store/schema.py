@@ -151,6 +151,26 @@ CREATE INDEX IF NOT EXISTS traj_agent ON trajectories (agent_name);
 CREATE INDEX IF NOT EXISTS traj_status ON trajectories (status);
 CREATE INDEX IF NOT EXISTS traj_reward ON trajectories (reward);
 CREATE INDEX IF NOT EXISTS traj_start ON trajectories (start_ns);
+CREATE TABLE IF NOT EXISTS spans (
+    id TEXT NOT NULL,
+    trajectory_id TEXT NOT NULL,
+    parent_id TEXT,
+    name TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    start_ns INTEGER NOT NULL,
+    end_ns INTEGER,
+    status TEXT NOT NULL,
+    error_type TEXT,
+    error_message TEXT,
+    payload BLOB,
+    PRIMARY KEY (trajectory_id, id)
+) WITHOUT ROWID;
+"""
+
+
+# Created in a shard when its first training record is written (the trainer's process): the
+# rollout workers' shards never hold one.
+TRAINING_DDL = """
 CREATE TABLE IF NOT EXISTS training (
     trajectory_id TEXT PRIMARY KEY,
     project TEXT,
@@ -168,20 +188,6 @@ CREATE TABLE IF NOT EXISTS training (
 );
 CREATE INDEX IF NOT EXISTS training_step ON training (project, experiment, step, advantage);
 CREATE INDEX IF NOT EXISTS training_delta ON training (logprob_delta_max);
-CREATE TABLE IF NOT EXISTS spans (
-    id TEXT NOT NULL,
-    trajectory_id TEXT NOT NULL,
-    parent_id TEXT,
-    name TEXT NOT NULL,
-    kind TEXT NOT NULL,
-    start_ns INTEGER NOT NULL,
-    end_ns INTEGER,
-    status TEXT NOT NULL,
-    error_type TEXT,
-    error_message TEXT,
-    payload BLOB,
-    PRIMARY KEY (trajectory_id, id)
-) WITHOUT ROWID;
 """
 
 

@@ -12,7 +12,15 @@ from pathlib import Path
 from typing import Any
 
 from rollscope.store.records import SpanRecord
-from rollscope.store.schema import DDL, SHARD_SUFFIX, SPAN_COLUMNS, TRAINING_COLUMNS, TRAJECTORY_COLUMNS, decode_payload
+from rollscope.store.schema import (
+    DDL,
+    SHARD_SUFFIX,
+    SPAN_COLUMNS,
+    TRAINING_COLUMNS,
+    TRAINING_DDL,
+    TRAJECTORY_COLUMNS,
+    decode_payload,
+)
 from rollscope.store.segments import DEFAULT_PUBLISH_INTERVAL_S, Publisher, reconcile, recover
 from rollscope.store.summary import TrajectorySummary
 
@@ -78,6 +86,7 @@ class ShardWriter:
             self._db.executescript(DDL)
         except sqlite3.Error as exc:
             raise OSError(f"cannot create trace store {self.path}: {exc}") from exc
+        self._has_training = False  # the training table: made with the first training record
         self.publisher: Publisher | None = None
         if local_dir is not None:
             writer = self.path.name[: -len(SHARD_SUFFIX)]
@@ -105,7 +114,14 @@ class ShardWriter:
                 ((reward, json.dumps(details, default=str), tid) for tid, reward, details in rewards),
             )
             db.executemany(_ADD_COUNTS, counts)
-            db.executemany(_INSERT_TRAINING, training)
+            training = list(training)
+            if training:
+                if not self._has_training:
+                    for statement in TRAINING_DDL.split(";"):
+                        if statement.strip():
+                            db.execute(statement)
+                    self._has_training = True
+                db.executemany(_INSERT_TRAINING, training)
             if position is not None:
                 db.execute(_SET_POSITION, (str(position),))
             db.execute("COMMIT")

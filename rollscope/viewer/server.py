@@ -196,6 +196,8 @@ class Viewer:
             table = []
             for name, (counts, meaning) in SIGNALS.items():
                 series = run.of(name)
+                if not series:  # the trainer's signals, for a run no trainer recorded
+                    continue
                 table.append({"name": name, "counts": counts, "meaning": meaning, "series": series,
                               "total": _overall(series), "trend": sparkline(series),
                               "flagged": [s.step for s in series if s.flagged],

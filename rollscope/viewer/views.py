@@ -92,6 +92,10 @@ def figures(span: SpanRecord) -> str:
     outputs = span.outputs if isinstance(span.outputs, dict) else {}
     if outputs.get("stop_reason"):
         parts.append(f"stop {outputs['stop_reason']}")
+    version = (outputs.get("extra_fields") or {}).get("global_steps") if isinstance(outputs.get("extra_fields"), dict) \
+        else None  # fmt: skip
+    if version is not None:  # the weights the server generated this turn with (verl's rollout servers say)
+        parts.append(f"policy v{version}")
     return " · ".join(parts)
 
 

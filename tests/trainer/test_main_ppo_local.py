@@ -105,8 +105,11 @@ def test_every_trajectory_carries_its_group_and_advantage_as_verl_computed_them(
 
 
 def test_policy_version_is_the_one_each_turn_was_generated_with(stored):
+    from rollscope.viewer.views import figures
+
     for t, tree in stored:
         versions = [s.outputs["extra_fields"]["global_steps"] for s in _llm_spans(tree)]
+        assert all(f"policy v{v}" in figures(s) for s, v in zip(_llm_spans(tree), versions, strict=True))
         assert t.training.policy_version == min(versions) == t.step - 1  # the weights of the step before
         assert t.training.values["policy_version_max"] == max(versions) and t.training.lag == 0
 

@@ -75,3 +75,40 @@ def test_the_trainers_record_joins_a_trajectory_stored_by_another_process(trace_
     assert [r.trajectory_id for r in store.training_records(step=3)] == sorted([first.id, second.id])
     assert [r.trajectory_id for r in store.training_records(min_delta=0.05)] == [first.id]
     assert store.training_records(experiment="other") == []
+
+
+def test_verl_loads_the_join_and_it_wraps_verls_own_trainers():
+    """The entry point verl imports in every process, and what it wraps once verl's trainer
+    modules are imported (v0's actor update, v1's advantage step, both fits)."""
+    from importlib.metadata import entry_points
+
+    assert "rollscope.trainer.verl_hook" in {ep.value for ep in entry_points(group="verl.plugins")}
+    import verl.trainer.ppo.ray_trainer as v0
+    import verl.trainer.ppo.v1.trainer_base as v1
+
+    from rollscope.trainer import verl_hook
+
+    verl_hook.install()  # idempotent: nothing wrapped twice
+    for method in (v0.RayPPOTrainer._update_actor, v0.RayPPOTrainer.fit, v1.PPOTrainer._compute_advantage,
+                   v1.PPOTrainer.fit, v1.compute_advantage_for_multi_trajectories):  # fmt: skip
+        assert method.__code__.co_filename == verl_hook.__file__  # rollscope's wrapper ...
+        assert method.__wrapped__.__module__.startswith("verl.")  # ... around verl's own method
+        assert not hasattr(method.__wrapped__, "__wrapped__")  # once
+
+
+def test_a_batch_the_join_cannot_read_never_fails_training(caplog):
+    """A step whose batch lacks what the records need is said and skipped; the next is recorded."""
+
+    from omegaconf import OmegaConf
+
+    from rollscope.trainer.verl_hook import _Recorder
+
+    recorder = _Recorder()
+    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"trace": {"backend": "none"}}}})
+    recorder.submit(config, lambda: {}["advantages"])
+    recorder.submit(config, lambda: step())
+    recorder.drain(30)
+    assert (recorder.failed, recorder.sent) == (1, 2)
+    assert "a step's training records not recorded: KeyError" in caplog.text
+    assert recorder.thread is not None and recorder.thread.is_alive()  # still there for the next step
+    tracing.shutdown_tracing()

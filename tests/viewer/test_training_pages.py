@@ -79,3 +79,23 @@ def test_traces_show_prompt_and_diff_on_the_command_line(trained_store, capsys):
     [other] = store.trajectories(step=1, sample_index=0, rollout_n=1)
     diff = store.diff(t.id, other.id)
     assert diff.fields["training.advantage"] == (t.training.advantage, store.get(other.id).training.advantage)
+
+
+def test_a_replay_shows_the_originals_advantage_and_version_beside_its_own_reward(trained_store):
+    """A replay (``rollscope replay``) trains on nothing: its page and its diff with the original
+    carry the original's advantage and policy version beside the replay's reward."""
+    from rollscope import tracing
+
+    store = TraceStore(trained_store)
+    original = _planted(store)
+    tracing.init_tracing(project="proj", experiment="trained", trace_dir=str(trained_store))
+    with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=2, name="tool_agent", replay_of=original.id) as r:
+        tracing.set_reward(0.25)
+    tracing.shutdown_tracing()
+    page = Viewer(str(trained_store)).handle(f"/t/{r.id}")[2].decode()
+    banner = re.search(r'<p class="banner" id="original-training">(.*?)</p>', page, re.S).group(1)
+    assert f"advantage {original.training.advantage:.3g}" in banner and "policy version 0" in banner
+    assert "reward is 0.25" in banner
+    diff = TraceStore(trained_store).diff(original.id, r.id)
+    assert diff.fields["training.advantage"] == (original.training.advantage, None)
+    assert diff.fields["training.policy_version"] == (0, None)
