@@ -35,7 +35,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollscope.store.schema import DDL, SHARD_SUFFIX
+from rollscope.store.schema import DDL, SHARD_SUFFIX, TRAINING_DDL
 
 log = logging.getLogger("rollscope.store")
 
@@ -46,6 +46,7 @@ _NAME = re.compile(r"^(?P<writer>[^~.][^~]*)~(?P<seq>\d+)~(?P<lo>-?\d+|n)~(?P<hi
                    + re.escape(SHARD_SUFFIX) + "$")  # fmt: skip
 _LIVE_NAME = re.compile(r"^(?P<writer>[^~.][^~]*)~(?P<seq>\d+)~(?P<gen>\d+)" + re.escape(SHARD_SUFFIX) + "$")
 COMPACT_WRITER = "compact"
+_TRAINING_SEAL = "training~{}"  # the sealed table's entry for a segment of training records (keeps its number)
 
 
 @dataclass(frozen=True)
@@ -116,8 +117,9 @@ def visible(directory: Path, cache: dict[Path, list]) -> tuple[list[Segment], li
 
 
 def _split_ddl() -> tuple[str, str]:
-    """The store's DDL as (tables, indexes)."""
-    lines = "\n".join(line for line in DDL.splitlines() if not line.lstrip().startswith("--"))
+    """The store's DDL as (tables, indexes); a segment always has the training table (it may hold
+    a trainer's records)."""
+    lines = "\n".join(line for line in (DDL + TRAINING_DDL).splitlines() if not line.lstrip().startswith("--"))
     statements = [s.strip() for s in lines.split(";") if s.strip()]
     indexes = [s for s in statements if s.upper().startswith("CREATE INDEX")]
     tables = [s for s in statements if s not in indexes]
@@ -151,8 +153,10 @@ def _write_file(target: Path, fill) -> None:
     _fsync(target.parent)
 
 
-def _copy(db: sqlite3.Connection, source: Path | str, ids_sql: str, params: Iterable = ()) -> None:
-    """Copy whole trajectories (rows, spans) chosen by ``ids_sql`` over ``source`` into ``db``."""
+def _copy(db: sqlite3.Connection, source: Path | str, ids_sql: str, params: Iterable = (),
+          training: str | None = None, training_params: Iterable = ()) -> None:  # fmt: skip
+    """Copy whole trajectories (rows, spans) chosen by ``ids_sql`` over ``source`` into ``db``, and
+    the training records chosen by the ``training`` condition (None: none)."""
     db.execute("ATTACH DATABASE ? AS src", (str(source),))
     try:
         db.execute("BEGIN")
@@ -161,6 +165,10 @@ def _copy(db: sqlite3.Connection, source: Path | str, ids_sql: str, params: Iter
                    "WHERE id IN (SELECT id FROM pick)")  # fmt: skip
         db.execute("INSERT OR REPLACE INTO main.spans SELECT * FROM src.spans "
                    "WHERE trajectory_id IN (SELECT id FROM pick)")  # fmt: skip
+        has_training = db.execute("SELECT 1 FROM src.sqlite_master WHERE name = 'training'").fetchone()
+        if training is not None and has_training:
+            db.execute(f"INSERT OR REPLACE INTO main.training SELECT * FROM src.training WHERE {training}",
+                       tuple(training_params))  # fmt: skip
         db.execute("DROP TABLE pick")
         db.execute("COMMIT")
     finally:
@@ -183,6 +191,9 @@ class Publisher:
         self.mark = db.execute("SELECT COALESCE(MAX(rowid), 0) FROM trajectories").fetchone()[0]
         unsealed = db.execute("SELECT id FROM trajectories WHERE id NOT IN (SELECT id FROM sealed)")
         self.waiting = {r[0] for r in unsealed}
+        # the training records (a trainer's process) published so far, by rowid: kept with the data
+        found = db.execute("SELECT value FROM meta WHERE key = 'training_published'").fetchone()
+        self.training_mark = int(found[0]) if found else 0
         self.gen = 0
         self.live_shown = True  # a view of this writer may be in the shared directory
         self.next_at = time.monotonic() + interval_s
@@ -213,6 +224,7 @@ class Publisher:
                     waiting.add(tid)
             if ready:
                 self._seal(ready)
+            self._seal_training()
             self.waiting = waiting
             self._live_view(final)
         except (OSError, sqlite3.Error) as exc:
@@ -233,6 +245,31 @@ class Publisher:
         # after the rename: a crash in between is reconciled from the segment (``reconcile``)
         self.db.execute("INSERT OR IGNORE INTO sealed SELECT value, ? FROM json_each(?)", (seq, json.dumps(ids)))
         self.seq = seq
+
+    def _seal_training(self) -> None:
+        """The training records written since the last publish, as a segment of their own (they
+        join trajectories other writers published); a record re-sent later is published again,
+        and the reader takes the newest."""
+        if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'training'").fetchone():
+            return
+        upto = self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM training").fetchone()[0]
+        if upto <= self.training_mark:
+            return
+        seq = self.seq + 1
+        target = self.shared / SEGMENTS / f"{self.writer}~{seq:08d}~n~n{SHARD_SUFFIX}"
+        _write_file(target, lambda db: _copy(db, self.local_path, "SELECT NULL AS id WHERE 0", (),
+                                             "rowid > ? AND rowid <= ?", (self.training_mark, upto)))  # fmt: skip
+        self.db.execute("BEGIN")
+        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('training_published', ?)", (str(upto),))
+        self.db.execute("INSERT OR IGNORE INTO sealed VALUES (?, ?)", (_TRAINING_SEAL.format(seq), seq))
+        self.db.execute("COMMIT")
+        self.seq, self.training_mark = seq, upto
+
+    def training_pending(self) -> bool:
+        """Whether training records are written here that no segment holds yet."""
+        if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'training'").fetchone():
+            return False
+        return self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM training").fetchone()[0] > self.training_mark
 
     def _live_view(self, final: bool) -> None:
         """The writer's unsealed trajectories as one file (none needed when there are none)."""
@@ -261,7 +298,10 @@ def reconcile(db: sqlite3.Connection, shared: Path, writer: str) -> None:
         if s is not None and s.writer == writer and s.seq > known:
             seg = open_immutable(s.path)
             ids = [r[0] for r in seg.execute("SELECT id FROM trajectories")]
+            trained = seg.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'training'").fetchone()[0]
             seg.close()
+            # (a segment of training records only holds no trajectory: its number is kept all the same)
+            ids = ids or ([_TRAINING_SEAL.format(s.seq)] if trained else [])
             db.execute("INSERT OR IGNORE INTO sealed SELECT value, ? FROM json_each(?)", (s.seq, json.dumps(ids)))
 
 
@@ -288,9 +328,10 @@ def recover(local_dir: Path, shared: Path, *, alive: set[int] | None = None) -> 
             db = sqlite3.connect(path, isolation_level=None)
             try:
                 reconcile(db, shared, writer)
-                sealed = Publisher(db, path, shared, writer).publish(final=True)
+                publisher = Publisher(db, path, shared, writer)
+                sealed = publisher.publish(final=True)
                 unsealed = "SELECT COUNT(*) FROM trajectories WHERE id NOT IN (SELECT id FROM sealed)"
-                left = db.execute(unsealed).fetchone()[0]
+                left = db.execute(unsealed).fetchone()[0] + publisher.training_pending()
             finally:
                 db.close()
         finally:
@@ -352,7 +393,8 @@ def compact(directory: Path, *, min_segments: int = 2, target_bytes: int = 64 * 
         def fill(db: sqlite3.Connection, batch: list[Segment] = batch) -> None:
             db.execute("CREATE TABLE sources (name TEXT PRIMARY KEY, writer TEXT NOT NULL, seq INTEGER NOT NULL)")
             for s in batch:
-                _copy(db, f"{s.path.resolve().as_uri()}?mode=ro&immutable=1", "SELECT id FROM src.trajectories")
+                _copy(db, f"{s.path.resolve().as_uri()}?mode=ro&immutable=1", "SELECT id FROM src.trajectories",
+                      training="1")  # fmt: skip
                 for name, writer, seq in (_sources(s.path, cache) if s.writer == COMPACT_WRITER
                                           else [(s.path.name, s.writer, s.seq)]):  # fmt: skip
                     db.execute("INSERT OR IGNORE INTO sources VALUES (?, ?, ?)", (name, writer, seq))

@@ -166,7 +166,7 @@ class ShardWriter:
         if publisher is not None:
             publisher.publish(final=True)
             left = self._db.execute("SELECT COUNT(*) FROM trajectories WHERE id NOT IN (SELECT id FROM sealed)")
-            done = left.fetchone()[0] == 0
+            done = left.fetchone()[0] == 0 and not publisher.training_pending()
         self._db.close()
         if done:  # all of it is in the shared directory now
             for suffix in ("", "-wal", "-shm"):

@@ -144,3 +144,30 @@ def test_a_read_only_copy_of_a_finished_shared_store_is_fully_readable(tmp_path)
     finally:
         for root, _, _ in os.walk(copy):
             os.chmod(root, stat.S_IRWXU)
+
+
+def test_a_trainers_records_are_published_and_survive_compaction(tmp_path):
+    """The trainer's process writes only training records (the trajectories are other writers'):
+    in the shared layout they are sealed into a segment of their own, read by a reader of the
+    shared directory, kept by compaction, and the node-local database is removed once they are out."""
+    from rollscope import tracing
+
+    shared, worker_local, trainer_local = tmp_path / "shared", tmp_path / "w", tmp_path / "t"
+    tracing.init_tracing(trace_dir=str(shared), local_dir=str(worker_local), sidecar=False, experiment="e")
+    ids = []
+    for i in range(3):
+        with tracing.rollout_trace_attr(step=1, sample_index=i, rollout_n=0) as t:
+            tracing.set_reward(1.0)
+        ids.append(t.id)
+    tracing.shutdown_tracing()
+    tracing.init_tracing(trace_dir=str(shared), local_dir=str(trainer_local), sidecar=False, experiment="e")
+    for i, tid in enumerate(ids):
+        tracing.get_tracer().training(tid, {"step": 1, "uid": f"u{i}", "advantage": 0.5 * i, "lag": 0})
+    tracing.shutdown_tracing()
+    assert not list(trainer_local.glob("*.rstrace"))  # all of it published: the local database is gone
+    store = TraceStore(shared)
+    assert [store.get(tid).training.advantage for tid in ids] == [0.0, 0.5, 1.0]
+    assert len(compact(shared, min_segments=2)) == 1
+    store = TraceStore(shared)
+    assert [store.get(tid).training.uid for tid in ids] == ["u0", "u1", "u2"]
+    assert len(store.training_records(experiment="e")) == 3

@@ -61,7 +61,6 @@ class LocalBackend(TraceBackend):
         self._rewards: list[tuple[str, float | None, dict[str, Any]]] = []
         self._late_counts: list[tuple] = []
         self._training: list[tuple] = []
-        self._training_unpublished = False  # said once: the shared layout does not publish training records
         # Per open trajectory, what its spans add up to so far (the columns ``traces ls`` and insights read).
         self._open: dict[str, TrajectorySummary] = self.writer.running_summaries() if resume_shard is not None else {}
         self.resumed_position = self.writer.position() if resume_shard is not None else 0
@@ -107,11 +106,6 @@ class LocalBackend(TraceBackend):
         self._rewards.append((trajectory_id, reward, details))
 
     def on_training(self, trajectory_id: str, record: dict[str, Any]) -> None:
-        if self.writer.publisher is not None and not self._training_unpublished:
-            self._training_unpublished = True
-            log.warning("trace store: training records are kept in the node-local shard %s; the shared layout does "
-                        "not publish them to %s yet (read them there, or run the trainer's process without "
-                        "local_dir)", self.writer.path, self.writer.directory)  # fmt: skip
         self._training.append(training_row(trajectory_id, record, self.project, self.experiment))
 
     def publish(self) -> None:
