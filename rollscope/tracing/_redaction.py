@@ -1,10 +1,15 @@
 """Secret redaction, applied to every payload before any backend (the local store included) sees it.
 
-Three nets, because each misses what the others catch: well-known credential shapes (provider
-key prefixes, bearer tokens, JWTs, private keys), values under secret-sounding keys
-(``password=...``, ``{"api_key": ...}``), and the literal values of secret-looking environment
+Four nets, because each misses what the others catch: well-known credential shapes (provider
+key prefixes, bearer tokens, JWTs, private keys); the detectors of Yelp's detect-secrets, a
+maintained set (its regex detectors — AWS, Azure storage, Artifactory, Cloudant, Discord, GitLab,
+IBM, Mailchimp, npm, PyPI, SendGrid, Slack, Square, Stripe, Telegram, Twilio, ... — and its keyword
+detector's assignment and comparison patterns for many languages and config formats, compiled here
+once, each behind a cheap substring test); values under secret-sounding keys (``password=...``,
+``{"api_key": ...}``, ``--password x``); and the literal values of secret-looking environment
 variables of this process (so a key that leaks into a prompt or tool output is caught whatever
-its shape).
+its shape). A hand-written list alone finds the next gap in each new corpus
+(``tests/fixtures/detect_secrets``: detect-secrets' own test cases).
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Mapping
+from typing import Any
 
 REDACTED = "[REDACTED]"
 
@@ -22,7 +28,8 @@ _SHAPES: list[tuple[str, str, str]] = [  # (literal, regex, replacement)
     ("sk-", r"sk-(?:ant-|proj-)?[A-Za-z0-9_\-]{16,}", REDACTED),  # OpenAI / Anthropic (sk-ant-)
     ("k_", r"\b[spr]k_(?:live|test)_[A-Za-z0-9]{10,}", REDACTED),  # Stripe secret / publishable / restricted
     ("glpat-", r"glpat-[A-Za-z0-9_\-]{20,}", REDACTED),  # GitLab
-    ("://", r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]+:)[^\s@/]+(?=@)", rf"\g<keep>{REDACTED}"),  # DSN
+    # DSN / URL credential, the user possibly empty (redis://:password@host)
+    ("://", r"(?P<keep>\b[A-Za-z][A-Za-z0-9+.\-]*://[^\s:/@]*:)[^\s@/]+(?=@)", rf"\g<keep>{REDACTED}"),
     ("AKIA", r"AKIA[0-9A-Z]{16}", REDACTED),  # AWS access key id
     ("_", r"gh[pousr]_[A-Za-z0-9]{20,}", REDACTED),  # GitHub
     ("github_pat_", r"github_pat_[A-Za-z0-9_]{20,}", REDACTED),
@@ -36,6 +43,114 @@ _SHAPES: list[tuple[str, str, str]] = [  # (literal, regex, replacement)
     # Authorization: Basic <base64>; a digit, '+', '/' or '=' in it tells it from "basic information"
     ("asic", r"(?P<keep>\b[Bb]asic\s+)(?=[A-Za-z0-9+/]*[0-9+/=])[A-Za-z0-9+/]{8,}=*", rf"\g<keep>{REDACTED}"),
 ]
+# A command line's secret flag and its value: --password X, --db-password=X, --api-key X.
+_SHAPES.append(("--", r"(?i)(?P<keep>--(?:[a-z0-9]+-)*(?:password|passwd|pass|secret|token|api-?key|access-?key|"
+                      r"secret-?key|auth)(?:\s+|=))(?!-)[^\s\"']+", rf"\g<keep>{REDACTED}"))
+# A long hex or base64 value right after a secret-sounding word in prose ("my api key is 9f86...",
+# "the secret: dGhp..."): a value that cannot be a word, in a context that says what it is.
+_SHAPES.append(("", r"(?i)(?P<keep>\b(?:api[ _-]?key|secret(?:[ _-]?key)?|token|password|access[ _-]?key|"
+                   r"private[ _-]?key)\b(?:\s+(?:is|was|=|:)|\s*[:=])?\s+)"
+                   r"(?:[A-Fa-f0-9]{32,}|(?=[A-Za-z0-9+/]*[0-9+/])[A-Za-z0-9+/]{24,}={0,2})(?![A-Za-z0-9+/=])",
+               rf"\g<keep>{REDACTED}"))  # (any case: no literal to test first)
+# detect-secrets' detectors that name no secret (a public IP address is not a credential)
+_NOT_SECRETS = frozenset({"IPPublicDetector"})
+# A private key block cut off (a truncated paste, an END line missing): from BEGIN to the end.
+_OPEN_PRIVATE_KEY = re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-*[\s\S]*")
+
+
+def _detector_rules() -> tuple[list[tuple[re.Pattern[str], tuple[str, ...], bool]], list[tuple[re.Pattern[str], int]]]:
+    """detect-secrets' regex detectors' patterns, each with the substrings one of which it needs
+    (its gate: the pattern is run only on text holding one) and whether the gate is tested on the
+    lower-cased text; and its keyword detector's (pattern, group of the secret) pairs over every
+    file type it knows, each once."""
+    from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
+    from detect_secrets.plugins import keyword
+    from detect_secrets.plugins.base import RegexBasedDetector
+
+    shapes: list[tuple[re.Pattern[str], tuple[str, ...], bool]] = []
+    for cls in get_mapping_from_secret_type_to_class().values():
+        if not issubclass(cls, RegexBasedDetector) or cls.__name__ in _NOT_SECRETS:
+            continue
+        for pattern in cls().denylist:
+            if any(p is pattern for p, _, _ in shapes):
+                continue
+            if pattern.pattern.startswith(_ASSIGNMENT_PREFIX):  # a vendor's `<name>_<key word> = value`
+                shapes.append((pattern, _KEYWORD_HINTS, True))
+            else:
+                lower = bool(pattern.flags & re.IGNORECASE)
+                gate = required_literals(pattern)
+                shapes.append((pattern, tuple(g.lower() for g in gate) if lower else gate, lower))
+    keywords: dict[re.Pattern[str], int] = {}
+    for table in (*keyword.REGEX_BY_FILETYPE.values(), keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP):
+        keywords.update(table)
+    return shapes, list(keywords.items())
+
+
+# How detect-secrets' ``build_assignment_regex`` patterns begin: each also needs a key word
+# (key, pass, pwd, pw, token, secret) in the text.
+_ASSIGNMENT_PREFIX = r"(?:(?<=\W)|(?<=^))"
+
+
+def required_literals(pattern: re.Pattern[str]) -> tuple[str, ...]:
+    """Substrings one of which every match of ``pattern`` contains: its longest run of literal
+    characters outside any optional or repeated part, or, for a leading alternation, each
+    branch's leading run. ``("",)`` (always true) when there is none."""
+    try:
+        from re import _parser as parser  # type: ignore[attr-defined]
+    except ImportError:  # Python 3.10
+        import sre_parse as parser  # type: ignore[no-redef]
+    try:
+        items = list(parser.parse(pattern.pattern, pattern.flags))
+    except Exception:
+        return ("",)
+    return _literals_of(items) or ("",)
+
+
+def _literals_of(items: list) -> tuple[str, ...]:
+    from re import _constants as c  # type: ignore[attr-defined]
+
+    best, run = "", ""
+    alternatives: tuple[str, ...] = ()
+    for op, arg in _flatten(items, c):
+        if op is c.LITERAL:
+            run += chr(arg)
+            continue
+        best, run = max(best, run, key=len), ""
+        if op is c.BRANCH and not best and not alternatives:
+            heads = tuple(_leading(list(branch), c) for branch in arg[1])
+            alternatives = heads if all(heads) else ()
+    best = max(best, run, key=len)
+    return (best,) if best else alternatives
+
+
+def _flatten(items: list, c: Any) -> list:
+    """A pattern's top-level items with plain groups opened (their contents are as mandatory)."""
+    out = []
+    for op, arg in items:
+        if op is c.SUBPATTERN:
+            inner = list(arg[-1])
+            if len(inner) == 1 and inner[0][0] is c.BRANCH:
+                out.append(inner[0])
+            else:
+                out.extend(_flatten(inner, c))
+        else:
+            out.append((op, arg))
+    return out
+
+
+def _leading(items: list, c: Any) -> str:
+    run = ""
+    for op, arg in _flatten(items, c):
+        if op is not c.LITERAL:
+            break
+        run += chr(arg)
+    return run
+
+# The words one of the keyword patterns needs (detect-secrets' DENYLIST, lower-cased): a line
+# without any is not looked at.
+_KEYWORD_HINTS = ("pass", "pw", "secret", "key", "token", "auth", "private", "cred")
+_LINE = re.compile(r"[^\n]+")
+_GLOBAL_MIN = 8  # a found secret this long is redacted wherever it occurs, not only where found
 # Cheap pre-check for the assignment pattern, which has no literal prefix.
 _ASSIGNMENT_WORDS = ("key", "secret", "pass", "pwd", "token")
 
@@ -87,6 +202,7 @@ class Redactor:
             except re.error as exc:
                 raise ValueError(f"redact pattern {p!r} is not a valid regular expression: {exc}") from exc
         self._assignment = re.compile(_ASSIGNMENT)
+        self._detectors, self._keywords = _detector_rules()
 
     def text(self, s: str) -> str:
         for value in self._literals:
@@ -95,10 +211,53 @@ class Redactor:
         for hint, pattern, replacement in self._shapes:
             if hint in s:
                 s = pattern.sub(replacement, s)
+        s = self._detected(s)
         for pattern in self._user:
             s = pattern.sub(REDACTED, s)
         if ("=" in s or ":" in s) and any(w in s.lower() for w in _ASSIGNMENT_WORDS):
             s = self._assignment.sub(lambda m: m.group("name") + REDACTED, s)
+        return s
+
+    def _detected(self, s: str) -> str:
+        """What detect-secrets' detectors find in ``s``, replaced where found; a long secret (one
+        that cannot be an ordinary word) also wherever else it occurs."""
+        spans: list[tuple[int, int]] = []
+        lowered = s.lower()
+        hinted = any(h in lowered for h in _KEYWORD_HINTS)
+        for pattern, gate, lower in self._detectors:
+            if gate is _KEYWORD_HINTS:
+                if not hinted:
+                    continue
+            elif not any(g in (lowered if lower else s) for g in gate):
+                continue
+            for match in pattern.finditer(s):
+                groups = [i for i, g in enumerate(match.groups(), 1) if g]
+                spans.extend(match.span(i) for i in groups or [0])
+        if hinted:
+            for line in _LINE.finditer(s):
+                low = line.group().lower()
+                if any(h in low for h in _KEYWORD_HINTS):
+                    for pattern, group in self._keywords:
+                        match = pattern.search(line.group())
+                        if match and match.group(group):
+                            start, end = match.span(group)
+                            spans.append((line.start() + start, line.start() + end))
+        if "PRIVATE KEY" in s:
+            spans.extend(m.span() for m in _OPEN_PRIVATE_KEY.finditer(s))
+        if not spans:
+            return s
+        long = {s[a:b] for a, b in spans if b - a >= _GLOBAL_MIN}
+        out, at = [], 0
+        for a, b in sorted(spans):
+            if b <= at:
+                continue
+            out.append(s[at:max(a, at)])
+            out.append(REDACTED)
+            at = b
+        out.append(s[at:])
+        s = "".join(out)
+        for secret in sorted(long, key=len, reverse=True):
+            s = s.replace(secret, REDACTED)
         return s
 
     @staticmethod
