@@ -7,6 +7,7 @@ import os
 import sqlite3
 from typing import Any
 
+from rollscope.store.filesystems import filesystem_of, is_network, node_local_dir
 from rollscope.store.schema import (
     SPAN_COLUMNS,
     TRAJECTORY_COLUMNS,
@@ -32,6 +33,25 @@ MAX_RETAINED_SPANS = 200_000  # kept in memory for a retry while the store canno
 _EMPTY = TrajectorySummary()
 
 
+_announced: set[str] = set()  # network stores already said, once per process
+
+
+def local_dir_for(trace_dir: os.PathLike, mountinfo: str | None = None) -> str | None:
+    """A node-local directory for the live database when ``trace_dir`` is on a network file
+    system (said once), else None (the single-host layout). ``mountinfo``: the mount table to
+    read instead of this process's."""
+    fstype = filesystem_of(trace_dir, mountinfo)
+    if not is_network(fstype):
+        return None
+    local = node_local_dir(trace_dir)
+    if str(trace_dir) not in _announced:
+        _announced.add(str(trace_dir))
+        log.warning("trace store %s is on %s: writing its live database on this node's %s and publishing sealed "
+                    "segments into the store (set local_dir or ROLLSCOPE_LOCAL_DIR to choose)", trace_dir, fstype,
+                    local)  # fmt: skip
+    return str(local)
+
+
 class LocalBackend(TraceBackend):
     name = "local"
     options = frozenset({"trace_dir", "local_dir", "publish_interval_s"})
@@ -49,11 +69,12 @@ class LocalBackend(TraceBackend):
         resume_shard: str | os.PathLike | None = None,
     ) -> None:
         """``local_dir`` (or ``$ROLLSCOPE_LOCAL_DIR``): a shared ``trace_dir`` on a network file
-        system gets sealed segments, the live database stays on this node (``store.segments``).
+        system gets sealed segments, the live database stays on this node (``store.segments``);
+        chosen by itself (``store.filesystems.node_local_dir``) when ``trace_dir`` is on one.
         ``resume_shard``: continue the shard a killed trace sidecar was writing, from the
         position it committed last (``resumed_position``), with its open trajectories' counts."""
         super().__init__(project=project, experiment=experiment)
-        local_dir = local_dir or os.environ.get(ENV_LOCAL_DIR) or None
+        local_dir = local_dir or os.environ.get(ENV_LOCAL_DIR) or local_dir_for(resolve_dir(trace_dir))
         self.writer = ShardWriter(resolve_dir(trace_dir), existing=resume_shard, local_dir=local_dir,
                                   publish_interval_s=float(publish_interval_s))  # fmt: skip
         self._trajectories: dict[str, tuple] = {}
