@@ -98,6 +98,13 @@ def _stopped_sidecar_with_unread_events(n_before, n_after):
     assert worker._sent == stored + n_after * per_rollout
     os.kill(worker.proc.pid, signal.SIGKILL)
     worker.proc.wait(10)
+    # Until the traced process has seen the child go (its reader thread, at the pipe's end), a
+    # batch sent meanwhile is lost when nothing is kept for replay (counted): wait for it, so the
+    # callers' later rollouts are the fallback's on a loaded machine too.
+    deadline = time.monotonic() + 60
+    while worker._fallback is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert worker._fallback is not None
     return worker, worker._sent - stored
 
 
