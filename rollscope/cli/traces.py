@@ -148,6 +148,11 @@ def traces_diff(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sample(text: str) -> int | str:
+    """A sample index as typed: an integer when it reads as one, else the text."""
+    return int(text) if text.lstrip("-").isdigit() else text
+
+
 def _add_group(p: argparse.ArgumentParser) -> None:
     p.add_argument("step", type=int)
     p.add_argument("sample", help="sample index")
@@ -160,7 +165,7 @@ def traces_group(args: argparse.Namespace) -> int:
     from rollscope.cli.render import console, show_group
     from rollscope.store.grpo import group_advantages
 
-    sample = int(args.sample) if args.sample.lstrip("-").isdigit() else args.sample
+    sample = _sample(args.sample)
     with TraceStore(args.dir) as store:
         groups = store.groups(args.step, sample, experiment=args.experiment)
     if not groups:
@@ -192,7 +197,7 @@ def traces_prompt(args: argparse.Namespace) -> int:
     from rollscope.cli.render import console, show_history
     from rollscope.store.history import prompt_history
 
-    sample = int(args.sample) if args.sample.lstrip("-").isdigit() else args.sample
+    sample = _sample(args.sample)
     with TraceStore(args.dir) as store:
         history = prompt_history(store, sample, experiment=args.experiment)
     if not history:

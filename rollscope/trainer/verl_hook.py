@@ -24,6 +24,7 @@ import functools
 import importlib.abc
 import importlib.util
 import logging
+import os
 import queue
 import sys
 import threading
@@ -97,8 +98,6 @@ recorder = _Recorder()
 
 def _traced(config: Any) -> bool:
     """Whether rollscope records this run: verl's trace backend (or rollscope's variable) is set."""
-    import os
-
     trace = config.actor_rollout_ref.rollout.get("trace") or {}
     return bool(os.environ.get("ROLLSCOPE_TRACE_BACKEND") or trace.get("backend"))
 

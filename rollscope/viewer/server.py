@@ -174,7 +174,7 @@ class Viewer:
             training.setdefault((r.project, r.experiment), {}).setdefault(r.step, []).append(r)
         sections = [{"project": p, "experiment": e, "stats": stats,
                      "charts": [*charts(stats, _insight_series(found.get((p, e)))),
-                                *_training_charts(training.get((p, e)))]}
+                                *_training_charts(training.get((p, e)), found.get((p, e)))]}
                     for (p, e), stats in runs.items()]  # fmt: skip
         return self._render("steps.html", title="steps", sections=sections, q=q)
 
@@ -218,29 +218,19 @@ def _insight_series(found: Any) -> dict[str, dict]:
         ("tool errors per tool call", "tool_errors"))}  # fmt: skip
 
 
-def _training_charts(steps: dict[Any, list] | None) -> list[Chart]:
-    """What the trainer did, per step: the advantages it trained on (a box per step), the share of
-    its GRPO groups with every advantage 0, the rollouts' off-policy lag, the worst log-prob gap."""
-    if not steps:
+def _training_charts(steps: dict[Any, list] | None, found: Any) -> list[Chart]:
+    """What the trainer did, per step: the advantages it trained on (a box per step) and, from
+    the trainer's insights, the share of its GRPO groups with every advantage 0, the rollouts'
+    mean off-policy lag and the worst log-prob gap."""
+    if not steps or found is None:
         return []
-
-    def per_step(value: Callable[[list], float | None]) -> dict[Any, float | None]:
-        return {step: value(records) for step, records in steps.items()}
-
-    def zero_share(records: list) -> float | None:
-        groups: dict[Any, list] = {}
-        for r in records:
-            groups.setdefault(r.uid, []).append(abs(r.advantage or 0.0) < 1e-6)
-        return sum(all(g) for g in groups.values()) / len(groups) if groups else None
-
-    lags = per_step(lambda rs: (sum(r.lag for r in rs if r.lag is not None) / len(rs)) if rs else None)
+    series = {title: {sig.step: value(sig) for sig in found.of(name)} for title, name, value in (
+        ("GRPO groups with every advantage 0 (share)", "zero_advantage", lambda sig: sig.share),
+        ("off-policy lag (mean actor updates behind)", "off_policy_lag", lambda sig: sig.detail.get("mean_lag")),
+        ("max |trainer - rollout| log-prob (nats)", "logprob_mismatch", lambda sig: sig.detail.get("max_delta")))}
     return [distribution("advantage per step (min, quartiles, max)",
                          {step: [r.advantage for r in rs if r.advantage is not None] for step, rs in steps.items()}),
-            *series_charts({"GRPO groups with every advantage 0 (share)": per_step(zero_share),
-                            "off-policy lag (mean actor updates behind)": lags,
-                            "max |trainer - rollout| log-prob (nats)": per_step(
-                                lambda rs: max((r.logprob_delta_max for r in rs if r.logprob_delta_max is not None),
-                                               default=None))})]  # fmt: skip
+            *series_charts(series)]  # fmt: skip
 
 
 def _overall(series: list[Signal]) -> str:
