@@ -16,7 +16,14 @@ their own:
   local+weave  plus the weave backend, over HTTP to the W&B stand-in (in the sidecar)
   local+otel   plus the otel backend, OTLP to a receiver (in the sidecar): Weave's other door
 
-usage: python benchmarks/bench_weave.py [--trajectories 1000] [--client-trajectories 60] [--json OUT]
+A burst (``--burst``, default 10,000 trajectories: 70,000 calls, as fast as the loop makes them,
+with the default queue bound), local+weave over HTTP, side by side:
+  burst         the weave worker's spool on disk (the default)
+  burst-memory  no spool (its directory unwritable): the queue in memory only, dropping beyond it
+What the stand-in received (calls and distinct ids) is counted there.
+
+usage: python benchmarks/bench_weave.py [--trajectories 1000] [--client-trajectories 60] [--burst 10000]
+                                        [--only VARIANT,...] [--json OUT]
 """
 
 from __future__ import annotations
@@ -121,9 +128,11 @@ def one(variant: str, n: int) -> dict:
         client = make_client(server, project="bench")
         backend = "weave" if variant == "calls" else "weave-client-path"
         options = {"weave_client": client}
-    elif variant == "local+weave":
+    elif variant in ("local+weave", "burst", "burst-memory"):
         proc, url = _serve(["-m", "rollscope.testing.weave_server"])
         servers.append(proc)
+        if variant == "burst-memory":
+            os.environ["ROLLSCOPE_SPOOL_DIR"] = "/dev/null/no-spool"
         os.environ.update({"WANDB_API_KEY": "x" * 40, "WANDB_BASE_URL": url, "WF_TRACE_SERVER_URL": f"{url}/traces"})
         backend, options["weave_project"] = "local,weave", "ent/bench"
     elif variant == "local+otel":
@@ -132,7 +141,7 @@ def one(variant: str, n: int) -> dict:
         backend, options["otel_endpoint"] = "local,otel", url
     else:
         backend = "local"
-    tracing.init_tracing(backend=backend, project="bench", experiment="weave", max_queue=n * 12, **options)
+    tracing.init_tracing(backend=backend, project="bench", experiment="weave", **options)
     _trajectories(3)  # every backend started (the sidecar's weave.init, the ops published) before the clocks
     assert tracing.flush_tracing(600)
     t0, cpu0 = time.perf_counter(), time.process_time()
@@ -143,21 +152,36 @@ def one(variant: str, n: int) -> dict:
     elapsed, cpu = time.perf_counter() - t0, time.process_time() - cpu0  # all of this process's threads
     stats = tracing.stats()["backends"]
     tracing.shutdown_tracing(120)
+    received = None
+    if variant.startswith("local+weave") or variant.startswith("burst"):
+        import urllib.request
+
+        with urllib.request.urlopen(f"{os.environ['WANDB_BASE_URL']}/stand-in/calls") as reply:
+            received = json.load(reply)
     for proc in servers:
         proc.stdin.close()
         proc.wait(30)
-    assert all(s["dropped"] == 0 and s["errors"] == 0 for s in stats.values()), stats
+    if variant != "burst-memory":
+        assert all(s["dropped"] == 0 and s["errors"] == 0 for s in stats.values()), stats
     if server is not None:
         assert len(server.ends) == (n + 3) * CALLS_PER_TRAJECTORY, len(server.ends)
     calls = n * CALLS_PER_TRAJECTORY
-    return {"trajectories": n, "calls": calls, "calls_per_s": calls / elapsed,
-            "traced_cpu_ms_per_trajectory": 1e3 * cpu / n}  # fmt: skip
+    out = {"trajectories": n, "calls": calls, "calls_per_s": calls / elapsed,
+           "traced_cpu_ms_per_trajectory": 1e3 * cpu / n}  # fmt: skip
+    if received is not None:
+        weave = stats["weave"]
+        warmup = 3 * CALLS_PER_TRAJECTORY
+        out.update(received_calls=received["calls"] - warmup, distinct_ids=received["ids"] - warmup,
+                   dropped=weave["dropped"], lossless=weave["lossless"])  # fmt: skip
+    return out
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trajectories", type=int, default=1000)
     ap.add_argument("--client-trajectories", type=int, default=60)
+    ap.add_argument("--burst", type=int, default=10_000)
+    ap.add_argument("--only", help="comma-separated variants (default: all)")
     ap.add_argument("--json")
     ap.add_argument("--variant", help=argparse.SUPPRESS)
     ap.add_argument("--n", type=int, help=argparse.SUPPRESS)
@@ -167,18 +191,25 @@ def main() -> None:
         return
     here = str(Path(__file__).resolve())
     results = {}
-    for variant in ("calls", "client", "local", "local+weave", "local+otel"):
-        n = args.client_trajectories if variant == "client" else args.trajectories
+    variants = ("calls", "client", "local", "local+weave", "local+otel", "burst", "burst-memory")
+    chosen = args.only.split(",") if args.only else variants
+    for variant in chosen:
+        n = {"client": args.client_trajectories, "burst": args.burst, "burst-memory": args.burst}.get(
+            variant, args.trajectories)
         results[variant] = run_fresh(here, "--variant", variant, "--n", str(n))
         r = results[variant]
+        received = (f"  received {r['received_calls']:,} calls ({r['distinct_ids']:,} ids), dropped {r['dropped']:,}, "
+                    f"lossless {r['lossless']}" if "received_calls" in r else "")  # fmt: skip
         print(f"{variant:<12} {n:>6} trajectories  {r['calls_per_s']:>8.0f} calls/s end to end  "
-              f"{r['traced_cpu_ms_per_trajectory']:>7.2f} ms traced-process CPU per trajectory",
+              f"{r['traced_cpu_ms_per_trajectory']:>7.2f} ms traced-process CPU per trajectory{received}",
               flush=True)  # fmt: skip
-    calls, client, local = results["calls"], results["client"], results["local"]
-    print(f"weave backend vs the client path: {calls['calls_per_s'] / client['calls_per_s']:.1f}x the calls/s")
-    for variant in ("local+weave", "local+otel"):
-        ratio = results[variant]["traced_cpu_ms_per_trajectory"] / local["traced_cpu_ms_per_trajectory"]
-        print(f"traced-process CPU, {variant} / local: {ratio:.2f}x")
+    if {"calls", "client"} <= results.keys():
+        calls, client = results["calls"], results["client"]
+        print(f"weave backend vs the client path: {calls['calls_per_s'] / client['calls_per_s']:.1f}x the calls/s")
+    for variant in ("local+weave", "local+otel", "burst"):
+        if {variant, "local"} <= results.keys():
+            ratio = results[variant]["traced_cpu_ms_per_trajectory"] / results["local"]["traced_cpu_ms_per_trajectory"]
+            print(f"traced-process CPU, {variant} / local: {ratio:.2f}x")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

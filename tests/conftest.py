@@ -4,6 +4,10 @@ os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 os.environ.setdefault("WANDB_SILENT", "true")
 
 import shutil
+import tempfile
+
+# Remote backends' spools (tracing._spool) of this test session: never the user's cache.
+os.environ["ROLLSCOPE_SPOOL_DIR"] = tempfile.mkdtemp(prefix="rollscope-spool-")
 
 import pytest
 

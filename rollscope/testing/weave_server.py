@@ -99,7 +99,8 @@ class WandbStandIn:
             def do_GET(self):
                 stand_in.paths.append(("GET", self.path))
                 if self.path == "/stand-in/calls":  # for a stand-in in another process: what it received
-                    return self._reply({"calls": len(stand_in.calls)})
+                    ids = {c.get("id") for c in stand_in.calls}
+                    return self._reply({"calls": len(stand_in.calls), "ids": len(ids)})
                 if self.path.endswith("/server_info"):
                     info = {"min_required_weave_python_version": "0.0.1", "trace_server_version": "stand-in"}
                     return self._reply(info)

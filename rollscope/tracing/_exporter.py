@@ -5,9 +5,10 @@ only destination, packs the event for it on the spot (``_sidecar``, ``_wire.pack
 drains the deque every few milliseconds, shapes the events when a backend in this process needs
 them shaped (payloads become JSON-safe redacted values), and hands each batch to every worker: one
 per backend here, and the sidecar's, which ships them to the helper process that stores them.
-A worker for a lossy backend has a bounded queue and drops (and counts) what does not fit, so a
-slow or dead backend never slows the rollout or the other backends; a lossless backend (the local
-store) gets an unbounded queue and so never drops.
+A remote backend's worker holds a bounded queue in memory and appends what does not fit to a spool
+on disk (``_spool``), read back as the backend catches up: a slow or dead backend never slows the
+rollout or the other backends, and a burst costs disk, not trajectories. A lossless backend (the
+local store) gets an unbounded queue: it keeps up with any rollout.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from rollscope.tracing._events import (
     span_from_leaf,
 )
 from rollscope.tracing._shaping import EventShaper
+from rollscope.tracing._spool import Spool
 from rollscope.tracing.backends.base import TraceBackend
 from rollscope.tracing.spans import Span
 
@@ -40,6 +42,11 @@ log = logging.getLogger("rollscope.tracing")
 
 _IDLE_POLL_S = 0.005
 _MAX_BATCH = 4096
+# Events between a remote backend's flushes: the clients' own queues in front of the network hold
+# a few thousand items (Weave's batch processor 10,000, OpenTelemetry's 2,048 spans) and drop the
+# rest, so a worker hands each no more than this before waiting for it to send.
+_REMOTE_BATCH = 1024
+_RECORD_EVENTS = 256  # events per spool record for a backend that takes events one by one
 
 
 class Marker:
@@ -62,7 +69,16 @@ class Marker:
 
 
 class BackendWorker:
-    """One backend, one thread, one queue."""
+    """One backend, one thread, and what waits for it: the local store's queue in memory, unbounded
+    (it keeps up with any rollout); a remote backend's spool on disk (``_spool``), which the worker
+    reads back as the backend catches up, confirming each batch after the backend's flush.
+
+    For a backend that writes whole trajectories (``writes_whole_trajectories``), a trajectory's
+    events go to the spool together when it ends, as one record, so a cursor confirmed before a
+    restart never falls inside a trajectory. Where no spool can be made (no writable directory),
+    a remote backend's queue in memory is bounded by ``max_queue`` and what overflows is dropped
+    and counted.
+    """
 
     def __init__(self, backend: TraceBackend, max_queue: int) -> None:
         self.backend = backend
@@ -76,11 +92,21 @@ class BackendWorker:
         self._wake = threading.Event()
         self._stop = False
         self._warned = False
+        self._lock = threading.Lock()
+        self.spool = None if backend.lossless else _open_spool(backend)
+        self._open: dict[str, list] | None = {} if backend.writes_whole_trajectories else None
+        self._skip_span_start = not backend.wants_span_start
+        self.kept_in: str | None = None  # a spool not sent before the end: the next process sends it
         self.thread = threading.Thread(target=self._run, name=f"rollscope-{backend.name}", daemon=True)
         self.thread.start()
 
     def submit(self, events: list[tuple]) -> None:
-        if self.max_queue is not None:
+        if self.spool is not None:
+            with self._lock:
+                self._spool_events(events)
+        elif self.max_queue is None:
+            self.queue.extend(events)
+        else:
             room = self.max_queue - len(self.queue)
             if room < len(events):
                 kept = [e for e in events if is_control(e)]
@@ -88,21 +114,74 @@ class BackendWorker:
                 keep_n = max(room, 0)
                 self.dropped += len(ordinary) - keep_n
                 events = ordinary[:keep_n] + kept
-        self.queue.extend(events)
+            self.queue.extend(events)
         self._wake.set()
+
+    def _spool_events(self, events: list) -> None:
+        """Data events to disk in records (whole trajectories where the backend wants them whole),
+        controls in their places."""
+        records: list[list] = []
+        loose: list = []
+        for event in events:
+            if is_control(event):
+                if loose:
+                    records.append(loose)
+                    loose = []
+                self.spool.append(records, [event])
+                records = []
+                continue
+            if self._open is None:
+                loose.append(event)
+                if len(loose) == _RECORD_EVENTS:
+                    records.append(loose)
+                    loose = []
+                continue
+            if type(event) is Span:
+                unit = self._open.get(event.trajectory_id)
+            elif event[0] == SPAN_START:
+                if self._skip_span_start:
+                    continue
+                unit = self._open.get(event[1].trajectory_id)
+            elif event[0] == TRAJECTORY_START:
+                unit = self._open[event[1].id] = []
+            elif event[0] == TRAJECTORY_END:
+                unit = self._open.pop(event[1].id, None)
+                if unit is not None:
+                    unit.append(event)
+                    if loose:
+                        records.append(loose)
+                        loose = []
+                    records.append(unit)
+                    continue
+            else:  # a reward or a training record, by trajectory id
+                unit = self._open.get(event[1])
+            (loose if unit is None else unit).append(event)
+        if loose:
+            records.append(loose)
+        self.spool.append(records)
 
     def stop(self) -> None:
         self._stop = True
         self._wake.set()
 
     def close(self, timeout: float | None) -> bool:
-        """After ``stop``: wait for the queue to drain, then close the backend."""
+        """After ``stop``: wait for the queue and the spool to drain, then close the backend."""
         # An idle worker only has to notice the stop: it gets that second even when a hung
         # backend used up the timeout, so the local store is closed properly.
-        self.thread.join(timeout if timeout is None or self.queue else max(timeout, 1.0))
+        busy = self.queue or (self.spool is not None and self.spool.has_data())
+        self.thread.join(timeout if timeout is None or busy else max(timeout, 1.0))
         if self.thread.is_alive():
             self.dropped += len(self.queue)
-            log.warning("trace backend %r did not finish in time; %d events not exported", self.name, len(self.queue))
+            kept = self.spool.pending if self.spool is not None else 0
+            log.warning("trace backend %r did not finish in time; %d events not exported%s", self.name,
+                        len(self.queue) + kept, " (kept on disk)" if kept else "")  # fmt: skip
+        if self.spool is not None:
+            with self._lock:
+                self.kept_in = self.spool.close()
+            if self.kept_in is not None:
+                log.warning("trace backend %r: its spool %s is kept; the next tracer sending to %s sends it",
+                            self.name, self.kept_in, self.spool.destination)  # fmt: skip
+        if self.thread.is_alive():
             return False
         try:
             self.backend.close()
@@ -111,16 +190,23 @@ class BackendWorker:
             log.warning("trace backend %r failed to close: %s", self.name, exc)
         return True
 
+    def abandon(self) -> None:
+        if self.spool is not None:
+            self.spool.abandon()
+
     def stats(self) -> dict[str, dict[str, Any]]:
-        dropped = self.dropped + getattr(self.backend, "dropped_spans", 0)
+        spool = self.spool
+        dropped = self.dropped + getattr(self.backend, "dropped_spans", 0) + (spool.dropped if spool else 0)
         return {
             self.name: {
                 "exported": self.exported,
-                "queued": len(self.queue),
+                "queued": len(self.queue) + (spool.pending if spool else 0),
+                "spooled": spool.pending if spool else 0,  # of those, on disk
                 "dropped": dropped,
                 "late_rewards": getattr(self.backend, "late_rewards", 0),
                 "errors": self.errors,
-                "lossless": self.backend.lossless and dropped == 0,  # a lossless backend that lost nothing, so far
+                # lost nothing so far, and will not while the disk has room
+                "lossless": (self.backend.lossless or spool is not None) and dropped == 0,
                 **getattr(self.backend, "counts", dict)(),
             }
         }
@@ -135,41 +221,54 @@ class BackendWorker:
         }
         if not self.backend.wants_span_start:
             handlers[SPAN_START] = _ignore
-        on_span_end = self.backend.on_span_end
-        q = self.queue
+        q, spool = self.queue, self.spool
         while True:
-            if not q:
-                if self._stop:
-                    return
-                self._wake.wait(0.1)
-                self._wake.clear()
+            if q:
+                self._deliver([q.popleft() for _ in range(min(len(q), _MAX_BATCH))], handlers)
                 continue
-            did_work = False
-            position = None
-            for _ in range(min(len(q), _MAX_BATCH)):
-                event = q.popleft()
-                if type(event) is Span:
-                    ok = self._call(on_span_end, event)
-                elif event[0] == FLUSH:
-                    if self._call(self.backend.flush) and position is not None:
-                        self.position, position = position, None
-                    publish = getattr(self.backend, "publish", None)  # an explicit flush: visible everywhere now
-                    if publish is not None:
-                        self._call(publish)
-                    did_work = False
-                    event[1].arrive()
-                    continue
-                elif event[0] == POSITION:
-                    position = event[1]
-                    self.backend.mark_position(position)
-                    did_work = True
-                    continue
-                else:
-                    ok = self._call(handlers[event[0]], *event[1:])
-                self.exported += ok
+            if spool is not None and spool.has_data():
+                with self._lock:
+                    events = spool.read(_REMOTE_BATCH)
+                if self._deliver(events, handlers):
+                    spool.confirm()
+                continue
+            if self._stop:
+                return
+            self._wake.wait(0.1)
+            self._wake.clear()
+
+    def _deliver(self, events: list, handlers: dict[int, Callable[..., None]]) -> bool:
+        """Hand ``events`` to the backend, then flush it; True when that flush returned."""
+        did_work = False
+        flushed = True
+        position = None
+        for event in events:
+            if type(event) is Span:
+                ok = self._call(self.backend.on_span_end, event)
+            elif event[0] == FLUSH:
+                flushed = self._call(self.backend.flush)
+                if flushed and position is not None:
+                    self.position, position = position, None
+                publish = getattr(self.backend, "publish", None)  # an explicit flush: visible everywhere now
+                if publish is not None:
+                    self._call(publish)
+                did_work = False
+                event[1].arrive()
+                continue
+            elif event[0] == POSITION:
+                position = event[1]
+                self.backend.mark_position(position)
                 did_work = True
-            if did_work and self._call(self.backend.flush) and position is not None:
+                continue
+            else:
+                ok = self._call(handlers[event[0]], *event[1:])
+            self.exported += ok
+            did_work = True
+        if did_work:
+            flushed = self._call(self.backend.flush)
+            if flushed and position is not None:
                 self.position = position
+        return flushed
 
     def _call(self, fn: Callable[..., None], *args: Any) -> bool:
         try:
@@ -186,6 +285,17 @@ class BackendWorker:
                     exc,
                 )
             return False
+
+
+def _open_spool(backend: TraceBackend) -> Spool | None:
+    """The spool for a backend that may fall behind (None, said once, where none can be made)."""
+    try:
+        return Spool(backend.destination())
+    except Exception as exc:
+        log.warning("trace backend %r: no spool on disk (%s: %s); what overflows its queue in memory is "
+                    "dropped and counted (set ROLLSCOPE_SPOOL_DIR to a writable directory)",
+                    backend.name, type(exc).__name__, exc)  # fmt: skip
+        return None
 
 
 class Exporter:

@@ -94,19 +94,20 @@ def test_unknown_backend_and_unknown_option_are_clear_errors(trace_dir):
     assert {"local", "none"} <= set(available_backends())
 
 
-def test_stuck_backend_drops_counted_local_keeps_everything(trace_dir):
+def test_stuck_backend_waits_on_disk_local_keeps_everything(trace_dir):
     StuckBackend.release.clear()
     tracing.init_tracing(backend="local,stuck", trace_dir=str(trace_dir), max_queue=50)
-    _rollouts(200)
+    _rollouts(600)
     assert tracing.flush_tracing(timeout=0.5) is False  # the stuck backend cannot confirm
     deadline = time.monotonic() + 30
-    while TraceStore(trace_dir).count(status="ok") < 200 and time.monotonic() < deadline:
+    while TraceStore(trace_dir).count(status="ok") < 600 and time.monotonic() < deadline:
         time.sleep(0.05)
     store = TraceStore(trace_dir)
-    assert store.count(status="ok") == 200
-    assert sum(t.num_spans for t in store.trajectories()) == 600
+    assert store.count(status="ok") == 600
+    assert sum(t.num_spans for t in store.trajectories()) == 1800
     st = tracing.stats()["backends"]
-    assert st["stuck"]["dropped"] > 0 and st["local"]["dropped"] == 0
+    assert st["local"]["dropped"] == 0
+    assert st["stuck"]["dropped"] == 0 and st["stuck"]["spooled"] > 0 and st["stuck"]["lossless"] is True
     StuckBackend.release.set()
     tracing.shutdown_tracing(timeout=10)
 

@@ -9,9 +9,9 @@ system is a read-only view of ``/usr``, ``/lib*``, ``/bin`` and the interpreter'
 (``/work``, also ``$TMPDIR``); nothing else of the host exists in it (no ``/root``, ``/home``,
 ``/etc``, host ``/tmp`` or ``/dev/shm``). Bounds the host enforces, whatever the code does:
 - CPU seconds, address space, file size and open files (rlimits, inherited by every process);
-- number of processes: a pids cgroup where the host offers one (root here: ``RLIMIT_NPROC`` does
-  not bind uid 0, which the sandbox's uid maps to), else ``RLIMIT_NPROC``;
-- memory of all its processes together, its tmpfs pages included: a memory cgroup where offered;
+- number of processes and memory of all its processes together: cgroups (v1, or a delegated v2
+  subtree) where this process may make them, else rlimits arranged to hold the same totals, never
+  silently less (``sandbox_bounds``: which mechanism, why, and what it costs);
 - wall time and output: the host reads stdout/stderr in chunks and kills the whole sandbox past
   the time limit or the output cap (the model then sees what came, truncated, plus a note);
 - disk: the tmpfs size.
@@ -44,12 +44,12 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
 from pathlib import Path
 from typing import Any
 
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
+from rollscope.tools.builtin.sandbox_bounds import Bounds, BoundsUnavailable, SandboxCgroups, plan
 from rollscope.tools.traced_tool import ExecuteResult, ToolError, TracedTool
 
 log = logging.getLogger("rollscope.tools")
@@ -57,7 +57,6 @@ log = logging.getLogger("rollscope.tools")
 RUNNER = str(Path(__file__).with_name("sandbox_runner.py"))
 SANDBOX_ID = 65534  # nobody
 WORKDIR = "/work"
-CGROUP_V1 = Path("/sys/fs/cgroup")
 READ_CHUNK = 1 << 16
 
 SCHEMA = {
@@ -81,12 +80,18 @@ class SandboxUnavailable(RuntimeError):
 
 @functools.lru_cache(maxsize=1)
 def sandbox_problem() -> str | None:
-    """Why bubblewrap cannot run a sandbox here, or None when it can (tried once per process)."""
+    """Why bubblewrap cannot run a sandbox here with its bounds, or None when it can (tried once
+    per process, the way sandboxes will start: as the uid they will start as)."""
     bwrap = shutil.which("bwrap")
     if bwrap is None:
         return "bubblewrap is not installed (bwrap not on PATH): apt-get install bubblewrap"
     try:
-        done = subprocess.run([*_bwrap_args(bwrap, 1), "/bin/true"], capture_output=True, timeout=30)
+        bounds = plan(16, 512)
+    except BoundsUnavailable as exc:
+        return str(exc)
+    try:
+        done = subprocess.run([*_bwrap_args(bwrap, 1, bounds), "/bin/true"], capture_output=True, timeout=30,
+                              preexec_fn=_child_setup(5, 512, None, host_uid=bounds.host_uid))  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap could not start: {exc}"
     if done.returncode != 0:
@@ -95,13 +100,8 @@ def sandbox_problem() -> str | None:
     return None
 
 
-def _python() -> tuple[str, str]:
-    """The interpreter to run (the real file behind a venv's link) and the prefix it needs."""
-    return os.path.realpath(sys.executable), os.path.realpath(sys.base_prefix)
-
-
-def _bwrap_args(bwrap: str, disk_mb: int, *mounts: str) -> list[str]:
-    _, prefix = _python()
+def _bwrap_args(bwrap: str, disk_mb: int, bounds: Bounds, *mounts: str) -> list[str]:
+    prefix = bounds.prefix
     size = str(disk_mb * 1024 * 1024)
     args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
             "--uid", str(SANDBOX_ID), "--gid", str(SANDBOX_ID), "--cap-drop", "ALL",
@@ -116,61 +116,12 @@ def _bwrap_args(bwrap: str, disk_mb: int, *mounts: str) -> list[str]:
     return [*args, *mounts, "--remount-ro", "/dev", "--remount-ro", "/"]
 
 
-class _Cgroups:
-    """A pids (and memory) cgroup of its own for one sandbox, where the host lets us make one
-    (cgroup v1 hierarchies writable by this process). Entered by the child before it execs."""
+def _child_setup(cpu_s: int, memory_mb: int, cgroups: SandboxCgroups | None, *, nproc: int | None = None,
+                 host_uid: int | None = None, own_session: bool = False) -> Any:  # fmt: skip
+    """What the child does between fork and exec: enter its cgroups, take its rlimits, and (root
+    without a pids cgroup) become ``host_uid``, so that ``RLIMIT_NPROC`` binds it."""
 
-    def __init__(self, max_procs: int, memory_mb: int) -> None:
-        self.dirs: list[Path] = []
-        name = f"rollscope-sandbox-{uuid.uuid4().hex[:12]}"
-        for controller, limits in (("pids", {"pids.max": str(max_procs)}),
-                                   ("memory", {"memory.limit_in_bytes": str(memory_mb * 1024 * 1024)})):  # fmt: skip
-            root = CGROUP_V1 / controller
-            if not (root / "cgroup.procs").exists() or not os.access(root, os.W_OK):
-                continue
-            path = root / name
-            try:
-                path.mkdir()
-                for key, value in limits.items():
-                    (path / key).write_text(value)
-            except OSError:
-                with contextlib.suppress(OSError):
-                    path.rmdir()
-                continue
-            self.dirs.append(path)
-
-    @property
-    def bounds_processes(self) -> bool:
-        return any(d.parent.name == "pids" for d in self.dirs)
-
-    def enter(self) -> None:  # in the child, between fork and exec
-        pid = str(os.getpid())
-        for d in self.dirs:
-            with open(d / "cgroup.procs", "w") as f:
-                f.write(pid)
-
-    def pids(self) -> list[int]:
-        found: set[int] = set()
-        for d in self.dirs:
-            with contextlib.suppress(OSError):
-                found |= {int(p) for p in (d / "cgroup.procs").read_text().split()}
-        return sorted(found)
-
-    def close(self, deadline_s: float = 10.0) -> None:
-        """Kill whatever is left in the cgroups, wait for it to go, remove them."""
-        end = time.monotonic() + deadline_s
-        while self.pids() and time.monotonic() < end:
-            for pid in self.pids():
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.kill(pid, signal.SIGKILL)
-            time.sleep(0.01)
-        for d in self.dirs:
-            with contextlib.suppress(OSError):
-                d.rmdir()
-
-
-def _rlimits(cpu_s: int, memory_mb: int, max_procs: int, cgroups: _Cgroups | None, own_session: bool) -> Any:
-    def apply() -> None:  # in the child, between fork and exec
+    def apply() -> None:
         if own_session:
             os.setsid()
         if cgroups is not None:
@@ -180,8 +131,13 @@ def _rlimits(cpu_s: int, memory_mb: int, max_procs: int, cgroups: _Cgroups | Non
         resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
         resource.setrlimit(resource.RLIMIT_FSIZE, (16 * 1024 * 1024,) * 2)
         resource.setrlimit(resource.RLIMIT_NOFILE, (64, 64))
-        resource.setrlimit(resource.RLIMIT_NPROC, (max_procs, max_procs))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        if nproc is not None:
+            resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        if host_uid is not None:
+            os.setgroups([])
+            os.setgid(host_uid)
+            os.setuid(host_uid)
 
     return apply
 
@@ -227,7 +183,8 @@ class PythonSandboxTool(TracedTool):
 async def run_sandboxed(code: str, wall_s: float, cpu_s: int = 5, memory_mb: int = 512, max_procs: int = 16, *,
                         disk_mb: int = 64, max_output_chars: int = 4000,
                         unsandboxed: bool = False) -> dict[str, Any]:  # fmt: skip
-    """Run ``code``; returns {"status": ok|error|timeout|killed|output_limit, "exit": code, "output": text}.
+    """Run ``code``; returns {"status": ok|error|timeout|killed|output_limit, "exit": code, "output": text,
+    "bounds": how processes and memory were bounded}.
 
     Sandboxed by bubblewrap (raises ``SandboxUnavailable`` where it cannot run) unless
     ``unsandboxed``: a plain child process with rlimits and the audit hook, for trusted code.
@@ -239,41 +196,53 @@ async def run_sandboxed(code: str, wall_s: float, cpu_s: int = 5, memory_mb: int
             workdir = stack.enter_context(tempfile.TemporaryDirectory(prefix="rollscope-sandbox-"))
             Path(workdir, "main.py").write_text(code)
             argv, cwd, fds = [sys.executable, "-I", "-S", RUNNER, workdir], workdir, ()
-            cgroups = None
             env = {"PATH": "/usr/bin:/bin", "HOME": workdir, "PYTHONHASHSEED": "0"}
+            setup = _child_setup(cpu_s, memory_mb, None, nproc=max_procs, own_session=True)
+            bounds_text = f"unsandboxed: RLIMIT_AS {memory_mb} MB, RLIMIT_NPROC {max_procs}"
         else:
-            code_fd = os.memfd_create("main.py")
+            bounds = plan(max_procs, memory_mb)
+            code_fd = _memfd("main.py", code.encode("utf-8", "surrogatepass"))
             stack.callback(os.close, code_fd)
-            os.write(code_fd, code.encode("utf-8", "surrogatepass"))
-            os.lseek(code_fd, 0, os.SEEK_SET)
+            with open(RUNNER, "rb") as f:  # read here: the sandbox's uid may not reach this installation
+                runner_fd = _memfd("runner.py", f.read())
+            stack.callback(os.close, runner_fd)
             info_r, info_w = os.pipe()  # bwrap says there which pid its namespace's init has
             os.set_blocking(info_r, False)
             stack.callback(os.close, info_r)
             stack.callback(_wait_gone, info_r)
-            python, _ = _python()
-            argv = [*_bwrap_args(shutil.which("bwrap"), disk_mb, "--ro-bind", RUNNER, "/sandbox/runner.py",
+            nproc = [] if bounds.nproc is None else [str(bounds.nproc)]
+            argv = [*_bwrap_args(shutil.which("bwrap"), disk_mb, bounds, "--file", str(runner_fd), "/sandbox/runner.py",
                                  "--file", str(code_fd), f"{WORKDIR}/main.py", "--info-fd", str(info_w)),
-                    python, "-I", "-S", "/sandbox/runner.py", WORKDIR]  # fmt: skip
-            cwd, fds, env = None, (code_fd, info_w), {}
-            cgroups = _Cgroups(max_procs, memory_mb)
-            stack.callback(cgroups.close)
-        return await _run(argv, cwd, env, fds, wall_s, cpu_s, memory_mb, max_procs, cgroups, max_output_chars,
-                          own_session=unsandboxed)  # fmt: skip
+                    bounds.python, "-I", "-S", "/sandbox/runner.py", WORKDIR, *nproc]  # fmt: skip
+            cwd, fds, env = None, (code_fd, runner_fd, info_w), {}
+            cgroups = SandboxCgroups(bounds) if bounds.cgroups.pids or bounds.cgroups.memory else None
+            if cgroups is not None:
+                stack.callback(cgroups.close)
+            setup = _child_setup(cpu_s, bounds.process_memory_mb, cgroups, host_uid=bounds.host_uid)
+            bounds_text = bounds.describe()
+        result = await _run(argv, cwd, env, fds, wall_s, cpu_s, setup, max_output_chars, own_session=unsandboxed)
+        return {**result, "bounds": bounds_text}
+
+
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
 
 
 async def _run(argv: list[str], cwd: str | None, env: dict[str, str], fds: tuple[int, ...], wall_s: float,
-               cpu_s: int, memory_mb: int, max_procs: int, cgroups: _Cgroups | None, max_output_chars: int,
-               own_session: bool) -> dict[str, Any]:  # fmt: skip
-    # (bwrap makes the sandbox's session itself; the unsandboxed child gets one here, so that its
-    # whole process group can be killed)
+               cpu_s: int, setup: Any, max_output_chars: int, own_session: bool) -> dict[str, Any]:  # fmt: skip
+    # (bwrap makes the sandbox's session itself; the unsandboxed child gets one in ``setup``, so
+    # that its whole process group can be killed)
     try:
         proc = await asyncio.create_subprocess_exec(
             *argv, cwd=cwd, env=env, pass_fds=fds, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, preexec_fn=_rlimits(cpu_s, memory_mb, max_procs, cgroups, own_session),
+            stderr=asyncio.subprocess.STDOUT, preexec_fn=setup,
         )  # fmt: skip
     finally:
-        for fd in fds[1:]:  # the write end of bwrap's info pipe is bwrap's alone now
-            os.close(fd)
+        if fds:  # the write end of bwrap's info pipe is bwrap's alone now
+            os.close(fds[-1])
     max_bytes = max_output_chars * 4 + 64  # enough for max_output_chars characters of UTF-8
     chunks: list[bytes] = []
     try:

@@ -1,13 +1,16 @@
 """Runs inside the sandbox child process: install the guard, then run the user's code.
 
-Started as ``python -I -S sandbox_runner.py WORKDIR`` (isolated mode, no site-packages) with the
-resource limits already applied by the parent. The audit hook refuses what the sandbox promises
+Started as ``python -I -S sandbox_runner.py WORKDIR [NPROC]`` (isolated mode, no site-packages)
+with the resource limits already applied by the parent, except ``RLIMIT_NPROC`` when given: set
+here, inside the sandbox's user namespace, where the kernel counts only the sandbox's processes
+(``sandbox_bounds``), before the code runs; it cannot raise it again. The audit hook refuses what the sandbox promises
 the code cannot do, even where the OS layer (network namespace) is not available: sockets,
 new processes, native code loading, and opening files outside the working directory and the
 standard library.
 """
 
 import os
+import resource
 import sys
 import traceback
 
@@ -61,6 +64,9 @@ def _check_path(arg, writing):
 
 
 def main():
+    if len(sys.argv) > 2:
+        nproc = int(sys.argv[2])
+        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     with open(os.path.join(WORKDIR, "main.py")) as f:
         source = f.read()
     code = compile(source, "main.py", "exec")

@@ -3,7 +3,8 @@
 A backend runs on its own worker thread (in the traced process, or in the trace sidecar when it
 says ``out_of_process``) and receives events in order, already shaped: payloads are
 JSON-safe, truncated and redacted. It never runs on the rollout's event loop, so it may block; what
-it cannot take in time is dropped by its worker and counted, unless ``lossless`` is set.
+it cannot take in time waits in its worker's spool on disk (``tracing._spool``) unless ``lossless``
+is set (then its queue in memory is unbounded: the local store keeps up with any rollout).
 """
 
 from __future__ import annotations
@@ -22,6 +23,9 @@ class TraceBackend:
     lossless: ClassVar[bool] = False
     #: Whether ``on_span_start`` is wanted. When no backend wants it, the hot path skips the event.
     wants_span_start: ClassVar[bool] = False
+    #: Whether the backend writes a trajectory only when it ends (then its spool keeps each
+    #: trajectory's events together, and a restart resumes between trajectories, never inside one).
+    writes_whole_trajectories: ClassVar[bool] = False
     #: Whether the backend may run in the trace sidecar, a helper process (``tracing._sidecar``):
     #: true for a backend that needs nothing from the traced process but its options, is
     #: importable by module path, and whose work would otherwise compete with the rollout.
@@ -51,7 +55,13 @@ class TraceBackend:
         version and the trainer's log-probs (``rollscope.trainer.training_record``)."""
 
     def flush(self) -> None:
-        """Make everything received so far durable or sent."""
+        """Make everything received so far durable or sent (a spooled event counts as delivered,
+        and is not sent again after a restart, once a flush after it returned)."""
+
+    def destination(self) -> str:
+        """Where this backend sends, as its spool names it: a spool left by a dead process is sent
+        on by the next backend with the same destination, never by one sending elsewhere."""
+        return f"{self.name} {self.project or '-'}"
 
     def mark_position(self, position: int) -> None:
         """In the trace sidecar: every event up to the ``position``-th it received was handed to

@@ -14,6 +14,8 @@ from rollscope.tracing.spans import Span, Trajectory
 
 
 class TrajectoryBackend(TraceBackend):
+    writes_whole_trajectories = True
+
     def __init__(self, *, project: str | None = None, experiment: str | None = None) -> None:
         super().__init__(project=project, experiment=experiment)
         self._open: dict[str, tuple[Trajectory, list[Span]]] = {}

@@ -69,6 +69,7 @@ class MlflowBackend(TrajectoryBackend):
         name = mlflow_experiment or project or "rollscope"
         found = mlflow.get_experiment_by_name(name)
         self.experiment_id = found.experiment_id if found else mlflow.create_experiment(name)
+        self._tracking_uri = mlflow.get_tracking_uri()
         self._training: dict[str, tuple[dict[str, Any], float]] = {}  # trajectory id -> (record, give up at)
         self.training_unjoined = 0
 
@@ -103,6 +104,9 @@ class MlflowBackend(TrajectoryBackend):
         mlflow.flush_trace_async_logging()  # MLflow exports traces on its own thread
         if self._training:
             self._tag_training()
+
+    def destination(self) -> str:
+        return f"mlflow {self._tracking_uri} {self.experiment_id}"
 
 
 def write_trace(experiment_id: str, t: TrajectoryLike, spans: list[SpanLike], experiment: str | None = None) -> None:

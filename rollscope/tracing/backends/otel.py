@@ -18,6 +18,7 @@ standard ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``) to fan traces out at cluster sc
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from contextvars import ContextVar
 from typing import Any
@@ -96,6 +97,8 @@ class OtelBackend(TrajectoryBackend):
         self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=otel_endpoint,
                                                                              headers=otel_headers)))  # fmt: skip
         self.tracer = self.provider.get_tracer("rollscope")
+        self._endpoint = otel_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
+            "OTEL_EXPORTER_OTLP_ENDPOINT", "-")
 
     def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
         write_spans(self.tracer, trajectory, spans, self.experiment)
@@ -105,6 +108,9 @@ class OtelBackend(TrajectoryBackend):
 
     def flush(self) -> None:
         self.provider.force_flush()
+
+    def destination(self) -> str:
+        return f"otel {self._endpoint}"
 
     def close(self) -> None:
         self.provider.shutdown()

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import os
 import uuid
 from typing import Any
 
@@ -88,6 +89,9 @@ class WeaveBackend(TrajectoryBackend):
     def flush(self) -> None:
         if self._client is not None:
             self._client.flush()
+
+    def destination(self) -> str:
+        return f"weave {os.environ.get('WF_TRACE_SERVER_URL', '-')} {self._weave_project}"
 
 
 def write_training(client: Any, trajectory_id: str, record: dict[str, Any]) -> None:

@@ -1,0 +1,54 @@
+"""Backends for the spool's tests, importable by module path (a subprocess runs them too).
+
+``LedgerBackend`` stands for a remote destination: what it sends becomes visible only at its flush
+(as a network client's batch), and it appends every delivered trajectory id to a file, so a test
+sees exactly what arrived, across processes. ``ROLLSCOPE_TEST_HANG_AFTER`` makes its flush hang
+for good once that many trajectories were delivered (a server that stops answering).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+from rollscope.tracing.backends.buffered import TrajectoryBackend
+from rollscope.tracing.backends.registry import register_backend
+
+
+class LedgerBackend(TrajectoryBackend):
+    name = "ledger"
+    options = frozenset({"ledger_path"})
+    gate = threading.Event()  # set: sends; cleared: every flush waits (a slow server)
+
+    def __init__(self, *, project=None, experiment=None, ledger_path: str) -> None:
+        super().__init__(project=project, experiment=experiment)
+        self.path = ledger_path
+        self.batch: list[str] = []
+        self.spans: dict[str, list[str]] = {}
+        self.hang_after = int(os.environ.get("ROLLSCOPE_TEST_HANG_AFTER", "0")) or None
+
+    def write(self, trajectory, spans) -> None:
+        self.batch.append(trajectory.id)
+        self.spans[trajectory.id] = [s.name for s in spans]
+
+    def flush(self) -> None:
+        self.gate.wait()
+        if self.hang_after is not None and self._delivered() >= self.hang_after:
+            threading.Event().wait()  # the server stopped answering
+        with open(self.path, "a") as f:
+            f.writelines(f"{i}\n" for i in self.batch)
+        self.batch = []
+
+    def destination(self) -> str:
+        return f"ledger {self.path}"
+
+    def _delivered(self) -> int:
+        try:
+            with open(self.path) as f:
+                return sum(1 for _ in f)
+        except FileNotFoundError:
+            return 0
+
+
+LedgerBackend.gate.set()
+register_backend(LedgerBackend.name, LedgerBackend)
