@@ -70,7 +70,7 @@ def parse(path: Path) -> Segment | None:
 
 
 def is_segmented(directory: Path) -> bool:
-    return (directory / SEGMENTS).is_dir()
+    return (directory / SEGMENTS).is_dir() or (directory / LIVE).is_dir()
 
 
 def open_immutable(path: Path) -> sqlite3.Connection:
@@ -197,6 +197,20 @@ class Publisher:
         self.gen = 0
         self.live_shown = True  # a view of this writer may be in the shared directory
         self.next_at = time.monotonic() + interval_s
+        self.rewards_after_seal = 0  # kept in the local database only: a sealed segment never changes
+        for d in (SEGMENTS, LIVE):  # the layout is there before the first segment: readers see live views
+            (shared / d).mkdir(parents=True, exist_ok=True)
+
+    def note_rewards(self, ids: list[str]) -> None:
+        """Count rewards for trajectories already sealed (they arrived more than ``SETTLE_S`` after
+        their trajectory ended), said once: the shared directory shows those without them."""
+        n = self.db.execute("SELECT COUNT(*) FROM sealed WHERE id IN (SELECT value FROM json_each(?))",
+                            (json.dumps(ids),)).fetchone()[0]  # fmt: skip
+        if n and not self.rewards_after_seal:
+            log.warning("trace store: %d reward(s) arrived more than %.0f s after their trajectory ended and was "
+                        "published to %s; they are in %s only (further ones counted: rewards_after_seal)",
+                        n, SETTLE_S, self.shared, self.local_path)  # fmt: skip
+        self.rewards_after_seal += n
 
     def due(self) -> bool:
         return time.monotonic() >= self.next_at

@@ -105,6 +105,7 @@ class ShardWriter:
         """One transaction: either all of it is in the shard afterwards or none of it. ``position``
         (the trace sidecar's count of events this data completes) is committed with it."""
         db = self._db
+        rewards = list(rewards)
         db.execute("BEGIN")
         try:
             db.executemany(_UPSERT_TRAJECTORY, trajectories)
@@ -113,6 +114,8 @@ class ShardWriter:
                 _SET_REWARD,
                 ((reward, json.dumps(details, default=str), tid) for tid, reward, details in rewards),
             )
+            if rewards and self.publisher is not None:
+                self.publisher.note_rewards([tid for tid, _, _ in rewards])
             db.executemany(_ADD_COUNTS, counts)
             training = list(training)
             if training:
@@ -166,7 +169,8 @@ class ShardWriter:
         if publisher is not None:
             publisher.publish(final=True)
             left = self._db.execute("SELECT COUNT(*) FROM trajectories WHERE id NOT IN (SELECT id FROM sealed)")
-            done = left.fetchone()[0] == 0 and not publisher.training_pending()
+            # (a reward that came after its trajectory was sealed lives here only: this database stays)
+            done = left.fetchone()[0] == 0 and not publisher.training_pending() and not publisher.rewards_after_seal
         self._db.close()
         if done:  # all of it is in the shared directory now
             for suffix in ("", "-wal", "-shm"):

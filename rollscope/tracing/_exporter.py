@@ -42,10 +42,6 @@ log = logging.getLogger("rollscope.tracing")
 
 _IDLE_POLL_S = 0.005
 _MAX_BATCH = 4096
-# Events between a remote backend's flushes: the clients' own queues in front of the network hold
-# a few thousand items (Weave's batch processor 10,000, OpenTelemetry's 2,048 spans) and drop the
-# rest, so a worker hands each no more than this before waiting for it to send.
-_REMOTE_BATCH = 1024
 _RECORD_EVENTS = 256  # events per spool record for a backend that takes events one by one
 
 
@@ -228,7 +224,7 @@ class BackendWorker:
                 continue
             if spool is not None and spool.has_data():
                 with self._lock:
-                    events = spool.read(_REMOTE_BATCH)
+                    events = spool.read(self.backend.flush_every)
                 if self._deliver(events, handlers):
                     spool.confirm()
                 continue

@@ -67,6 +67,8 @@ class _SpoolDir:
         self.lock_fd = lock_fd
         self.read_segment, self.read_offset = self._load_cursor()
         self.confirmed = (self.read_segment, self.read_offset)
+        self._file: Any = None
+        self._file_segment = -1
 
     def _load_cursor(self) -> tuple[int, int]:
         try:
@@ -85,22 +87,37 @@ class _SpoolDir:
     def read(self) -> list[Any] | None:
         """The next record's events (None: nothing more here now)."""
         while True:
-            try:
-                with open(self.segment_path(self.read_segment), "rb") as f:
-                    f.seek(self.read_offset)
-                    header = f.read(_HEADER.size)
-                    if len(header) == _HEADER.size:
-                        length, crc = _HEADER.unpack(header)
-                        body = f.read(length)
-                        if len(body) == length and zlib.crc32(body) == crc:
-                            self.read_offset += _HEADER.size + length
-                            return wire.decode(body)
-            except FileNotFoundError:
-                pass
+            f = self._reader()
+            if f is not None:
+                f.seek(self.read_offset)
+                header = f.read(_HEADER.size)
+                if len(header) == _HEADER.size:
+                    length, crc = _HEADER.unpack(header)
+                    body = f.read(length)
+                    if len(body) == length and zlib.crc32(body) == crc:
+                        self.read_offset += _HEADER.size + length
+                        return wire.decode(body)
             later = [s for s in self.segments() if s > self.read_segment]
             if not later:
                 return None
             self.read_segment, self.read_offset = later[0], 0  # a torn tail ends its segment
+
+    def _reader(self) -> Any:
+        """The open file of the segment being read (kept open: a record at a time is read)."""
+        if self._file is not None and self._file_segment == self.read_segment:
+            return self._file
+        self.close_reader()
+        try:
+            self._file = open(self.segment_path(self.read_segment), "rb")  # noqa: SIM115
+        except FileNotFoundError:
+            return None
+        self._file_segment = self.read_segment
+        return self._file
+
+    def close_reader(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
     def confirm(self) -> None:
         """What was read so far was delivered: persist the cursor, delete finished segments."""
@@ -115,6 +132,7 @@ class _SpoolDir:
                 self.segment_path(n).unlink(missing_ok=True)
 
     def remove(self) -> None:
+        self.close_reader()
         shutil.rmtree(self.path, ignore_errors=True)
         os.close(self.lock_fd)
 
@@ -255,6 +273,7 @@ class Spool:
             self.own.remove()
             return None
         for d in (self.own, *self.adopted):  # the cursors stay where the last confirmed flush put them
+            d.close_reader()
             os.close(d.lock_fd)
         return str(self.own.path)
 

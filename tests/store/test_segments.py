@@ -171,3 +171,33 @@ def test_a_trainers_records_are_published_and_survive_compaction(tmp_path):
     store = TraceStore(shared)
     assert [store.get(tid).training.uid for tid in ids] == ["u0", "u1", "u2"]
     assert len(store.training_records(experiment="e")) == 3
+
+
+def test_a_trajectory_without_reward_shows_before_any_segment_and_a_reward_after_sealing_is_counted(tmp_path, monkeypatch):
+    """Readers see a writer's unrewarded trajectory in its live view from the first publish (the
+    layout exists before any segment); a reward arriving after its trajectory was sealed is kept
+    in the writer's database and counted, not silently missing from the shared directory."""
+    from rollscope import tracing
+    from rollscope.store import segments
+
+    shared, local = tmp_path / "shared", tmp_path / "local"
+    tracing.init_tracing(trace_dir=str(shared), local_dir=str(local), sidecar=False)
+    with tracing.rollout_trace_attr(step=0, sample_index=0, rollout_n=0), tracing.trace_span("llm.generate"):
+        pass
+    assert tracing.flush_tracing(30)
+    with TraceStore(shared) as store:
+        (seen,) = store.trajectories()
+        assert seen.status == "ok" and seen.reward is None  # shown while it waits for a reward
+    assert not list((shared / SEGMENTS).iterdir())  # no segment yet: it is the live view that showed it
+
+    monkeypatch.setattr(segments, "SETTLE_S", 0.0)  # the wait for a reward has passed: sealed at the next publish
+    assert tracing.flush_tracing(30)
+    assert len(list((shared / SEGMENTS).iterdir())) == 1
+    tracing.set_reward(0.5, trajectory_id=seen.id)
+    assert tracing.flush_tracing(30)
+    local_stats = tracing.stats()["backends"]["local"]
+    tracing.shutdown_tracing(30)
+    assert local_stats["rewards_after_seal"] == 1
+    assert len(list(local.glob("*.rstrace"))) == 1  # the writer's database stays: the late reward is there
+    with TraceStore(local) as store:
+        assert store.get(seen.id).reward == 0.5

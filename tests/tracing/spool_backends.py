@@ -19,6 +19,7 @@ class LedgerBackend(TrajectoryBackend):
     name = "ledger"
     options = frozenset({"ledger_path"})
     gate = threading.Event()  # set: sends; cleared: every flush waits (a slow server)
+    flush_every = 100  # events per batch: a small client queue, so a test's burst spans many batches
 
     def __init__(self, *, project=None, experiment=None, ledger_path: str) -> None:
         super().__init__(project=project, experiment=experiment)

@@ -47,6 +47,7 @@ class StuckBackend(TraceBackend):
 
     name = "stuck"
     release = threading.Event()
+    flush_every = 64
 
     def on_span_end(self, span):
         self.release.wait(30)

@@ -23,6 +23,9 @@ class TraceBackend:
     lossless: ClassVar[bool] = False
     #: Whether ``on_span_start`` is wanted. When no backend wants it, the hot path skips the event.
     wants_span_start: ClassVar[bool] = False
+    #: Events handed to the backend between two of its flushes: its client's own queue in front of
+    #: the network must hold what they make (dropping the rest), and fewer flushes send faster.
+    flush_every: ClassVar[int] = 4096
     #: Whether the backend writes a trajectory only when it ends (then its spool keeps each
     #: trajectory's events together, and a restart resumes between trajectories, never inside one).
     writes_whole_trajectories: ClassVar[bool] = False

@@ -188,7 +188,9 @@ class LocalBackend(TraceBackend):
         """Exact: what is durable, what waits in memory for room, what was given up."""
         return {"stored_trajectories": self.stored_trajectories, "stored_spans": self.stored_spans,
                 "retained_trajectories": len(self._trajectories), "retained_spans": len(self._spans),
-                "lost_trajectories": self.lost_trajectories}  # fmt: skip
+                "lost_trajectories": self.lost_trajectories,
+                **({"rewards_after_seal": publisher.rewards_after_seal}
+                   if (publisher := self.writer.publisher) is not None else {})}  # fmt: skip
 
     def close(self) -> None:
         try:

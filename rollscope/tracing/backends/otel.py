@@ -79,6 +79,7 @@ class OtelBackend(TrajectoryBackend):
     name = "otel"
     out_of_process = True  # encoding and export, off the traced process
     options = frozenset({"otel_endpoint", "otel_headers", "otel_service_name", "otel_resource"})
+    flush_every = 1536  # the SDK's batch processor holds 2,048 spans and drops beyond them
 
     def __init__(self, *, project: str | None = None, experiment: str | None = None, otel_endpoint: str | None = None,
                  otel_headers: dict[str, str] | None = None, otel_service_name: str | None = None,
