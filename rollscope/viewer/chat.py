@@ -58,6 +58,39 @@ def conversation(span: SpanRecord) -> list[Message] | None:
     return found
 
 
+@dataclass
+class Turn:
+    """What an llm turn adds to the conversation: the messages since the previous turn's reply
+    (new user or tool messages, then this reply), and how many earlier messages its prompt repeats."""
+
+    new: list[Message]
+    earlier: int
+
+
+def turns(record: TrajectoryRecord) -> dict[str, Turn]:
+    """Each llm span's ``Turn``, in order, so that the trajectory reads as one conversation top to
+    bottom: a prompt that starts with the previous turn's messages and reply shows only what follows
+    them (a prompt that does not, a new conversation, shows whole)."""
+    out: dict[str, Turn] = {}
+    before: list[Message] = []
+    for span in sorted((s for s in record.spans if s.kind == "llm"), key=lambda s: s.start_ns):
+        found = conversation(span)
+        if found is None:
+            continue
+        shared = 0
+        while shared < min(len(before), len(found) - 1) and _same(before[shared], found[shared]):
+            shared += 1
+        if shared < len(before):  # not a continuation of the conversation so far: shown whole
+            shared = 0
+        out[span.id] = Turn(found[shared:], shared)
+        before = found
+    return out
+
+
+def _same(a: Message, b: Message) -> bool:
+    return a.role == b.role and a.content.strip() == b.content.strip()
+
+
 def ground_truth(record: TrajectoryRecord) -> str | None:
     """The row's ``reward_model.ground_truth`` as the run span recorded it."""
     for span in record.spans:

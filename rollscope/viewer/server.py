@@ -25,7 +25,7 @@ from rollscope.store.history import prompt_history
 from rollscope.store.insights import SIGNALS, Signal, Thresholds, insights
 from rollscope.store.reader import ORDERS
 from rollscope.viewer.charts import Chart, charts, distribution, series_charts, sparkline
-from rollscope.viewer.chat import conversation, ground_truth
+from rollscope.viewer.chat import ground_truth, turns
 from rollscope.viewer.tokens import retokenization, token_view, training_token_view
 from rollscope.viewer.views import figures, first_user_message, fmt, main_text, table_row, tool_call
 
@@ -47,7 +47,7 @@ class Viewer:
         self.env = Environment(loader=PackageLoader("rollscope.viewer", "templates"), trim_blocks=True,
                                lstrip_blocks=True, autoescape=select_autoescape(default=True))  # fmt: skip
         self.env.globals.update(figures=figures, main_text=main_text, tool_call=tool_call, turn_text=turn_text,
-                                fmt=fmt, quote=quote, conversation=conversation, token_view=token_view,
+                                fmt=fmt, quote=quote, token_view=token_view,
                                 table_row=table_row)  # fmt: skip
         TraceStore(directory).close()  # fail now, with the store's message, if the directory is not a store
         self.routes: dict[str, Callable[[dict[str, str], list[str]], str]] = {
@@ -124,9 +124,9 @@ class Viewer:
         replays = self.store().trajectories(replay_of=record.id, order_by="start")
         original = self.store().get(record.replay_of).training if record.replay_of else None
         return self._render("trajectory.html", title=record.id, t=record, roots=record.tree(), bar=bar,
-                            task=first_user_message(record), truth=ground_truth(record), replays=replays,
-                            training=record.training, tv=training_token_view(record), original=original,
-                            drift=retokenization(record),
+                            turns=turns(record), task=first_user_message(record), truth=ground_truth(record),
+                            replays=replays, training=record.training, tv=training_token_view(record),
+                            original=original, drift=retokenization(record),
                             threshold=Thresholds().logprob_delta)  # fmt: skip
 
     def compare(self, q: dict[str, str], ids: list[str]) -> str:
