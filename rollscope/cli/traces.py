@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from rollscope.cli.args import add_dir
+from rollscope.cli.tail import add_tail, traces_tail
 from rollscope.store import TraceStore, resolve_dir
 from rollscope.store.reader import ORDERS
 
@@ -264,4 +265,5 @@ COMMANDS = {
     "prompt": (_add_prompt, traces_prompt, "one prompt across steps: its group's reward, spread, length, advantages"),
     "compact": (_add_compact, traces_compact, "merge a shared store's small segments (safe while writers publish)"),
     "recover": (_add_recover, traces_recover, "publish what dead writers left in a node-local directory"),
+    "tail": (add_tail, traces_tail, "a run as it happens: each trajectory as it ends, stalled ones flagged"),
 }

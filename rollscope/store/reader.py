@@ -26,6 +26,7 @@ from rollscope.store.segments import is_segmented, open_immutable, visible
 # order name -> SQL sort terms; every order ends with id, so equal keys page deterministically
 _ORDER = {
     "start": "start_ns, id",
+    "end": "end_ns, id",
     "step": "step, sample_index, rollout_n, start_ns, id",
     "reward": "reward, id",
     "duration": "(end_ns - start_ns), id",
@@ -160,6 +161,7 @@ class TraceStore:
         tool_error: bool | None = None,
         replays: bool | None = None,
         replay_of: str | None = None,
+        ended_after: int | None = None,
         order_by: str = "step",
         descending: bool = False,
         limit: int | None = None,
@@ -170,7 +172,7 @@ class TraceStore:
             project=project, experiment=experiment, step=step, sample_index=sample_index,
             rollout_n=rollout_n, validate=validate, agent=agent, status=status,
             min_reward=min_reward, max_reward=max_reward, has_error=has_error, tool_error=tool_error,
-            replays=replays, replay_of=replay_of,
+            replays=replays, replay_of=replay_of, ended_after=ended_after,
         )  # fmt: skip
         if order_by not in _ORDER:
             raise ValueError(f"order_by must be one of {', '.join(_ORDER)}, got {order_by!r}")
@@ -380,6 +382,9 @@ def _where(**filters: Any) -> tuple[str, list[Any]]:
     if filters.get("replay_of") is not None:
         clauses.append("replay_of = ?")
         params.append(filters["replay_of"])
+    if filters.get("ended_after") is not None:  # (ns) what ended since then: a live view's next lines
+        clauses.append("end_ns > ? AND status != 'running'")
+        params.append(int(filters["ended_after"]))
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
@@ -394,7 +399,8 @@ def _null_first_key(values: tuple) -> tuple:
 
 def _record_key(r: TrajectoryRecord, order_by: str) -> tuple:
     duration = None if r.end_ns is None else r.end_ns - r.start_ns
-    return {"start": (r.start_ns, r.id), "step": (r.step, r.sample_index, r.rollout_n, r.start_ns, r.id),
+    return {"start": (r.start_ns, r.id), "end": (r.end_ns, r.id),
+            "step": (r.step, r.sample_index, r.rollout_n, r.start_ns, r.id),
             "reward": (r.reward, r.id), "duration": (duration, r.id),
             "experiment": (r.experiment, r.step, r.sample_index, r.rollout_n, r.id), "turns": (r.num_llm_calls, r.id),
             "tools": (r.num_tool_calls, r.id), "tokens": (r.num_tokens, r.id),
