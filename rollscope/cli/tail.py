@@ -16,6 +16,7 @@ from typing import Any, TextIO
 
 from rollscope.cli.args import add_dir
 from rollscope.store import TraceStore
+from rollscope.store.live import running
 from rollscope.store.records import TrajectoryRecord
 
 
@@ -35,7 +36,7 @@ class Tail:
 
     def __init__(self, store: TraceStore, experiment: str | None, stall_s: float, since_s: float,
                  out: TextIO = sys.stdout) -> None:  # fmt: skip
-        self.store, self.experiment, self.stall_ns = store, experiment, int(stall_s * 1e9)
+        self.store, self.experiment, self.stall_s = store, experiment, stall_s
         self.out = out
         self.cursor = time.time_ns() - int(since_s * 1e9)  # ended after this: not printed yet
         self.printed: set[str] = set()
@@ -53,28 +54,15 @@ class Tail:
             self.cursor = max(self.cursor, max(r.end_ns or 0 for r in ended) - 1)
             if len(self.printed) > 100_000:
                 self.printed = {r.id for r in ended}
-        now = time.time_ns()
-        running = self.store.trajectories(experiment=self.experiment, status="running", order_by="start")
-        for record in running:
-            last, what = last_activity(record)
-            if now - last > self.stall_ns and self.stalled.get(record.id) != last:
-                self.stalled[record.id] = last
-                self.out.write(stalled_line(record, (now - last) / 1e9, (now - record.start_ns) / 1e9, what) + "\n")
+        for r in running(self.store, self.experiment, self.stall_s):
+            if r.stalled and self.stalled.get(r.record.id) != r.last_ns:  # once per stall
+                self.stalled[r.record.id] = r.last_ns
+                self.out.write(stalled_line(r.record, r.idle_s, r.running_s, r.last) + "\n")
         self.out.flush()
 
     def running_summary(self) -> str:
-        running = self.store.count(experiment=self.experiment, status="running")
-        return f"{running} running, {len(self.stalled)} stalled (no event for more than {self.stall_ns / 1e9:g} s)"
-
-
-def last_activity(record: TrajectoryRecord) -> tuple[int, str]:
-    """When the running trajectory last did something (ns) and what: its newest ended span, or its start."""
-    spans = [s for s in record.spans if s.end_ns is not None]
-    if not spans:
-        return record.start_ns, "nothing ended since it started"
-    last = max(spans, key=lambda s: s.end_ns)
-    turns = sum(1 for s in spans if s.kind == "llm")
-    return last.end_ns, f"last: {last.name} ({last.kind}) ended, after {turns} llm turn{'s' if turns != 1 else ''}"
+        now_running = self.store.count(experiment=self.experiment, status="running")
+        return f"{now_running} running, {len(self.stalled)} stalled (no event for more than {self.stall_s:g} s)"
 
 
 def _ids(record: TrajectoryRecord) -> str:

@@ -23,6 +23,7 @@ from rollscope.store.diff import turn_text, without_ids
 from rollscope.store.grpo import group_advantages
 from rollscope.store.history import prompt_history
 from rollscope.store.insights import SIGNALS, Signal, Thresholds, insights
+from rollscope.store.live import running
 from rollscope.store.reader import ORDERS
 from rollscope.viewer.charts import Chart, charts, distribution, series_charts, sparkline
 from rollscope.viewer.chat import ground_truth, turns
@@ -52,7 +53,7 @@ class Viewer:
         TraceStore(directory).close()  # fail now, with the store's message, if the directory is not a store
         self.routes: dict[str, Callable[[dict[str, str], list[str]], str]] = {
             "/": self.index, "/compare": self.compare, "/group": self.group, "/steps": self.steps,
-            "/insights": self.insights, "/prompt": self.prompt,
+            "/insights": self.insights, "/prompt": self.prompt, "/live": self.live,
         }  # fmt: skip
 
     def store(self) -> TraceStore:
@@ -205,6 +206,19 @@ class Viewer:
             rows.append((run, table))
         return self._render("insights.html", title="insights", runs=rows, q=q)
 
+    def live(self, q: dict[str, str], _: list[str]) -> str:
+        """The run as it happens: running trajectories (turns so far, time running, time since
+        their last event, stalled ones marked) and the latest ended; the page reloads itself every
+        ``refresh`` seconds (a meta refresh: the page runs no script)."""
+        experiment = q.get("experiment") or None
+        stall = _seconds(q, "stall", 120.0)
+        refresh = _seconds(q, "refresh", 2.0)
+        now_running = running(self.store(), experiment, stall)
+        ended = self.store().trajectories(experiment=experiment, ended_after=0, order_by="end", descending=True,
+                                          limit=20)  # fmt: skip
+        return self._render("live.html", title="live", running=now_running, ended=ended, stall=stall,
+                            refresh=refresh, q=q, stalled=sum(r.stalled for r in now_running))  # fmt: skip
+
     def _render(self, template: str, **context: Any) -> str:
         return self.env.get_template(template).render(**context)
 
@@ -277,6 +291,15 @@ def _float(q: dict[str, str], key: str) -> float | None:
         return float(q[key])
     except ValueError:
         raise BadRequest(f"{key} must be a number, got {q[key]!r}") from None
+
+
+def _seconds(q: dict[str, str], key: str, default: float) -> float:
+    value = _float(q, key)
+    if value is None:
+        return default
+    if not 0 <= value <= 86_400:
+        raise BadRequest(f"{key} must be between 0 and 86400 seconds")
+    return value
 
 
 def _flag(q: dict[str, str], key: str) -> bool | None:
