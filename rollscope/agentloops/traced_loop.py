@@ -26,11 +26,11 @@ from verl.utils.rollout_trace import _trace_enabled as verl_trace_enabled
 from rollscope.agentloops import retokenization
 from rollscope.agentloops.llm_client import traced_client
 from rollscope.agentloops.verl_run import VerlTrajectory, current_verl_run, start_from_trainer_config
+from rollscope.store.text import REPLAY
 from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward
 from rollscope.tracing.instrument import begin_span, current_frame, end_span, native, state, verl_context
 
 log = logging.getLogger("rollscope.agentloops")
-REPLAY = "rollscope.replay"  # the run span's attribute: what a replay rebuilds the loop from
 
 # The loop instance whose run is executing in this task: a super().run() call adds no second span.
 _running: ContextVar[Any] = ContextVar("rollscope_running_loop", default=None)

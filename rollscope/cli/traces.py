@@ -12,6 +12,7 @@ from rollscope.cli.args import add_dir
 from rollscope.cli.tail import add_tail, traces_tail
 from rollscope.store import TraceStore, resolve_dir
 from rollscope.store.reader import ORDERS
+from rollscope.store.text import with_text
 
 
 def _add_filters(p: argparse.ArgumentParser) -> None:
@@ -114,6 +115,7 @@ def traces_show(args: argparse.Namespace) -> int:
 
     with TraceStore(args.dir) as store:
         record = store.get(args.id)
+        with_text(record)  # token ids as text with the run's tokenizer, whatever token2text was
     if args.json:
         training = None if record.training is None else record.training.to_dict()
         print(json.dumps({**record.to_dict(), "training": training, "spans": [_span_dict(s) for s in record.spans]},

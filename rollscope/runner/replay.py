@@ -21,8 +21,8 @@ from typing import Any
 from rollscope.store import TraceStore
 from rollscope.store.diff import TrajectoryDiff, turn_text
 from rollscope.store.records import SpanRecord, TrajectoryRecord
+from rollscope.store.text import REPLAY
 
-REPLAY = "rollscope.replay"  # the run span's attribute (TracedAgentLoop)
 RUN = "rollscope.run"  # the trajectory's attribute (the runner)
 
 

@@ -25,6 +25,7 @@ from rollscope.store.history import prompt_history
 from rollscope.store.insights import SIGNALS, Signal, Thresholds, insights
 from rollscope.store.live import running
 from rollscope.store.reader import ORDERS
+from rollscope.store.text import with_text
 from rollscope.viewer.charts import Chart, charts, distribution, series_charts, sparkline
 from rollscope.viewer.chat import ground_truth, turns
 from rollscope.viewer.tokens import retokenization, token_view, training_token_view
@@ -113,6 +114,7 @@ class Viewer:
 
     def trajectory(self, trajectory_id: str) -> str:
         record = self.store().get(trajectory_id)
+        with_text(record)
         start = record.start_ns
         total = max((record.end_ns or max((s.end_ns or s.start_ns) for s in record.spans or [record])) - start, 1)
 
@@ -135,6 +137,8 @@ class Viewer:
         if not 2 <= len(ids) <= 4:
             raise BadRequest(f"compare takes 2 to 4 trajectories (id=...&id=...), got {len(ids)}")
         records = [self.store().get(i) for i in ids]
+        for r in records:
+            with_text(r)
         columns = [[s for s in r.spans if s.kind in ("llm", "tool")] for r in records]
         rows = []
         for i in range(max(len(c) for c in columns)):

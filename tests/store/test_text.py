@@ -1,0 +1,62 @@
+"""Token ids read as text with the tokenizer the run recorded, whatever token2text was: a
+trajectory traced with ids only (verl's default) reads as text in ``traces show`` and the viewer;
+without the tokenizer here, the ids stay ids and nothing fails."""
+
+import subprocess
+import sys
+
+import httpx
+
+from rollscope import tracing
+from rollscope.store import TraceStore
+from rollscope.store.text import REPLAY, load_tokenizer, with_text
+from tests.viewer.conftest import serve
+
+
+def record_ids_only(trace_dir, tokenizer_dir, tokenizer):
+    prompt = tokenizer.encode("what is six times seven")
+    reply = tokenizer.encode("the answer is 42")
+    tracing.init_tracing(trace_dir=str(trace_dir), experiment="ids")
+    with tracing.rollout_trace_attr(step=0, sample_index=0, rollout_n=0), \
+            tracing.trace_span("ToolAgentLoop.run", kind="agent", **{REPLAY: {"tokenizer": str(tokenizer_dir)}}), \
+            tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_ids": prompt}) as s:
+        s.outputs = {"token_ids": reply, "log_probs": [-0.1] * len(reply)}
+    assert tracing.flush_tracing(30)
+    tracing.shutdown_tracing()
+
+
+def test_ids_only_trajectory_reads_as_text_everywhere(tmp_path, tiny_tokenizer):
+    tokenizer_dir = tmp_path / "tokenizer"
+    tiny_tokenizer.save_pretrained(tokenizer_dir)
+    trace_dir = tmp_path / "traces"
+    record_ids_only(trace_dir, tokenizer_dir, tiny_tokenizer)
+    with TraceStore(trace_dir) as store:
+        (t,) = store.trajectories()
+        record = store.get(t.id)
+    llm = next(s for s in record.spans if s.kind == "llm")
+    assert "response_text" not in llm.outputs  # as stored: ids only
+    assert with_text(record) == 2
+    assert llm.outputs["response_text"] == "the answer is 42" and llm.inputs["prompt_text"] == "what is six times seven"
+
+    shown = subprocess.run([sys.executable, "-m", "rollscope.cli", "traces", "show", t.id, "--dir", str(trace_dir)],
+                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert shown.returncode == 0 and "the answer is 42" in shown.stdout, shown.stdout + shown.stderr
+    for url in serve(trace_dir):
+        page = httpx.get(f"{url}/t/{t.id}", timeout=30).text
+        assert "the answer is 42" in page and "what is six times seven" in page
+
+
+def test_without_the_tokenizer_the_ids_stay_ids(tmp_path, tiny_tokenizer):
+    tokenizer_dir = tmp_path / "tokenizer"
+    tiny_tokenizer.save_pretrained(tokenizer_dir)
+    trace_dir = tmp_path / "traces"
+    record_ids_only(trace_dir, tokenizer_dir, tiny_tokenizer)
+    for path in tokenizer_dir.iterdir():  # another machine: the directory is not there
+        path.unlink()
+    tokenizer_dir.rmdir()
+    load_tokenizer.cache_clear()
+    with TraceStore(trace_dir) as store:
+        record = store.get(store.trajectories()[0].id)
+    assert with_text(record) == 0
+    llm = next(s for s in record.spans if s.kind == "llm")
+    assert "response_text" not in llm.outputs and llm.outputs["token_ids"]
