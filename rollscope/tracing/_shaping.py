@@ -91,6 +91,7 @@ INPUT_TOKENS = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 FINISH_REASONS = "gen_ai.response.finish_reasons"
 LATENCY_S = "latency_s"
+CONSTRAINED = "rollscope.constrained"  # the reply was sampled under a grammar (tool calls to their schemas)
 
 
 def _field(value: Any, name: str) -> Any:
@@ -110,6 +111,9 @@ def _input_usage(inputs: Any, attributes: dict[str, Any]) -> None:
     prompt_ids = _field(inputs, "prompt_ids")
     if isinstance(prompt_ids, list | tuple):
         attributes.setdefault(INPUT_TOKENS, len(prompt_ids))
+    sampling = _field(inputs, "sampling_params")
+    if isinstance(sampling, dict) and sampling.get("grammar"):  # (``llm.constrained``)
+        attributes.setdefault(CONSTRAINED, "grammar")
 
 
 def _output_usage(span: Span, attributes: dict[str, Any]) -> None:

@@ -107,3 +107,29 @@ def test_a_dead_llm_stops_the_run_and_keeps_what_was_traced(tmp_path, tokenizer)
         # the trajectory that met the dead server, and at most one that had started behind it (cancelled)
         assert 1 <= store.count(status="error") <= 2
         assert store.count() == store.count(status="ok") + store.count(status="error")
+
+
+@pytest.mark.parametrize("constrained", [True, False])
+def test_constrained_tool_calls_reach_the_llm_as_a_grammar_and_show_on_the_span(tmp_path, tokenizer, constrained):
+    """``constrain_tool_calls`` (on in the bundled calculator example) becomes a grammar of the
+    turn's tools in the LLM's sampling parameters, and the llm span says the reply was constrained."""
+    config = load_config("gsm8k-calculator", ["limit=1", f"trace_dir={tmp_path}",
+                                               f"sampling.constrain_tool_calls={str(constrained).lower()}"])  # fmt: skip
+    seen = []
+
+    class Recording(ScriptedLLM):  # the test double records what it was asked with
+        async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+            seen.append(dict(sampling_params))
+            return await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kwargs)
+
+    run(config, Recording(tokenizer, [CALL, "The answer is 976."]), tokenizer)
+    assert len(seen) == 2 and all("constrain_tool_calls" not in p for p in seen)
+    with TraceStore(tmp_path) as store:
+        record = store.get(store.trajectories()[0].id)
+    llm_spans = [s for s in record.spans if s.kind == "llm"]
+    if constrained:
+        assert all("calculator" in p["grammar"] and "submit_answer" in p["grammar"] for p in seen)
+        assert all(s.attributes.get("rollscope.constrained") == "grammar" for s in llm_spans)
+    else:
+        assert all("grammar" not in p for p in seen)
+        assert all("rollscope.constrained" not in s.attributes for s in llm_spans)

@@ -44,6 +44,8 @@ READER = textwrap.dedent("""
     from rollscope.store import TraceStore
     shared, stop = sys.argv[1], sys.argv[2]
     opened, reads = set(), 0
+    while not os.path.isdir(os.path.join(shared, "live")):  # a busy machine starts the writers late
+        time.sleep(0.02)
     store = TraceStore(shared)
     while True:
         done = os.path.exists(stop)
