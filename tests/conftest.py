@@ -7,7 +7,9 @@ import shutil
 import tempfile
 
 # Remote backends' spools (tracing._spool) of this test session: never the user's cache.
-os.environ["ROLLSCOPE_SPOOL_DIR"] = tempfile.mkdtemp(prefix="rollscope-spool-")
+# (kept when set: the tests' own subprocesses share their parent's)
+if "ROLLSCOPE_SPOOL_DIR" not in os.environ:
+    os.environ["ROLLSCOPE_SPOOL_DIR"] = tempfile.mkdtemp(prefix="rollscope-spool-")
 
 import pytest
 

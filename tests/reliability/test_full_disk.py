@@ -5,25 +5,20 @@ has; elsewhere the test is skipped with the reason)."""
 import logging
 import os
 import sqlite3
-import subprocess
 
 import pytest
 
 from rollscope import tracing
 from rollscope.store import TraceStore
+from tests.small_disk import small_tmpfs
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
 def small_disk(tmp_path):
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)],
-                                           capture_output=True).returncode != 0:  # fmt: skip
-        pytest.skip("mounting a small tmpfs needs root")
-    yield mount
-    subprocess.run(["umount", "-l", str(mount)], check=True)
+    with small_tmpfs(tmp_path / "small", "1m") as mount:
+        yield mount
 
 
 def rollout(i: int) -> None:

@@ -16,6 +16,7 @@ from rollscope import tracing
 from rollscope.store import TraceStore
 from rollscope.tracing import _wire as wire
 from rollscope.tracing._spool import _HEADER, Spool, destination_dir, spool_root
+from tests.small_disk import small_tmpfs
 from tests.tracing.spool_backends import LedgerBackend
 
 REPO = Path(__file__).resolve().parents[2]
@@ -141,12 +142,7 @@ def test_a_killed_process_spool_is_sent_by_the_next_none_skipped_none_twice(tmp_
 
 
 def test_a_full_disk_loses_only_what_it_could_not_write_counted_exactly(tmp_path):
-    mount = tmp_path / "small"
-    mount.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mount)],
-                                           capture_output=True).returncode != 0:  # fmt: skip
-        pytest.skip("mounting a small tmpfs needs root")
-    try:
+    with small_tmpfs(tmp_path / "small", "256k") as mount:
         spool = Spool("full-disk test", root=mount)
         records = [[("event", i, os.urandom(2_000).hex())] for i in range(200)]  # ~800 kB for 256 kB
         spool.append(records)
@@ -156,8 +152,6 @@ def test_a_full_disk_loses_only_what_it_could_not_write_counted_exactly(tmp_path
         while spool.pending:
             read += spool.read(10)
         assert [e[1] for e in read] == list(range(spool.written_events))  # what was written reads back whole
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=True)
 
 
 def test_a_torn_record_at_a_dead_writers_end_is_skipped_and_the_rest_sent(tmp_path):
