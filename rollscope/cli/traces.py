@@ -137,7 +137,10 @@ def traces_diff(args: argparse.Namespace) -> int:
     from rollscope.store.diff import turn_text
 
     with TraceStore(args.dir) as store:
-        diff = store.diff(args.a, args.b)
+        left, right = store.get(args.a), store.get(args.b)
+        for record in (left, right):
+            with_text(record)  # compared as text, whatever token2text was for either
+        diff = store.diff(left, right)
     if args.json:
         print(json.dumps({
             "a": diff.left.id, "b": diff.right.id, "fields": diff.fields, "first_divergence": diff.first_divergence,

@@ -41,6 +41,9 @@ def test_ids_only_trajectory_reads_as_text_everywhere(tmp_path, tiny_tokenizer):
     shown = subprocess.run([sys.executable, "-m", "rollscope.cli", "traces", "show", t.id, "--dir", str(trace_dir)],
                            capture_output=True, text=True, timeout=120)  # fmt: skip
     assert shown.returncode == 0 and "the answer is 42" in shown.stdout, shown.stdout + shown.stderr
+    diffed = subprocess.run([sys.executable, "-m", "rollscope.cli", "traces", "diff", t.id, t.id, "--dir",
+                             str(trace_dir), "--json"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert diffed.returncode == 0 and '"text": "the answer is 42"' in diffed.stdout, diffed.stdout + diffed.stderr
     for url in serve(trace_dir):
         page = httpx.get(f"{url}/t/{t.id}", timeout=30).text
         assert "the answer is 42" in page and "what is six times seven" in page
