@@ -43,6 +43,9 @@ def test_example_runs_on_the_embedded_model(tmp_path, llm, example, tool):
 
         outcome = replay(trajectories[0].id, str(tmp_path), tokenizer=llm.tokenizer)
         assert outcome.ok, outcome.differences
+        # the bundled template renders the conversation (its tool calls too) to the tokens trained on
+        checks = [s.attributes["rollscope.retokenization"] for s in spans if "rollscope.retokenization" in s.attributes]
+        assert len(checks) == 2 and all(c["match"] for c in checks), checks
 
 
 def test_make_demo_command(tmp_path):
