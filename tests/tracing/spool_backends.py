@@ -35,6 +35,7 @@ class LedgerBackend(TrajectoryBackend):
     def flush(self) -> None:
         self.gate.wait()
         if self.hang_after is not None and self._delivered() >= self.hang_after:
+            open(f"{self.path}.hung", "w").close()  # (for the test: what was delivered is confirmed)
             threading.Event().wait()  # the server stopped answering
         with open(self.path, "a") as f:
             f.writelines(f"{i}\n" for i in self.batch)
