@@ -21,7 +21,7 @@ from typing import Any
 from rollscope.store import TraceStore
 from rollscope.store.diff import TrajectoryDiff, turn_text
 from rollscope.store.records import SpanRecord, TrajectoryRecord
-from rollscope.store.text import REPLAY
+from rollscope.store.text import REPLAY, load_tokenizer
 
 RUN = "rollscope.run"  # the trajectory's attribute (the runner)
 
@@ -103,9 +103,10 @@ def _tokenizer(model: str | None, info: dict[str, Any], run: dict[str, Any], liv
         return live_tokenizer
     path = model or info.get("tokenizer") or run.get("model")
     if path and Path(path).is_dir():
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+        tokenizer = load_tokenizer(path)
+        if tokenizer is None:
+            raise ReplayError(f"the tokenizer in {path} cannot be loaded; give --model DIR")
+        return tokenizer
     if run.get("llm"):  # the recorded client brings its tokenizer (the embedded model's, a scripted one's)
         from rollscope.llm.factory import create_llm
 

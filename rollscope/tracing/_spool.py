@@ -33,6 +33,7 @@ import struct
 import tempfile
 import zlib
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +151,6 @@ class Spool:
         self.root.mkdir(parents=True, exist_ok=True)
         self.own = self._create()
         self.adopted: deque[_SpoolDir] = deque(self._orphans())
-        self.adopted_events = 0  # read back from the orphans so far
         self._segment = 0
         self._file: Any = None
         self._written = 0  # bytes in the open segment
@@ -194,7 +194,7 @@ class Spool:
     def has_data(self) -> bool:
         return bool(self.adopted) or self.pending > 0 or bool(self._controls)
 
-    def append(self, records: list[list[Any]], controls: list[Any] = ()) -> None:
+    def append(self, records: list[list[Any]], controls: Sequence[Any] = ()) -> None:
         """Each record (a list of events, read back whole) on disk, then ``controls`` in memory,
         in their place after them."""
         for n, events in enumerate(records):
@@ -236,7 +236,6 @@ class Spool:
         while self.adopted:
             events = self.adopted[0].read()
             if events is not None:
-                self.adopted_events += len(events)
                 return events
             self.adopted.popleft().remove()
         out: list[Any] = []
