@@ -1,12 +1,14 @@
 """Server time of the web viewer's pages over a 1,000,000-span store (goal: a page of 100
 trajectories in under 300 ms; the trajectory page, with its chat and token views, under 50 ms).
 Times ``Viewer.handle`` (query + render, what the Server-Timing header reports), median of
-repeated requests with varied parameters.
+repeated requests with varied parameters, each request on a thread of its own as the HTTP server
+runs them. ``--segments N``: the same spans in N sealed segments of the shared-filesystem layout
+(goal: every page under 50 ms warm over 1,000 segments).
 
 ``--baseline REV`` also times the viewer of git revision REV (checked out into a temporary
 worktree) on the same store, in alternating rounds, and prints both side by side with the ratio.
 
-usage: python benchmarks/bench_viewer.py [--spans 1000000] [--baseline REV] [--rounds 3] [--json OUT]
+usage: python benchmarks/bench_viewer.py [--spans 1000000] [--segments N] [--baseline REV] [--rounds 3] [--json OUT]
 """
 
 from __future__ import annotations
@@ -18,20 +20,29 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_store import build_store_reported  # a sibling script, not a package
+from bench_segments import build_segments  # sibling scripts, not a package
+from bench_store import build_store_reported
 
 
 def median_ms(fn, requests: list[str]) -> float:
     times = []
-    for target in requests:
+
+    def one(target: str) -> None:
         t0 = time.perf_counter()
         status, _, body = fn(target)
         times.append((time.perf_counter() - t0) * 1e3)
         assert status == 200, (target, body[:300])
+
+    for target in requests:  # a thread per request, as ThreadingHTTPServer serves them
+        thread = threading.Thread(target=one, args=(target,))
+        thread.start()
+        thread.join()
+    assert len(times) == len(requests), "a request failed (its traceback is above)"
     return statistics.median(times)
 
 
@@ -99,6 +110,7 @@ def side_by_side(rev: str | None, store_dir: str, rounds: int) -> tuple[dict[str
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--spans", type=int, default=1_000_000)
+    ap.add_argument("--segments", type=int, help="lay the spans out as this many sealed segments")
     ap.add_argument("--baseline", help="a git revision to time side by side (e.g. HEAD~5)")
     ap.add_argument("--rounds", type=int, default=3, help="alternating rounds; each page's best median is kept")
     ap.add_argument("--json")
@@ -106,13 +118,17 @@ def main() -> None:
     from rollscope.store import TraceStore
 
     with tempfile.TemporaryDirectory() as tmp:
-        build_store_reported(args.spans, tmp)
+        if args.segments:
+            build_segments(Path(tmp), args.spans, args.segments)
+        else:
+            build_store_reported(args.spans, tmp)
         with TraceStore(tmp) as store:
             count = store.count()
         now, before = side_by_side(args.baseline, tmp, args.rounds)
-        results = {"spans": args.spans, "trajectories": count, "server_ms": now,
+        results = {"spans": args.spans, "segments": args.segments, "trajectories": count, "server_ms": now,
                    "baseline": args.baseline, "baseline_ms": before}  # fmt: skip
-        print(f"viewer server time over {count:,} trajectories / {args.spans:,} spans (median ms):")
+        layout = f"{args.segments:,} segments" if args.segments else "shards"
+        print(f"viewer server time over {count:,} trajectories / {args.spans:,} spans in {layout} (median ms):")
         for name, ms in now.items():
             old = before.get(name) or before.get(name.replace(" (chat and token views)", ""))
             side = f"   {args.baseline}: {old:8.1f} ms   ratio {ms / old:5.2f}" if old else ""

@@ -72,16 +72,18 @@ class TraceStore:
         """The files to read: the shards in the directory and, in the shared layout, the visible
         segments (those that may hold ``step``, when given) and live views (``store.segments``)."""
         shards = sorted(self.path.glob(f"*{SHARD_SUFFIX}"))
-        if not is_segmented(self.path):
-            return shards
-        segments, views = visible(self.path, self._sources)
-        published = [s.path for s in segments if type(step) is not int or s.may_hold(step)] + views
-        self._immutable.update(published)
-        listed = set(published)
-        for gone in [p for p in self._conns if p in self._immutable and p not in listed]:  # replaced or compacted
-            self._conns.pop(gone).close()
-            self._immutable.discard(gone)
-        return shards + published
+        segments, views = visible(self.path, self._sources) if is_segmented(self.path) else ([], [])
+        self._immutable.update(s.path for s in segments)
+        self._immutable.update(views)
+        listed = {*shards, *views, *(s.path for s in segments)}
+        gone = [p for p in self._conns if p not in listed]  # removed, replaced or compacted since
+        for path in gone:
+            self._conns.pop(path).close()
+            self._immutable.discard(path)
+            self._missing.pop(path, None)
+        if gone:
+            self._cache = {key: rows for key, rows in self._cache.items() if key[0] in listed}
+        return shards + [s.path for s in segments if type(step) is not int or s.may_hold(step)] + views
 
     def _conn(self, shard: Path) -> sqlite3.Connection:
         db = self._conns.get(shard)

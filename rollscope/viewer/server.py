@@ -45,23 +45,24 @@ class Viewer:
 
     def __init__(self, directory: str | None = None) -> None:
         self.directory = directory
-        self._local = threading.local()  # SQLite connections are per thread
+        # One store for every request: its open files and cached per-shard aggregates outlive a
+        # request (the first query over 1,000 segments opens each of them), and each query lists the
+        # directory again, so new shards and segments show. Requests take turns on it (the lock):
+        # pages take milliseconds, and a shared connection must not run two queries at once.
+        self._store = TraceStore(directory)  # fails now, with the store's message, if not a store
+        self._lock = threading.Lock()
         self.env = Environment(loader=PackageLoader("rollscope.viewer", "templates"), trim_blocks=True,
                                lstrip_blocks=True, autoescape=select_autoescape(default=True))  # fmt: skip
         self.env.globals.update(figures=figures, main_text=main_text, tool_call=tool_call, turn_text=turn_text,
                                 fmt=fmt, quote=quote, token_view=token_view,
                                 table_row=table_row)  # fmt: skip
-        TraceStore(directory).close()  # fail now, with the store's message, if the directory is not a store
         self.routes: dict[str, Callable[[dict[str, str], list[str]], str]] = {
             "/": self.index, "/compare": self.compare, "/group": self.group, "/steps": self.steps,
             "/insights": self.insights, "/prompt": self.prompt, "/live": self.live,
         }  # fmt: skip
 
     def store(self) -> TraceStore:
-        store = getattr(self._local, "store", None)
-        if store is None:
-            store = self._local.store = TraceStore(self.directory)
-        return store
+        return self._store
 
     def handle(self, target: str) -> tuple[int, str, bytes]:
         url = urlsplit(target)
@@ -72,11 +73,13 @@ class Viewer:
                 name, content_type = STATIC[url.path]
                 return 200, content_type, resources.files("rollscope.viewer").joinpath("static", name).read_bytes()
             if url.path.startswith("/t/") and "/" not in url.path[3:]:
-                return 200, "text/html; charset=utf-8", self.trajectory(url.path[3:]).encode()
+                with self._lock:
+                    return 200, "text/html; charset=utf-8", self.trajectory(url.path[3:]).encode()
             route = self.routes.get(url.path)
             if route is None:
                 return self._error(404, f"no page at {url.path}")
-            return 200, "text/html; charset=utf-8", route(single, query.get("id", [])).encode()
+            with self._lock:
+                return 200, "text/html; charset=utf-8", route(single, query.get("id", [])).encode()
         except BadRequest as exc:
             return self._error(400, str(exc))
         except KeyError as exc:

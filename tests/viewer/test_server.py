@@ -1,12 +1,16 @@
 """The viewer over HTTP on 127.0.0.1: pages, filters, escaping, refusals, a store still being written."""
 
+import os
 import re
 import socket
 import threading
 
 import httpx
 
+from rollscope import tracing
 from rollscope.store import TraceStore
+from rollscope.store.segments import SEGMENTS, compact
+from rollscope.viewer.server import make_server
 from tests.viewer.conftest import HOSTILE, record
 
 
@@ -142,3 +146,63 @@ def test_half_sent_requests_do_not_hold_the_server(server):
     finally:
         for s in idle:
             s.close()
+
+
+def _publish(shared, local, experiment, trajectories):
+    """One writer of the shared-filesystem layout: its trajectories end up in sealed segments."""
+    tracing.init_tracing(trace_dir=str(shared), local_dir=str(local), sidecar=False, experiment=experiment)
+    for i in range(trajectories):
+        with tracing.rollout_trace_attr(step=i, sample_index=0, rollout_n=0):
+            with tracing.trace_span("llm.generate", kind="llm") as s:
+                s.outputs = {"response_text": f"reply {i}"}
+            tracing.set_reward(1.0)
+    assert tracing.flush_tracing(30)
+    tracing.shutdown_tracing(30)
+
+
+def _open_files_under(directory):
+    found = []
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith(str(directory)):
+            found.append(target)
+    return found
+
+
+def test_one_store_serves_concurrent_requests_and_follows_new_and_compacted_segments(tmp_path):
+    shared = tmp_path / "shared"
+    for w in range(3):
+        _publish(shared, tmp_path / f"node{w}", f"w{w}", 4)
+    httpd = make_server(str(shared), port=0)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{httpd.server_address[1]}"
+    try:
+        paths = ["/", "/?sort=reward&desc=1", "/steps", "/insights", "/live", "/?experiment=w1", "/?step=2"]
+        statuses = []
+
+        def client():
+            with httpx.Client(base_url=url) as c:
+                statuses.extend(c.get(p).status_code for p in paths * 3)
+
+        threads = [threading.Thread(target=client) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert statuses == [200] * 8 * 3 * len(paths)
+        segments = sorted(str(p) for p in (shared / SEGMENTS).glob("*.rstrace"))
+        assert len(segments) >= 3
+        assert sorted(_open_files_under(shared)) == segments  # each segment open once, for all 8 clients' threads
+
+        _publish(shared, tmp_path / "node3", "w3", 2)  # a new writer's segment shows at the next request
+        assert "2 of 14 match" in httpx.get(url + "/?experiment=w3").text
+        compact(shared, min_segments=2)
+        assert "14 of 14 match" in httpx.get(url + "/").text
+        opened = _open_files_under(shared)
+        assert opened == [str(p) for p in (shared / SEGMENTS).glob("*.rstrace")] and len(opened) == 1
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
