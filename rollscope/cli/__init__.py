@@ -10,6 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
+from rollscope._extras import MissingExtra
 from rollscope.cli import insights, push, replay, run, traces, ui
 from rollscope.llm.base import LLMServerError
 
@@ -63,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     except LLMServerError as exc:
         print(f"rollscope: error: {exc}", file=sys.stderr)
         return EXIT_LLM
-    except (FileNotFoundError, ValueError, KeyError) as exc:
+    except (FileNotFoundError, ValueError, KeyError, MissingExtra) as exc:
         print(f"rollscope: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # output piped into head and closed early

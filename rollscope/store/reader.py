@@ -14,6 +14,7 @@ from typing import Any
 
 from rollscope.store.records import SpanRecord, StepStats, TrainingRecord, TrajectoryRecord
 from rollscope.store.schema import (
+    ADDED_COLUMNS,
     SHARD_SUFFIX,
     SPAN_COLUMNS,
     TRAINING_COLUMNS,
@@ -21,6 +22,7 @@ from rollscope.store.schema import (
     decode_payload,
     resolve_dir,
 )
+from rollscope.store.segment_index import INDEX, SegmentIndex
 from rollscope.store.segments import is_segmented, open_immutable, visible
 
 # order name -> SQL sort terms; every order ends with id, so equal keys page deterministically
@@ -38,10 +40,6 @@ _ORDER = {
 }
 ORDERS = tuple(_ORDER)
 _SELECT_TRAJ = f"SELECT {', '.join(TRAJECTORY_COLUMNS)} FROM trajectories"
-# Columns added after schema version 2, and what older shards read for them.
-_ADDED_COLUMNS = {"num_tokens": "0", "num_tool_errors": "0", "num_truncated": "0", "num_repeated_calls": "0",
-                  "logprob_sum": "0", "logprob_count": "0", "answer_chars": "0", "turn_limit": "0",
-                  "replay_of": "NULL"}  # fmt: skip
 log = logging.getLogger("rollscope.store")
 _SELECT_TRAINING = f"SELECT {', '.join(TRAINING_COLUMNS)} FROM training"
 _SELECT_SPANS = f"SELECT {', '.join(SPAN_COLUMNS)} FROM spans WHERE trajectory_id = ? ORDER BY start_ns, id"
@@ -54,9 +52,13 @@ class TraceStore:
     including shards created since the last query. A damaged shard (truncated, overwritten) is
     skipped with one warning naming it (``damaged`` lists them); every other shard still answers.
     A store on a read-only file system is read as it is.
+
+    ``index_segments``: for a reader that lives long (the viewer), sealed segments' trajectory
+    rows are copied into one in-memory index (``store.segment_index``) as they appear, so a query
+    over 1,000 segments is one query; a one-off reader leaves it off and opens what it reads.
     """
 
-    def __init__(self, path: str | os.PathLike | None = None) -> None:
+    def __init__(self, path: str | os.PathLike | None = None, *, index_segments: bool = False) -> None:
         self.path = resolve_dir(path)
         if not self.path.is_dir():
             raise FileNotFoundError(f"no trace store at {self.path} (set --dir or ROLLSCOPE_TRACE_DIR)")
@@ -66,6 +68,7 @@ class TraceStore:
         self._cache: dict[tuple, tuple[int, list[tuple]]] = {}  # (shard, query, params) -> (data_version, rows)
         self._immutable: set[Path] = set()  # published segments and live views (shared layout)
         self._sources: dict[Path, list] = {}  # compacted segment -> what it replaced
+        self._index = SegmentIndex() if index_segments else None
 
     # ---- shards ----
     def shards(self, step: Any = None) -> list[Path]:
@@ -83,9 +86,15 @@ class TraceStore:
             self._missing.pop(path, None)
         if gone:
             self._cache = {key: rows for key, rows in self._cache.items() if key[0] in listed}
+        if self._index is not None and segments:
+            for path, error in self._index.sync([s.path for s in segments if s.path not in self.damaged]).items():
+                self._skip(path, sqlite3.DatabaseError(error))
+            return [*shards, INDEX, *views]
         return shards + [s.path for s in segments if type(step) is not int or s.may_hold(step)] + views
 
     def _conn(self, shard: Path) -> sqlite3.Connection:
+        if shard is INDEX:
+            return self._index.db
         db = self._conns.get(shard)
         if db is None:
             try:
@@ -102,7 +111,7 @@ class TraceStore:
                 columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
             db.execute("PRAGMA query_only=ON")
             self._conns[shard] = db
-            missing = {c: value for c, value in _ADDED_COLUMNS.items() if c not in columns}
+            missing = {c: value for c, value in ADDED_COLUMNS.items() if c not in columns}
             if columns and missing:
                 self._missing[shard] = (re.compile(r"\b(" + "|".join(missing) + r")\b"), missing)
         return db
@@ -187,6 +196,11 @@ class TraceStore:
             if len({shard for shard, _ in rows}) > 1:
                 records.sort(key=lambda r: _null_first_key(_record_key(r, order_by)), reverse=descending)
             return records[offset:]
+        sources = [s for s in self.shards(step) if s not in self.damaged]
+        if len(sources) == 1:  # one database (a store of one shard, or a finished run's segment index)
+            rows = self._query(f"{_SELECT_TRAJ}{where} ORDER BY {order} LIMIT {int(limit)} OFFSET {int(offset)}",
+                               params, step)  # fmt: skip
+            return [self._record(shard, row) for shard, row in rows]
         # A page: each shard's first offset+limit sort keys (small tuples, sorted by SQLite), merged;
         # whole rows are read only for the page itself.
         keys = f"SELECT {', '.join(terms)} FROM trajectories{where} ORDER BY {order} LIMIT {int(limit) + int(offset)}"
@@ -245,7 +259,7 @@ class TraceStore:
 
     def _cached_rows(self, shard: Path, sql: str, params: list[Any]) -> list[tuple]:
         db = self._conn(shard)
-        version = db.execute("PRAGMA data_version").fetchone()[0]
+        version = self._index.generation if shard is INDEX else db.execute("PRAGMA data_version").fetchone()[0]
         key = (shard, sql, tuple(params))
         found = self._cache.get(key)
         if found is None or found[0] != version:
@@ -290,7 +304,9 @@ class TraceStore:
         shards = [shard] if shard is not None and (shard in self._conns or shard.exists()) else self.shards()
         out: list[SpanRecord] = []
         for s in shards:
-            if s in self.damaged:
+            if s is INDEX:
+                s = self._index.segment_of(trajectory_id)
+            if s is None or s in self.damaged:
                 continue
             try:
                 rows = self._conn(s).execute(_SELECT_SPANS, [trajectory_id]).fetchall()
@@ -340,6 +356,8 @@ class TraceStore:
         values["validate"] = bool(values["validate"])
         values["attributes"] = json.loads(values["attributes"]) if values["attributes"] else {}
         tid = values["id"]
+        if shard is INDEX:
+            shard = self._index.segment_of(tid) or shard
         return TrajectoryRecord(**values, shard=shard.name, _load_spans=lambda: self.spans(tid, shard),
                                 _load_training=lambda: self.training(tid))  # fmt: skip
 

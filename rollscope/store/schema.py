@@ -110,6 +110,11 @@ def span_row(span: Any, payload: bytes) -> tuple:
     return (*_SPAN_FIELDS(span), payload)
 
 
+# Columns added to trajectories after schema version 2, and what older shards read for them.
+ADDED_COLUMNS = {"num_tokens": "0", "num_tool_errors": "0", "num_truncated": "0", "num_repeated_calls": "0",
+                 "logprob_sum": "0", "logprob_count": "0", "answer_chars": "0", "turn_limit": "0",
+                 "replay_of": "NULL"}  # fmt: skip
+
 DDL = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 INSERT OR IGNORE INTO meta VALUES ('schema_version', '{SCHEMA_VERSION}');

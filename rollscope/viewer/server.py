@@ -45,11 +45,11 @@ class Viewer:
 
     def __init__(self, directory: str | None = None) -> None:
         self.directory = directory
-        # One store for every request: its open files and cached per-shard aggregates outlive a
-        # request (the first query over 1,000 segments opens each of them), and each query lists the
-        # directory again, so new shards and segments show. Requests take turns on it (the lock):
-        # pages take milliseconds, and a shared connection must not run two queries at once.
-        self._store = TraceStore(directory)  # fails now, with the store's message, if not a store
+        # One store for every request: its open files, cached per-shard aggregates and index of
+        # sealed segments outlive a request, and each query lists the directory again, so new
+        # shards and segments show. Requests take turns on it (the lock): pages take milliseconds,
+        # and a shared connection must not run two queries at once.
+        self._store = TraceStore(directory, index_segments=True)  # fails now, with the store's message, if not a store
         self._lock = threading.Lock()
         self.env = Environment(loader=PackageLoader("rollscope.viewer", "templates"), trim_blocks=True,
                                lstrip_blocks=True, autoescape=select_autoescape(default=True))  # fmt: skip

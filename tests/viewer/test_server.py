@@ -195,14 +195,15 @@ def test_one_store_serves_concurrent_requests_and_follows_new_and_compacted_segm
         assert statuses == [200] * 8 * 3 * len(paths)
         segments = sorted(str(p) for p in (shared / SEGMENTS).glob("*.rstrace"))
         assert len(segments) >= 3
-        assert sorted(_open_files_under(shared)) == segments  # each segment open once, for all 8 clients' threads
+        opened = _open_files_under(shared)  # each segment open at most once, for all 8 clients' threads
+        assert len(opened) == len(set(opened)) and set(opened) <= set(segments)
 
         _publish(shared, tmp_path / "node3", "w3", 2)  # a new writer's segment shows at the next request
         assert "2 of 14 match" in httpx.get(url + "/?experiment=w3").text
         compact(shared, min_segments=2)
         assert "14 of 14 match" in httpx.get(url + "/").text
-        opened = _open_files_under(shared)
-        assert opened == [str(p) for p in (shared / SEGMENTS).glob("*.rstrace")] and len(opened) == 1
+        remaining = [str(p) for p in (shared / SEGMENTS).glob("*.rstrace")]
+        assert len(remaining) == 1 and set(_open_files_under(shared)) <= set(remaining)  # none of the replaced
     finally:
         httpd.shutdown()
         httpd.server_close()

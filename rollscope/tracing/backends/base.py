@@ -33,6 +33,10 @@ class TraceBackend:
     #: true for a backend that needs nothing from the traced process but its options, is
     #: importable by module path, and whose work would otherwise compete with the rollout.
     out_of_process: ClassVar[bool] = False
+    #: The modules it imports that only an extra installs, and that extra (``rollscope[EXTRA]``):
+    #: checked when the backend is chosen, so a missing one is one error before any rollout.
+    requires: ClassVar[tuple[str, ...]] = ()
+    extra: ClassVar[str | None] = None
 
     def __init__(self, *, project: str | None = None, experiment: str | None = None) -> None:
         self.project = project

@@ -55,6 +55,8 @@ def prepare_tracking_store(uri: str) -> None:
 
 class MlflowBackend(TrajectoryBackend):
     name = "mlflow"
+    requires = ("mlflow",)
+    extra = "mlflow"
     out_of_process = True  # encoding and export, off the traced process
     options = frozenset({"mlflow_tracking_uri", "mlflow_experiment"})
 

@@ -77,6 +77,8 @@ def _id_generator() -> Any:
 
 class OtelBackend(TrajectoryBackend):
     name = "otel"
+    requires = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
+    extra = "otel"
     out_of_process = True  # encoding and export, off the traced process
     options = frozenset({"otel_endpoint", "otel_headers", "otel_service_name", "otel_resource"})
     flush_every = 1536  # the SDK's batch processor holds 2,048 spans and drops beyond them

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
+from rollscope._extras import require
 from rollscope.tracing.backends.base import TraceBackend
 
 ENTRY_POINT_GROUP = "rollscope.trace_backends"
@@ -72,6 +73,9 @@ def resolve_backends(names: list[str], options: dict[str, Any]) -> list[tuple[st
     claimed: set[str] = set()
     for name in names:
         cls = backend_class(name)
+        requires = getattr(cls, "requires", ())
+        if requires:
+            require(getattr(cls, "extra", None) or name, *requires, feature=f"the {name} trace backend")
         accepted = getattr(cls, "options", frozenset())
         mine = {k: v for k, v in options.items() if k in accepted}
         claimed |= set(mine)

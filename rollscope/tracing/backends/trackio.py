@@ -32,6 +32,8 @@ def trace_key(agent: str) -> str:
 
 class TrackioBackend(TrajectoryBackend):
     name = "trackio"
+    requires = ("trackio",)
+    extra = "trackio"
     options = frozenset({"trackio_project"})
 
     def __init__(self, *, project: str | None = None, experiment: str | None = None,

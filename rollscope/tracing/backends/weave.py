@@ -62,6 +62,8 @@ _NUMBERS = {int, float}
 
 class WeaveBackend(TrajectoryBackend):
     name = "weave"
+    requires = ("weave", "wandb")
+    extra = "weave"
     options = frozenset({"weave_project", "weave_client"})
     out_of_process = True  # unless given a client object (tests): runtime keeps it here then
 
