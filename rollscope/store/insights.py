@@ -188,11 +188,18 @@ def _per_step(store: TraceStore, where: str, params: list, th: Thresholds) -> di
            "TOTAL(json_extract(attributes, '$.retokenization_drift') IS NOT NULL), "
            f"{examples} FROM trajectories{where} "
            "GROUP BY project, experiment, step")  # fmt: skip
-    names = ("n", "truncated", "turn_limit", "repeated", "reward_no_tools", "rewarded_empty", "rewarded",
-             "tool_calls", "tokens", "logprob_sum", "logprob_count", "drift")  # fmt: skip
     args = [getattr(th, a) for _, names_ in _PREDICATES.values() for a in (*names_, *names_)]  # MIN's, then MAX's
+    return store.aggregate(sql, [th.answer_chars, *args, *params], _merge_steps)
+
+
+_STEP_SUMS = ("n", "truncated", "turn_limit", "repeated", "reward_no_tools", "rewarded_empty", "rewarded",
+              "tool_calls", "tokens", "logprob_sum", "logprob_count", "drift")  # ``_per_step``'s columns, in order
+
+
+def _merge_steps(rows: list[tuple]) -> dict[tuple, dict[Any, dict]]:
+    names = _STEP_SUMS
     runs: dict[tuple, dict[Any, dict]] = {}
-    for _, (project, experiment, step, *values) in store._query(sql, [th.answer_chars, *args, *params], cached=True):
+    for project, experiment, step, *values in rows:
         acc = runs.setdefault((project, experiment), {}).setdefault(step, {**dict.fromkeys(names, 0), "examples": {}})
         for name, value in zip(names, values, strict=False):
             acc[name] += value
@@ -208,8 +215,12 @@ def _groups(store: TraceStore, where: str, params: list) -> dict[tuple, list[tup
     across shards (a group's rollouts may have been written by different workers)."""
     sql = ("SELECT project, experiment, step, sample_index, COUNT(*), MIN(reward), MAX(reward), MIN(id) "
            f"FROM trajectories{where} GROUP BY project, experiment, step, sample_index")  # fmt: skip
+    return store.aggregate(sql, params, _merge_groups)
+
+
+def _merge_groups(rows: list[tuple]) -> dict[tuple, list[tuple]]:
     merged: dict[tuple, list] = {}
-    for _, (project, experiment, step, sample, n, low, high, first) in store._query(sql, params, cached=True):
+    for project, experiment, step, sample, n, low, high, first in rows:
         acc = merged.get((project, experiment, step, sample))
         if acc is None:
             merged[(project, experiment, step, sample)] = [n, low, high, first]
@@ -241,8 +252,12 @@ def _tool_errors(store: TraceStore, where: str, params: list) -> dict[tuple, dic
     """(project, experiment, step) -> {"tool|kind": (failed calls, example ids)}."""
     sql = ("SELECT project, experiment, step, j.key, j.value, trajectories.id FROM trajectories, "
            f"json_each(trajectories.attributes, '$.tool_errors') AS j{where} ORDER BY trajectories.id")  # fmt: skip
+    return store.aggregate(sql, params, _merge_tool_errors)
+
+
+def _merge_tool_errors(rows: list[tuple]) -> dict[tuple, dict[str, tuple[float, list[str]]]]:
     out: dict[tuple, dict[str, list]] = {}
-    for _, (project, experiment, step, label, n, tid) in store._query(sql, params, cached=True):
+    for project, experiment, step, label, n, tid in rows:
         acc = out.setdefault((project, experiment, step), {}).setdefault(label, [0, []])
         acc[0] += n
         acc[1].append(tid)

@@ -6,9 +6,12 @@ import heapq
 import itertools
 import json
 import logging
+import operator
 import os
 import re
 import sqlite3
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +26,7 @@ from rollscope.store.schema import (
     resolve_dir,
 )
 from rollscope.store.segment_index import INDEX, SegmentIndex
-from rollscope.store.segments import is_segmented, open_immutable, visible
+from rollscope.store.segments import LIVE, SEGMENTS, is_segmented, open_immutable, visible
 
 # order name -> SQL sort terms; every order ends with id, so equal keys page deterministically
 _ORDER = {
@@ -69,11 +72,27 @@ class TraceStore:
         self._immutable: set[Path] = set()  # published segments and live views (shared layout)
         self._sources: dict[Path, list] = {}  # compacted segment -> what it replaced
         self._index = SegmentIndex() if index_segments else None
+        self._listed: tuple | None = None  # (folders' mtimes, when, listing): ``_listing``
+        self._derived: dict[tuple, tuple[list, Any]] = {}  # ``aggregate``: (sql, params, fn) -> (rows, result)
 
     # ---- shards ----
     def shards(self, step: Any = None) -> list[Path]:
         """The files to read: the shards in the directory and, in the shared layout, the visible
         segments (those that may hold ``step``, when given) and live views (``store.segments``)."""
+        shards, segments, views = self._listing()
+        if self._index is not None and segments:
+            return [*shards, INDEX, *views]
+        return shards + [s.path for s in segments if type(step) is not int or s.may_hold(step)] + views
+
+    def _listing(self) -> tuple[list[Path], list, list[Path]]:
+        """(shards, visible segments, live views), listed again when a folder's mtime moved or a
+        second has passed (a file system whose mtimes are coarse); several queries of one page
+        list once."""
+        folders = (self.path, self.path / SEGMENTS, self.path / LIVE)
+        stamp = tuple(_mtime_ns(f) for f in folders)
+        now = time.monotonic()
+        if self._listed is not None and self._listed[0] == stamp and now - self._listed[1] < _RELIST_S:
+            return self._listed[2]
         shards = sorted(self.path.glob(f"*{SHARD_SUFFIX}"))
         segments, views = visible(self.path, self._sources) if is_segmented(self.path) else ([], [])
         self._immutable.update(s.path for s in segments)
@@ -86,11 +105,12 @@ class TraceStore:
             self._missing.pop(path, None)
         if gone:
             self._cache = {key: rows for key, rows in self._cache.items() if key[0] in listed}
+            self._derived.clear()
         if self._index is not None and segments:
             for path, error in self._index.sync([s.path for s in segments if s.path not in self.damaged]).items():
                 self._skip(path, sqlite3.DatabaseError(error))
-            return [*shards, INDEX, *views]
-        return shards + [s.path for s in segments if type(step) is not int or s.may_hold(step)] + views
+        self._listed = (stamp, now, (shards, segments, views))
+        return shards, segments, views
 
     def _conn(self, shard: Path) -> sqlite3.Connection:
         if shard is INDEX:
@@ -119,7 +139,11 @@ class TraceStore:
     def _query(self, sql: str, params: list[Any], step: Any = None, cached: bool = False) -> list[tuple[Path, tuple]]:
         """Every shard's rows for ``sql``. ``cached``: an aggregate over whole shards, kept per shard
         until that shard changes (SQLite's ``data_version``): finished shards are not rescanned."""
-        rows: list[tuple[Path, tuple]] = []
+        return [(shard, r) for shard, rows in self._parts(sql, params, step, cached) for r in rows]
+
+    def _parts(self, sql: str, params: list[Any], step: Any = None, cached: bool = False) -> list[tuple[Path, list]]:
+        """``_query``'s rows, per shard."""
+        parts: list[tuple[Path, list]] = []
         for shard in self.shards(step):
             if shard in self.damaged:
                 continue
@@ -127,18 +151,32 @@ class TraceStore:
                 continue  # a live view replaced since the listing: its successor is read next time
             try:
                 if cached:
-                    rows.extend((shard, r) for r in self._cached_rows(shard, sql, params))
+                    parts.append((shard, self._cached_rows(shard, sql, params)))
                     continue
-                rows.extend((shard, r) for r in self._conn(shard).execute(self._sql(shard, sql), params))
+                parts.append((shard, self._conn(shard).execute(self._sql(shard, sql), params).fetchall()))
             except sqlite3.DatabaseError as exc:
                 if "no such table" in str(exc):  # a shard whose writer has not created its schema yet
                     continue
                 self._skip(shard, exc)
-        return rows
+        return parts
+
+    def aggregate(self, sql: str, params: list[Any], combine: Callable[[list[tuple]], Any]) -> Any:
+        """``combine`` of every shard's rows for a whole-shard aggregate ``sql``, kept until some
+        shard's rows change (``combine`` must be a function of the rows alone, its result read
+        only): a page that merges 10,000 GRPO groups in Python does so once per change."""
+        parts = [rows for _, rows in self._parts(sql, params, cached=True)]
+        key = (sql, tuple(params), combine)
+        found = self._derived.get(key)
+        if found is not None and len(found[0]) == len(parts) and all(map(operator.is_, found[0], parts)):
+            return found[1]
+        result = combine([row for rows in parts for row in rows])
+        self._derived[key] = (parts, result)  # (the parts held: an identity compared is never reused)
+        return result
 
     def _skip(self, shard: Path, exc: Exception) -> None:
         """Leave a damaged shard out of every answer from now on, saying so once."""
         self.damaged[shard] = str(exc)
+        self._listed = None  # listed again without it
         db = self._conns.pop(shard, None)
         if db is not None:
             db.close()
@@ -366,6 +404,16 @@ class TraceStore:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+_RELIST_S = 1.0
+
+
+def _mtime_ns(folder: Path) -> int | None:
+    try:
+        return folder.stat().st_mtime_ns
+    except OSError:
+        return None
 
 
 def _training(row: tuple) -> TrainingRecord:

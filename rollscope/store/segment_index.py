@@ -20,7 +20,9 @@ from rollscope.store.schema import ADDED_COLUMNS, DDL, TRAINING_COLUMNS, TRAININ
 INDEX = Path("<sealed segments>")
 
 # The same tables as a shard, keyed by segment: an id is not unique here until a reader has
-# chosen one of its copies, as it is not across shards.
+# chosen one of its copies, as it is not across shards. Beyond a shard's indexes: the viewer's
+# whole sort orders (a deep page walks an index instead of sorting 100,000 rows) and its reward
+# and error filters (counted from the index alone).
 _TABLES = (
     (DDL + TRAINING_DDL)
     .replace("id TEXT PRIMARY KEY,", "id TEXT NOT NULL,", 1)
@@ -32,6 +34,8 @@ ALTER TABLE training ADD COLUMN segment INTEGER;
 CREATE INDEX traj_id ON trajectories (id);
 CREATE INDEX traj_segment ON trajectories (segment);
 CREATE INDEX traj_reward_id ON trajectories (reward, id);
+CREATE INDEX traj_order ON trajectories (step, sample_index, rollout_n, start_ns, id);
+CREATE INDEX traj_reward_errors ON trajectories (reward, num_tool_errors, num_errors);
 CREATE INDEX training_id ON training (trajectory_id);
 CREATE INDEX training_segment ON training (segment);
 """

@@ -94,7 +94,8 @@ def _sources(path: Path, cache: dict[Path, list[tuple[str, str, int]]]) -> list[
 
 def visible(directory: Path, cache: dict[Path, list]) -> tuple[list[Segment], list[Path]]:
     """(the segments to read, the live views to read) of a segmented store, as listed now."""
-    segments = [s for s in map(parse, sorted((directory / SEGMENTS).glob(f"*{SHARD_SUFFIX}"))) if s is not None]
+    folder = directory / SEGMENTS
+    segments = [s for s in (parse(folder / name) for name in _names(folder)) if s is not None]
     replaced: set[str] = set()
     newest: dict[str, int] = {}
     for s in segments:
@@ -107,13 +108,23 @@ def visible(directory: Path, cache: dict[Path, list]) -> tuple[list[Segment], li
     segments = [s for s in segments if s.path.name not in replaced]
     views: dict[str, tuple[int, Path]] = {}
     live = directory / LIVE
-    for path in sorted(live.glob(f"*{SHARD_SUFFIX}")) if live.is_dir() else ():
+    for path in (live / name for name in _names(live)):
         m = _LIVE_NAME.match(path.name)
         if m is None or int(m["seq"]) != newest.get(m["writer"], 0):
             continue  # a view older than its writer's newest segment would repeat what that segment holds
         if int(m["gen"]) >= views.get(m["writer"], (-1, path))[0]:
             views[m["writer"]] = (int(m["gen"]), path)
     return segments, [p for _, p in views.values()]
+
+
+def _names(folder: Path) -> list[str]:
+    """The store files in ``folder``, by name (sorting names, not Paths: 1,000 segments are listed
+    at every query)."""
+    try:
+        with os.scandir(folder) as entries:
+            return sorted(e.name for e in entries if e.name.endswith(SHARD_SUFFIX))
+    except FileNotFoundError:
+        return []
 
 
 def _split_ddl() -> tuple[str, str]:
