@@ -48,7 +48,20 @@ def test_example_runs_on_the_embedded_model(tmp_path, llm, example, tool):
         assert len(checks) == 2 and all(c["match"] for c in checks), checks
 
 
-def test_make_demo_command(tmp_path):
-    result = rollscope("run", "gsm8k-calculator", "--limit", "2", "--trace-dir", str(tmp_path / "t"), cwd=tmp_path)
+def test_make_demo_succeeds_as_insights_judge_it(tmp_path):
+    """`make demo`'s command (greedy decoding: the run is the same every time), judged as the
+    issue of a newcomer's first run asks: mean reward >= 0.75, no reply cut, at most one failed
+    tool call."""
+    from rollscope.store.insights import insights
+
+    result = rollscope("run", "gsm8k-calculator", "--limit", "8", "--trace-dir", str(tmp_path / "t"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]
-    assert "2 of 2" in result.stdout and "rollscope traces ls --dir" in result.stdout
+    assert "8 of 8" in result.stdout and "rollscope traces ls --dir" in result.stdout
+    with TraceStore(tmp_path / "t") as store:
+        rewards = [t.reward for t in store.trajectories()]
+        [run] = insights(store)
+    assert len(rewards) == 8 and sum(rewards) / 8 >= 0.75, rewards
+    signals = {s.name: s for s in run.signals}
+    assert signals["truncated"].count == 0
+    assert signals["tool_errors"].count <= 1 and signals["tool_errors"].total >= 8
+    assert signals["turn_limit"].count == 0
