@@ -11,13 +11,14 @@ import sys
 from collections.abc import Callable
 
 from rollscope._extras import MissingExtra
-from rollscope.cli import insights, push, replay, run, traces, ui
+from rollscope.cli import export, insights, push, replay, run, traces, ui
 from rollscope.llm.base import LLMServerError
 
 Command = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
 
 # group -> {subcommand -> command}; a group given as a single command has no subcommands.
 COMMANDS: dict[str, dict[str, Command] | Command] = {
+    "export": export.COMMAND,
     "insights": insights.COMMAND,
     "push": push.COMMAND,
     "replay": replay.COMMAND,

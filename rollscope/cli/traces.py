@@ -8,7 +8,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from rollscope.cli.args import add_dir
+from rollscope.cli.args import add_dir, add_filters, filters_of
 from rollscope.cli.tail import add_tail, traces_tail
 from rollscope.store import TraceStore, resolve_dir
 from rollscope.store.reader import ORDERS
@@ -17,33 +17,16 @@ from rollscope.store.text import with_text
 
 def _add_filters(p: argparse.ArgumentParser) -> None:
     add_dir(p)
-    p.add_argument("--project")
-    p.add_argument("--experiment")
-    p.add_argument("--step", type=int)
-    p.add_argument("--sample", type=int, dest="sample_index")
-    p.add_argument("--rollout", type=int, dest="rollout_n")
-    p.add_argument("--validate", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--agent")
-    p.add_argument("--status", choices=["ok", "error", "running"])
-    p.add_argument("--min-reward", type=float)
-    p.add_argument("--max-reward", type=float)
-    p.add_argument("--errors", action=argparse.BooleanOptionalAction, default=None, dest="has_error",
-                   help="only trajectories with (--errors) or without (--no-errors) an error span")  # fmt: skip
-    p.add_argument("--tool-errors", action=argparse.BooleanOptionalAction, default=None, dest="tool_error",
-                   help="only trajectories with (--tool-errors) or without a failed tool call")  # fmt: skip
+    add_filters(p)
     p.add_argument("--sort", default="step", choices=list(ORDERS))
     p.add_argument("--desc", action="store_true")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true", help="print a JSON array")
 
 
-_FILTERS = ("project", "experiment", "step", "sample_index", "rollout_n", "validate", "agent", "status",
-            "min_reward", "max_reward", "has_error", "tool_error")  # fmt: skip
-
-
 def traces_ls(args: argparse.Namespace) -> int:
     with TraceStore(args.dir) as store:
-        filters = {k: getattr(args, k) for k in _FILTERS}
+        filters = filters_of(args)
         records = store.trajectories(**filters, order_by=args.sort, descending=args.desc, limit=args.limit)
         total = store.count(**filters)
         everything = store.total() if any(v is not None for v in filters.values()) else total

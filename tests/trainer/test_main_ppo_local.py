@@ -104,6 +104,33 @@ def test_every_trajectory_carries_its_group_and_advantage_as_verl_computed_them(
     assert Counter((t.training.step, t.training.values["score"]) for t, _ in stored) == dumped
 
 
+def test_export_carries_the_trainers_group_and_advantage_and_pairs_each_group_that_differs(run, stored, tmp_path):
+    """``rollscope export`` on the trainer's store: a Parquet row per trajectory with verl's uid as
+    its group and verl's advantage; a DPO pair for exactly the groups whose rewards differ."""
+    import json
+
+    import pyarrow.parquet as pq
+
+    from rollscope.datasets import export
+
+    with TraceStore(run.trace_dir) as store:
+        export(store, tmp_path / "run.parquet", "parquet")
+        pairs = export(store, tmp_path / "dpo.jsonl", "dpo")
+    rows = {r["id"]: r for r in pq.read_table(tmp_path / "run.parquet").to_pylist()}
+    assert len(rows) == len(stored)
+    for t, _ in stored:
+        row = rows[t.id]
+        assert (row["group_id"], row["advantage"], row["reward"]) == (t.training.uid, t.training.advantage, t.reward)
+        assert row["policy_version"] == t.training.policy_version and row["messages"][0]["role"] in ("system", "user")
+    by_uid: dict[str, set] = {}
+    for t, _ in stored:
+        by_uid.setdefault(t.training.uid, set()).add(t.reward)
+    differing = sum(len(rewards) > 1 for rewards in by_uid.values())
+    lines = [json.loads(line) for line in (tmp_path / "dpo.jsonl").read_text().splitlines()]
+    assert pairs.rows == len(lines) == differing > 0
+    assert all(rows[p["chosen_id"]]["reward"] > rows[p["rejected_id"]]["reward"] for p in lines)
+
+
 def test_policy_version_is_the_one_each_turn_was_generated_with(stored):
     from rollscope.viewer.views import figures
 

@@ -1,0 +1,114 @@
+"""A stored trajectory as a dataset row: its ids, its GRPO group, the conversation as chat
+messages, the reward and what training recorded, its counts and timings.
+
+The conversation is rebuilt from the spans, not from the rendered prompt: the dataset's own
+messages (the run span's ``raw_prompt``), then each llm turn's reply as an assistant message and
+each tool call's result as a tool message, in the order they happened. That is the form chat
+datasets (TRL's conversational format, a ``datasets`` ``messages`` column) take, whatever chat
+template rendered it for the model.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from typing import Any
+
+from rollscope.store import TraceStore
+from rollscope.store.grpo import group_advantages
+from rollscope.store.records import SpanRecord, TrajectoryRecord
+from rollscope.store.text import with_text
+
+# The columns of a row, in order (``trajectory_row``); what Parquet's schema is built from.
+COLUMNS = ("id", "project", "experiment", "step", "sample_index", "rollout_n", "validate", "group_id",
+           "data_source", "ground_truth", "prompt", "messages", "response", "reward", "reward_details",
+           "group_size", "group_mean", "group_std", "group_advantage", "advantage", "policy_version", "status",
+           "turns", "tool_calls", "tool_errors", "errors", "error_message", "truncated", "start_ns",
+           "duration_s")  # fmt: skip
+
+
+def groups(store: TraceStore, **filters: Any) -> Iterator[list[TrajectoryRecord]]:
+    """Every GRPO group matching ``filters`` (the filters of ``traces ls``), one step at a time:
+    memory holds one step's trajectories, never the store's."""
+    for stats in store.steps(**filters):
+        records = store.trajectories(**{**filters, "project": stats.project, "experiment": stats.experiment,
+                                        "step": stats.step}, order_by="step")  # fmt: skip
+        if stats.step is None:
+            records = [r for r in records if r.step is None]
+        by_sample: dict[str, list[TrajectoryRecord]] = {}
+        for r in records:
+            by_sample.setdefault(repr(r.sample_index), []).append(r)
+        yield from by_sample.values()
+
+
+def trajectory_row(record: TrajectoryRecord, group: list[TrajectoryRecord]) -> dict[str, Any]:
+    """The row of ``record``, a member of ``group`` (its GRPO group as stored)."""
+    with_text(record)  # token ids read as text with the run's tokenizer, where it is here
+    spans = sorted(record.spans, key=lambda s: (s.start_ns, s.id))
+    run = _run_span(spans)
+    inputs = run.inputs if run is not None and isinstance(run.inputs, dict) else {}
+    prompt = _prompt(inputs.get("raw_prompt"))
+    conversation = prompt + _turns(spans)
+    replies = [m["content"] for m in conversation[len(prompt):] if m["role"] == "assistant"]
+    mean, std, members = group_advantages(group)
+    mine = next((m for m in members if m.record.id == record.id), None)
+    training = record.training
+    reward_model = inputs.get("reward_model")
+    truth = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
+    return {
+        "id": record.id, "project": record.project, "experiment": record.experiment, "step": record.step,
+        "sample_index": None if record.sample_index is None else str(record.sample_index),
+        "rollout_n": record.rollout_n, "validate": record.validate,
+        "group_id": training.uid if training is not None and training.uid else group_id(record),
+        "data_source": _text(inputs.get("data_source")), "ground_truth": None if truth is None else str(truth),
+        "prompt": prompt, "messages": conversation, "response": "".join(replies), "reward": record.reward,
+        "reward_details": json.dumps(record.attributes.get("reward_details") or {}, sort_keys=True),
+        "group_size": len(group), "group_mean": mean, "group_std": std,
+        "group_advantage": mine.normalized if mine is not None else None,
+        "advantage": training.advantage if training is not None else None,
+        "policy_version": training.policy_version if training is not None else None,
+        "status": record.status, "turns": record.num_llm_calls, "tool_calls": record.num_tool_calls,
+        "tool_errors": record.num_tool_errors, "errors": record.num_errors, "error_message": record.error_message,
+        "truncated": record.num_truncated, "start_ns": record.start_ns,
+        "duration_s": None if record.end_ns is None else (record.end_ns - record.start_ns) / 1e9,
+    }  # fmt: skip
+
+
+def group_id(record: TrajectoryRecord) -> str:
+    """A group's name where the trainer recorded none: the run, the step and the sample."""
+    return f"{record.project or ''}/{record.experiment or ''}/{record.step}/{record.sample_index}"
+
+
+def _run_span(spans: list[SpanRecord]) -> SpanRecord | None:
+    with_prompt = [s for s in spans if s.kind == "agent" and isinstance(s.inputs, dict) and "raw_prompt" in s.inputs]
+    return with_prompt[0] if with_prompt else next((s for s in spans if s.kind == "agent"), None)
+
+
+def _prompt(raw: Any) -> list[dict[str, str]]:
+    if isinstance(raw, str):
+        return [{"role": "user", "content": raw}]
+    if not isinstance(raw, list):
+        return []
+    return [{"role": _text(m.get("role")) or "user", "content": _text(m.get("content")) or ""}
+            for m in raw if isinstance(m, dict)]  # fmt: skip
+
+
+def _turns(spans: list[SpanRecord]) -> list[dict[str, str]]:
+    """The llm replies and tool results, in the order they happened."""
+    out = []
+    for s in spans:
+        outputs = s.outputs if isinstance(s.outputs, dict) else {}
+        if s.kind == "llm":
+            text = outputs.get("response_text")
+            if isinstance(text, str):
+                out.append({"role": "assistant", "content": text})
+        elif s.kind == "tool":
+            text = outputs.get("text", s.outputs if isinstance(s.outputs, str) else None)
+            out.append({"role": "tool", "content": _text(text) or (s.error_message or "")})
+    return out
+
+
+def _text(value: Any) -> str | None:
+    if value is None or isinstance(value, str):
+        return value
+    return json.dumps(value, sort_keys=True, default=str)
