@@ -123,7 +123,10 @@ class TraceStore:
                 db = (open_immutable(shard) if shard in self._immutable
                       else sqlite3.connect(shard, check_same_thread=False))  # fmt: skip
                 columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
-            except sqlite3.OperationalError:
+            except sqlite3.OperationalError as exc:
+                if _transient(exc):  # its writer holds it this moment: asked again at the next query
+                    db.close()
+                    raise
                 # A read-only file system (or directory): a WAL database cannot make its shared-memory
                 # file there. Nobody can be writing it then, so it is read as the immutable file it is.
                 db = sqlite3.connect(f"{shard.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
@@ -155,7 +158,7 @@ class TraceStore:
                     continue
                 parts.append((shard, self._conn(shard).execute(self._sql(shard, sql), params).fetchall()))
             except sqlite3.DatabaseError as exc:
-                if "no such table" in str(exc):  # a shard whose writer has not created its schema yet
+                if "no such table" in str(exc) or _transient(exc):  # a writer creating or holding it now
                     continue
                 self._skip(shard, exc)
         return parts
@@ -407,6 +410,12 @@ class TraceStore:
 
 
 _RELIST_S = 1.0
+
+
+def _transient(exc: sqlite3.DatabaseError) -> bool:
+    """A database its writer has locked this moment: not damaged, read at the next query."""
+    text = str(exc)
+    return "database is locked" in text or "database table is locked" in text
 
 
 def _mtime_ns(folder: Path) -> int | None:

@@ -79,7 +79,9 @@ def test_hf_directory_loads_with_datasets_and_jsonl_has_the_same_rows(recorded, 
     with TraceStore(traces) as store:
         export(store, tmp_path / "hf", "hf")
         export(store, tmp_path / "run.jsonl", "jsonl", min_reward=1.0)  # traces ls's filters apply
-    loaded = datasets.load_dataset(str(tmp_path / "hf"), split="train")
+    # (a cache of its own: datasets' shared cache keys a local directory by what it lists, so
+    # another run's export of the same shape would be read back instead)
+    loaded = datasets.load_dataset(str(tmp_path / "hf"), split="train", cache_dir=str(tmp_path / "hf-cache"))
     assert loaded.num_rows == SAMPLES * N and loaded[0]["messages"][0]["role"] == "user"
     lines = [json.loads(line) for line in (tmp_path / "run.jsonl").read_text().splitlines()]
     assert len(lines) == SAMPLES * 2 and all(r["reward"] == 1.0 for r in lines)

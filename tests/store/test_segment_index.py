@@ -73,3 +73,28 @@ def test_the_index_answers_as_the_segments_do_and_follows_the_directory(tmp_path
         assert _answers(indexed) == expected
     finally:
         tracing.shutdown_tracing(30)
+
+
+def test_a_shard_its_writer_holds_locked_is_read_again_not_left_out(tmp_path):
+    """A writer's exclusive lock (schema creation, a journal switch) makes a reader's query fail
+    with "database is locked": that shard is read at the next query, not skipped as damaged."""
+    import sqlite3
+
+    tracing.init_tracing(trace_dir=str(tmp_path), sidecar=False, experiment="x")
+    with tracing.rollout_trace_attr(step=0, sample_index=0, rollout_n=0):
+        tracing.set_reward(1.0)
+    tracing.shutdown_tracing(30)
+    (shard,) = tmp_path.glob("*.rstrace")
+    holder = sqlite3.connect(shard, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=DELETE")  # (a rollback journal: an exclusive lock blocks readers)
+    holder.execute("BEGIN EXCLUSIVE")
+    holder.execute("INSERT INTO trajectories SELECT 'second', project, experiment, step, sample_index, 1, validate, "
+                   "agent_name, status, reward, start_ns, end_ns, num_spans, num_llm_calls, num_tool_calls, "
+                   "num_errors, num_tokens, num_tool_errors, error_type, error_message, attributes, num_truncated, "
+                   "num_repeated_calls, logprob_sum, logprob_count, answer_chars, turn_limit, replay_of "
+                   "FROM trajectories")  # fmt: skip
+    store = TraceStore(tmp_path)
+    assert store.count() == 0 and not store.damaged  # locked now: not counted, not damaged
+    holder.execute("COMMIT")
+    holder.close()
+    assert store.count() == 2  # read again, as it is now
