@@ -47,6 +47,13 @@ def read_until(proc: subprocess.Popen, predicate, timeout: float = 60) -> list[s
     raise AssertionError(f"not seen in time; got {lines}")
 
 
+def _as_from_a_terminal() -> None:
+    """ctrl-c reaches the command, as in a terminal: a test run started in the background by a
+    shell without job control has SIGINT ignored, and a process inherits that (Python then
+    installs no KeyboardInterrupt handler)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.parametrize("layout", ["default", "shared"])
 def test_tail_prints_each_trajectory_as_it_ends_and_flags_the_stuck_one(tmp_path, layout):
     trace_dir = tmp_path / "traces"
@@ -60,7 +67,8 @@ def test_tail_prints_each_trajectory_as_it_ends_and_flags_the_stuck_one(tmp_path
             time.sleep(0.05)
     tail = subprocess.Popen([sys.executable, "-m", "rollscope.cli", "traces", "tail", "--dir", str(trace_dir),
                              "--stall", "1", "--interval", "0.2", "--since", "60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)  # fmt: skip
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                            preexec_fn=_as_from_a_terminal)  # fmt: skip
     try:
         assert writer.stdout.readline().strip() == "stuck"
         lines = read_until(tail, lambda ls: any("STALLED" in line for line in ls))
