@@ -11,7 +11,7 @@ class MissingExtra(ImportError):
     """A feature's optional dependencies are not installed; the message says how to install them."""
 
 
-def missing_modules(*modules: str) -> list[str]:
+def _missing(*modules: str) -> list[str]:
     """The modules of ``modules`` that cannot be imported here (found, not imported)."""
     missing = []
     for module in modules:
@@ -24,9 +24,12 @@ def missing_modules(*modules: str) -> list[str]:
     return missing
 
 
+VERL = ("verl", "torch")  # what verl's agent loops and trainer import
+
+
 def require(extra: str, *modules: str, feature: str) -> None:
     """Raise ``MissingExtra`` naming ``extra`` when any of ``modules`` is missing."""
-    missing = missing_modules(*modules)
+    missing = _missing(*modules)
     if missing:
         raise MissingExtra(f"{feature} needs {', '.join(missing)}, which is not installed: "
                            f"pip install 'rollscope[{extra}]'")  # fmt: skip

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from rollscope._extras import require
+from rollscope._extras import VERL, require
 from rollscope.cli.args import add_dir
 
 
@@ -25,7 +25,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def replay_command(args: argparse.Namespace) -> int:
-    require("verl", "verl", "torch", feature="rollscope replay (verl's agent loops)")
+    require("verl", *VERL, feature="rollscope replay (verl's agent loops)")
     from rollscope.cli.render import console, escape, fmt, show_diff
     from rollscope.runner.replay import replay
 

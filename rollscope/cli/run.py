@@ -6,7 +6,7 @@ import argparse
 
 from rich.console import Console
 
-from rollscope._extras import require
+from rollscope._extras import VERL, require
 from rollscope.runner import preflight, session
 from rollscope.runner.config import bundled, load_config
 from rollscope.runner.progress import summary
@@ -37,7 +37,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    require("verl", "verl", "torch", feature="rollscope run (verl's agent loops)")
+    require("verl", *VERL, feature="rollscope run (verl's agent loops)")
     flags = [f"{key}={getattr(args, flag)}" for flag, key in FLAGS.items() if getattr(args, flag) is not None]
     if args.validate:
         flags.append("validate=true")

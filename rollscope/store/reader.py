@@ -124,7 +124,7 @@ class TraceStore:
                       else sqlite3.connect(shard, check_same_thread=False))  # fmt: skip
                 columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
             except sqlite3.OperationalError as exc:
-                if _transient(exc):  # its writer holds it this moment: asked again at the next query
+                if _not_yet(exc):  # its writer holds it this moment: asked again at the next query
                     db.close()
                     raise
                 # A read-only file system (or directory): a WAL database cannot make its shared-memory
@@ -158,7 +158,7 @@ class TraceStore:
                     continue
                 parts.append((shard, self._conn(shard).execute(self._sql(shard, sql), params).fetchall()))
             except sqlite3.DatabaseError as exc:
-                if "no such table" in str(exc) or _transient(exc):  # a writer creating or holding it now
+                if _not_yet(exc):
                     continue
                 self._skip(shard, exc)
         return parts
@@ -352,7 +352,7 @@ class TraceStore:
             try:
                 rows = self._conn(s).execute(_SELECT_SPANS, [trajectory_id]).fetchall()
             except sqlite3.DatabaseError as exc:
-                if "no such table" not in str(exc):
+                if not _not_yet(exc):
                     self._skip(s, exc)
                 continue
             for row in rows:
@@ -412,10 +412,11 @@ class TraceStore:
 _RELIST_S = 1.0
 
 
-def _transient(exc: sqlite3.DatabaseError) -> bool:
-    """A database its writer has locked this moment: not damaged, read at the next query."""
+def _not_yet(exc: sqlite3.DatabaseError) -> bool:
+    """A shard its writer is creating (no schema yet) or holds locked this moment: not damaged,
+    read at the next query."""
     text = str(exc)
-    return "database is locked" in text or "database table is locked" in text
+    return "no such table" in text or "database is locked" in text or "database table is locked" in text
 
 
 def _mtime_ns(folder: Path) -> int | None:
