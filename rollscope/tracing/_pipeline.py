@@ -7,9 +7,12 @@ and where events are shaped. The ``Tracer`` captures; this module lays out the r
 - A backend handed a live object (a client, say), a class defined in ``__main__``, or any backend
   when the sidecar is off (``sidecar=False`` or ``ROLLSCOPE_TRACE_SIDECAR=0``) or cannot start,
   runs here, behind its own worker thread; events are then shaped on the exporter's thread.
-- ``token2text`` decodes token ids with the traced object's own tokenizer, which cannot cross to
-  another process: with it, every event is shaped here, on the exporter's thread, and the sidecar
-  (if any) only stores. That costs the traced process the shaping the sidecar would have done.
+- ``token2text`` decodes token ids with the traced object's own tokenizer. A tokenizer cannot
+  cross to another process, its name (directory or hub name) can: each span carries its
+  tokenizer's name over the wire (``_wire``) and the sidecar loads its own copy, so decoding too
+  runs off the rollout's process. A tokenizer the sidecar cannot load leaves ids as ids there
+  (said once); readers decode them where the tokenizer is (``store.text``). A tokenizer given to
+  ``init_tracing`` that no directory holds (built in memory) is used here, as before.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from rollscope.tracing._exporter import BackendWorker, Exporter
 from rollscope.tracing._payload import PayloadShaper
 from rollscope.tracing._shaping import EventShaper
 from rollscope.tracing._sidecar import SidecarError, SidecarWorker
+from rollscope.tracing._wire import tokenizer_name
 from rollscope.tracing.backends import TraceBackend, parse_backend_names, resolve_backends
 
 log = logging.getLogger("rollscope.tracing")
@@ -47,13 +51,17 @@ def build_pipeline(backend: str | list[str], backend_options: dict[str, Any], *,
     resolved = resolve_backends(parse_backend_names(backend), backend_options)
     outside = [r for r in resolved if sidecar and _can_run_outside(r[1], r[2])]
     workers: list[Any] = []
+    # (a tokenizer given here that no directory holds, one built in memory say: decoded here)
+    unnamed = token2text and shaper.tokenizer is not None and not os.path.isdir(tokenizer_name(shaper.tokenizer) or "")
     if outside:
         config = {
             "backends": [(n, f"{c.__module__}:{c.__qualname__}", _plain_options(o)) for n, c, o in outside],
             "settings": common, "max_payload_chars": max_payload_chars,
             "redact_patterns": list(redact_patterns), "max_queue": max_queue,
+            # token2text decodes in the sidecar too, with tokenizers it loads by name
+            "token2text": token2text, "tokenizer": tokenizer_name(shaper.tokenizer),
         }  # fmt: skip
-        shaped_here = len(resolved) > len(outside) or token2text
+        shaped_here = len(resolved) > len(outside) or unnamed
         try:
             workers.append(SidecarWorker(config, shaped=shaped_here))
         except SidecarError as exc:
@@ -68,7 +76,7 @@ def build_pipeline(backend: str | list[str], backend_options: dict[str, Any], *,
             w.close(5.0)
         raise
     workers += [BackendWorker(b, max_queue) for b in backends]
-    exporter = Exporter(workers, EventShaper(shaper) if here or token2text else None)
+    exporter = Exporter(workers, EventShaper(shaper) if here or unnamed else None)
     return Pipeline(exporter, backends, any(cls.wants_span_start for _, cls, _ in resolved))
 
 

@@ -8,6 +8,8 @@ the trace sidecar, off the traced process entirely.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from typing import Any
 
 from rollscope.tracing import _events as ev
@@ -15,11 +17,18 @@ from rollscope.tracing._callargs import CallArgs
 from rollscope.tracing._payload import UNRECORDED, PayloadShaper, unrecorded
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
+log = logging.getLogger("rollscope.tracing")
+
 
 class EventShaper:
-    def __init__(self, shaper: PayloadShaper) -> None:
+    """``load_tokenizer``: where token2text runs outside the traced process (the sidecar), spans
+    carry their tokenizer's name, and this loads (and keeps) a tokenizer by name."""
+
+    def __init__(self, shaper: PayloadShaper, load_tokenizer: Callable[[str], Any] | None = None) -> None:
         self.shaper = shaper
+        self.load_tokenizer = load_tokenizer
         self.unshapeable = 0  # spans kept with their payloads replaced (``_span_or_placeholder``)
+        self.said_unnamed = False
 
     def refresh_secrets(self) -> None:
         """Environment secrets set since tracing started are redacted from now on."""
@@ -65,6 +74,13 @@ class EventShaper:
         span.name = shape(span.name)
         llm = span.kind == SpanKind.LLM
         attributes = dict(span.attributes) if span.attributes else {}
+        if self.load_tokenizer is not None and self.shaper.token2text:  # the sidecar's token2text
+            if type(span.decoder) is str:
+                span.decoder = self.load_tokenizer(span.decoder)
+            elif llm and span.decoder is None and self.shaper.tokenizer is None and not self.said_unnamed:
+                self.said_unnamed = True
+                log.warning("token2text: an llm span's tokenizer has no directory the trace sidecar can load it "
+                            "from (one built in memory?); its token ids are traced as ids")  # fmt: skip
         if not span.shaped:  # inputs once, at the first event seen for the span
             raw = span.inputs
             if isinstance(raw, CallArgs):

@@ -43,14 +43,15 @@ def _plain(value: Any) -> Any:
 def _span(
     id: str, trajectory_id: str, parent_id: str | None, name: str, kind: str, start_ns: int, end_ns: int | None,
     status: str, error_type: str | None, error_message: Any, inputs: Any, outputs: Any, attributes: Any,
-    shaped: bool,
+    shaped: bool, decoder: str | None = None,
 ) -> Span:  # fmt: skip
     span = Span.__new__(Span)
     span.id, span.trajectory_id, span.parent_id, span.name = id, trajectory_id, parent_id, name
     span.kind, span.start_ns, span.end_ns, span.status = SpanKind(kind), start_ns, end_ns, status
     span.error_type, span.error_message = error_type, error_message
     span.inputs, span.outputs, span.attributes, span.shaped = inputs, outputs, attributes, shaped
-    span.trajectory = span.ctx_token = span.implicit = span.decoder = None
+    span.decoder = decoder  # the tokenizer's name: the sidecar loads its own (``_shaping``)
+    span.trajectory = span.ctx_token = span.implicit = None
     return span
 
 
@@ -68,12 +69,37 @@ def _trajectory(
     return t
 
 
-def _span_args(s: Span, error_message: Any, inputs: Any, outputs: Any, attributes: Any) -> tuple:
+def _span_args(s: Span, error_message: Any, inputs: Any, outputs: Any, attributes: Any,
+               decoder: str | None = None) -> tuple:  # fmt: skip
     """``_span``'s arguments, the payloads as given."""
     return (
         s.id, s.trajectory_id, s.parent_id, s.name, _KIND_VALUE[s.kind], s.start_ns, s.end_ns, s.status,
-        s.error_type, error_message, inputs, outputs, attributes, s.shaped,
+        s.error_type, error_message, inputs, outputs, attributes, s.shaped, decoder,
     )  # fmt: skip
+
+
+def tokenizer_name(tokenizer: Any) -> str | None:
+    """What a tokenizer is loaded from (its directory or hub name): token2text's tokenizer cannot
+    cross to the sidecar, its name can."""
+    try:
+        name = getattr(tokenizer, "name_or_path", None) if tokenizer is not None else None
+    except Exception:  # an object whose attributes fail: nothing to decode with
+        return None
+    return name if isinstance(name, str) and name else None
+
+
+def _decoder_name(span: Span) -> str | None:
+    """The name of the tokenizer token2text decodes a span's ids with: the one it was given, else
+    (a decorated method) its object's ``tokenizer``, as where it is shaped in process."""
+    decoder = span.decoder
+    if type(decoder) is str:  # a name already (a span that came over the wire)
+        return decoder
+    if decoder is None and type(span.inputs) is CallArgs:
+        try:
+            decoder = getattr(span.inputs.owner(), "tokenizer", None)
+        except Exception:  # an object whose attribute lookup fails: no decoder
+            return None
+    return None if decoder is None else tokenizer_name(decoder)
 
 
 def _trajectory_args(t: Trajectory) -> tuple:
@@ -95,7 +121,8 @@ class _Encoder(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         t = type(obj)
         if t is Span:
-            return _span, _span_args(obj, obj.error_message, obj.inputs, obj.outputs, obj.attributes)
+            return _span, _span_args(obj, obj.error_message, obj.inputs, obj.outputs, obj.attributes,
+                                     _decoder_name(obj))  # fmt: skip
         if t is Trajectory:
             return _trajectory, _trajectory_args(obj)
         if t is CallArgs:
@@ -152,19 +179,21 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
     try:
         if type(event) is Span:
             inputs, outputs = event.inputs, event.outputs
+            decoder = None if event.decoder is None and type(inputs) is not CallArgs else _decoder_name(event)
             if type(inputs) is CallArgs:
                 inputs = inputs.bind()
             if type(outputs) not in _PLAIN_TYPES:
                 outputs = _fields_of(outputs)
             elif type(outputs) is tuple:  # (ToolResponse, reward, metrics), say
                 outputs = [_fields_of(x) for x in outputs]
-            record: Any = (SPAN_END, *_span_args(event, event.error_message, inputs, outputs, event.attributes))
+            record: Any = (SPAN_END, *_span_args(event, event.error_message, inputs, outputs, event.attributes,
+                                                 decoder))  # fmt: skip
         elif event[0] == LEAF_SPAN:
-            _, parent, name, span_kind, start_ns, end_ns, inputs, outputs, attributes, _decoder = event
+            _, parent, name, span_kind, start_ns, end_ns, inputs, outputs, attributes, decoder = event
             if type(outputs) not in _PLAIN_TYPES:
                 outputs = _fields_of(outputs)
             record = (LEAF_SPAN, parent.trajectory.id, parent.id, name, _KIND_VALUE[span_kind], start_ns, end_ns,
-                      inputs, outputs, attributes)  # fmt: skip
+                      inputs, outputs, attributes, None if decoder is None else tokenizer_name(decoder))  # fmt: skip
         elif event[0] == TRAJECTORY_START or event[0] == TRAJECTORY_END:
             record = (event[0], *_trajectory_args(event[1]))
         else:  # a reward
@@ -241,9 +270,9 @@ def _event(record: tuple) -> Any:
     if kind == SPAN_END:
         return _span(*record[1:])
     if kind == LEAF_SPAN:  # its id is given here, where it is unpacked
-        trajectory_id, parent_id, name, span_kind, start_ns, end_ns, inputs, outputs, attributes = record[1:]
+        trajectory_id, parent_id, name, span_kind, start_ns, end_ns, inputs, outputs, attributes, decoder = record[1:]
         return _span(new_id(), trajectory_id, parent_id, name, span_kind, start_ns, end_ns, STATUS_OK, None, None,
-                     inputs, outputs, attributes, False)  # fmt: skip
+                     inputs, outputs, attributes, False, decoder)  # fmt: skip
     if kind in (TRAJECTORY_START, TRAJECTORY_END):
         return (kind, _trajectory(*record[1:]))
     return record
@@ -259,7 +288,7 @@ def _plain_event(event: Any) -> Any:
         inputs = event.inputs.bind() if type(event.inputs) is CallArgs else event.inputs
         plain = _PLAIN.shape
         return _span(*_span_args(event, plain(event.error_message), plain(inputs), plain(event.outputs),
-                                 plain(event.attributes)))  # fmt: skip
+                                 plain(event.attributes), _decoder_name(event)))  # fmt: skip
     return tuple(_PLAIN.shape(x) if type(x) is not Trajectory else x for x in event)
 
 

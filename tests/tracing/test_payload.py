@@ -109,24 +109,60 @@ def test_shaping_survives_hostile_values():
 
 
 @pytest.mark.slow
-def test_token2text_decodes_token_fields_with_the_owner_tokenizer(trace_dir, read_store, tiny_tokenizer):
-    tracing.init_tracing(trace_dir=str(trace_dir), token2text=True)
+def test_token2text_decodes_in_the_sidecar_with_the_owners_tokenizer_loaded_by_name(trace_dir, read_store,
+                                                                                    tiny_tokenizer, tmp_path):  # fmt: skip
+    """verl's tokenizer comes from a directory: the sidecar loads its own copy from there and
+    decodes, the traced process's tokenizer decodes nothing (a decorated method's object's
+    tokenizer, and the traced LLM client's)."""
+    from transformers import AutoTokenizer
+
+    from rollscope.agentloops.llm_client import TracedLLMClient
+
+    tiny_tokenizer.save_pretrained(tmp_path / "tok")
+    tokenizer = AutoTokenizer.from_pretrained(tmp_path / "tok")
+    decoded_here = []
+    for method in ("decode", "batch_decode", "convert_ids_to_tokens", "_decode"):
+        real = getattr(tokenizer, method)
+        setattr(tokenizer, method, lambda *a, _real=real, _m=method, **k: decoded_here.append(_m) or _real(*a, **k))
+    tracing.init_tracing(trace_dir=str(trace_dir), token2text=True)  # with its sidecar (the default)
 
     class Client:
-        tokenizer = tiny_tokenizer
+        def __init__(self):
+            self.tokenizer = tokenizer
 
         @tracing.rollout_trace_op(kind="llm")
         async def generate(self, request_id, *, prompt_ids, sampling_params):
             return {"token_ids": tiny_tokenizer.encode("the answer is 42"), "turn_token_ids": [prompt_ids[0]]}
+
+    class Server:  # what verl's LLM client answers: token ids
+        async def generate(self, request_id, *, prompt_ids, sampling_params):
+            return {"token_ids": tiny_tokenizer.encode("calculate 3 + 4")}
 
     prompt = tiny_tokenizer.encode("what is six times seven")
 
     async def main():
         with tracing.rollout_trace_attr(step=0, sample_index=0):
             await Client().generate("r1", prompt_ids=prompt, sampling_params={})
+            await TracedLLMClient(Server(), tokenizer).generate("r2", prompt_ids=prompt, sampling_params={})
 
     asyncio.run(main())
+    assert tracing.flush_tracing(60)
+    decorated, leaf = read_store().trajectories()[0].spans
+    assert decorated.inputs["prompt_text"] == leaf.inputs["prompt_text"] == "what is six times seven"
+    assert decorated.outputs["response_text"] == "the answer is 42"
+    assert decorated.outputs["turn_text"] == tiny_tokenizer.decode([prompt[0]])
+    assert leaf.outputs["response_text"] == "calculate 3 + 4"
+    assert "".join(leaf.outputs["token_texts"]) == "calculate 3 + 4"
+    assert decoded_here == []  # all of it in the sidecar
+
+
+def test_token2text_with_a_tokenizer_built_in_memory_decodes_in_the_traced_process(trace_dir, read_store,
+                                                                                   tiny_tokenizer):  # fmt: skip
+    """A tokenizer no directory holds cannot be loaded by the sidecar: given to init_tracing, it
+    decodes where it is."""
+    tracing.init_tracing(trace_dir=str(trace_dir), token2text=True, tokenizer=tiny_tokenizer)
+    with tracing.rollout_trace_attr(step=0, sample_index=0), tracing.trace_span("llm.generate", kind="llm") as s:
+        s.outputs = {"token_ids": tiny_tokenizer.encode("the answer is 42")}
+    assert tracing.flush_tracing(60)
     [span] = read_store().trajectories()[0].spans
-    assert span.inputs["prompt_text"] == "what is six times seven"
     assert span.outputs["response_text"] == "the answer is 42"
-    assert span.outputs["turn_text"] == tiny_tokenizer.decode([prompt[0]])

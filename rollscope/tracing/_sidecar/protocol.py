@@ -9,6 +9,7 @@ EVENTS bodies are ``_wire`` buffers of trace events (``_events``).
 
 from __future__ import annotations
 
+import logging
 import os
 import struct
 import threading
@@ -18,6 +19,8 @@ from rollscope.tracing._exporter import BackendWorker
 from rollscope.tracing._payload import PayloadShaper
 from rollscope.tracing._redaction import Redactor
 from rollscope.tracing._shaping import EventShaper
+
+log = logging.getLogger("rollscope.tracing")
 
 _HEADER = struct.Struct("<IB")  # body length, frame kind
 CONFIG, EVENTS, FLUSH, CLOSE, READY, FAILED, LOG, FLUSHED, CLOSED = range(9)
@@ -64,7 +67,27 @@ def shaper_for(config: dict[str, Any]) -> EventShaper | None:
     """How the backends' events are shaped outside the traced process (None: it shaped them)."""
     if config["shaped"]:
         return None
-    return EventShaper(PayloadShaper(Redactor(tuple(config["redact_patterns"])), config["max_payload_chars"]))
+    token2text = bool(config.get("token2text"))
+    default = config.get("tokenizer")
+    shaper = PayloadShaper(Redactor(tuple(config["redact_patterns"])), config["max_payload_chars"], token2text,
+                           sidecar_tokenizer(default) if token2text and default else None)  # fmt: skip
+    return EventShaper(shaper, sidecar_tokenizer if token2text else None)
+
+
+_unloadable: set[str] = set()
+
+
+def sidecar_tokenizer(name: str) -> Any:
+    """token2text's tokenizer, loaded here from what the traced process loaded it from (kept: one
+    load per name). One that cannot be loaded here is said once; its ids stay ids in the trace
+    (readers decode them where the tokenizer is: ``store.text``)."""
+    from rollscope.store.text import load_tokenizer
+
+    tokenizer = load_tokenizer(name)
+    if tokenizer is None and name not in _unloadable:
+        _unloadable.add(name)
+        log.warning("token2text: the trace sidecar cannot load the tokenizer %r; token ids are traced as ids", name)
+    return tokenizer
 
 
 def worker_for(config: dict[str, Any], path: str, options: dict[str, Any],
