@@ -1,10 +1,13 @@
+import asyncio
 import os
+import re
 
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 os.environ.setdefault("WANDB_SILENT", "true")
 
 import shutil
 import tempfile
+from collections import Counter
 
 # Remote backends' spools (tracing._spool) of this test session: never the user's cache.
 # (kept when set: the tests' own subprocesses share their parent's)
@@ -81,3 +84,50 @@ def browser():
     driver.set_page_load_timeout(30)
     yield driver
     driver.quit()
+
+
+# A store recorded by ``rollscope run``'s runner (real verl loop, tools and reward; ScriptedLLM, the
+# test double for a model, answering each question right on its 1st and 3rd rollout and wrong on
+# the others, rewards 1, 0, 1, 0 per group), shared by the dataset and retention tests; a test that
+# changes a store works on a copy (``recorded_copy``).
+RECORDED_SAMPLES, RECORDED_N = 3, 4
+
+
+@pytest.fixture(scope="session")
+def recorded(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    from rollscope.llm import ScriptedLLM
+    from rollscope.runner import session
+    from rollscope.runner.config import load_config
+    from rollscope.runner.dataset import load_rows
+    from rollscope.runner.runner import Runner
+    from rollscope.testing import make_model_dir
+
+    tmp = tmp_path_factory.mktemp("export")
+    tokenizer = AutoTokenizer.from_pretrained(make_model_dir(tmp / "model"))
+    config = load_config("gsm8k-calculator", [f"limit={RECORDED_SAMPLES}", f"n={RECORDED_N}", "step=2", f"trace_dir={tmp / 'traces'}"])
+    truth = {r["prompt"][0]["content"]: r["reward_model"]["ground_truth"] for r in load_rows(config.resolve(config.dataset), RECORDED_SAMPLES)}
+    asked: Counter = Counter()
+
+    def reply(turn, prompt_ids):
+        text = tokenizer.decode(prompt_ids)
+        question = max((q for q in truth if q in text), key=text.rindex)
+        if turn == 0:
+            asked[question] += 1
+            expression = truth[question] if asked[question] % 2 else "1 + 1"
+            return f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{expression}"}}}}</tool_call>'
+        result = re.findall(r"tool\n(?:<tool_response>\n)?(-?\d+)", text)[-1]  # the calculator's answer
+        return f"The answer is {result}."
+
+    runner = Runner(config, llm=ScriptedLLM(tokenizer, reply), tokenizer=tokenizer)
+    runner.setup()
+    asyncio.run(session.run_traced(runner))
+    return tmp / "traces", truth
+
+
+@pytest.fixture
+def recorded_copy(recorded, tmp_path):
+    traces, truth = recorded
+    shutil.copytree(traces, tmp_path / "traces")
+    return tmp_path / "traces", truth

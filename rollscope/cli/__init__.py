@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 
 from rollscope._extras import MissingExtra
-from rollscope.cli import export, insights, push, replay, run, traces, ui
+from rollscope.cli import export, insights, push, replay, rescore, run, traces, ui
 from rollscope.llm.base import LLMServerError
 
 Command = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
@@ -22,6 +22,7 @@ COMMANDS: dict[str, dict[str, Command] | Command] = {
     "insights": insights.COMMAND,
     "push": push.COMMAND,
     "replay": replay.COMMAND,
+    "rescore": rescore.COMMAND,
     "run": run.COMMAND,
     "traces": traces.COMMANDS,
     "ui": ui.COMMAND,

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rollscope.cli.args import add_dir, add_filters, filters_of
 from rollscope.cli.tail import add_tail, traces_tail
-from rollscope.store import TraceStore, resolve_dir
+from rollscope.store import TraceStore, rescorings, resolve_dir
 from rollscope.store.reader import ORDERS
 from rollscope.store.text import with_text
 
@@ -22,6 +22,8 @@ def _add_filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("--desc", action="store_true")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true", help="print a JSON array")
+    p.add_argument("--rescoring", metavar="NAME", help="show a stored rescoring's reward beside each reward "
+                                                       "(`rollscope rescore`)")  # fmt: skip
 
 
 def traces_ls(args: argparse.Namespace) -> int:
@@ -30,10 +32,17 @@ def traces_ls(args: argparse.Namespace) -> int:
         records = store.trajectories(**filters, order_by=args.sort, descending=args.desc, limit=args.limit)
         total = store.count(**filters)
         everything = store.total() if any(v is not None for v in filters.values()) else total
+    rescored = None
+    if args.rescoring:
+        found = rescorings.load(store.path, args.rescoring).rewards
+        rescored = {r.id: found[r.id].reward if r.id in found else None for r in records}
     if args.json:
-        print(json.dumps([r.to_dict() for r in records], indent=1))
+        rows = [r.to_dict() for r in records]
+        if rescored is not None:
+            rows = [{**row, "rescored_reward": rescored[row["id"]]} for row in rows]
+        print(json.dumps(rows, indent=1))
         return 0
-    print_listing(records)
+    print_listing(records, rescored)
     if any(v is not None for v in filters.values()):
         print(f"{len(records)} shown; {total} of {everything} trajectories match, in {store.path}")
     else:
@@ -41,15 +50,17 @@ def traces_ls(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_listing(records: list) -> None:
+def print_listing(records: list, rescored: dict[str, float | None] | None = None) -> None:
     """One line per trajectory, as wide as the terminal: the fixed columns, then the experiment,
-    the task and the first error sharing what is left (the experiment first, up to its longest)."""
+    the task and the first error sharing what is left (the experiment first, up to its longest).
+    ``rescored``: a rescoring's reward per trajectory, shown beside the reward."""
     from rollscope.cli.render import terminal_safe
 
     def safe(v: object) -> str:
         return terminal_safe("" if v is None else str(v), one_line=True)
 
-    fixed = (f"{'id':<26} {'step':>5} {'sample':>6} {'roll':>4} {'val':>3} {'status':<7} {'reward':>7} "
+    beside = f" {'rescored':>8}" if rescored is not None else ""
+    fixed = (f"{'id':<26} {'step':>5} {'sample':>6} {'roll':>4} {'val':>3} {'status':<7} {'reward':>7}{beside} "
              f"{'turns':>5} {'tools':>5} {'errspans':>8} {'secs':>6}")  # fmt: skip
     experiments = [safe(r.experiment) for r in records]
     longest = max([len("experiment"), *map(len, experiments)])
@@ -67,6 +78,9 @@ def print_listing(records: list) -> None:
     print(f"{fixed} {'experiment':<{exp_w}} {'task':<{task_w}} {'first error':<{err_w}}".rstrip())
     for r, experiment in zip(records, experiments, strict=True):
         reward = "" if r.reward is None else f"{r.reward:.3g}"
+        if rescored is not None:
+            other = rescored.get(r.id)
+            reward = f"{reward:>7} {'' if other is None else f'{other:.3g}':>8}"
         secs = "" if r.duration_s is None else f"{r.duration_s:.2f}"
         task = safe(r.attributes.get("task"))
         error = safe((r.error_message and f"{r.error_type}: {r.error_message}") or r.attributes.get("first_error"))
@@ -199,22 +213,53 @@ def traces_prompt(args: argparse.Namespace) -> int:
 
 
 def _add_compact(p: argparse.ArgumentParser) -> None:
-    add_dir(p, "the shared trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    add_dir(p, "the trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
     p.add_argument("--min-segments", type=int, default=2, help="merge only batches of at least N (default 2)")
     p.add_argument("--target-mb", type=float, default=64, help="size of a merged segment (default 64)")
+    p.add_argument("--retain", metavar="POLICY",
+                   help="keep only the groups POLICY keeps, decided on their rewards: 'anomalous' (zero-variance, "
+                        "truncated, tool_error, error, outlier; rescored with rescoring=NAME) or kinds joined by "
+                        "'+', then ',sample=F' (share of the rest kept, default 0.1) ',seed=N' ',outlier=Z' "
+                        "',rescoring=NAME'; any store layout")  # fmt: skip
+    p.add_argument("--dry-run", action="store_true", help="with --retain: decide and report, change nothing")
+    p.add_argument("--json", action="store_true", help="with --retain: the report as JSON")
+    add_filters(p)
 
 
 def traces_compact(args: argparse.Namespace) -> int:
-    """Merge a shared store's sealed segments into fewer, larger ones (safe while writers publish)."""
+    """Merge a shared store's sealed segments into fewer, larger ones (safe while writers publish);
+    with ``--retain``, drop the groups a retention policy does not keep."""
     from rollscope.store.segments import SEGMENTS, compact, is_segmented
 
     directory = resolve_dir(args.dir)
+    if args.retain:
+        return _retain(directory, args)
     if not is_segmented(directory):
         raise FileNotFoundError(f"{directory}: no {SEGMENTS}/ here: only a store written with local_dir has segments")
     before = len(list((directory / SEGMENTS).glob("*.rstrace")))
     made = compact(directory, min_segments=args.min_segments, target_bytes=int(args.target_mb * 2**20))
     after = len(list((directory / SEGMENTS).glob("*.rstrace")))
     print(f"{before} segments -> {after} ({len(made)} merged) in {directory / SEGMENTS}")
+    return 0
+
+
+def _retain(directory: Path, args: argparse.Namespace) -> int:
+    from rollscope.store.retention import parse_policy, retain
+
+    done = retain(directory, parse_policy(args.retain), dry_run=args.dry_run, **filters_of(args))
+    if args.json:
+        print(json.dumps(done.to_dict(), indent=1))
+        return 0
+    s = done.summary
+    anomalies = ", ".join(f"{k} {n}" for k, n in sorted(s["by_anomaly"].items())) or "none"
+    print(f"retain ({done.policy}): {s['kept_groups']:,} of {s['groups']:,} groups kept — {s['anomalous_groups']:,} "
+          f"anomalous ({anomalies}), {s['sampled_groups']:,} sampled, {s['undecided_groups']:,} still running — "
+          f"{s['kept_trajectories']:,} of {s['trajectories']:,} trajectories")  # fmt: skip
+    mb = 2**20
+    if done.dry_run:
+        print(f"dry run: nothing changed ({done.bytes_before / mb:.2f} MB in {directory})")
+    else:
+        print(f"{directory}: {done.bytes_before / mb:.2f} MB -> {done.bytes_after / mb:.2f} MB")
     return 0
 
 
@@ -251,7 +296,8 @@ COMMANDS = {
     "diff": (_add_diff, traces_diff, "two trajectories side by side, turn by turn"),
     "group": (_add_group, traces_group, "a GRPO group: every rollout of one sample at one step, with advantages"),
     "prompt": (_add_prompt, traces_prompt, "one prompt across steps: its group's reward, spread, length, advantages"),
-    "compact": (_add_compact, traces_compact, "merge a shared store's small segments (safe while writers publish)"),
+    "compact": (_add_compact, traces_compact, "merge a shared store's small segments (safe while writers publish); "
+                                              "--retain: keep the groups a policy keeps, decided on their rewards"),
     "recover": (_add_recover, traces_recover, "publish what dead writers left in a node-local directory"),
     "tail": (add_tail, traces_tail, "a run as it happens: each trajectory as it ends, stalled ones flagged"),
 }

@@ -2,6 +2,6 @@
 directory, JSONL) or as the chat data it yields (SFT, DPO pairs)."""
 
 from rollscope.datasets.export import FORMATS, Exported, dpo_pair, export, sft_example
-from rollscope.datasets.rows import COLUMNS, groups, trajectory_row
+from rollscope.datasets.rows import COLUMNS, trajectory_row
 
-__all__ = ["COLUMNS", "FORMATS", "Exported", "dpo_pair", "export", "groups", "sft_example", "trajectory_row"]
+__all__ = ["COLUMNS", "FORMATS", "Exported", "dpo_pair", "export", "sft_example", "trajectory_row"]

@@ -2,7 +2,7 @@
 JSONL), or the chat data a run yields (SFT: the best rollout of each group; DPO: best against
 worst of each group whose rewards differ).
 
-Streams one step's groups at a time (``rows.groups``): memory stays flat however big the store.
+Streams one step's groups at a time (``store.grpo.step_groups``): memory stays flat however big the store.
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from rollscope._extras import require
-from rollscope.datasets.rows import COLUMNS, groups, trajectory_row
+from rollscope.datasets.rows import COLUMNS, trajectory_row
 from rollscope.store import TraceStore
+from rollscope.store.grpo import step_groups
 from rollscope.store.records import TrajectoryRecord
 
 FORMATS = ("parquet", "hf", "jsonl", "sft", "dpo")
@@ -41,7 +42,7 @@ def export(store: TraceStore, out: str | Path, fmt: str, *, sft_min_reward: floa
     counts = {"groups": 0, "trajectories": 0}
 
     def each_group() -> Iterator[list[TrajectoryRecord]]:
-        for group in groups(store, **filters):
+        for group in step_groups(store, **filters):
             counts["groups"] += 1
             counts["trajectories"] += len(group)
             if progress is not None:

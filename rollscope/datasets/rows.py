@@ -11,13 +11,11 @@ template rendered it for the model.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
-from rollscope.store import TraceStore
 from rollscope.store.grpo import group_advantages
 from rollscope.store.records import SpanRecord, TrajectoryRecord
-from rollscope.store.text import with_text
+from rollscope.store.text import load_decoder, recorded_tokenizer, with_text
 
 # The columns of a row, in order (``trajectory_row``); what Parquet's schema is built from.
 COLUMNS = ("id", "project", "experiment", "step", "sample_index", "rollout_n", "validate", "group_id",
@@ -25,20 +23,6 @@ COLUMNS = ("id", "project", "experiment", "step", "sample_index", "rollout_n", "
            "group_size", "group_mean", "group_std", "group_advantage", "advantage", "policy_version", "status",
            "turns", "tool_calls", "tool_errors", "errors", "error_message", "truncated", "start_ns",
            "duration_s")  # fmt: skip
-
-
-def groups(store: TraceStore, **filters: Any) -> Iterator[list[TrajectoryRecord]]:
-    """Every GRPO group matching ``filters`` (the filters of ``traces ls``), one step at a time:
-    memory holds one step's trajectories, never the store's."""
-    for stats in store.steps(**filters):
-        records = store.trajectories(**{**filters, "project": stats.project, "experiment": stats.experiment,
-                                        "step": stats.step}, order_by="step")  # fmt: skip
-        if stats.step is None:
-            records = [r for r in records if r.step is None]
-        by_sample: dict[str, list[TrajectoryRecord]] = {}
-        for r in records:
-            by_sample.setdefault(repr(r.sample_index), []).append(r)
-        yield from by_sample.values()
 
 
 def trajectory_row(record: TrajectoryRecord, group: list[TrajectoryRecord]) -> dict[str, Any]:
@@ -53,8 +37,7 @@ def trajectory_row(record: TrajectoryRecord, group: list[TrajectoryRecord]) -> d
     mean, std, members = group_advantages(group)
     mine = next((m for m in members if m.record.id == record.id), None)
     training = record.training
-    reward_model = inputs.get("reward_model")
-    truth = reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
+    truth = _ground_truth(inputs)
     return {
         "id": record.id, "project": record.project, "experiment": record.experiment, "step": record.step,
         "sample_index": None if record.sample_index is None else str(record.sample_index),
@@ -72,6 +55,38 @@ def trajectory_row(record: TrajectoryRecord, group: list[TrajectoryRecord]) -> d
         "truncated": record.num_truncated, "start_ns": record.start_ns,
         "duration_s": None if record.end_ns is None else (record.end_ns - record.start_ns) / 1e9,
     }  # fmt: skip
+
+
+def reward_inputs(record: TrajectoryRecord) -> dict[str, Any]:
+    """The arguments of verl's ``compute_score`` for a stored trajectory, as its run gave them:
+    ``solution_str`` is the reward span's recorded solution (``rollscope run``), else the response
+    ids decoded with the run's tokenizer as verl's reward manager decodes them (tool responses
+    included), else the model's replies joined."""
+    spans = sorted(record.spans, key=lambda s: (s.start_ns, s.id))
+    run = _run_span(spans)
+    inputs = run.inputs if run is not None and isinstance(run.inputs, dict) else {}
+    truth = _ground_truth(inputs)
+    return {"data_source": inputs.get("data_source"), "solution_str": _solution(record, spans, run),
+            "ground_truth": truth, "extra_info": inputs.get("extra_info")}  # fmt: skip
+
+
+def _solution(record: TrajectoryRecord, spans: list[SpanRecord], run: SpanRecord | None) -> str:
+    for s in spans:
+        if s.kind == "reward" and isinstance(s.inputs, dict) and isinstance(s.inputs.get("solution"), str):
+            return s.inputs["solution"]
+    outputs = run.outputs if run is not None and isinstance(run.outputs, dict) else {}
+    ids = outputs.get("response_ids")
+    name = recorded_tokenizer(record)
+    tokenizer = load_decoder(name) if name and isinstance(ids, list) and ids else None
+    if tokenizer is not None:
+        return tokenizer.decode(ids, skip_special_tokens=True)
+    with_text(record)
+    return "".join(m["content"] for m in _turns(spans) if m["role"] == "assistant")
+
+
+def _ground_truth(inputs: dict[str, Any]) -> Any:
+    reward_model = inputs.get("reward_model")
+    return reward_model.get("ground_truth") if isinstance(reward_model, dict) else None
 
 
 def group_id(record: TrajectoryRecord) -> str:

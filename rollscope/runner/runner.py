@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollscope._imports import import_function
 from rollscope.llm.base import LLMServerError
 from rollscope.runner.config import RunConfig, RunConfigError
 from rollscope.runner.dataset import load_rows, loop_kwargs
@@ -114,14 +115,10 @@ def _loop_class(target: str) -> type:
 def resolve_reward(spec: str | None) -> Callable[..., Any] | None:
     if spec is None:
         return None
-    module, _, attr = spec.replace(":", ".").rpartition(".")
     try:
-        fn = getattr(importlib.import_module(module), attr)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise RunConfigError(f"reward {spec!r}: cannot import it ({exc})") from None
-    if not callable(fn):
-        raise RunConfigError(f"reward {spec!r}: not a function")
-    return fn
+        return import_function(spec, "reward")
+    except ValueError as exc:
+        raise RunConfigError(str(exc)) from None
 
 
 def _no_builder_warning(record: logging.LogRecord) -> bool:

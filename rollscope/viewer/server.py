@@ -18,9 +18,9 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from rollscope.store import TraceStore
+from rollscope.store import TraceStore, rescorings
 from rollscope.store.diff import turn_text, without_ids
-from rollscope.store.grpo import group_advantages
+from rollscope.store.grpo import advantages, group_advantages
 from rollscope.store.history import prompt_history
 from rollscope.store.insights import SIGNALS, Signal, Thresholds, insights
 from rollscope.store.live import running
@@ -58,7 +58,7 @@ class Viewer:
                                 table_row=table_row)  # fmt: skip
         self.routes: dict[str, Callable[[dict[str, str], list[str]], str]] = {
             "/": self.index, "/compare": self.compare, "/group": self.group, "/steps": self.steps,
-            "/insights": self.insights, "/prompt": self.prompt, "/live": self.live,
+            "/insights": self.insights, "/prompt": self.prompt, "/live": self.live, "/rescorings": self.rescorings,
         }  # fmt: skip
 
     def store(self) -> TraceStore:
@@ -82,7 +82,7 @@ class Viewer:
                 return 200, "text/html; charset=utf-8", route(single, query.get("id", [])).encode()
         except BadRequest as exc:
             return self._error(400, str(exc))
-        except KeyError as exc:
+        except (KeyError, FileNotFoundError) as exc:
             return self._error(404, str(exc.args[0] if exc.args else exc))
 
     def _error(self, status: int, message: str) -> tuple[int, str, bytes]:
@@ -160,15 +160,31 @@ class Viewer:
         found = self.store().groups(step, sample, **filters)
         if not found:
             raise KeyError(f"no trajectories for step {step}, sample {sample}")
+        rescored = _rescoring(self.store().path, q["rescoring"]).rewards if q.get("rescoring") else None
         groups = []
         for records in found:  # one per experiment: advantages never mix runs
             mean, std, members = group_advantages(records)
+            other = None
+            if rescored is not None:  # the rescoring's reward and advantage beside the run's, rollout by rollout
+                rewards = [rescored[r.id].reward if r.id in rescored else None for r in records]
+                other = [(reward, adv) for reward, (adv, _) in zip(rewards, advantages(rewards)[2], strict=True)]
             rewarded = sum(r.reward is not None for r in records)
             groups.append({"project": records[0].project, "experiment": records[0].experiment, "mean": mean,
                            "std": std, "members": members, "rewarded": rewarded,
-                           "zero_variance": std == 0 and rewarded >= Thresholds().min_group,
+                           "zero_variance": std == 0 and rewarded >= Thresholds().min_group, "rescored": other,
                            "compare": "/compare?" + urlencode([("id", r.id) for r in records[:4]])})  # fmt: skip
-        return self._render("group.html", title=f"group {step}/{sample}", step=step, sample=sample, groups=groups)
+        return self._render("group.html", title=f"group {step}/{sample}", step=step, sample=sample, groups=groups,
+                            rescoring=q.get("rescoring"))  # fmt: skip
+
+    def rescorings(self, q: dict[str, str], _: list[str]) -> str:
+        """The rescorings stored beside the run (``rollscope rescore``), or one of them (``name``):
+        per step what changed, and each group GRPO would have treated differently."""
+        path = self.store().path
+        if q.get("name"):
+            return self._render("rescorings.html", title=f"rescoring {q['name']}", listed=[],
+                                rescoring=_rescoring(path, q["name"]))  # fmt: skip
+        listed = [rescorings.load(path, name) for name in rescorings.names(path)]
+        return self._render("rescorings.html", title="rescorings", listed=listed, rescoring=None)
 
     def steps(self, q: dict[str, str], _: list[str]) -> str:
         filters = _filters(q)
@@ -228,6 +244,14 @@ class Viewer:
 
     def _render(self, template: str, **context: Any) -> str:
         return self.env.get_template(template).render(**context)
+
+
+def _rescoring(path: Any, name: str) -> rescorings.Rescoring:
+    try:
+        rescorings.check_name(name)
+    except ValueError as exc:
+        raise BadRequest(str(exc)) from None
+    return rescorings.load(path, name)
 
 
 def _insight_series(found: Any) -> dict[str, dict]:

@@ -2,50 +2,14 @@
 and reward; ScriptedLLM, the test double for a model, answering each question right on its
 1st and 3rd rollout and wrong on the others), read back with pyarrow and ``datasets``."""
 
-import asyncio
 import json
-import re
 from collections import Counter, defaultdict
 
-import pytest
-
 from rollscope.datasets import export
-from rollscope.llm import ScriptedLLM
-from rollscope.runner import session
-from rollscope.runner.config import load_config
-from rollscope.runner.dataset import load_rows
-from rollscope.runner.runner import Runner
 from rollscope.store import TraceStore
-from rollscope.testing import make_model_dir
 from tests.cli.test_run_cli import rollscope
-
-SAMPLES, N = 3, 4
-
-
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory):
-    from transformers import AutoTokenizer
-
-    tmp = tmp_path_factory.mktemp("export")
-    tokenizer = AutoTokenizer.from_pretrained(make_model_dir(tmp / "model"))
-    config = load_config("gsm8k-calculator", [f"limit={SAMPLES}", f"n={N}", "step=2", f"trace_dir={tmp / 'traces'}"])
-    truth = {r["prompt"][0]["content"]: r["reward_model"]["ground_truth"] for r in load_rows(config.resolve(config.dataset), SAMPLES)}
-    asked: Counter = Counter()
-
-    def reply(turn, prompt_ids):
-        text = tokenizer.decode(prompt_ids)
-        question = max((q for q in truth if q in text), key=text.rindex)
-        if turn == 0:
-            asked[question] += 1
-            expression = truth[question] if asked[question] % 2 else "1 + 1"
-            return f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{expression}"}}}}</tool_call>'
-        result = re.findall(r"tool\n(?:<tool_response>\n)?(-?\d+)", text)[-1]  # the calculator's answer
-        return f"The answer is {result}."
-
-    runner = Runner(config, llm=ScriptedLLM(tokenizer, reply), tokenizer=tokenizer)
-    runner.setup()
-    asyncio.run(session.run_traced(runner))
-    return tmp / "traces", truth
+from tests.conftest import RECORDED_N as N
+from tests.conftest import RECORDED_SAMPLES as SAMPLES
 
 
 def test_parquet_rows_read_back_with_pyarrow(recorded, tmp_path):
