@@ -31,7 +31,7 @@ import os
 import re
 import sqlite3
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +47,8 @@ _NAME = re.compile(r"^(?P<writer>[^~.][^~]*)~(?P<seq>\d+)~(?P<lo>-?\d+|n)~(?P<hi
 _LIVE_NAME = re.compile(r"^(?P<writer>[^~.][^~]*)~(?P<seq>\d+)~(?P<gen>\d+)" + re.escape(SHARD_SUFFIX) + "$")
 COMPACT_WRITER = "compact"
 _TRAINING_SEAL = "training~{}"  # the sealed table's entry for a segment of training records (keeps its number)
+# (local database, ready ids, waiting ids, final) -> (ids to seal, ids to hold back, ids to drop)
+Retain = Callable[[sqlite3.Connection, list[str], set[str], bool], tuple[list[str], set[str], list[str]]]
 
 
 @dataclass(frozen=True)
@@ -194,9 +196,13 @@ class Publisher:
     keeps) and those held back then (still running, or waiting for a reward)."""
 
     def __init__(self, db: sqlite3.Connection, local_path: Path, shared: Path, writer: str,
-                 interval_s: float = DEFAULT_PUBLISH_INTERVAL_S) -> None:  # fmt: skip
+                 interval_s: float = DEFAULT_PUBLISH_INTERVAL_S, retain: Retain | None = None) -> None:  # fmt: skip
+        """``retain``: which finished trajectories to seal and which to drop, decided on their
+        rewards (``store.retention.at_sealing``); None seals them all."""
         self.db, self.local_path, self.shared, self.writer = db, local_path, shared, writer
         self.interval_s = interval_s
+        self.retain = retain
+        self.retention_dropped = 0  # finished trajectories a retention policy left out of the segments
         db.execute("CREATE TABLE IF NOT EXISTS sealed (id TEXT PRIMARY KEY, seq INTEGER NOT NULL)")
         self.seq = db.execute("SELECT MAX(seq) FROM sealed").fetchone()[0] or 0
         self.mark = db.execute("SELECT COALESCE(MAX(rowid), 0) FROM trajectories").fetchone()[0]
@@ -215,7 +221,7 @@ class Publisher:
     def note_rewards(self, ids: list[str]) -> None:
         """Count rewards for trajectories already sealed (they arrived more than ``SETTLE_S`` after
         their trajectory ended), said once: the shared directory shows those without them."""
-        n = self.db.execute("SELECT COUNT(*) FROM sealed WHERE id IN (SELECT value FROM json_each(?))",
+        n = self.db.execute("SELECT COUNT(*) FROM sealed WHERE seq > 0 AND id IN (SELECT value FROM json_each(?))",
                             (json.dumps(ids),)).fetchone()[0]  # fmt: skip
         if n and not self.rewards_after_seal:
             log.warning("trace store: %d reward(s) arrived more than %.0f s after their trajectory ended and was "
@@ -247,6 +253,13 @@ class Publisher:
                     ready.append(tid)
                 else:
                     waiting.add(tid)
+            if self.retain is not None and ready:
+                ready, held, dropped = self.retain(self.db, ready, waiting, final)
+                waiting |= held
+                # never published: marked as handled (number 0), counted
+                self.db.execute("INSERT OR IGNORE INTO sealed SELECT value, 0 FROM json_each(?)",
+                                (json.dumps(dropped),))  # fmt: skip
+                self.retention_dropped += len(dropped)
             if ready:
                 self._seal(ready)
             self._seal_training()
@@ -390,13 +403,20 @@ def _running(pid: int) -> bool:
     return True
 
 
-def compact(directory: Path, *, min_segments: int = 2, target_bytes: int = 64 * 2**20) -> list[Path]:
+def compact(directory: Path, *, min_segments: int = 2, target_bytes: int = 64 * 2**20,
+            drop: Iterable[str] = ()) -> list[Path]:  # fmt: skip
     """Merge sealed segments into ``compact~...`` segments of up to ``target_bytes``; returns the new
     files. Safe while writers publish: readers leave out what a compacted segment lists as its
-    sources; the sources are removed afterwards (and by the next run, if a crash intervened)."""
+    sources; the sources are removed afterwards (and by the next run, if a crash intervened).
+    ``drop``: trajectories (and their training records) left out of what is written — with it,
+    every segment holding one is rewritten, however few there are (``store.retention``)."""
     cache: dict[Path, list] = {}
     segments, _ = visible(directory, cache)
     _remove_replaced(directory, cache)
+    dropped = json.dumps(sorted(set(drop)))
+    if dropped != "[]":
+        segments = [s for s in segments if _holds_any(s.path, dropped)]
+        min_segments = 1
     batches: list[list[Segment]] = [[]]
     size = 0
     for s in segments:
@@ -418,8 +438,9 @@ def compact(directory: Path, *, min_segments: int = 2, target_bytes: int = 64 * 
         def fill(db: sqlite3.Connection, batch: list[Segment] = batch) -> None:
             db.execute("CREATE TABLE sources (name TEXT PRIMARY KEY, writer TEXT NOT NULL, seq INTEGER NOT NULL)")
             for s in batch:
-                _copy(db, f"{s.path.resolve().as_uri()}?mode=ro&immutable=1", "SELECT id FROM src.trajectories",
-                      training="1")  # fmt: skip
+                _copy(db, f"{s.path.resolve().as_uri()}?mode=ro&immutable=1",
+                      "SELECT id FROM src.trajectories WHERE id NOT IN (SELECT value FROM json_each(?))", (dropped,),
+                      "trajectory_id NOT IN (SELECT value FROM json_each(?))", (dropped,))  # fmt: skip
                 for name, writer, seq in (_sources(s.path, cache) if s.writer == COMPACT_WRITER
                                           else [(s.path.name, s.writer, s.seq)]):  # fmt: skip
                     db.execute("INSERT OR IGNORE INTO sources VALUES (?, ?, ?)", (name, writer, seq))
@@ -430,6 +451,20 @@ def compact(directory: Path, *, min_segments: int = 2, target_bytes: int = 64 * 
             with contextlib.suppress(FileNotFoundError):
                 s.path.unlink()
     return made
+
+
+def _holds_any(path: Path, ids: str) -> bool:
+    """Whether the segment at ``path`` holds a trajectory or training record of ``ids`` (JSON)."""
+    db = open_immutable(path)
+    try:
+        found = db.execute("SELECT 1 FROM trajectories WHERE id IN (SELECT value FROM json_each(?)) LIMIT 1",
+                           (ids,)).fetchone()  # fmt: skip
+        if not found and db.execute("SELECT 1 FROM sqlite_master WHERE name = 'training'").fetchone():
+            found = db.execute("SELECT 1 FROM training WHERE trajectory_id IN (SELECT value FROM json_each(?)) "
+                               "LIMIT 1", (ids,)).fetchone()  # fmt: skip
+        return bool(found)
+    finally:
+        db.close()
 
 
 def _remove_replaced(directory: Path, cache: dict[Path, list]) -> None:

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rollscope.store.records import SpanRecord
+from rollscope.store.retention import RetentionPolicy, at_sealing
 from rollscope.store.schema import (
     DDL,
     SHARD_SUFFIX,
@@ -60,11 +61,17 @@ class ShardWriter:
     ``local_dir``: the shared-filesystem layout (``segments``). The database lives in ``local_dir``
     (node-local disk) and what it holds is published into ``directory`` as sealed segments every
     ``publish_interval_s`` and at ``publish``/``close``; databases that writers on this host left
-    behind when they died are published first."""
+    behind when they died are published first. ``retain``: a retention policy applied as segments
+    are sealed (``store.retention``): the groups it does not keep are never published."""
 
     def __init__(self, directory: str | os.PathLike, existing: str | os.PathLike | None = None,
                  local_dir: str | os.PathLike | None = None,
-                 publish_interval_s: float = DEFAULT_PUBLISH_INTERVAL_S) -> None:  # fmt: skip
+                 publish_interval_s: float = DEFAULT_PUBLISH_INTERVAL_S, retain: RetentionPolicy | None = None,
+                 ) -> None:  # fmt: skip
+        if retain is not None and local_dir is None:
+            raise ValueError(f"retain={retain.describe()!r} applies where segments are sealed (local_dir, or a "
+                             f"trace_dir on a network filesystem); for {directory} run `rollscope traces compact "
+                             "--retain` once the run is done")  # fmt: skip
         self.directory = Path(directory)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -91,7 +98,8 @@ class ShardWriter:
         if local_dir is not None:
             writer = self.path.name[: -len(SHARD_SUFFIX)]
             reconcile(self._db, self.directory, writer)
-            self.publisher = Publisher(self._db, self.path, self.directory, writer, publish_interval_s)
+            self.publisher = Publisher(self._db, self.path, self.directory, writer, publish_interval_s,
+                                       at_sealing(retain) if retain is not None else None)  # fmt: skip
 
     def write(
         self,

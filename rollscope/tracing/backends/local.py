@@ -8,6 +8,7 @@ import sqlite3
 from typing import Any
 
 from rollscope.store.filesystems import filesystem_of, is_network, node_local_dir
+from rollscope.store.retention import parse_policy
 from rollscope.store.schema import (
     SPAN_COLUMNS,
     TRAJECTORY_COLUMNS,
@@ -54,7 +55,7 @@ def local_dir_for(trace_dir: os.PathLike, mountinfo: str | None = None) -> str |
 
 class LocalBackend(TraceBackend):
     name = "local"
-    options = frozenset({"trace_dir", "local_dir", "publish_interval_s"})
+    options = frozenset({"trace_dir", "local_dir", "publish_interval_s", "retain"})
     lossless = True
     out_of_process = True  # encoding, compression and SQLite: the bulk of tracing's CPU
 
@@ -66,17 +67,21 @@ class LocalBackend(TraceBackend):
         trace_dir: str | os.PathLike | None = None,
         local_dir: str | os.PathLike | None = None,
         publish_interval_s: float = DEFAULT_PUBLISH_INTERVAL_S,
+        retain: str | None = None,
         resume_shard: str | os.PathLike | None = None,
     ) -> None:
         """``local_dir`` (or ``$ROLLSCOPE_LOCAL_DIR``): a shared ``trace_dir`` on a network file
         system gets sealed segments, the live database stays on this node (``store.segments``);
         chosen by itself (``store.filesystems.node_local_dir``) when ``trace_dir`` is on one.
         ``resume_shard``: continue the shard a killed trace sidecar was writing, from the
-        position it committed last (``resumed_position``), with its open trajectories' counts."""
+        position it committed last (``resumed_position``), with its open trajectories' counts.
+        ``retain``: a retention policy (``traces compact --retain``'s syntax) applied as segments
+        are sealed: the groups it does not keep never reach the shared directory."""
         super().__init__(project=project, experiment=experiment)
         local_dir = local_dir or os.environ.get(ENV_LOCAL_DIR) or local_dir_for(resolve_dir(trace_dir))
         self.writer = ShardWriter(resolve_dir(trace_dir), existing=resume_shard, local_dir=local_dir,
-                                  publish_interval_s=float(publish_interval_s))  # fmt: skip
+                                  publish_interval_s=float(publish_interval_s),
+                                  retain=parse_policy(retain) if retain else None)  # fmt: skip
         self._trajectories: dict[str, tuple] = {}
         self._spans: list[tuple] = []
         self._rewards: list[tuple[str, float | None, dict[str, Any]]] = []
@@ -189,7 +194,8 @@ class LocalBackend(TraceBackend):
         return {"stored_trajectories": self.stored_trajectories, "stored_spans": self.stored_spans,
                 "retained_trajectories": len(self._trajectories), "retained_spans": len(self._spans),
                 "lost_trajectories": self.lost_trajectories,
-                **({"rewards_after_seal": publisher.rewards_after_seal}
+                **({"rewards_after_seal": publisher.rewards_after_seal,
+                    "retention_dropped": publisher.retention_dropped}
                    if (publisher := self.writer.publisher) is not None else {})}  # fmt: skip
 
     def close(self) -> None:
