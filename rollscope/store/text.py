@@ -10,7 +10,9 @@ missing. Without the tokenizer here (another machine, a hub name not cached), th
 from __future__ import annotations
 
 import functools
+import json
 import logging
+from pathlib import Path
 from typing import Any
 
 from rollscope.store.records import TrajectoryRecord
@@ -27,6 +29,43 @@ def recorded_tokenizer(record: TrajectoryRecord) -> str | None:
         if isinstance(info, dict) and isinstance(info.get("tokenizer"), str):
             return info["tokenizer"]
     return None
+
+
+class Decoder:
+    """A tokenizer's decoding alone, from its ``tokenizer.json`` with the ``tokenizers`` library:
+    what decodes token ids where transformers (and the torch it imports) would take seconds to
+    import — a reader, or the trace sidecar starting under a busy trainer. Decodes as
+    transformers' fast tokenizer does (``decode``, ``batch_decode``; special tokens kept unless
+    asked otherwise)."""
+
+    def __init__(self, tokenizer: Any, name: str) -> None:
+        self._tokenizer = tokenizer
+        self.name_or_path = name
+
+    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def batch_decode(self, batch: list[list[int]], skip_special_tokens: bool = False) -> list[str]:
+        return self._tokenizer.decode_batch(batch, skip_special_tokens=skip_special_tokens)
+
+
+@functools.lru_cache(maxsize=8)
+def load_decoder(name: str) -> Any:
+    """What decodes ids for ``name``: a ``Decoder`` where its directory has a ``tokenizer.json``
+    that transformers would decode the same way (no space clean-up after it), else the whole
+    tokenizer (``load_tokenizer``); None if neither is here."""
+    path = Path(name)
+    try:
+        config = json.loads((path / "tokenizer_config.json").read_text()) if path.is_dir() else None
+        if config is not None and (path / "tokenizer.json").is_file():
+            from tokenizers import Tokenizer
+
+            tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+            if not config.get("clean_up_tokenization_spaces") or type(tokenizer.model).__name__ == "BPE":
+                return Decoder(tokenizer, name)
+    except Exception as exc:  # tokenizers not installed, a file unreadable: transformers decides
+        log.info("decoding with transformers for %r (%s)", name, exc)
+    return load_tokenizer(name)
 
 
 @functools.lru_cache(maxsize=8)
@@ -52,7 +91,7 @@ def with_text(record: TrajectoryRecord, tokenizer: Any = None) -> int:
         return 0
     if tokenizer is None:
         name = recorded_tokenizer(record)
-        tokenizer = load_tokenizer(name) if name else None
+        tokenizer = load_decoder(name) if name else None
     if tokenizer is None:
         return 0
     for _, fields, ids, text in todo:

@@ -9,7 +9,7 @@ import httpx
 
 from rollscope import tracing
 from rollscope.store import TraceStore
-from rollscope.store.text import REPLAY, load_tokenizer, with_text
+from rollscope.store.text import REPLAY, Decoder, load_decoder, load_tokenizer, with_text
 from tests.viewer.conftest import serve
 
 
@@ -58,8 +58,27 @@ def test_without_the_tokenizer_the_ids_stay_ids(tmp_path, tiny_tokenizer):
         path.unlink()
     tokenizer_dir.rmdir()
     load_tokenizer.cache_clear()
+    load_decoder.cache_clear()
     with TraceStore(trace_dir) as store:
         record = store.get(store.trajectories()[0].id)
     assert with_text(record) == 0
     llm = next(s for s in record.spans if s.kind == "llm")
     assert "response_text" not in llm.outputs and llm.outputs["token_ids"]
+
+
+def test_ids_decode_without_transformers_exactly_as_transformers_does(tmp_path, tiny_tokenizer):
+    """Readers and the trace sidecar decode with ``tokenizers`` alone (importing transformers, and
+    the torch it brings, takes seconds a niced sidecar under a busy trainer does not have): the same
+    text as transformers' own decode, special tokens and per-token pieces included."""
+    tokenizer_dir = tmp_path / "tokenizer"
+    tiny_tokenizer.save_pretrained(tokenizer_dir)
+    ids = [*tiny_tokenizer.encode("what is six times seven? the answer is 42"), tiny_tokenizer.eos_token_id]
+    decoder = load_decoder(str(tokenizer_dir))
+    assert isinstance(decoder, Decoder)
+    assert decoder.decode(ids) == tiny_tokenizer.decode(ids) and "<eos>" in decoder.decode(ids)
+    assert decoder.decode(ids, skip_special_tokens=True) == tiny_tokenizer.decode(ids, skip_special_tokens=True)
+    assert decoder.batch_decode([[i] for i in ids]) == tiny_tokenizer.batch_decode([[i] for i in ids])
+    probe = ("import sys; from rollscope.store.text import load_decoder; "
+             f"print(load_decoder({str(tokenizer_dir)!r}).decode({ids!r})); print('transformers' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert out.stdout.splitlines() == [tiny_tokenizer.decode(ids), "False"], out.stderr

@@ -81,9 +81,9 @@ def sidecar_tokenizer(name: str) -> Any:
     """token2text's tokenizer, loaded here from what the traced process loaded it from (kept: one
     load per name). One that cannot be loaded here is said once; its ids stay ids in the trace
     (readers decode them where the tokenizer is: ``store.text``)."""
-    from rollscope.store.text import load_tokenizer
+    from rollscope.store.text import load_decoder
 
-    tokenizer = load_tokenizer(name)
+    tokenizer = load_decoder(name)
     if tokenizer is None and name not in _unloadable:
         _unloadable.add(name)
         log.warning("token2text: the trace sidecar cannot load the tokenizer %r; token ids are traced as ids", name)
