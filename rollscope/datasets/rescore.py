@@ -100,8 +100,12 @@ def rescore(store: TraceStore, reward: str, *, name: str | None = None, workers:
     report = RescoreReport(name, reward, workers)
     started = time.monotonic()
     scored: list[RescoredReward] = []
-    pool = ProcessPoolExecutor(workers, initializer=_load, initargs=(reward,)) if workers > 1 else None
-    score = _in_pool(pool, workers) if pool is not None else (lambda items: [_call(fn, item) for item in items])
+    # Workers read each trajectory's spans themselves (from their own reader of the store): this
+    # process lists the trajectories, they do the reading and the scoring.
+    pool = (ProcessPoolExecutor(workers, initializer=_load, initargs=(reward, str(store.path), by_trajectory))
+            if workers > 1 else None)  # fmt: skip
+    score = (_in_pool(pool, workers) if pool is not None
+             else lambda records: [_call(fn, _item(r, by_trajectory)) for r in records])  # fmt: skip
     try:
         this_step: list[list[TrajectoryRecord]] = []
         for group in _steps_then_flush(step_groups(store, **filters)):
@@ -109,7 +113,7 @@ def rescore(store: TraceStore, reward: str, *, name: str | None = None, workers:
                 this_step.append(group)
                 continue
             records = [r for g in this_step for r in g]
-            results = score([_item(r, by_trajectory) for r in records])
+            results = score(records)
             new = {r.id: res for r, res in zip(records, results, strict=True)}
             report.steps.append(_step_report(this_step, new, report))
             scored += [RescoredReward(r.id, r.step, None if r.sample_index is None else str(r.sample_index),
@@ -200,29 +204,27 @@ def _takes_trajectory(fn: Callable[..., Any], spec: str) -> bool:
                      "solution_str, ground_truth, extra_info=None) or a function of one trajectory")
 
 
-def _item(record: TrajectoryRecord, by_trajectory: bool) -> Any:
-    if by_trajectory:  # a copy that pickles: its spans and training record read now, no loaders
-        return ("trajectory", dataclasses.replace(record, _load_spans=None, _spans=record.spans,
-                                                  _load_training=None, _training=record.training))  # fmt: skip
-    return ("verl", reward_inputs(record))
+def _item(record: TrajectoryRecord, by_trajectory: bool) -> tuple[str, Any]:
+    return ("trajectory", record) if by_trajectory else ("verl", reward_inputs(record))
 
 
-_worker_fn: Callable[..., Any] | None = None
+_worker: dict[str, Any] = {}  # in a worker process: the reward, a reader of the store, its signature
 
 
-def _load(spec: str) -> None:
-    global _worker_fn
-    _worker_fn = import_function(spec, "reward")
+def _load(spec: str, store_path: str, by_trajectory: bool) -> None:
+    _worker.update(fn=import_function(spec, "reward"), store=TraceStore(store_path), by_trajectory=by_trajectory)
 
 
-def _score_in_worker(items: list[Any]) -> list[tuple[float | None, dict]]:
-    return [_call(_worker_fn, item) for item in items]
+def _score_in_worker(ids: list[str]) -> list[tuple[float | None, dict]]:
+    fn, store, by_trajectory = _worker["fn"], _worker["store"], _worker["by_trajectory"]
+    return [_call(fn, _item(store.get(i), by_trajectory)) for i in ids]
 
 
-def _in_pool(pool: ProcessPoolExecutor, workers: int) -> Callable[[list[Any]], list[tuple]]:
-    def score(items: list[Any]) -> list[tuple]:
-        size = max(1, min(256, -(-len(items) // (workers * 4))))
-        chunks = [items[i: i + size] for i in range(0, len(items), size)]
+def _in_pool(pool: ProcessPoolExecutor, workers: int) -> Callable[[list[TrajectoryRecord]], list[tuple]]:
+    def score(records: list[TrajectoryRecord]) -> list[tuple]:
+        ids = [r.id for r in records]
+        size = max(1, min(256, -(-len(ids) // (workers * 4))))
+        chunks = [ids[i: i + size] for i in range(0, len(ids), size)]
         return [res for part in pool.map(_score_in_worker, chunks) for res in part]
 
     return score
