@@ -225,6 +225,7 @@ class BackendWorker:
             if spool is not None and spool.has_data():
                 with self._lock:
                     events = spool.read(self.backend.flush_every)
+                self.backend.sent_before(spool.from_orphan)
                 if self._deliver(events, handlers):
                     spool.confirm()
                 continue

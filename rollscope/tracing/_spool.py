@@ -151,6 +151,7 @@ class Spool:
         self.root.mkdir(parents=True, exist_ok=True)
         self.own = self._create()
         self.adopted: deque[_SpoolDir] = deque(self._orphans())
+        self.from_orphan = False  # the last read came from an adopted spool (``read``)
         self._segment = 0
         self._file: Any = None
         self._written = 0  # bytes in the open segment
@@ -232,12 +233,15 @@ class Spool:
 
     def read(self, max_events: int) -> list[Any]:
         """The next whole records, about ``max_events`` events, in order (the orphans' first), with
-        this process's controls in their places."""
+        this process's controls in their places. ``from_orphan`` says whether they came from a
+        spool a dead process left: its owner may have sent them already."""
         while self.adopted:
             events = self.adopted[0].read()
             if events is not None:
+                self.from_orphan = True
                 return events
             self.adopted.popleft().remove()
+        self.from_orphan = False
         out: list[Any] = []
         while True:
             while self._controls and self._controls[0][0] <= self.read_events:

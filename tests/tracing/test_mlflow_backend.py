@@ -79,3 +79,51 @@ def test_a_training_record_arriving_later_becomes_tags_of_the_trajectorys_trace(
     tags = trace.info.tags
     assert (tags["training.advantage"], tags["training.step"], tags["rollscope.trajectory_id"]) == ("0.25", "7", t.id)
     assert "training.old_log_probs" not in tags
+
+
+_SENT_THEN_KILLED = """
+import sys, time
+from rollscope import tracing
+from tests.tracing.test_spool import rollouts
+tracing.init_tracing(backend="mlflow", project="proj", sidecar=False, mlflow_tracking_uri=sys.argv[1],
+                     mlflow_experiment="rollscope-test")
+rollouts(20)
+assert tracing.flush_tracing(120)
+print("sent", flush=True)
+time.sleep(600)
+"""
+
+
+def test_trajectories_a_killed_process_sent_but_had_not_confirmed_are_not_traced_twice(tmp_path):
+    """A process killed after MLflow stored its traces but before its spool's cursor moved past
+    them (its cursor file removed: that moment, made exact): the next process for the same
+    destination sends the spool on and MLflow, which makes its own trace ids, gets each once."""
+    import os
+    import signal
+    import textwrap
+    from pathlib import Path
+
+    import mlflow
+
+    from rollscope.tracing._spool import spool_root
+    from tests.tracing.test_spool import rollouts
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    repo = Path(__file__).resolve().parents[2]
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_SENT_THEN_KILLED), uri], cwd=repo,
+                            env={**os.environ, "PYTHONPATH": str(repo)}, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    assert proc.stdout.readline().strip() == "sent"
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    [cursor] = [p for p in spool_root().glob(f"*/{proc.pid}-*/cursor")]
+    cursor.unlink()
+    tracing.init_tracing(backend="mlflow", project="proj", mlflow_tracking_uri=uri, mlflow_experiment="rollscope-test")
+    rollouts(5, first=100)
+    assert tracing.flush_tracing(120)
+    stats = tracing.stats()["backends"]["mlflow"]
+    tracing.shutdown_tracing()
+    mlflow.set_tracking_uri(uri)
+    experiment = mlflow.get_experiment_by_name("rollscope-test")
+    traces = mlflow.search_traces(locations=[experiment.experiment_id], return_type="list", max_results=100)
+    ids = [t.info.tags["rollscope.trajectory_id"] for t in traces]
+    assert len(ids) == len(set(ids)) == 25 and stats["resent_skipped"] == 20

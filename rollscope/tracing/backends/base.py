@@ -70,6 +70,12 @@ class TraceBackend:
         on by the next backend with the same destination, never by one sending elsewhere."""
         return f"{self.name} {self.project or '-'}"
 
+    def sent_before(self, maybe: bool) -> None:
+        """Whether the events handed over next may have been sent already: they come from a spool
+        a dead process left, past its last confirmed flush. A backend whose ids are derived from
+        rollscope's (Weave, OpenTelemetry) lands on the same calls again and can ignore this; one
+        whose destination makes its own ids (MLflow) looks before it writes."""
+
     def mark_position(self, position: int) -> None:
         """In the trace sidecar: every event up to the ``position``-th it received was handed to
         this backend. One that stores the position atomically with its data (the local store)

@@ -15,6 +15,7 @@ its schema migrations and crash.
 from __future__ import annotations
 
 import fcntl
+import logging
 import sqlite3
 import time
 from pathlib import Path
@@ -34,6 +35,11 @@ from rollscope.tracing.spans import Span, Trajectory
 # A training record whose trace is not in MLflow yet (its worker's trace still on its way) is
 # looked for again at the next flushes for this long, then counted in ``training_unjoined``.
 TRAINING_WAIT_S = 300.0
+# At close (the trainer's last step done, its workers' last traces possibly still being written),
+# the records still waiting are looked for this long, every ``_CLOSE_POLL_S``, before they are counted.
+TRAINING_CLOSE_WAIT_S = 20.0
+_CLOSE_POLL_S = 0.5
+log = logging.getLogger("rollscope.tracing")
 _SPAN_TYPES = {"llm": "LLM", "tool": "TOOL", "agent": "AGENT", "reward": "EVALUATOR"}
 
 
@@ -74,6 +80,8 @@ class MlflowBackend(TrajectoryBackend):
         self._tracking_uri = mlflow.get_tracking_uri()
         self._training: dict[str, tuple[dict[str, Any], float]] = {}  # trajectory id -> (record, give up at)
         self.training_unjoined = 0
+        self._maybe_sent = False  # ``sent_before``
+        self.resent_skipped = 0  # trajectories a dead process had sent already, not written twice
 
     def on_training(self, trajectory_id: str, record: dict[str, Any]) -> None:
         self._training[trajectory_id] = (record, time.monotonic() + TRAINING_WAIT_S)
@@ -83,10 +91,8 @@ class MlflowBackend(TrajectoryBackend):
 
         client = MlflowClient()
         for tid, (record, give_up_at) in list(self._training.items()):
-            traces = client.search_traces(locations=[self.experiment_id], max_results=1, include_spans=False,
-                                          filter_string=f"tags.`rollscope.trajectory_id` = '{tid}'")  # fmt: skip
-            if traces:
-                trace_id = traces[0].info.trace_id
+            trace_id = self._trace_of(tid)
+            if trace_id is not None:
                 for key, value in training_summary(record).items():
                     client.set_trace_tag(trace_id, f"training.{key}", str(value))
                 del self._training[tid]
@@ -95,10 +101,26 @@ class MlflowBackend(TrajectoryBackend):
                 self.training_unjoined += 1
 
     def counts(self) -> dict[str, int]:
-        return {"training_unjoined": self.training_unjoined, "training_waiting": len(self._training)}
+        return {"training_unjoined": self.training_unjoined, "training_waiting": len(self._training),
+                "resent_skipped": self.resent_skipped}  # fmt: skip
+
+    def sent_before(self, maybe: bool) -> None:
+        self._maybe_sent = maybe
 
     def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
+        # MLflow makes its own trace ids: a trajectory a dead process may have sent is looked for first
+        if self._maybe_sent and self._trace_of(trajectory.id) is not None:
+            self.resent_skipped += 1
+            return
         write_trace(self.experiment_id, trajectory, spans, self.experiment)
+
+    def _trace_of(self, trajectory_id: str) -> str | None:
+        from mlflow import MlflowClient
+
+        traces = MlflowClient().search_traces(
+            locations=[self.experiment_id], max_results=1, include_spans=False,
+            filter_string=f"tags.`rollscope.trajectory_id` = '{trajectory_id}'")  # fmt: skip
+        return traces[0].info.trace_id if traces else None
 
     def flush(self) -> None:
         import mlflow
@@ -106,6 +128,20 @@ class MlflowBackend(TrajectoryBackend):
         mlflow.flush_trace_async_logging()  # MLflow exports traces on its own thread
         if self._training:
             self._tag_training()
+
+    def close(self) -> None:
+        """The training records still waiting for their traces get a last, bounded wait; those
+        whose traces never came are counted and said."""
+        deadline = time.monotonic() + TRAINING_CLOSE_WAIT_S
+        while self._training and time.monotonic() < deadline:
+            time.sleep(_CLOSE_POLL_S)
+            self._tag_training()
+        if self._training:
+            self.training_unjoined += len(self._training)
+            log.warning("mlflow: %d training record(s) found no trace of their trajectory in experiment %s "
+                        "within %.0f s of closing; not tagged (counted: training_unjoined)",
+                        len(self._training), self.experiment_id, TRAINING_CLOSE_WAIT_S)  # fmt: skip
+            self._training.clear()
 
     def destination(self) -> str:
         return f"mlflow {self._tracking_uri} {self.experiment_id}"
