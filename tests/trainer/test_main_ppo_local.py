@@ -131,6 +131,66 @@ def test_export_carries_the_trainers_group_and_advantage_and_pairs_each_group_th
     assert all(rows[p["chosen_id"]]["reward"] > rows[p["rejected_id"]]["reward"] for p in lines)
 
 
+def test_rescoring_with_verls_own_reward_reproduces_it_and_an_inversion_flips_a_known_group(run, stored, tmp_path):
+    """``rollscope rescore`` on the trainer's store: verl's reward function, given what verl gave it
+    (the response ids decoded as its reward manager decodes them), gives every stored reward back;
+    the same reward inverted for one question flips exactly that group's advantages."""
+    from rollscope.datasets.rescore import rescore
+    from rollscope.store import rescorings
+
+    with TraceStore(run.trace_dir) as store:
+        same = rescore(store, "rollscope.bundled.rewards:calculator_drill", name="same", workers=2)
+    assert same.trajectories == len(stored) and same.failed == 0 and same.totals()["moved"] == 0
+    assert {i: r.reward for i, r in rescorings.load(run.trace_dir, "same").rewards.items()} == {
+        t.id: t.reward for t, _ in stored}
+    by_group: dict[tuple, list] = {}
+    for t, _ in stored:
+        by_group.setdefault((t.step, t.sample_index), []).append(t)
+    step, sample = next(k for k, g in sorted(by_group.items()) if len({t.reward for t in g}) > 1)
+    def truth_of(t):
+        return next(s for s in t.spans if s.kind == "agent").inputs["reward_model"]["ground_truth"]
+
+    truth = truth_of(by_group[(step, sample)][0])
+    reward = tmp_path / "inverted.py"
+    reward.write_text("from rollscope.bundled.rewards import calculator_drill\n\n"
+                      "def inverted(data_source, solution_str, ground_truth, extra_info=None):\n"
+                      "    score = calculator_drill(data_source, solution_str, ground_truth)['score']\n"
+                      f"    return 1.0 - score if ground_truth == {truth!r} else score\n")  # fmt: skip
+    with TraceStore(run.trace_dir) as store:
+        report = rescore(store, f"{reward}:inverted", workers=1, step=step)
+    flipped = [g for g in report.changed if g.flipped]
+    same_truth = {k for k, g in by_group.items() if k[0] == step and len({t.reward for t in g}) > 1 and
+                  truth_of(g[0]) == truth}  # fmt: skip
+    assert {(g.step, int(g.sample_index)) for g in flipped} == same_truth
+    for t, _ in stored:  # the run's own rewards untouched
+        assert TraceStore(run.trace_dir).get(t.id).reward == t.reward
+
+
+def test_retention_keeps_exactly_the_anomalous_groups_of_the_trainers_run(run, stored, tmp_path):
+    """``traces compact --retain`` (every kind but outliers, no sample) on a copy of the trainer's
+    store: the groups kept are those with equal rewards, a failed tool call, an error span or a cut
+    reply, counted from the stored trajectories; kept trajectories keep their training records."""
+    import shutil
+
+    from rollscope.cli import main
+
+    copy = tmp_path / "traces"
+    shutil.copytree(run.trace_dir, copy)
+    assert main(["traces", "compact", "--dir", str(copy), "--retain",
+                 "zero_variance+tool_error+error+truncated,sample=0"]) == 0
+    by_group: dict[tuple, list] = {}
+    for t, _ in stored:
+        by_group.setdefault((t.step, t.sample_index), []).append(t)
+    expected = {k for k, g in by_group.items()
+                if len({t.reward for t in g}) == 1 or any(t.num_tool_errors or t.num_errors or t.num_truncated
+                                                         or t.turn_limit for t in g)}  # fmt: skip
+    with TraceStore(copy) as store:
+        left = store.trajectories(limit=None)
+        assert {(t.step, t.sample_index) for t in left} == expected
+        assert sorted(t.id for t in left) == sorted(t.id for k in expected for t in by_group[k])  # whole groups
+        assert all(t.training is not None and t.training.uid for t in left)
+
+
 def test_policy_version_is_the_one_each_turn_was_generated_with(stored):
     from rollscope.viewer.views import figures
 
