@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export WANDB_ERROR_REPORTING := false
 export WANDB_SILENT := true
 
-.PHONY: install demo demo-train test lint bench clean
+.PHONY: install demo demo-train test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -74,6 +74,10 @@ lint: install
 
 test: install lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider
+
+# The edit loop: the tests not marked slow (CI runs everything: make test).
+test-fast: install lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
 
 # Several minutes.
 bench: install

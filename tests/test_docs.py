@@ -26,8 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-import tomllib
 import yaml
+
+from tests.toml_compat import tomllib
 
 pytestmark = pytest.mark.slow
 

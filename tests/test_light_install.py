@@ -15,8 +15,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-import tomllib
 from packaging.requirements import Requirement
+
+from tests.toml_compat import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 

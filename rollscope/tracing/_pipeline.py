@@ -9,10 +9,12 @@ and where events are shaped. The ``Tracer`` captures; this module lays out the r
   runs here, behind its own worker thread; events are then shaped on the exporter's thread.
 - ``token2text`` decodes token ids with the traced object's own tokenizer. A tokenizer cannot
   cross to another process, its name (directory or hub name) can: each span carries its
-  tokenizer's name over the wire (``_wire``) and the sidecar loads its own copy, so decoding too
-  runs off the rollout's process. A tokenizer the sidecar cannot load leaves ids as ids there
-  (said once); readers decode them where the tokenizer is (``store.text``). A tokenizer given to
-  ``init_tracing`` that no directory holds (built in memory) is used here, as before.
+  tokenizer's name over the wire (``_wire``) and the sidecar loads its own copy (with the
+  ``tokenizers`` library alone where it can: ``store.text.load_decoder``; importing transformers
+  and torch in a niced sidecar under a busy trainer took longer than the run had left), so
+  decoding too runs off the rollout's process. A tokenizer the sidecar cannot load leaves ids as
+  ids there (said once); readers decode them where the tokenizer is (``store.text``). A tokenizer
+  given to ``init_tracing`` that no directory holds (built in memory) is used here.
 """
 
 from __future__ import annotations

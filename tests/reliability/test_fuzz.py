@@ -8,6 +8,7 @@ test-artifacts/fuzz_counts.json (see tests/RELIABILITY.md).
 """
 
 import asyncio
+import contextlib
 import json
 import math
 from collections import Counter
@@ -101,15 +102,22 @@ def fuzz_store(tmp_path_factory):
     return tmp_path_factory.mktemp("fuzz") / "traces"
 
 
-@pytest.fixture
-def traced(fuzz_store):
-    """Tracing into the module's store for one test (the suite shuts tracing down between tests)."""
-    tracing.init_tracing(trace_dir=str(fuzz_store), token2text=True)
-    yield fuzz_store
+@contextlib.contextmanager
+def tracing_into(store):
+    """Tracing into the module's store (the suite shuts tracing down between tests); every event
+    reached it, none failed or dropped."""
+    tracing.init_tracing(trace_dir=str(store), token2text=True)
+    yield store
     assert tracing.flush_tracing(60)
     stats = tracing.stats()
     COUNTS["shape errors"] += stats["shape_errors"]
     assert all(b["errors"] == 0 and b["dropped"] == 0 for b in stats["backends"].values()), stats
+
+
+@pytest.fixture
+def traced(fuzz_store):
+    with tracing_into(fuzz_store):
+        yield fuzz_store
 
 
 def run_once(config, tokenizer, first_reply):
@@ -147,8 +155,15 @@ def test_any_tool_result(verl_config, tokenizer, traced, result):
     COUNTS["tool results"] += 1
 
 
-def test_every_fuzzed_rollout_is_in_the_store_and_errors_are_spans(fuzz_store):
+def test_every_fuzzed_rollout_is_in_the_store_and_errors_are_spans(verl_config, tokenizer, fuzz_store):
+    if not COUNTS["model text and arguments"]:  # run on its own: it fuzzes first, then checks
+        with tracing_into(fuzz_store):
+            test_any_model_text_and_arguments(verl_config, tokenizer, fuzz_store)
+    if not COUNTS["tool results"]:
+        with tracing_into(fuzz_store):
+            test_any_tool_result(verl_config, tokenizer, fuzz_store)
     tried = COUNTS["model text and arguments"] + COUNTS["tool results"]
+    assert tried > 0  # not an empty store passing for a full one
     with TraceStore(fuzz_store) as store:
         total = store.count()
         errors = store.trajectories(tool_error=True)

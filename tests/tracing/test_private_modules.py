@@ -3,9 +3,8 @@ tracing/ from importing it (`lint-imports` in `make lint`): a new `_module.py` c
 
 from pathlib import Path
 
-import tomllib
-
 import rollscope.tracing
+from tests.toml_compat import tomllib
 
 TRACING = Path(rollscope.tracing.__file__).parent
 
