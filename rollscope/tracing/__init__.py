@@ -1,4 +1,5 @@
-"""rollscope's tracing: verl's trace API (``rollout_trace_attr``, ``rollout_trace_op``) with
+"""rollscope's tracing: verl's trace API (``rollout_trace_attr``, ``rollout_trace_op``,
+``RolloutTraceConfig``, ``get_trajectory_info``) with
 pluggable backends, deterministic sampling, redaction and a never-blocking exporter.
 
 Typical use::
@@ -21,11 +22,13 @@ from rollscope.tracing._runtime import (
     stats,
 )
 from rollscope.tracing._sampling import select_samples
+from rollscope.tracing._verl_api import RolloutTraceConfig, get_trajectory_info
 from rollscope.tracing._verl_config import init_from_verl_config
 from rollscope.tracing.backends import TraceBackend, available_backends, register_backend
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 __all__ = [
+    "RolloutTraceConfig",
     "Span",
     "SpanKind",
     "TraceBackend",
@@ -36,6 +39,7 @@ __all__ = [
     "current_trajectory",
     "flush_tracing",
     "get_tracer",
+    "get_trajectory_info",
     "init_from_verl_config",
     "init_tracing",
     "register_backend",
