@@ -21,8 +21,8 @@ from contextvars import ContextVar
 from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase
-from verl.utils.rollout_trace import _trace_enabled as verl_trace_enabled
 
+from rollscope import _verl
 from rollscope.agentloops import retokenization
 from rollscope.agentloops.llm_client import traced_client
 from rollscope.agentloops.verl_run import VerlTrajectory, current_verl_run, start_from_trainer_config
@@ -30,6 +30,7 @@ from rollscope.store.text import REPLAY
 from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward
 from rollscope.tracing.instrument import begin_span, current_frame, end_span, native, state, verl_context
 
+_VERL_TRACE = _verl.trace_switch()  # verl's per-task switch for its own decorators
 log = logging.getLogger("rollscope.agentloops")
 
 # The loop instance whose run is executing in this task: a super().run() call adds no second span.
@@ -139,7 +140,7 @@ def _traced_run(run: Any, owner: type) -> Any:
                 # verl's own decorators (its LLM client, BaseTool, tool parser) record nothing in
                 # here (verl's switch for that, a ContextVar): rollscope records the same calls, in
                 # this trajectory's tree.
-                verl_silenced = verl_trace_enabled.set(False)
+                verl_silenced = _VERL_TRACE.set(False)
                 try:
                     if span is None:  # tracing disabled here (trace=False, or not sampled)
                         return await run(self, sampling_params, **kwargs)
@@ -155,7 +156,7 @@ def _traced_run(run: Any, owner: type) -> Any:
                         trajectory.scored_later(output)  # verl's reward, then the trajectory's end
                     return output
                 finally:
-                    verl_trace_enabled.reset(verl_silenced)
+                    _VERL_TRACE.reset(verl_silenced)
         finally:
             _running.reset(running)
 
@@ -166,10 +167,8 @@ def _traced_run(run: Any, owner: type) -> Any:
 def _without_verl_trace(fn: Any) -> Any:
     """verl's own ``@rollout_trace_op`` on an inherited ``run`` would record it a second time in
     verl's backend; rollscope's wrapper replaces it."""
-    code = getattr(fn, "__code__", None)
-    if code is not None and code.co_filename.endswith("rollout_trace.py") and hasattr(fn, "__wrapped__"):
-        return fn.__wrapped__
-    return fn
+    wrapped = _verl.verl_trace_wrapper(fn)
+    return fn if wrapped is None else wrapped
 
 
 class TracedAgentLoop(AgentLoopBase):

@@ -1,12 +1,12 @@
 """rollscope inside verl's own ``AgentLoopWorker``: starting from its config, taking over its tracing,
 and reading what it knows about the trajectory being run.
 
-verl's worker builds one agent loop per sample inside ``_run_agent_loop(sampling_params,
-trajectory, *, agent_name, trace, **row)``, each in its own asyncio task, all of a batch's tasks
-created before any runs. The loop itself is handed neither the step nor the batch, and verl's
-``rollout_trace_attr`` shares them only when verl chose to trace the sample (its unseeded per-worker
-choice). So the loop reads them where verl keeps them: the ``trajectory`` and ``agent_name``
-arguments of the ``_run_agent_loop`` coroutine behind each task. That lets the loop's own wrapper
+verl's worker builds one agent loop per sample inside a coroutine of its own (``_verl.RUN_FRAME``:
+``(sampling_params, trajectory, *, agent_name, trace, **row)``), each in its own asyncio task, all
+of a batch's tasks created before any runs. The loop itself is handed neither the step nor the
+batch, and verl's ``rollout_trace_attr`` shares them only when verl chose to trace the sample (its
+unseeded per-worker choice). So the loop reads them where verl keeps them: the ``trajectory`` and
+``agent_name`` arguments of that coroutine behind each task (``_verl.task_arguments``). That lets the loop's own wrapper
 open the trajectory, choose the traced samples deterministically, and keep the trajectory open
 until verl has scored it (``VerlTrajectory``), under verl's ``AgentLoopWorker`` and its
 TransferQueue worker alike.
@@ -16,19 +16,14 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import inspect
 import logging
-import sys
 from typing import Any
 
+from rollscope import _verl
 from rollscope.tracing import Trajectory, init_from_verl_config, instrument, rollout_trace_attr
 
 log = logging.getLogger("rollscope.agentloops")
 
-_RUN_FRAME = "_run_agent_loop"
-# verl's TransferQueue worker (AgentLoopWorkerTQ) runs each prompt's n sessions from one task of
-# this name, created for the whole batch at once: the batch's samples are read from those.
-_PROMPT_FRAME = "_run_prompt"
 TAKEN_OVER = "rollscope"  # verl's trace backend name once rollscope records for it
 # The output's extra field holding the trajectory's id: verl carries it into the training batch,
 # where the trainer's side joins what training did with it (``rollscope.trainer.verl_hook``).
@@ -37,7 +32,7 @@ _started_from: list[Any] = []  # the trainer config tracing was started from in 
 
 
 class VerlRun:
-    """What verl's worker passed to ``_run_agent_loop`` for one sample."""
+    """What verl's worker passed to its per-sample coroutine for one sample."""
 
     __slots__ = ("agent_name", "rollout_n", "sample_index", "step", "validate")
 
@@ -50,37 +45,12 @@ class VerlRun:
         self.agent_name = agent_name if isinstance(agent_name, str) else None
 
 
-def _ray_actor_arguments(local: dict[str, Any], frames: tuple[str, ...]) -> dict[str, Any] | None:
-    """When verl's worker is a Ray actor, Ray wraps its methods (``_resume_span`` in
-    ``ray.util.tracing``): the task's coroutine is the wrapper's, holding the method and its
-    arguments, which are bound here to the method's signature (its own locals' names)."""
-    method = local.get("method")
-    if getattr(method, "__name__", None) not in frames or not isinstance(local.get("_kwargs"), dict):
+def _run_of(task: asyncio.Task, frames: tuple[str, ...] = (_verl.RUN_FRAME,)) -> VerlRun | None:
+    """The sample a task of verl's worker runs: the arguments of its per-sample coroutine (or, for
+    the TransferQueue worker's batch, its per-prompt one)."""
+    local = _verl.task_arguments(task, frames)
+    if local is None:
         return None
-    try:
-        return _signature(method).bind(local.get("self"), *local.get("_args", ()), **local["_kwargs"]).arguments
-    except TypeError:
-        return None
-
-
-@functools.lru_cache(maxsize=8)
-def _signature(method: Any) -> inspect.Signature:
-    return inspect.signature(method)
-
-
-def _run_of(task: asyncio.Task, frames: tuple[str, ...] = (_RUN_FRAME,)) -> VerlRun | None:
-    """The sample a task of verl's worker runs: the arguments of its ``_run_agent_loop`` (or,
-    for the TransferQueue worker's batch, ``_run_prompt``) coroutine."""
-    frame = getattr(task.get_coro(), "cr_frame", None)
-    if frame is None:
-        return None
-    local = frame.f_locals
-    if frame.f_code.co_name not in frames:
-        if "_kwargs" not in local:  # (checked here: outside verl this runs once per rollout)
-            return None
-        local = _ray_actor_arguments(local, frames)
-        if local is None:
-            return None
     trajectory = local.get("trajectory")
     if not isinstance(trajectory, dict) or "sample_index" not in trajectory:
         return None
@@ -102,7 +72,7 @@ def batch_sample_indices(run: VerlRun) -> list[Any]:
     listed several times (one task per rollout)."""
     indices = []
     for task in asyncio.all_tasks():
-        other = _run_of(task, (_RUN_FRAME, _PROMPT_FRAME))
+        other = _run_of(task, (_verl.RUN_FRAME, _verl.PROMPT_FRAME))
         if other is not None and other.step == run.step and other.validate == run.validate:
             indices.append(other.sample_index)
     return indices
@@ -118,7 +88,7 @@ def plan_samples(run: VerlRun) -> None:
 class VerlTrajectory:
     """The trajectory of one sample verl's worker runs, with verl's attributes (traced when this
     step's plan picked the sample). It stays open after the loop's ``run`` returns: verl scores
-    the output afterwards, in the same ``_run_agent_loop`` task (``_compute_score``, its reward
+    the output afterwards, in the same per-sample task (``_compute_score``, its reward
     loop), and the trajectory ends when that task does — with verl's reward and its components
     (``reward_extra_info``) on it, in every backend — without holding up the batch."""
 
@@ -153,7 +123,7 @@ class VerlTrajectory:
 
 
 def _close_scored(trajectory: Trajectory, output: Any, task: asyncio.Task) -> None:
-    """End a held trajectory once verl's ``_run_agent_loop`` task is done: verl's reward on it if
+    """End a held trajectory once verl's per-sample task is done: verl's reward on it if
     verl scored the output, the task's error if it failed after ``run`` (postprocessing, reward)."""
     tracer = instrument.state.tracer
     if tracer is None:
@@ -200,20 +170,8 @@ def take_over_verl_tracing() -> None:
     A trajectory verl already opened an MLflow span for (the one during which the first loop of
     the process was built) has that span discarded, so it does not become a second trace.
     """
-    rollout_trace = sys.modules.get("verl.utils.rollout_trace")
-    if rollout_trace is None:
-        return
-    config = rollout_trace.RolloutTraceConfig.get_instance()
-    previous, config.backend = config.backend, TAKEN_OVER
-    config.max_samples_per_step_per_worker = None
-    if previous == "mlflow":
-        _discard_open_mlflow_trace()
+    _verl.check_version()  # an untested verl is said once
+    if _verl.take_over_tracing(TAKEN_OVER) == "mlflow":
+        _verl.discard_open_mlflow_trace()
 
 
-def _discard_open_mlflow_trace() -> None:
-    import mlflow
-    from mlflow.tracing.trace_manager import InMemoryTraceManager
-
-    span = mlflow.get_current_active_span()
-    if span is not None:  # (the trace manager keys traces by OpenTelemetry's trace id)
-        InMemoryTraceManager.get_instance().pop_trace(span._span.get_span_context().trace_id)

@@ -6,15 +6,14 @@ Unknown keys are refused with the list of known ones: a typo must not silently r
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import functools
-import importlib.util
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from rollscope import _verl
 
 BUNDLED = Path(__file__).resolve().parent.parent / "bundled"  # the bundled examples: configs, data, rewards
 SAMPLING_KEYS = {"temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "repetition_penalty",
@@ -134,29 +133,10 @@ def _check_subkey(key: str, sub: str, where: str) -> None:
     if key == "sampling" and sub not in SAMPLING_KEYS:
         raise RunConfigError(f"{where}: unknown sampling key {sub!r} (known: {', '.join(sorted(SAMPLING_KEYS))})")
     if key == "multi_turn":
-        known = multi_turn_keys()
+        known = _verl.multi_turn_keys()
         if sub not in known:
             raise RunConfigError(f"{where}: unknown multi_turn key {sub!r} (verl's MultiTurnConfig has: "
                                  f"{', '.join(sorted(known))})")  # fmt: skip
-
-
-@functools.cache
-def multi_turn_keys() -> frozenset[str]:
-    """The fields of verl's ``MultiTurnConfig``, read from its source: importing verl takes seconds,
-    and a config is checked before anything heavy is loaded."""
-    spec = importlib.util.find_spec("verl")  # a top-level package: found, not imported
-    source = Path(spec.submodule_search_locations[0]) / "workers" / "config" / "rollout.py" if spec else None
-    try:
-        tree = ast.parse(source.read_text()) if source else None
-    except (OSError, SyntaxError):
-        tree = None
-    for node in ast.walk(tree) if tree else ():
-        if isinstance(node, ast.ClassDef) and node.name == "MultiTurnConfig":
-            return frozenset(n.target.id for n in node.body if isinstance(n, ast.AnnAssign)
-                             and isinstance(n.target, ast.Name) and not n.target.id.startswith("_"))  # fmt: skip
-    from verl.workers.config.rollout import MultiTurnConfig  # its layout changed: ask it
-
-    return frozenset(f.name for f in dataclasses.fields(MultiTurnConfig))
 
 
 def _coerce(key: str, value: Any, where: str) -> Any:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollscope import _verl
 from rollscope._imports import import_function
 from rollscope.llm.base import LLMServerError
 from rollscope.runner.config import RunConfig, RunConfigError
@@ -90,17 +91,16 @@ class RunStats:
 
 def resolve_agent(name: str) -> dict[str, Any]:
     """The Hydra entry for a loop: verl's registry (rollscope's loops included) or a dotted class path."""
-    from verl.experimental.agent_loop.agent_loop import _agent_loop_registry
-
     import rollscope.agentloops  # noqa: F401  (registers rollscope's loops with verl)
 
-    if name in _agent_loop_registry:
-        return dict(_agent_loop_registry[name])
+    registry = _verl.agent_loop_registry()
+    if name in registry:
+        return dict(registry[name])
     module, _, attr = name.replace(":", ".").rpartition(".")
     try:
         getattr(importlib.import_module(module), attr)
     except (ImportError, AttributeError, ValueError) as exc:
-        known = ", ".join(sorted(_agent_loop_registry))
+        known = ", ".join(sorted(registry))
         raise RunConfigError(f"agent {name!r}: neither a registered loop ({known}) nor a class ({exc})") from None
     return {"_target_": f"{module}.{attr}"}
 

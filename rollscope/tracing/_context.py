@@ -6,10 +6,10 @@ trajectory and parent span, exactly as verl's own ``rollout_trace_attr`` isolate
 
 from __future__ import annotations
 
-import sys
 from contextvars import ContextVar
 from typing import Any
 
+from rollscope import _verl
 from rollscope.tracing.spans import Span, Trajectory
 
 # What new spans hang under: the innermost open span, or the trajectory itself at the top level
@@ -18,24 +18,10 @@ current_frame: ContextVar[Span | Trajectory | None] = ContextVar("rollscope_fram
 # False inside rollout_trace_attr(trace=False): every nested op runs untraced.
 trace_enabled: ContextVar[bool] = ContextVar("rollscope_trace_enabled", default=True)
 
-_VERL_MODULE = "verl.utils.rollout_trace"
-
-
 def verl_context() -> tuple[bool, dict[str, Any] | None]:
-    """(verl allows tracing here, the attributes of the trajectory verl opened or None).
-
-    Looked up in ``sys.modules`` rather than imported: if verl's tracing module was never
-    imported, verl cannot have opened a trajectory, and importing it would cost seconds.
-    """
-    mod = sys.modules.get(_VERL_MODULE)
-    if mod is None:
-        return True, None
-    if not mod._trace_enabled.get():
-        return False, None
-    cfg = mod.RolloutTraceConfig._instance
-    if cfg is None or not cfg._initialized:
-        return True, None
-    return True, mod._trace_attributes.get()
+    """(verl allows tracing here, the attributes of the trajectory verl opened or None): read
+    from verl's tracer (``rollscope._verl.trace_context``)."""
+    return _verl.trace_context()
 
 
 def current_trajectory() -> Trajectory | None:

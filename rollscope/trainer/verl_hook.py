@@ -5,9 +5,10 @@ on the guide's path — ``trace.backend=...`` and nothing else — its trainer i
 Importing it touches nothing of verl: it waits for verl's trainer modules to be imported and
 then wraps, in the trainer verl runs,
 
-- v1 (default): ``PPOTrainer._compute_advantage`` and the ``compute_advantage_for_multi_trajectories``
-  it calls, whose result holds the step's uid, masks, scores, both log-probs and advantages;
-- v0: ``RayPPOTrainer._update_actor``, whose batch holds the same;
+- v1 (default): ``PPOTrainer``'s advantage step and the multi-trajectory advantage function it
+  calls (``_verl.V1_COMPUTE_ADVANTAGE``, ``_verl.V1_MULTI_TRAJECTORY_ADVANTAGES``), whose result
+  holds the step's uid, masks, scores, both log-probs and advantages;
+- v0: ``RayPPOTrainer``'s actor update (``_verl.V0_UPDATE_ACTOR``), whose batch holds the same;
 - both: ``fit``, which waits at its end (bounded) until every step's records are handed on.
 
 The join key is rollscope's trajectory id, which the traced loop puts in its output's
@@ -31,9 +32,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from rollscope import _verl
+
 log = logging.getLogger("rollscope.trainer")
 
-_V0, _V1 = "verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.trainer_base"
+_V0, _V1 = _verl.V0_TRAINER, _verl.V1_TRAINER
 DRAIN_TIMEOUT_S = 120.0  # at the end of fit: how long the last steps' records may take to go out
 _WRAPPED = "__rollscope_joined__"
 
@@ -108,7 +111,7 @@ def _column(non_tensor: dict[str, Any], key: str, rows: int) -> list[Any]:
 
 
 def capture_v0(trainer: Any, batch: Any) -> None:
-    """v0: the batch ``_update_actor`` is given (verl's DataProto, advantages computed)."""
+    """v0: the batch verl's actor update is given (verl's DataProto, advantages computed)."""
     config = trainer.config
     if _traced(config):
         recorder.submit(config, v0_step(batch, trainer.global_steps, str(config.algorithm.adv_estimator)))
@@ -143,7 +146,7 @@ _current = threading.local()  # v1: the trainer and step batch whose advantages 
 
 
 def capture_v1(trainer: Any, batch: Any, data: Any) -> None:
-    """v1: the DataProto ``compute_advantage_for_multi_trajectories`` returned for ``batch`` (a
+    """v1: the DataProto verl's multi-trajectory advantage function returned for ``batch`` (a
     TransferQueue ``KVBatchMeta``: keys and tags). The trajectory ids are read from the
     TransferQueue (the agent loop's ``extra_fields``, one small field per row)."""
     if not _traced(trainer.config):
@@ -204,14 +207,15 @@ def patch_v0(module: Any) -> None:
     cls = module.RayPPOTrainer
     if getattr(cls, _WRAPPED, False):
         return
-    update_actor = cls._update_actor
+    _verl.check_version()
+    update_actor = getattr(cls, _verl.V0_UPDATE_ACTOR)
 
     @functools.wraps(update_actor)
-    def _update_actor(self: Any, batch: Any) -> Any:
+    def joined_update_actor(self: Any, batch: Any) -> Any:
         _guarded(capture_v0, self, batch)
         return update_actor(self, batch)
 
-    cls._update_actor = _update_actor
+    setattr(cls, _verl.V0_UPDATE_ACTOR, joined_update_actor)
     _wrap_fit(cls)
     setattr(cls, _WRAPPED, True)
 
@@ -220,10 +224,12 @@ def patch_v1(module: Any) -> None:
     cls = module.PPOTrainer
     if getattr(cls, _WRAPPED, False):
         return
-    compute, advantages = cls._compute_advantage, module.compute_advantage_for_multi_trajectories
+    _verl.check_version()
+    compute = getattr(cls, _verl.V1_COMPUTE_ADVANTAGE)
+    advantages = getattr(module, _verl.V1_MULTI_TRAJECTORY_ADVANTAGES)
 
     @functools.wraps(compute)
-    def _compute_advantage(self: Any, batch: Any, metrics: dict) -> Any:
+    def joined_compute_advantage(self: Any, batch: Any, metrics: dict) -> Any:
         _current.step = (self, batch)
         try:
             return compute(self, batch, metrics)
@@ -231,15 +237,15 @@ def patch_v1(module: Any) -> None:
             _current.step = None
 
     @functools.wraps(advantages)
-    def compute_advantage_for_multi_trajectories(data: Any, *args: Any, **kwargs: Any) -> Any:
+    def joined_advantages(data: Any, *args: Any, **kwargs: Any) -> Any:
         result = advantages(data, *args, **kwargs)
         current = getattr(_current, "step", None)
         if current is not None:
             _guarded(capture_v1, current[0], current[1], result)
         return result
 
-    cls._compute_advantage = _compute_advantage
-    module.compute_advantage_for_multi_trajectories = compute_advantage_for_multi_trajectories
+    setattr(cls, _verl.V1_COMPUTE_ADVANTAGE, joined_compute_advantage)
+    setattr(module, _verl.V1_MULTI_TRAJECTORY_ADVANTAGES, joined_advantages)
     _wrap_fit(cls)
     setattr(cls, _WRAPPED, True)
 

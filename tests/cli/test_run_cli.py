@@ -151,16 +151,6 @@ def test_run_honours_the_trace_dir_environment_variable(tmp_path, replies):
     assert str(tmp_path / "from-env") in result.stdout and not (tmp_path / "rollscope_traces").exists()
 
 
-def test_multi_turn_keys_read_from_source_match_verls_dataclass():
-    import dataclasses
-
-    from verl.workers.config.rollout import MultiTurnConfig
-
-    from rollscope.runner.config import multi_turn_keys
-
-    assert multi_turn_keys() == {f.name for f in dataclasses.fields(MultiTurnConfig) if not f.name.startswith("_")}
-
-
 def test_one_error_span_is_counted_once_everywhere(tmp_path):
     """The progress line, the summary and `traces ls` count the same thing: error spans."""
     replies = tmp_path / "bad.yaml"
