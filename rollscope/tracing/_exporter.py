@@ -192,18 +192,18 @@ class BackendWorker:
 
     def stats(self) -> dict[str, dict[str, Any]]:
         spool = self.spool
-        dropped = self.dropped + getattr(self.backend, "dropped_spans", 0) + (spool.dropped if spool else 0)
+        dropped = self.dropped + self.backend.dropped_spans + (spool.dropped if spool else 0)
         return {
             self.name: {
                 "exported": self.exported,
                 "queued": len(self.queue) + (spool.pending if spool else 0),
                 "spooled": spool.pending if spool else 0,  # of those, on disk
                 "dropped": dropped,
-                "late_rewards": getattr(self.backend, "late_rewards", 0),
+                "late_rewards": self.backend.late_rewards,
                 "errors": self.errors,
                 # lost nothing so far, and will not while the disk has room
                 "lossless": (self.backend.lossless or spool is not None) and dropped == 0,
-                **getattr(self.backend, "counts", dict)(),
+                **self.backend.counts(),
             }
         }
 
@@ -246,9 +246,7 @@ class BackendWorker:
                 flushed = self._call(self.backend.flush)
                 if flushed and position is not None:
                     self.position, position = position, None
-                publish = getattr(self.backend, "publish", None)  # an explicit flush: visible everywhere now
-                if publish is not None:
-                    self._call(publish)
+                self._call(self.backend.publish)  # an explicit flush: visible everywhere now
                 did_work = False
                 event[1].arrive()
                 continue

@@ -38,6 +38,14 @@ class TraceBackend:
     requires: ClassVar[tuple[str, ...]] = ()
     extra: ClassVar[str | None] = None
 
+    #: Counted by the backend: spans it gave up on (a disk that stayed full) and rewards that came
+    #: after it had written their trajectory (kept in the local store only); in ``tracing.stats()``.
+    dropped_spans: int = 0
+    late_rewards: int = 0
+    #: A backend continued from where a killed trace sidecar left it (``resume_options``): the
+    #: number of the last event it had made durable, from which the traced process replays.
+    resumed_position: int = 0
+
     def __init__(self, *, project: str | None = None, experiment: str | None = None) -> None:
         self.project = project
         self.experiment = experiment
@@ -69,6 +77,11 @@ class TraceBackend:
         """Where this backend sends, as its spool names it: a spool left by a dead process is sent
         on by the next backend with the same destination, never by one sending elsewhere."""
         return f"{self.name} {self.project or '-'}"
+
+    def publish(self) -> None:
+        """After an explicit flush (``flush_tracing``): make what was flushed visible to readers
+        everywhere now, where the backend otherwise publishes on a schedule (the local store's
+        sealed segments on a shared filesystem)."""
 
     def sent_before(self, maybe: bool) -> None:
         """Whether the events handed over next may have been sent already: they come from a spool
