@@ -61,7 +61,7 @@ def ingest(n: int, rounds: int) -> dict[str, float]:
 
 def build_segments(directory: Path, total_spans: int, segments: int) -> int:
     """``segments`` sealed segments of a run, in step order as writers publish them."""
-    from rollscope.store.segments import SEGMENTS, _write_file
+    from rollscope.store.segments import SEGMENTS, write_segment
 
     n = total_spans // SPANS_PER_TRAJECTORY
     rows_t, rows_s = _synthetic_rows(n, seed=0)
@@ -79,7 +79,7 @@ def build_segments(directory: Path, total_spans: int, segments: int) -> int:
             db.executemany(f"INSERT INTO trajectories VALUES ({marks_t})", chunk)
             db.executemany(f"INSERT INTO spans VALUES ({marks_s})", spans)
 
-        _write_file(target, fill)
+        write_segment(target, fill)
     return n
 
 
@@ -92,7 +92,8 @@ def main() -> None:
     ap.add_argument("--json")
     args = ap.parse_args()
     from rollscope.store import TraceStore
-    from rollscope.store.segments import SEGMENTS, compact
+    from rollscope.store.compaction import compact
+    from rollscope.store.segments import SEGMENTS
 
     rates = ingest(args.trajectories, args.rounds)
     ratio = rates["publishing segments"] / rates["live shard"]

@@ -229,7 +229,8 @@ def _add_compact(p: argparse.ArgumentParser) -> None:
 def traces_compact(args: argparse.Namespace) -> int:
     """Merge a shared store's sealed segments into fewer, larger ones (safe while writers publish);
     with ``--retain``, drop the groups a retention policy does not keep."""
-    from rollscope.store.segments import SEGMENTS, compact, is_segmented
+    from rollscope.store.compaction import compact
+    from rollscope.store.segments import SEGMENTS, is_segmented
 
     directory = resolve_dir(args.dir)
     if args.retain:
@@ -270,7 +271,7 @@ def _add_recover(p: argparse.ArgumentParser) -> None:
 
 def traces_recover(args: argparse.Namespace) -> int:
     """Publish what writers that died on this host left in their local databases."""
-    from rollscope.store.segments import recover
+    from rollscope.store.recovery import recover
 
     local = Path(args.local_dir)
     if not local.is_dir():

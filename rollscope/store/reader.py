@@ -8,7 +8,6 @@ import json
 import logging
 import operator
 import os
-import re
 import sqlite3
 import time
 from collections.abc import Callable
@@ -66,7 +65,6 @@ class TraceStore:
         if not self.path.is_dir():
             raise FileNotFoundError(f"no trace store at {self.path} (set --dir or ROLLSCOPE_TRACE_DIR)")
         self._conns: dict[Path, sqlite3.Connection] = {}
-        self._missing: dict[Path, tuple[re.Pattern, dict[str, str]]] = {}  # older shards: the columns they lack
         self.damaged: dict[Path, str] = {}  # shard -> what was wrong with it
         self._cache: dict[tuple, tuple[int, list[tuple]]] = {}  # (shard, query, params) -> (data_version, rows)
         self._immutable: set[Path] = set()  # published segments and live views (shared layout)
@@ -102,7 +100,6 @@ class TraceStore:
         for path in gone:
             self._conns.pop(path).close()
             self._immutable.discard(path)
-            self._missing.pop(path, None)
         if gone:
             self._cache = {key: rows for key, rows in self._cache.items() if key[0] in listed}
             self._derived.clear()
@@ -132,11 +129,13 @@ class TraceStore:
                 db = sqlite3.connect(f"{shard.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
                                      check_same_thread=False)  # fmt: skip
                 columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
+            if columns and any(c not in columns for c in ADDED_COLUMNS):
+                # An older shard: a view in this connection's own temp schema, which SQLite looks
+                # in first, gives its table the columns added since, with what they read as.
+                selected = ", ".join(c if c in columns else f"{ADDED_COLUMNS[c]} AS {c}" for c in TRAJECTORY_COLUMNS)
+                db.execute(f"CREATE TEMP VIEW trajectories AS SELECT {selected} FROM main.trajectories")
             db.execute("PRAGMA query_only=ON")
             self._conns[shard] = db
-            missing = {c: value for c, value in ADDED_COLUMNS.items() if c not in columns}
-            if columns and missing:
-                self._missing[shard] = (re.compile(r"\b(" + "|".join(missing) + r")\b"), missing)
         return db
 
     def _query(self, sql: str, params: list[Any], step: Any = None, cached: bool = False) -> list[tuple[Path, tuple]]:
@@ -156,7 +155,7 @@ class TraceStore:
                 if cached:
                     parts.append((shard, self._cached_rows(shard, sql, params)))
                     continue
-                parts.append((shard, self._conn(shard).execute(self._sql(shard, sql), params).fetchall()))
+                parts.append((shard, self._conn(shard).execute(sql, params).fetchall()))
             except sqlite3.DatabaseError as exc:
                 if _not_yet(exc):
                     continue
@@ -184,11 +183,6 @@ class TraceStore:
         if db is not None:
             db.close()
         log.warning("trace store: skipping damaged shard %s (%s); the other shards are read", shard, exc)
-
-    def _sql(self, shard: Path, sql: str) -> str:
-        self._conn(shard)
-        missing = self._missing.get(shard)
-        return sql if missing is None else missing[0].sub(lambda m: missing[1][m.group()], sql)
 
     def close(self) -> None:
         for db in self._conns.values():
@@ -256,7 +250,7 @@ class TraceStore:
         found: dict[tuple[Path, str], TrajectoryRecord] = {}
         for shard, ids in wanted.items():
             marks = ", ".join("?" * len(ids))
-            for row in self._conn(shard).execute(self._sql(shard, f"{_SELECT_TRAJ} WHERE id IN ({marks})"), ids):
+            for row in self._conn(shard).execute(f"{_SELECT_TRAJ} WHERE id IN ({marks})", ids):
                 record = self._record(shard, row)
                 found[(shard, record.id)] = record
         return [found[(shard, tid[2])] for *_, tid, shard in page]
@@ -304,7 +298,7 @@ class TraceStore:
         key = (shard, sql, tuple(params))
         found = self._cache.get(key)
         if found is None or found[0] != version:
-            found = self._cache[key] = (version, db.execute(self._sql(shard, sql), params).fetchall())
+            found = self._cache[key] = (version, db.execute(sql, params).fetchall())
         return found[1]
 
     def get(self, trajectory_id: str) -> TrajectoryRecord:

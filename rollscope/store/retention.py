@@ -25,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 from rollscope.store import rescorings
+from rollscope.store.compaction import compact
 from rollscope.store.grpo import step_groups
 from rollscope.store.reader import TraceStore
 from rollscope.store.records import TrajectoryRecord
 from rollscope.store.schema import SHARD_SUFFIX
-from rollscope.store.segments import compact, is_segmented
+from rollscope.store.segments import is_segmented
 
 ANOMALIES = ("zero_variance", "truncated", "tool_error", "error", "outlier", "rescored")
 _DEFAULT_KINDS = frozenset(a for a in ANOMALIES if a != "rescored")  # rescored: only with a rescoring named
@@ -275,7 +276,7 @@ class _Row:
 
 
 def at_sealing(policy: RetentionPolicy) -> Any:
-    """``policy`` as a writer applies it when it seals segments (``segments.Publisher``'s
+    """``policy`` as a writer applies it when it seals segments (``publish.Publisher``'s
     ``retain``): a group is judged once all its rollouts this writer holds are ready (others wait
     with it), against the other groups sealed with it for outliers; what it drops never reaches
     the shared directory (the writer's own database keeps it until it is removed)."""

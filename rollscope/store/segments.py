@@ -16,39 +16,28 @@ half-written one; once there it never changes. Readers open only these immutable
 ``seq`` is its writer's newest segment (else a trajectory could show twice while the next one is
 renamed in), so running trajectories from other hosts show within one publish interval.
 
-``compact`` merges small segments into ``compact~<id>~<lo>~<hi>.rstrace``, listing its sources
-inside; readers leave out a segment a compacted one lists, so compaction is safe while writers
-publish, and running it again finishes what a crash left.
+A compacted segment (``compaction``) lists the segments it replaced inside; readers leave those
+out (``visible``). This module holds the layout, what readers see of it, and how a segment file is
+made; a writer's side is ``publish`` (and ``recovery`` for writers that died), merging is
+``compaction``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import json
-import logging
 import os
 import re
 import sqlite3
-import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
 from rollscope.store.schema import DDL, SHARD_SUFFIX, TRAINING_DDL
 
-log = logging.getLogger("rollscope.store")
-
 SEGMENTS, LIVE = "segments", "live"
-DEFAULT_PUBLISH_INTERVAL_S = 5.0
-SETTLE_S = 30.0  # a finished trajectory waits this long for a reward verl computes after it ends
 _NAME = re.compile(r"^(?P<writer>[^~.][^~]*)~(?P<seq>\d+)~(?P<lo>-?\d+|n)~(?P<hi>-?\d+|n)"
                    + re.escape(SHARD_SUFFIX) + "$")  # fmt: skip
 _LIVE_NAME = re.compile(r"^(?P<writer>[^~.][^~]*)~(?P<seq>\d+)~(?P<gen>\d+)" + re.escape(SHARD_SUFFIX) + "$")
 COMPACT_WRITER = "compact"
-_TRAINING_SEAL = "training~{}"  # the sealed table's entry for a segment of training records (keeps its number)
-# (local database, ready ids, waiting ids, final) -> (ids to seal, ids to hold back, ids to drop)
-Retain = Callable[[sqlite3.Connection, list[str], set[str], bool], tuple[list[str], set[str], list[str]]]
 
 
 @dataclass(frozen=True)
@@ -80,7 +69,7 @@ def open_immutable(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro&immutable=1", uri=True, check_same_thread=False)
 
 
-def _sources(path: Path, cache: dict[Path, list[tuple[str, str, int]]]) -> list[tuple[str, str, int]]:
+def sources_of(path: Path, cache: dict[Path, list[tuple[str, str, int]]]) -> list[tuple[str, str, int]]:
     found = cache.get(path)
     if found is None:
         db = open_immutable(path)
@@ -102,7 +91,7 @@ def visible(directory: Path, cache: dict[Path, list]) -> tuple[list[Segment], li
     newest: dict[str, int] = {}
     for s in segments:
         if s.writer == COMPACT_WRITER:
-            for name, writer, seq in _sources(s.path, cache):
+            for name, writer, seq in sources_of(s.path, cache):
                 replaced.add(name)
                 newest[writer] = max(newest.get(writer, 0), seq)
         else:
@@ -147,7 +136,7 @@ def _fsync(path: Path) -> None:
         os.close(fd)
 
 
-def _write_file(target: Path, fill) -> None:
+def write_segment(target: Path, fill) -> None:
     """Create ``target`` as a new database, atomically: built under a dot-name, fsynced, renamed."""
     target.parent.mkdir(parents=True, exist_ok=True)
     temp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
@@ -166,7 +155,7 @@ def _write_file(target: Path, fill) -> None:
     _fsync(target.parent)
 
 
-def _copy(db: sqlite3.Connection, source: Path | str, ids_sql: str, params: Iterable = (),
+def copy_trajectories(db: sqlite3.Connection, source: Path | str, ids_sql: str, params: Iterable = (),
           training: str | None = None, training_params: Iterable = ()) -> None:  # fmt: skip
     """Copy whole trajectories (rows, spans) chosen by ``ids_sql`` over ``source`` into ``db``, and
     the training records chosen by the ``training`` condition (None: none)."""
@@ -188,290 +177,3 @@ def _copy(db: sqlite3.Connection, source: Path | str, ids_sql: str, params: Iter
         db.execute("DETACH DATABASE src")
 
 
-class Publisher:
-    """A writer's side: seals finished trajectories of its local database into segments of the
-    shared directory, and keeps its live view there current. Used from the writer's own thread.
-
-    Only what changed is looked at: rows added since the last publish (by rowid, which an upsert
-    keeps) and those held back then (still running, or waiting for a reward)."""
-
-    def __init__(self, db: sqlite3.Connection, local_path: Path, shared: Path, writer: str,
-                 interval_s: float = DEFAULT_PUBLISH_INTERVAL_S, retain: Retain | None = None) -> None:  # fmt: skip
-        """``retain``: which finished trajectories to seal and which to drop, decided on their
-        rewards (``store.retention.at_sealing``); None seals them all."""
-        self.db, self.local_path, self.shared, self.writer = db, local_path, shared, writer
-        self.interval_s = interval_s
-        self.retain = retain
-        self.retention_dropped = 0  # finished trajectories a retention policy left out of the segments
-        db.execute("CREATE TABLE IF NOT EXISTS sealed (id TEXT PRIMARY KEY, seq INTEGER NOT NULL)")
-        self.seq = db.execute("SELECT MAX(seq) FROM sealed").fetchone()[0] or 0
-        self.mark = db.execute("SELECT COALESCE(MAX(rowid), 0) FROM trajectories").fetchone()[0]
-        unsealed = db.execute("SELECT id FROM trajectories WHERE id NOT IN (SELECT id FROM sealed)")
-        self.waiting = {r[0] for r in unsealed}
-        # the training records (a trainer's process) published so far, by rowid: kept with the data
-        found = db.execute("SELECT value FROM meta WHERE key = 'training_published'").fetchone()
-        self.training_mark = int(found[0]) if found else 0
-        self.gen = 0
-        self.live_shown = True  # a view of this writer may be in the shared directory
-        self.next_at = time.monotonic() + interval_s
-        self.rewards_after_seal = 0  # kept in the local database only: a sealed segment never changes
-        for d in (SEGMENTS, LIVE):  # the layout is there before the first segment: readers see live views
-            (shared / d).mkdir(parents=True, exist_ok=True)
-
-    def note_rewards(self, ids: list[str]) -> None:
-        """Count rewards for trajectories already sealed (they arrived more than ``SETTLE_S`` after
-        their trajectory ended), said once: the shared directory shows those without them."""
-        n = self.db.execute("SELECT COUNT(*) FROM sealed WHERE seq > 0 AND id IN (SELECT value FROM json_each(?))",
-                            (json.dumps(ids),)).fetchone()[0]  # fmt: skip
-        if n and not self.rewards_after_seal:
-            log.warning("trace store: %d reward(s) arrived more than %.0f s after their trajectory ended and was "
-                        "published to %s; they are in %s only (further ones counted: rewards_after_seal)",
-                        n, SETTLE_S, self.shared, self.local_path)  # fmt: skip
-        self.rewards_after_seal += n
-
-    def due(self) -> bool:
-        return time.monotonic() >= self.next_at
-
-    def publish(self, final: bool = False) -> int:
-        """Seal what is finished (everything when ``final``) and refresh the live view; returns the
-        trajectories sealed. A failure (the shared directory gone, full) is logged, and retried
-        at the next publish: the local database keeps everything meanwhile."""
-        self.next_at = time.monotonic() + self.interval_s
-        try:
-            rows = self.db.execute("SELECT rowid, id, status, reward, end_ns FROM trajectories WHERE rowid > ?",
-                                   (self.mark,)).fetchall()  # fmt: skip
-            if self.waiting:
-                marks = ",".join("?" * len(self.waiting))
-                rows += self.db.execute(f"SELECT rowid, id, status, reward, end_ns FROM trajectories "
-                                        f"WHERE id IN ({marks}) AND rowid <= ?",
-                                        [*self.waiting, self.mark]).fetchall()  # fmt: skip
-            settled_before = time.time_ns() - int(SETTLE_S * 1e9)
-            ready, waiting = [], set()
-            for rowid, tid, status, reward, end_ns in rows:
-                self.mark = max(self.mark, rowid)
-                if final or (status != "running" and (reward is not None or (end_ns or 0) < settled_before)):
-                    ready.append(tid)
-                else:
-                    waiting.add(tid)
-            if self.retain is not None and ready:
-                ready, held, dropped = self.retain(self.db, ready, waiting, final)
-                waiting |= held
-                # never published: marked as handled (number 0), counted
-                self.db.execute("INSERT OR IGNORE INTO sealed SELECT value, 0 FROM json_each(?)",
-                                (json.dumps(dropped),))  # fmt: skip
-                self.retention_dropped += len(dropped)
-            if ready:
-                self._seal(ready)
-            self._seal_training()
-            self.waiting = waiting
-            self._live_view(final)
-        except (OSError, sqlite3.Error) as exc:
-            log.warning("trace store: publishing to %s failed (%s); the local store %s keeps it, retried",
-                        self.shared, exc, self.local_path)  # fmt: skip
-            return 0
-        return len(ready)
-
-    def _seal(self, ids: list[str]) -> None:
-        marks = ",".join("?" * len(ids))
-        steps = self.db.execute(f"SELECT MIN(step), MAX(step), COUNT(step) = COUNT(*) FROM trajectories "
-                                f"WHERE id IN ({marks})", ids).fetchone()  # fmt: skip
-        lo, hi = (steps[0], steps[1]) if steps[2] and all(type(v) is int for v in steps[:2]) else ("n", "n")
-        seq = self.seq + 1
-        target = self.shared / SEGMENTS / f"{self.writer}~{seq:08d}~{lo}~{hi}{SHARD_SUFFIX}"
-        _write_file(target, lambda db: _copy(db, self.local_path, "SELECT value AS id FROM json_each(?)",
-                                             (json.dumps(ids),)))  # fmt: skip
-        # after the rename: a crash in between is reconciled from the segment (``reconcile``)
-        self.db.execute("INSERT OR IGNORE INTO sealed SELECT value, ? FROM json_each(?)", (seq, json.dumps(ids)))
-        self.seq = seq
-
-    def _seal_training(self) -> None:
-        """The training records written since the last publish, as a segment of their own (they
-        join trajectories other writers published); a record re-sent later is published again,
-        and the reader takes the newest."""
-        if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'training'").fetchone():
-            return
-        upto = self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM training").fetchone()[0]
-        if upto <= self.training_mark:
-            return
-        seq = self.seq + 1
-        target = self.shared / SEGMENTS / f"{self.writer}~{seq:08d}~n~n{SHARD_SUFFIX}"
-        _write_file(target, lambda db: _copy(db, self.local_path, "SELECT NULL AS id WHERE 0", (),
-                                             "rowid > ? AND rowid <= ?", (self.training_mark, upto)))  # fmt: skip
-        self.db.execute("BEGIN")
-        self.db.execute("INSERT OR REPLACE INTO meta VALUES ('training_published', ?)", (str(upto),))
-        self.db.execute("INSERT OR IGNORE INTO sealed VALUES (?, ?)", (_TRAINING_SEAL.format(seq), seq))
-        self.db.execute("COMMIT")
-        self.seq, self.training_mark = seq, upto
-
-    def training_pending(self) -> bool:
-        """Whether training records are written here that no segment holds yet."""
-        if not self.db.execute("SELECT 1 FROM sqlite_master WHERE name = 'training'").fetchone():
-            return False
-        return self.db.execute("SELECT COALESCE(MAX(rowid), 0) FROM training").fetchone()[0] > self.training_mark
-
-    def _live_view(self, final: bool) -> None:
-        """The writer's unsealed trajectories as one file (none needed when there are none)."""
-        if not self.waiting and not self.live_shown:
-            return
-        live = self.shared / LIVE
-        old = sorted(live.glob(f"{self.writer}~*{SHARD_SUFFIX}")) if live.is_dir() else []
-        target = None
-        if self.waiting and not final:
-            self.gen += 1
-            target = live / f"{self.writer}~{self.seq:08d}~{self.gen:08d}{SHARD_SUFFIX}"
-            _write_file(target, lambda db: _copy(db, self.local_path, "SELECT value AS id FROM json_each(?)",
-                                                 (json.dumps(sorted(self.waiting)),)))  # fmt: skip
-        self.live_shown = target is not None
-        for path in old:  # readers that opened one keep reading it: it is never written again
-            if path != target:
-                with contextlib.suppress(OSError):
-                    path.unlink()
-
-
-def reconcile(db: sqlite3.Connection, shared: Path, writer: str) -> None:
-    """After a crash: the segments this writer renamed into place but did not record as sealed."""
-    db.execute("CREATE TABLE IF NOT EXISTS sealed (id TEXT PRIMARY KEY, seq INTEGER NOT NULL)")
-    known = db.execute("SELECT MAX(seq) FROM sealed").fetchone()[0] or 0
-    for s in map(parse, sorted((shared / SEGMENTS).glob(f"{writer}~*{SHARD_SUFFIX}"))):
-        if s is not None and s.writer == writer and s.seq > known:
-            seg = open_immutable(s.path)
-            ids = [r[0] for r in seg.execute("SELECT id FROM trajectories")]
-            trained = seg.execute("SELECT COUNT(*) FROM sqlite_master WHERE name = 'training'").fetchone()[0]
-            seg.close()
-            # (a segment of training records only holds no trajectory: its number is kept all the same)
-            ids = ids or ([_TRAINING_SEAL.format(s.seq)] if trained else [])
-            db.execute("INSERT OR IGNORE INTO sealed SELECT value, ? FROM json_each(?)", (s.seq, json.dumps(ids)))
-
-
-def recover(local_dir: Path, shared: Path, *, alive: set[int] | None = None) -> list[tuple[Path, int]]:
-    """Publish what writers that died left in ``local_dir`` (their live databases), then remove
-    those databases. A database whose writer still runs on this host is left alone. Returns
-    (database, trajectories published) per database recovered."""
-    import socket
-
-    host = socket.gethostname()
-    done = []
-    for path in sorted(Path(local_dir).glob(f"*{SHARD_SUFFIX}")):
-        writer = path.name[: -len(SHARD_SUFFIX)]
-        pid = _pid_of(writer, host)
-        if pid is not None and ((alive is not None and pid in alive) or (alive is None and _running(pid))):
-            continue
-        lock = open(f"{path}.lock", "w")  # noqa: SIM115  (held across the recovery)
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:  # another process on this node is recovering it
-            lock.close()
-            continue
-        try:
-            db = sqlite3.connect(path, isolation_level=None)
-            try:
-                reconcile(db, shared, writer)
-                publisher = Publisher(db, path, shared, writer)
-                sealed = publisher.publish(final=True)
-                unsealed = "SELECT COUNT(*) FROM trajectories WHERE id NOT IN (SELECT id FROM sealed)"
-                left = db.execute(unsealed).fetchone()[0] + publisher.training_pending()
-            finally:
-                db.close()
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(f"{path}.lock")
-            lock.close()
-        if left == 0:
-            for suffix in ("", "-wal", "-shm"):
-                with contextlib.suppress(FileNotFoundError):
-                    Path(f"{path}{suffix}").unlink()
-        done.append((path, sealed))
-    return done
-
-
-def _pid_of(writer: str, host: str) -> int | None:
-    """The pid in a writer name made on this host (``<host>-<pid>-<random>``), else None."""
-    prefix = "".join(c if c.isalnum() or c in "-_" else "_" for c in host)[:40] + "-"
-    if not writer.startswith(prefix):
-        return None
-    pid = writer[len(prefix) :].split("-", 1)[0]
-    return int(pid) if pid.isdigit() else None
-
-
-def _running(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def compact(directory: Path, *, min_segments: int = 2, target_bytes: int = 64 * 2**20,
-            drop: Iterable[str] = ()) -> list[Path]:  # fmt: skip
-    """Merge sealed segments into ``compact~...`` segments of up to ``target_bytes``; returns the new
-    files. Safe while writers publish: readers leave out what a compacted segment lists as its
-    sources; the sources are removed afterwards (and by the next run, if a crash intervened).
-    ``drop``: trajectories (and their training records) left out of what is written — with it,
-    every segment holding one is rewritten, however few there are (``store.retention``)."""
-    cache: dict[Path, list] = {}
-    segments, _ = visible(directory, cache)
-    _remove_replaced(directory, cache)
-    dropped = json.dumps(sorted(set(drop)))
-    if dropped != "[]":
-        segments = [s for s in segments if _holds_any(s.path, dropped)]
-        min_segments = 1
-    batches: list[list[Segment]] = [[]]
-    size = 0
-    for s in segments:
-        length = s.path.stat().st_size
-        if batches[-1] and size + length > target_bytes:
-            batches.append([])
-            size = 0
-        batches[-1].append(s)
-        size += length
-    made = []
-    for batch in batches:
-        if len(batch) < min_segments:
-            continue
-        steps = [v for s in batch for v in (s.lo, s.hi)]
-        lo, hi = (min(steps), max(steps)) if all(v is not None for v in steps) else ("n", "n")
-        name = f"{COMPACT_WRITER}~{time.time_ns()}{os.getpid()}~{lo}~{hi}{SHARD_SUFFIX}"
-        target = directory / SEGMENTS / name
-
-        def fill(db: sqlite3.Connection, batch: list[Segment] = batch) -> None:
-            db.execute("CREATE TABLE sources (name TEXT PRIMARY KEY, writer TEXT NOT NULL, seq INTEGER NOT NULL)")
-            for s in batch:
-                _copy(db, f"{s.path.resolve().as_uri()}?mode=ro&immutable=1",
-                      "SELECT id FROM src.trajectories WHERE id NOT IN (SELECT value FROM json_each(?))", (dropped,),
-                      "trajectory_id NOT IN (SELECT value FROM json_each(?))", (dropped,))  # fmt: skip
-                for name, writer, seq in (_sources(s.path, cache) if s.writer == COMPACT_WRITER
-                                          else [(s.path.name, s.writer, s.seq)]):  # fmt: skip
-                    db.execute("INSERT OR IGNORE INTO sources VALUES (?, ?, ?)", (name, writer, seq))
-
-        _write_file(target, fill)
-        made.append(target)
-        for s in batch:
-            with contextlib.suppress(FileNotFoundError):
-                s.path.unlink()
-    return made
-
-
-def _holds_any(path: Path, ids: str) -> bool:
-    """Whether the segment at ``path`` holds a trajectory or training record of ``ids`` (JSON)."""
-    db = open_immutable(path)
-    try:
-        found = db.execute("SELECT 1 FROM trajectories WHERE id IN (SELECT value FROM json_each(?)) LIMIT 1",
-                           (ids,)).fetchone()  # fmt: skip
-        if not found and db.execute("SELECT 1 FROM sqlite_master WHERE name = 'training'").fetchone():
-            found = db.execute("SELECT 1 FROM training WHERE trajectory_id IN (SELECT value FROM json_each(?)) "
-                               "LIMIT 1", (ids,)).fetchone()  # fmt: skip
-        return bool(found)
-    finally:
-        db.close()
-
-
-def _remove_replaced(directory: Path, cache: dict[Path, list]) -> None:
-    """Sources a compacted segment already holds, left by a compaction that stopped early."""
-    listed = sorted((directory / SEGMENTS).glob(f"*{SHARD_SUFFIX}"))
-    names = {name for p in listed if p.name.startswith(COMPACT_WRITER + "~") for name, _, _ in _sources(p, cache)}
-    for p in listed:
-        if p.name in names:
-            with contextlib.suppress(FileNotFoundError):
-                p.unlink()

@@ -11,7 +11,9 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from rollscope.store.publish import DEFAULT_PUBLISH_INTERVAL_S, Publisher
 from rollscope.store.records import SpanRecord
+from rollscope.store.recovery import reconcile, recover
 from rollscope.store.retention import RetentionPolicy, at_sealing
 from rollscope.store.schema import (
     DDL,
@@ -22,7 +24,6 @@ from rollscope.store.schema import (
     TRAJECTORY_COLUMNS,
     decode_payload,
 )
-from rollscope.store.segments import DEFAULT_PUBLISH_INTERVAL_S, Publisher, reconcile, recover
 from rollscope.store.summary import TrajectorySummary
 
 _UPSERT_TRAJECTORY = (

@@ -4,8 +4,9 @@ compaction seen by the same reader."""
 
 from rollscope import tracing
 from rollscope.store import TraceStore
+from rollscope.store.compaction import compact
 from rollscope.store.insights import insights
-from rollscope.store.segments import LIVE, compact
+from rollscope.store.segments import LIVE
 
 
 def _write(shared, local, experiment, steps, keep_open=False):

@@ -16,7 +16,9 @@ import time
 import pytest
 
 from rollscope.store import TraceStore
-from rollscope.store.segments import LIVE, SEGMENTS, compact, recover
+from rollscope.store.compaction import compact
+from rollscope.store.recovery import recover
+from rollscope.store.segments import LIVE, SEGMENTS
 
 pytestmark = pytest.mark.slow
 
@@ -180,7 +182,7 @@ def test_a_trajectory_without_reward_shows_before_any_segment_and_a_reward_after
     layout exists before any segment); a reward arriving after its trajectory was sealed is kept
     in the writer's database and counted, not silently missing from the shared directory."""
     from rollscope import tracing
-    from rollscope.store import segments
+    from rollscope.store import publish
 
     shared, local = tmp_path / "shared", tmp_path / "local"
     tracing.init_tracing(trace_dir=str(shared), local_dir=str(local), sidecar=False)
@@ -192,7 +194,7 @@ def test_a_trajectory_without_reward_shows_before_any_segment_and_a_reward_after
         assert seen.status == "ok" and seen.reward is None  # shown while it waits for a reward
     assert not list((shared / SEGMENTS).iterdir())  # no segment yet: it is the live view that showed it
 
-    monkeypatch.setattr(segments, "SETTLE_S", 0.0)  # the wait for a reward has passed: sealed at the next publish
+    monkeypatch.setattr(publish, "SETTLE_S", 0.0)  # the wait for a reward has passed: sealed at the next publish
     assert tracing.flush_tracing(30)
     assert len(list((shared / SEGMENTS).iterdir())) == 1
     tracing.set_reward(0.5, trajectory_id=seen.id)

@@ -9,7 +9,8 @@ import httpx
 
 from rollscope import tracing
 from rollscope.store import TraceStore
-from rollscope.store.segments import SEGMENTS, compact
+from rollscope.store.compaction import compact
+from rollscope.store.segments import SEGMENTS
 from rollscope.viewer.server import make_server
 from tests.viewer.conftest import HOSTILE, record
 

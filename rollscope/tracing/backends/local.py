@@ -8,6 +8,7 @@ import sqlite3
 from typing import Any
 
 from rollscope.store.filesystems import filesystem_of, is_network, node_local_dir
+from rollscope.store.publish import DEFAULT_PUBLISH_INTERVAL_S
 from rollscope.store.retention import parse_policy
 from rollscope.store.schema import (
     SPAN_COLUMNS,
@@ -19,7 +20,6 @@ from rollscope.store.schema import (
     training_row,
     trajectory_row,
 )
-from rollscope.store.segments import DEFAULT_PUBLISH_INTERVAL_S
 from rollscope.store.summary import COLUMNS as SUMMARY_COLUMNS
 from rollscope.store.summary import TrajectorySummary
 from rollscope.store.writer import ShardWriter
