@@ -24,6 +24,7 @@ from rollscope.tracing._events import LEAF_SPAN
 from rollscope.tracing._payload import PayloadShaper
 from rollscope.tracing._redaction import Redactor
 from rollscope.tracing._sidecar import parent as sidecar
+from rollscope.tracing._sidecar import replay_log
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 
@@ -122,7 +123,7 @@ def test_a_killed_sidecar_loses_nothing_it_was_sent_unread(trace_dir):
 
 
 def test_a_killed_sidecar_beyond_the_kept_events_counts_the_loss_exactly(trace_dir, monkeypatch):
-    monkeypatch.setattr(sidecar, "REPLAY_MAX_BYTES", 0)  # nothing kept for replay
+    monkeypatch.setattr(replay_log, "REPLAY_MAX_BYTES", 0)  # nothing kept for replay
     tracing.init_tracing(trace_dir=str(trace_dir))
     _, unread = _stopped_sidecar_with_unread_events(5, 5)
     rollouts(3, start=10)  # after the kill: stored here

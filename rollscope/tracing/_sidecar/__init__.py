@@ -7,7 +7,7 @@ sixth of the per-trajectory work. The sidecar holds what it receives in a ``Back
 it while the traced process leaves the CPU idle (benchmarks/RESULTS.md).
 
 ``parent`` is the traced process's end, ``child`` the sidecar process, ``protocol`` the frames
-between them.
+between them, ``replay_log`` what the parent keeps until the child's store has it.
 
 The child ignores Ctrl-C (the parent decides when tracing ends) and closes cleanly when the
 parent disappears (end of its stdin), so a killed rollout loses at most what was in the pipe.

@@ -40,12 +40,10 @@ from rollscope.tracing._sidecar.protocol import (
     worker_for,
     write_frame,
 )
+from rollscope.tracing._sidecar.replay_log import ReplayLog
 
 log = logging.getLogger("rollscope.tracing")
 
-# Sent events the traced process keeps until the sidecar's local store reports them stored, for a
-# resumed store to take over. Beyond this, the oldest are let go (and counted if then needed).
-REPLAY_MAX_BYTES = 64 * 1024 * 1024
 START_TIMEOUT_S = 60.0
 # How often the sending thread wakes. Each wake-up takes the GIL from the rollout, so fewer,
 # larger batches cost less: measured with an instant LLM, waking every 20 ms cost the rollout
@@ -80,9 +78,7 @@ class SidecarWorker:
         self._acked: dict[str, int] = {}  # per backend: of those, how many the child reported flushed
         self._resume: dict[str, dict | None] = {}  # per backend: how to continue it here (READY)
         # Sent (first event's number, number after the last, body) the child has not reported stored.
-        self._replay: deque[tuple[int, int, bytes]] = deque()
-        self._replay_bytes = 0
-        self._replay_from = 0  # events before this number are no longer kept
+        self._replay = ReplayLog(wire.unpack)
         self._resumed: set[str] = set()  # backends continued here from the child's position
         self._closing = False
         self._child_stats: dict[str, dict[str, Any]] = {}
@@ -229,7 +225,7 @@ class SidecarWorker:
             if not gone:
                 first, self._sent = self._sent, self._sent + count
                 if self._keep_for_replay:
-                    self._keep(first, body)
+                    self._replay.keep(first, self._sent, body)
         if gone:
             self._to_fallback(wire.unpack(body))
             return
@@ -243,20 +239,12 @@ class SidecarWorker:
                 self.lost[w.name] -= count
             self._to_fallback(wire.unpack(body), fresh)
 
-    def _keep(self, first: int, body: bytes) -> None:
-        self._replay.append((first, self._sent, body))
-        self._replay_bytes += len(body)
-        while self._replay_bytes > REPLAY_MAX_BYTES:
-            _, self._replay_from, old = self._replay.popleft()
-            self._replay_bytes -= len(old)
-
     def _stored(self, positions: dict[str, int]) -> None:
         """The child's report: what each backend has flushed. Kept events the store has are let go."""
         with self._lock:
             self._acked.update(positions)
             stored = min((positions.get(n, 0) for n, r in self._resume.items() if r), default=0)
-            while self._replay and self._replay[0][1] <= stored:
-                self._replay_bytes -= len(self._replay.popleft()[2])
+            self._replay.stored(stored)
 
     def _send_secrets(self, _: Any) -> None:
         secrets = secret_env_values()
@@ -339,9 +327,9 @@ class SidecarWorker:
                 log.warning("trace backend %r could not be continued from %s: %s", name, resume, exc)
             else:
                 start = worker.backend.resumed_position
-                self.lost[name] = max(0, self._replay_from - start)
+                self.lost[name] = max(0, self._replay.kept_from - start)
                 self._resumed.add(name)
-                self._replay_into(worker, max(start, self._replay_from))
+                self._replay_into(worker, max(start, self._replay.kept_from))
                 return worker
         self.lost[name] = self._sent - self._acked.get(name, 0)
         try:
@@ -352,8 +340,7 @@ class SidecarWorker:
             return None
 
     def _replay_into(self, worker: BackendWorker, start: int) -> None:
-        for first, _end, body in self._replay:
-            events = wire.unpack(body)[max(0, start - first) :]
+        for events in self._replay.since(start):
             if self._fallback_shape is not None:
                 events = [self._fallback_shape(e) for e in events]
             worker.submit(events)
