@@ -7,7 +7,6 @@ trajectory and parent span, exactly as verl's own ``rollout_trace_attr`` isolate
 from __future__ import annotations
 
 from contextvars import ContextVar
-from typing import Any
 
 from rollscope import _verl
 from rollscope.tracing.spans import Span, Trajectory
@@ -18,10 +17,9 @@ current_frame: ContextVar[Span | Trajectory | None] = ContextVar("rollscope_fram
 # False inside rollout_trace_attr(trace=False): every nested op runs untraced.
 trace_enabled: ContextVar[bool] = ContextVar("rollscope_trace_enabled", default=True)
 
-def verl_context() -> tuple[bool, dict[str, Any] | None]:
-    """(verl allows tracing here, the attributes of the trajectory verl opened or None): read
-    from verl's tracer (``rollscope._verl.trace_context``)."""
-    return _verl.trace_context()
+# (verl allows tracing here, the attributes of the trajectory verl opened or None): read from
+# verl's tracer, by the one module that reads verl's internals (the function itself: no call added)
+verl_context = _verl.trace_context
 
 
 def current_trajectory() -> Trajectory | None:

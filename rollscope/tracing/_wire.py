@@ -166,12 +166,15 @@ def encode(value: Any) -> bytes:
     return buf.getvalue()
 
 
-def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any], event: Any) -> None:
+def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any], token2text: bool,
+              event: Any) -> None:  # fmt: skip
     """Pack one event as one record and ``append`` it; ``failed`` gets what stopped it (only if
-    even the event's plain copy cannot be pickled). Runs where the event ends, on the rollout's
-    thread, so its objects die when the traced call returns, as untraced ones do (held in a
-    queue, they would outlive collections and be promoted: benchmarks/RESULTS.md). One Python
-    call per event: in a real loop each call layer costs as much as the work (benchmarks/RESULTS.md).
+    even the event's plain copy cannot be pickled). ``token2text``: a span carries the name of the
+    tokenizer its ids decode with (the sidecar loads it), looked up only then. Runs where the event
+    ends, on the rollout's thread, so its objects die when the traced call returns, as untraced
+    ones do (held in a queue, they would outlive collections and be promoted:
+    benchmarks/RESULTS.md). One Python call per event: in a real loop each call layer costs as
+    much as the work (benchmarks/RESULTS.md).
 
     The common event, a span whose payloads are plain builtins once call arguments are bound and
     a rich result is viewed, goes through ``marshal`` (several times cheaper than pickle for
@@ -179,7 +182,8 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
     try:
         if type(event) is Span:
             inputs, outputs = event.inputs, event.outputs
-            decoder = None if event.decoder is None and type(inputs) is not CallArgs else _decoder_name(event)
+            decoder = _decoder_name(event) if token2text and (event.decoder is not None or type(inputs) is CallArgs) \
+                else None
             if type(inputs) is CallArgs:
                 inputs = inputs.bind()
             if type(outputs) not in _PLAIN_TYPES:
@@ -193,7 +197,8 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
             if type(outputs) not in _PLAIN_TYPES:
                 outputs = _fields_of(outputs)
             record = (LEAF_SPAN, parent.trajectory.id, parent.id, name, _KIND_VALUE[span_kind], start_ns, end_ns,
-                      inputs, outputs, attributes, None if decoder is None else tokenizer_name(decoder))  # fmt: skip
+                      inputs, outputs, attributes, tokenizer_name(decoder) if token2text and decoder is not None
+                      else None)  # fmt: skip
         elif event[0] == TRAJECTORY_START or event[0] == TRAJECTORY_END:
             record = (event[0], *_trajectory_args(event[1]))
         else:  # a reward
@@ -220,10 +225,10 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
         failed(exc)
 
 
-def pack(event: Any) -> bytes:
+def pack(event: Any, token2text: bool = False) -> bytes:
     """``pack_into`` for one event, returning its record (raises what stopped it)."""
     out: list[bytes] = []
-    pack_into(out.append, _reraise, event)
+    pack_into(out.append, _reraise, token2text, event)
     return out[0]
 
 

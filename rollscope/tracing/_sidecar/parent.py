@@ -71,7 +71,8 @@ class SidecarWorker:
         self.outbox: deque = deque()  # packed records (bytes) and flush markers, in order
         # Called where the event happens (the rollout's thread, when the Exporter hands this
         # worker its submit): the event is packed now and its objects are free to go.
-        self.pack = functools.partial(wire.pack_into, self.outbox.append, self._pack_failed)
+        self.pack = functools.partial(wire.pack_into, self.outbox.append, self._pack_failed,
+                                      bool(config.get("token2text")))  # fmt: skip
         self.lost: dict[str, int] = {}  # per backend, after the child died: events it never got
         self.errors = 0
         self._sent = 0  # events written to the pipe
