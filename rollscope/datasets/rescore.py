@@ -30,7 +30,7 @@ from typing import Any
 from rollscope._imports import import_function
 from rollscope.datasets.rows import reward_inputs
 from rollscope.store import TraceStore, rescorings
-from rollscope.store.grpo import advantages, step_groups
+from rollscope.store.grpo import advantages, groups_by_step
 from rollscope.store.records import TrajectoryRecord
 from rollscope.store.rescorings import RescoredReward
 
@@ -107,11 +107,7 @@ def rescore(store: TraceStore, reward: str, *, name: str | None = None, workers:
     score = (_in_pool(pool, workers) if pool is not None
              else lambda records: [_call(fn, _item(r, by_trajectory)) for r in records])  # fmt: skip
     try:
-        this_step: list[list[TrajectoryRecord]] = []
-        for group in _steps_then_flush(step_groups(store, **filters)):
-            if group is not None:
-                this_step.append(group)
-                continue
+        for this_step in groups_by_step(store, **filters):
             records = [r for g in this_step for r in g]
             results = score(records)
             new = {r.id: res for r, res in zip(records, results, strict=True)}
@@ -121,7 +117,6 @@ def rescore(store: TraceStore, reward: str, *, name: str | None = None, workers:
             report.trajectories += len(records)
             if progress is not None:
                 progress(report.trajectories)
-            this_step = []
     finally:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
@@ -130,19 +125,6 @@ def rescore(store: TraceStore, reward: str, *, name: str | None = None, workers:
             "report": report.to_dict()}  # fmt: skip
     report.path = str(rescorings.write(store.path, name, meta, scored))
     return report
-
-
-def _steps_then_flush(found: Any) -> Any:
-    """The groups of ``step_groups``, with None after each step's last group."""
-    current = None
-    for group in found:
-        key = (group[0].project, group[0].experiment, group[0].step)
-        if current is not None and key != current:
-            yield None
-        current = key
-        yield group
-    if current is not None:
-        yield None
 
 
 def _step_report(this_step: list[list[TrajectoryRecord]], new: dict[str, tuple], report: RescoreReport) -> StepReport:

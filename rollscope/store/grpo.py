@@ -39,9 +39,9 @@ def group_advantages(records: list[TrajectoryRecord]) -> tuple[float | None, flo
     return mean, std, [GroupMember(r, adv, norm) for r, (adv, norm) in zip(records, each, strict=True)]
 
 
-def step_groups(store: TraceStore, **filters: Any) -> Iterator[list[TrajectoryRecord]]:
-    """Every GRPO group matching ``filters`` (the filters of ``traces ls``), one step at a time:
-    memory holds one step's trajectories, never the store's."""
+def groups_by_step(store: TraceStore, **filters: Any) -> Iterator[list[list[TrajectoryRecord]]]:
+    """Each step's GRPO groups matching ``filters`` (the filters of ``traces ls``), a step (of one
+    project and experiment) at a time: memory holds one step's trajectories, never the store's."""
     for stats in store.steps(**filters):
         records = store.trajectories(**{**filters, "project": stats.project, "experiment": stats.experiment,
                                         "step": stats.step}, order_by="step")  # fmt: skip
@@ -50,4 +50,11 @@ def step_groups(store: TraceStore, **filters: Any) -> Iterator[list[TrajectoryRe
         by_sample: dict[str, list[TrajectoryRecord]] = {}
         for r in records:
             by_sample.setdefault(repr(r.sample_index), []).append(r)
-        yield from by_sample.values()
+        if by_sample:
+            yield list(by_sample.values())
+
+
+def step_groups(store: TraceStore, **filters: Any) -> Iterator[list[TrajectoryRecord]]:
+    """``groups_by_step``'s groups, one by one."""
+    for groups in groups_by_step(store, **filters):
+        yield from groups

@@ -26,7 +26,7 @@ from typing import Any
 
 from rollscope.store import rescorings
 from rollscope.store.compaction import compact
-from rollscope.store.grpo import step_groups
+from rollscope.store.grpo import groups_by_step
 from rollscope.store.reader import TraceStore
 from rollscope.store.records import TrajectoryRecord
 from rollscope.store.schema import SHARD_SUFFIX
@@ -199,14 +199,8 @@ def decide(store: TraceStore, policy: RetentionPolicy, **filters: Any) -> Decisi
     if policy.rescoring:
         rescored = {i: r.reward for i, r in rescorings.load(store.path, policy.rescoring).rewards.items()}
     decision = Decision()
-    this_step: list[list[TrajectoryRecord]] = []
-    for group in step_groups(store, **filters):
-        if this_step and _step_of(this_step[0][0]) != _step_of(group[0]):
-            decision.verdicts += judge_step(this_step, policy, rescored)
-            this_step = []
-        this_step.append(group)
-    if this_step:
-        decision.verdicts += judge_step(this_step, policy, rescored)
+    for groups in groups_by_step(store, **filters):
+        decision.verdicts += judge_step(groups, policy, rescored)
     return decision
 
 

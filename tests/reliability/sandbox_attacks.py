@@ -87,12 +87,18 @@ async def main(markers: str) -> dict:
 
 if __name__ == "__main__":
     markers = sys.argv[1]
+    others: list[subprocess.Popen] = []
     if "--as-nobody" in sys.argv:
         # An unprivileged user with many processes of its own (a training job's workers): the
-        # sandbox's process bound must count only the sandbox's.
+        # sandbox's process bound must count only the sandbox's. (Not holding this process's
+        # output pipe: the test reads it to its end.)
         os.setgroups([])
         os.setgid(65534)
         os.setuid(65534)
-        others = [subprocess.Popen(["sleep", "60"]) for _ in range(20)]
+        others = [subprocess.Popen(["sleep", "60"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL) for _ in range(20)]  # fmt: skip
     result = asyncio.run(main(markers))
+    assert all(p.poll() is None for p in others), "the user's own processes died during the attack"
+    for p in others:
+        p.kill()
     print(json.dumps(result), flush=True)
