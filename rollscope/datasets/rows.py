@@ -28,9 +28,7 @@ COLUMNS = ("id", "project", "experiment", "step", "sample_index", "rollout_n", "
 def trajectory_row(record: TrajectoryRecord, group: list[TrajectoryRecord]) -> dict[str, Any]:
     """The row of ``record``, a member of ``group`` (its GRPO group as stored)."""
     with_text(record)  # token ids read as text with the run's tokenizer, where it is here
-    spans = sorted(record.spans, key=lambda s: (s.start_ns, s.id))
-    run = _run_span(spans)
-    inputs = run.inputs if run is not None and isinstance(run.inputs, dict) else {}
+    spans, _, inputs = _run_of(record)
     prompt = _prompt(inputs.get("raw_prompt"))
     conversation = prompt + _turns(spans)
     replies = [m["content"] for m in conversation[len(prompt):] if m["role"] == "assistant"]
@@ -62,9 +60,7 @@ def reward_inputs(record: TrajectoryRecord) -> dict[str, Any]:
     ``solution_str`` is the reward span's recorded solution (``rollscope run``), else the response
     ids decoded with the run's tokenizer as verl's reward manager decodes them (tool responses
     included), else the model's replies joined."""
-    spans = sorted(record.spans, key=lambda s: (s.start_ns, s.id))
-    run = _run_span(spans)
-    inputs = run.inputs if run is not None and isinstance(run.inputs, dict) else {}
+    spans, run, inputs = _run_of(record)
     truth = _ground_truth(inputs)
     return {"data_source": inputs.get("data_source"), "solution_str": _solution(record, spans, run),
             "ground_truth": truth, "extra_info": inputs.get("extra_info")}  # fmt: skip
@@ -92,6 +88,13 @@ def _ground_truth(inputs: dict[str, Any]) -> Any:
 def group_id(record: TrajectoryRecord) -> str:
     """A group's name where the trainer recorded none: the run, the step and the sample."""
     return f"{record.project or ''}/{record.experiment or ''}/{record.step}/{record.sample_index}"
+
+
+def _run_of(record: TrajectoryRecord) -> tuple[list[SpanRecord], SpanRecord | None, dict[str, Any]]:
+    """(its spans in the order they started, its run span, that span's inputs: the dataset row)."""
+    spans = sorted(record.spans, key=lambda s: (s.start_ns, s.id))
+    run = _run_span(spans)
+    return spans, run, run.inputs if run is not None and isinstance(run.inputs, dict) else {}
 
 
 def _run_span(spans: list[SpanRecord]) -> SpanRecord | None:

@@ -91,7 +91,7 @@ class MlflowBackend(TrajectoryBackend):
 
         client = MlflowClient()
         for tid, (record, give_up_at) in list(self._training.items()):
-            trace_id = self._trace_of(tid)
+            trace_id = self._trace_of(tid, client)
             if trace_id is not None:
                 for key, value in training_summary(record).items():
                     client.set_trace_tag(trace_id, f"training.{key}", str(value))
@@ -114,10 +114,11 @@ class MlflowBackend(TrajectoryBackend):
             return
         write_trace(self.experiment_id, trajectory, spans, self.experiment)
 
-    def _trace_of(self, trajectory_id: str) -> str | None:
+    def _trace_of(self, trajectory_id: str, client: Any = None) -> str | None:
+        """The id of the MLflow trace of a trajectory (found by its ``rollscope.trajectory_id`` tag)."""
         from mlflow import MlflowClient
 
-        traces = MlflowClient().search_traces(
+        traces = (client or MlflowClient()).search_traces(
             locations=[self.experiment_id], max_results=1, include_spans=False,
             filter_string=f"tags.`rollscope.trajectory_id` = '{trajectory_id}'")  # fmt: skip
         return traces[0].info.trace_id if traces else None
