@@ -110,9 +110,14 @@ from tests.tracing.spool_backends import LedgerBackend
 tracing.init_tracing(backend="ledger", sidecar=False, ledger_path=sys.argv[1])
 LedgerBackend.gate.clear()  # the server is slow: the trajectories wait in the spool
 rollouts(600)
+import time
+spool = next(w for w in tracing.get_tracer().exporter.workers if w.name == "ledger").spool
+deadline = time.monotonic() + 120
+while spool.written_events < 600 * 5 and time.monotonic() < deadline:  # start, 2 spans, reward, end
+    time.sleep(0.01)  # what is still in memory when the kill comes is lost: the test kills after the spool
 LedgerBackend.gate.set()
-print("traced", flush=True)
-import time; time.sleep(600)
+print("traced", spool.written_events, flush=True)
+time.sleep(600)
 """
 
 
@@ -121,7 +126,7 @@ def test_a_killed_process_spool_is_sent_by_the_next_none_skipped_none_twice(tmp_
     env = {**os.environ, "ROLLSCOPE_TEST_HANG_AFTER": "30", "PYTHONPATH": str(REPO)}
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_KILLED), str(sent)], cwd=REPO, env=env,
                             stdout=subprocess.PIPE, text=True)  # fmt: skip
-    assert proc.stdout.readline().strip() == "traced"
+    assert proc.stdout.readline().split() == ["traced", str(600 * 5)]
     hung = tmp_path / "sent.hung"
     deadline = time.monotonic() + 120
     while not hung.exists() and time.monotonic() < deadline:  # its server stops answering after 30
