@@ -73,7 +73,7 @@ lint: install
 	$(BIN)/lint-imports
 
 test: install lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=30
 
 # The edit loop: the tests not marked slow (CI runs everything: make test).
 test-fast: install lint
