@@ -19,7 +19,8 @@ costs a third of comparing enum members, on every event.
 | POSITION          | (kind, n): follows the n-th event the sidecar received    | ``position``                    |
 | SPAN_END          | the Span itself in memory; this tag only on the wire     | ``Tracer.end_span``             |
 
-The data events are built inline where they are made (one tuple, no constructor call: they are
+Fields are read by the names below (``event[TRAJECTORY]``), never by bare positions. The data
+events are built inline where they are made (one tuple, no constructor call: they are
 made on the rollout's thread, every turn). FLUSH and POSITION are control events: they pass every
 queue as they are, never shaped nor dropped.
 """
@@ -54,6 +55,17 @@ POSITION = EventKind.POSITION.value
 SPAN_END = EventKind.SPAN_END.value
 TRAINING = EventKind.TRAINING.value
 
+# The fields of an event tuple, by position: ``event[KIND]``, then what follows it for its kind.
+KIND = 0
+TRAJECTORY = 1  # TRAJECTORY_START, TRAJECTORY_END: the Trajectory
+SPAN = 1  # SPAN_START: the Span
+TRAJECTORY_ID = 1  # REWARD, TRAINING: the id of the trajectory it belongs to
+REWARD_VALUE = 2  # REWARD: the reward
+REWARD_DETAILS = 3  # REWARD: its details (components, the reward function's extra outputs)
+TRAINING_RECORD = 2  # TRAINING: what training did with the trajectory
+MARKER = 1  # FLUSH: the Marker each worker arrives at
+RECEIVED = 1  # POSITION: how many events the sidecar had received before it
+
 
 def flush(marker: Any) -> tuple:
     """A flush marker's event: every worker arrives at ``marker`` once it has passed it."""
@@ -67,12 +79,12 @@ def position(n: int) -> tuple:
 
 
 def is_flush(event: Any) -> bool:
-    return type(event) is tuple and event[0] == FLUSH
+    return type(event) is tuple and event[KIND] == FLUSH
 
 
 def is_control(event: Any) -> bool:
     """A flush marker or a position: passed through queues as is, never shaped nor dropped."""
-    return type(event) is tuple and (event[0] == FLUSH or event[0] == POSITION)
+    return type(event) is tuple and (event[KIND] == FLUSH or event[KIND] == POSITION)
 
 
 def span_from_leaf(event: tuple) -> Span:

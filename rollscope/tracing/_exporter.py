@@ -22,12 +22,18 @@ from typing import Any
 
 from rollscope.tracing._events import (
     FLUSH,
+    KIND,
     LEAF_SPAN,
+    MARKER,
     POSITION,
+    RECEIVED,
     REWARD,
+    SPAN,
     SPAN_START,
     TRAINING,
+    TRAJECTORY,
     TRAJECTORY_END,
+    TRAJECTORY_ID,
     TRAJECTORY_START,
     flush,
     is_control,
@@ -134,14 +140,14 @@ class BackendWorker:
                 continue
             if type(event) is Span:
                 unit = self._open.get(event.trajectory_id)
-            elif event[0] == SPAN_START:
+            elif event[KIND] == SPAN_START:
                 if self._skip_span_start:
                     continue
-                unit = self._open.get(event[1].trajectory_id)
-            elif event[0] == TRAJECTORY_START:
-                unit = self._open[event[1].id] = []
-            elif event[0] == TRAJECTORY_END:
-                unit = self._open.pop(event[1].id, None)
+                unit = self._open.get(event[SPAN].trajectory_id)
+            elif event[KIND] == TRAJECTORY_START:
+                unit = self._open[event[TRAJECTORY].id] = []
+            elif event[KIND] == TRAJECTORY_END:
+                unit = self._open.pop(event[TRAJECTORY].id, None)
                 if unit is not None:
                     unit.append(event)
                     if loose:
@@ -150,7 +156,7 @@ class BackendWorker:
                     records.append(unit)
                     continue
             else:  # a reward or a training record, by trajectory id
-                unit = self._open.get(event[1])
+                unit = self._open.get(event[TRAJECTORY_ID])
             (loose if unit is None else unit).append(event)
         if loose:
             records.append(loose)
@@ -242,21 +248,21 @@ class BackendWorker:
         for event in events:
             if type(event) is Span:
                 ok = self._call(self.backend.on_span_end, event)
-            elif event[0] == FLUSH:
+            elif event[KIND] == FLUSH:
                 flushed = self._call(self.backend.flush)
                 if flushed and position is not None:
                     self.position, position = position, None
                 self._call(self.backend.publish)  # an explicit flush: visible everywhere now
                 did_work = False
-                event[1].arrive()
+                event[MARKER].arrive()
                 continue
-            elif event[0] == POSITION:
-                position = event[1]
+            elif event[KIND] == POSITION:
+                position = event[RECEIVED]
                 self.backend.mark_position(position)
                 did_work = True
                 continue
             else:
-                ok = self._call(handlers[event[0]], *event[1:])
+                ok = self._call(handlers[event[KIND]], *event[1:])  # its fields, as its handler takes them
             self.exported += ok
             did_work = True
         if did_work:
@@ -342,11 +348,11 @@ class Exporter:
         self._stop = True
         self._wake.set()
         if self._thread is not None:
-            self._thread.join(_left(deadline))
+            self._thread.join(time_left(deadline))
         for w in self.workers:
             w.stop()
         for w in self.workers:
-            ok = w.close(_left(deadline)) and ok
+            ok = w.close(time_left(deadline)) and ok
         return ok
 
     def abandon(self) -> None:
@@ -366,7 +372,7 @@ class Exporter:
                 continue
             n = min(len(q), _MAX_BATCH)
             batch = [q.popleft() for _ in range(n)]
-            batch = [span_from_leaf(e) if type(e) is tuple and e[0] == LEAF_SPAN else e for e in batch]
+            batch = [span_from_leaf(e) if type(e) is tuple and e[KIND] == LEAF_SPAN else e for e in batch]
             if shape is not None:
                 shape.refresh_secrets()
                 events, batch = batch, []
@@ -394,5 +400,6 @@ def _ignore(*_: Any) -> None:
     pass
 
 
-def _left(deadline: float | None) -> float | None:
+def time_left(deadline: float | None) -> float | None:
+    """Seconds until ``deadline`` (a ``time.monotonic()`` value), never negative; None: no deadline."""
     return None if deadline is None else max(0.0, deadline - time.monotonic())

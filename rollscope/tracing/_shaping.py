@@ -39,11 +39,11 @@ class EventShaper:
         if type(event) is Span:
             self._span_or_placeholder(event, ended=True)
             return event
-        kind = event[0]
+        kind = event[ev.KIND]
         if kind == ev.SPAN_START:
-            self._span_or_placeholder(event[1], ended=False)
+            self._span_or_placeholder(event[ev.SPAN], ended=False)
         elif kind == ev.TRAJECTORY_START or kind == ev.TRAJECTORY_END:
-            t: Trajectory = event[1]
+            t: Trajectory = event[ev.TRAJECTORY]
             # plain columns too: a secret in an experiment or agent name is as stored as one in a payload
             t.experiment, t.agent_name, t.project = shape(t.experiment), shape(t.agent_name), shape(t.project)
             if t.attributes:
@@ -51,7 +51,7 @@ class EventShaper:
             if t.error_message is not None:
                 t.error_message = shape(t.error_message)
         elif kind == ev.REWARD:
-            return (kind, event[1], event[2], shape(event[3]))
+            return (kind, event[ev.TRAJECTORY_ID], event[ev.REWARD_VALUE], shape(event[ev.REWARD_DETAILS]))
         return event
 
     def _span_or_placeholder(self, span: Span, ended: bool) -> None:

@@ -19,7 +19,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from rollscope.tracing._callargs import CallArgs
-from rollscope.tracing._events import LEAF_SPAN, SPAN_END, TRAJECTORY_END, TRAJECTORY_START, span_from_leaf
+from rollscope.tracing._events import (
+    KIND,
+    LEAF_SPAN,
+    SPAN_END,
+    TRAJECTORY,
+    TRAJECTORY_END,
+    TRAJECTORY_START,
+    span_from_leaf,
+)
 from rollscope.tracing._payload import (
     CONVERTERS,
     UNKNOWN,
@@ -192,23 +200,23 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
                 outputs = [_fields_of(x) for x in outputs]
             record: Any = (SPAN_END, *_span_args(event, event.error_message, inputs, outputs, event.attributes,
                                                  decoder))  # fmt: skip
-        elif event[0] == LEAF_SPAN:
+        elif event[KIND] == LEAF_SPAN:
             _, parent, name, span_kind, start_ns, end_ns, inputs, outputs, attributes, decoder = event
             if type(outputs) not in _PLAIN_TYPES:
                 outputs = _fields_of(outputs)
             record = (LEAF_SPAN, parent.trajectory.id, parent.id, name, _KIND_VALUE[span_kind], start_ns, end_ns,
                       inputs, outputs, attributes, tokenizer_name(decoder) if token2text and decoder is not None
                       else None)  # fmt: skip
-        elif event[0] == TRAJECTORY_START or event[0] == TRAJECTORY_END:
-            record = (event[0], *_trajectory_args(event[1]))
-        else:  # a reward
+        elif event[KIND] == TRAJECTORY_START or event[KIND] == TRAJECTORY_END:
+            record = (event[KIND], *_trajectory_args(event[TRAJECTORY]))
+        else:  # a reward or a training record: plain values already
             record = event
         try:
             append(marshal.dumps(record, _MARSHAL_VERSION))
             return
         except ValueError:  # an object marshal does not know, somewhere in the payloads
             pass
-        if type(event) is tuple and event[0] == LEAF_SPAN:
+        if type(event) is tuple and event[KIND] == LEAF_SPAN:
             event = span_from_leaf(event)
         try:
             append(encode(event))
@@ -271,7 +279,7 @@ def _fields_of(value: Any) -> Any:
 
 
 def _event(record: tuple) -> Any:
-    kind = record[0]
+    kind = record[KIND]
     if kind == SPAN_END:
         return _span(*record[1:])
     if kind == LEAF_SPAN:  # its id is given here, where it is unpacked

@@ -24,6 +24,7 @@ from rollscope.tracing._events import LEAF_SPAN
 from rollscope.tracing._payload import PayloadShaper
 from rollscope.tracing._redaction import Redactor
 from rollscope.tracing._sidecar import parent as sidecar
+from rollscope.tracing._sidecar import process as sidecar_process
 from rollscope.tracing._sidecar import replay_log
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
@@ -75,7 +76,7 @@ def test_killed_sidecar_rollouts_go_on_and_the_store_continues_here(trace_dir, c
         assert tracing.flush_tracing(30)
     assert any("trace sidecar" in r.getMessage() and "continue in this process, nothing lost" in r.getMessage()
                for r in caplog.records), [r.getMessage() for r in caplog.records]  # fmt: skip
-    assert [w.name for w in worker._fallback] == ["local"]
+    assert [w.name for w in worker.failover.workers] == ["local"]
     stats = tracing.stats()["backends"]["local"]
     assert stats["dropped"] == 0 and stats["lossless"] is True
     tracing.shutdown_tracing(30)
@@ -90,23 +91,23 @@ def _stopped_sidecar_with_unread_events(n_before, n_after):
     rollouts(n_before)
     assert tracing.flush_tracing(30)
     worker = the_sidecar()
-    per_rollout, stored = worker._sent // n_before, worker._sent
+    per_rollout, stored = worker.sender.sent // n_before, worker.sender.sent
     os.kill(worker.proc.pid, signal.SIGSTOP)
     rollouts(n_after, start=n_before)
     deadline = time.monotonic() + 60
-    while worker._sent < stored + n_after * per_rollout and time.monotonic() < deadline:  # in the pipe
+    while worker.sender.sent < stored + n_after * per_rollout and time.monotonic() < deadline:  # in the pipe
         time.sleep(0.01)
-    assert worker._sent == stored + n_after * per_rollout
+    assert worker.sender.sent == stored + n_after * per_rollout
     os.kill(worker.proc.pid, signal.SIGKILL)
     worker.proc.wait(10)
     # Until the traced process has seen the child go (its reader thread, at the pipe's end), a
     # batch sent meanwhile is lost when nothing is kept for replay (counted): wait for it, so the
     # callers' later rollouts are the fallback's on a loaded machine too.
     deadline = time.monotonic() + 60
-    while worker._fallback is None and time.monotonic() < deadline:
+    while worker.failover.workers is None and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert worker._fallback is not None
-    return worker, worker._sent - stored
+    assert worker.failover.workers is not None
+    return worker, worker.sender.sent - stored
 
 
 def test_a_killed_sidecar_loses_nothing_it_was_sent_unread(trace_dir):
@@ -199,7 +200,7 @@ def test_a_sidecar_that_cannot_start_leaves_tracing_in_this_process(trace_dir, m
     def no_processes(*args, **kwargs):
         raise OSError("Resource temporarily unavailable")
 
-    monkeypatch.setattr(sidecar.subprocess, "Popen", no_processes)
+    monkeypatch.setattr(sidecar_process.subprocess, "Popen", no_processes)
     with caplog.at_level(logging.WARNING, logger="rollscope"):
         tracer = tracing.init_tracing(trace_dir=str(trace_dir))
     assert "cannot start the trace sidecar" in caplog.text and "in this process instead" in caplog.text

@@ -6,8 +6,11 @@ What stays in the traced process is the capture (the hooks) and the packing (``_
 sixth of the per-trajectory work. The sidecar holds what it receives in a ``Backlog`` and stores
 it while the traced process leaves the CPU idle (benchmarks/RESULTS.md).
 
-``parent`` is the traced process's end, ``child`` the sidecar process, ``protocol`` the frames
-between them, ``replay_log`` what the parent keeps until the child's store has it.
+The traced process's end is ``parent`` (the worker the exporter sees), made of ``process`` (the
+child started, greeted and ended), ``sender`` (events packed, shipped, numbered; flushes),
+``replay_log`` (what was sent until the child's store has it) and ``failover`` (the child's
+backends continued here when it dies). ``child`` is the sidecar process, ``protocol`` the frames
+between the two.
 
 The child ignores Ctrl-C (the parent decides when tracing ends) and closes cleanly when the
 parent disappears (end of its stdin), so a killed rollout loses at most what was in the pipe.
@@ -18,6 +21,7 @@ store's shard is continued from its committed count with the rest. Other backend
 the sidecar had not reported delivered, counted exactly as dropped.
 """
 
-from rollscope.tracing._sidecar.parent import SidecarError, SidecarWorker
+from rollscope.tracing._sidecar.parent import SidecarWorker
+from rollscope.tracing._sidecar.process import SidecarError
 
 __all__ = ["SidecarError", "SidecarWorker"]

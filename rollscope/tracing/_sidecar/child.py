@@ -1,6 +1,6 @@
 """The sidecar process: reads the traced process's frames, holds its events in a ``Backlog`` until
 the traced process leaves the CPU idle, shapes them and runs the backends; reports flushes, stats
-and the positions its backends made durable. Started by ``parent.SidecarWorker``.
+and the positions its backends made durable. Started by ``process.SidecarProcess``.
 """
 
 from __future__ import annotations
