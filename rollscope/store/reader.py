@@ -236,8 +236,12 @@ class TraceStore:
             rows = self._query(f"{_SELECT_TRAJ}{where} ORDER BY {order} LIMIT {int(limit)} OFFSET {int(offset)}",
                                params, step)  # fmt: skip
             return [self._record(shard, row) for shard, row in rows]
-        # A page: each shard's first offset+limit sort keys (small tuples, sorted by SQLite), merged;
-        # whole rows are read only for the page itself.
+        return self._merged_page(where, params, step, terms, order, limit, offset, descending)
+
+    def _merged_page(self, where: str, params: list, step: int | None, terms: list[str], order: str, limit: int,
+                     offset: int, descending: bool) -> list[TrajectoryRecord]:  # fmt: skip
+        """A page over several databases: each one's first offset+limit sort keys (small tuples,
+        sorted by SQLite), merged; whole rows are read only for the page itself."""
         keys = f"SELECT {', '.join(terms)} FROM trajectories{where} ORDER BY {order} LIMIT {int(limit) + int(offset)}"
         streams: dict[Path, list[tuple]] = {}  # per shard: (*sort keys as _null_first tuples, shard); id last
         for shard, row in self._query(keys, params, step):

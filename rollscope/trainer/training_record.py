@@ -57,27 +57,14 @@ def records(step: StepArrays) -> list[tuple[str, dict[str, Any]]]:
     mask = step.response_mask.float()
     scores = step.scores.float().sum(-1)
     rewards = step.rewards.float().sum(-1)
-    by_group: dict[Any, list[int]] = {}
-    for i, uid in enumerate(step.uids):
-        by_group.setdefault(uid, []).append(i)
-    group_stats: dict[Any, tuple[int, float, float | None]] = {}
-    for uid, members in by_group.items():
-        values = scores[members]
-        std = float(values.std()) if len(members) > 1 else None  # (torch's unbiased std, as verl's GRPO)
-        group_stats[uid] = (len(members), float(values.mean()), std)
+    group_stats = _group_stats(step.uids, scores)
     tokens = mask.sum(-1)
     advantage = (step.advantages.float() * mask).sum(-1) / tokens.clamp(min=1)
     spread = ((step.advantages.float() - advantage[:, None]).abs() * mask).amax(-1)
     positions = torch.arange(mask.shape[-1])[None, :]
     inside = positions < step.lengths[:, None]
     masked = inside & (mask == 0)
-    delta = None
-    if step.old_log_probs is not None and step.rollout_log_probs is not None:
-        delta = (step.old_log_probs.float() - step.rollout_log_probs.float()).abs()
-        loss_delta = torch.where(mask > 0, delta, torch.zeros_like(delta))
-        delta_max, delta_at = loss_delta.max(-1)
-        delta_mean = loss_delta.sum(-1) / tokens.clamp(min=1)
-        masked_max = torch.where(masked, delta, torch.zeros_like(delta)).amax(-1)
+    deltas = _logprob_deltas(step, mask, tokens, masked)
     out = []
     for i in range(rows):
         tid = step.trajectory_ids[i]
@@ -103,13 +90,42 @@ def records(step: StepArrays) -> list[tuple[str, dict[str, Any]]]:
             record["old_log_probs"] = step.old_log_probs[i, :n].float().tolist()
         if step.rollout_log_probs is not None:
             record["rollout_log_probs"] = step.rollout_log_probs[i, :n].float().tolist()
-        if delta is not None and record["tokens"]:
+        if deltas is not None and record["tokens"]:
+            delta_max, delta_at, delta_mean, masked_max = deltas
             record["logprob_delta_max"] = float(delta_max[i])
             record["logprob_delta_position"] = int(delta_at[i])
             record["logprob_delta_mean"] = float(delta_mean[i])
             record["masked_delta_max"] = float(masked_max[i]) if record["masked_tokens"] else None
         out.append((str(tid), record))
     return out
+
+
+def _group_stats(uids: Sequence[Any], scores: torch.Tensor) -> dict[Any, tuple[int, float, float | None]]:
+    """Per GRPO group (verl's uid): its size, mean score and standard deviation (torch's
+    unbiased std, as verl's GRPO takes it; None for a group of one)."""
+    by_group: dict[Any, list[int]] = {}
+    for i, uid in enumerate(uids):
+        by_group.setdefault(uid, []).append(i)
+    stats = {}
+    for uid, members in by_group.items():
+        values = scores[members]
+        stats[uid] = (len(members), float(values.mean()), float(values.std()) if len(members) > 1 else None)
+    return stats
+
+
+def _logprob_deltas(step: StepArrays, mask: torch.Tensor, tokens: torch.Tensor,
+                    masked: torch.Tensor) -> tuple[torch.Tensor, ...] | None:  # fmt: skip
+    """Per row, how far the trainer's log-probs are from the rollout's: the largest gap over the
+    tokens the loss counts and where it is, the mean gap there, and the largest gap over the
+    masked tokens inside the response (tool output). None without both log-probs."""
+    if step.old_log_probs is None or step.rollout_log_probs is None:
+        return None
+    delta = (step.old_log_probs.float() - step.rollout_log_probs.float()).abs()
+    loss_delta = torch.where(mask > 0, delta, torch.zeros_like(delta))
+    delta_max, delta_at = loss_delta.max(-1)
+    delta_mean = loss_delta.sum(-1) / tokens.clamp(min=1)
+    masked_max = torch.where(masked, delta, torch.zeros_like(delta)).amax(-1)
+    return delta_max, delta_at, delta_mean, masked_max
 
 
 def token_deltas(record: dict[str, Any]) -> list[float | None]:

@@ -13,6 +13,7 @@ import struct
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from rollscope.tracing import _wire as wire
@@ -57,6 +58,8 @@ class _FrameLogHandler(logging.Handler):
 
 
 def main() -> None:
+    """The sidecar process's entry (started by ``process.SidecarProcess``): frames come in on
+    stdin, replies go out on a private copy of stdout."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(os, "nice"):
         os.nice(SIDECAR_NICE)
@@ -78,58 +81,70 @@ def main() -> None:
     config = pickle.loads(frame[1])
     sys.path[:] = config["sys_path"]
     try:
-        shaper = shaper_for(config)
-        exporter = Exporter([worker_for(config, path, options) for _, path, options in config["backends"]], shaper)
+        sidecar = Sidecar(config, send)
     except Exception as exc:
         send(FAILED, wire.encode((type(exc).__name__, str(exc))))
         return
-    max_mb = float(os.environ.get("ROLLSCOPE_SIDECAR_BACKLOG_MB", DEFAULT_MAX_BYTES / 2**20))
-    received = [0]
+    sidecar.serve(fd_in)
 
-    def release(chunk: bytes, count: int) -> None:  # in order: the chunk's last event is number received
-        received[0] += count
-        exporter.submit_many([*wire.unpack(chunk), position(received[0])])
 
-    backlog = Backlog(release, os.getppid(), int(max_mb * 2**20))
+class Sidecar:
+    """The backends the traced process sent the config of, behind a ``Backlog``; ``serve`` answers
+    its frames until it closes the sidecar or goes away."""
 
-    def stats() -> dict[str, Any]:
-        out = exporter.stats()["backends"]
+    def __init__(self, config: dict[str, Any], send: Callable[..., None]) -> None:
+        self.send = send
+        self.shaper = shaper_for(config)
+        backends = [worker_for(config, path, options) for _, path, options in config["backends"]]
+        self.exporter = Exporter(backends, self.shaper)
+        max_mb = float(os.environ.get("ROLLSCOPE_SIDECAR_BACKLOG_MB", DEFAULT_MAX_BYTES / 2**20))
+        self.received = 0
+        self.backlog = Backlog(self._release, os.getppid(), int(max_mb * 2**20))
+
+    def _release(self, chunk: bytes, count: int) -> None:
+        """In order: the chunk's last event is number ``received``, which the stores commit with it."""
+        self.received += count
+        self.exporter.submit_many([*wire.unpack(chunk), position(self.received)])
+
+    def stats(self) -> dict[str, Any]:
+        out = self.exporter.stats()["backends"]
         for s in out.values():
-            s["queued"] += backlog.events
+            s["queued"] += self.backlog.events
         return out
 
-    def positions() -> dict[str, int]:
-        return {w.name: w.position for w in exporter.workers}
+    def positions(self) -> dict[str, int]:
+        return {w.name: w.position for w in self.exporter.workers}
 
-    def report_positions() -> None:
+    def _report_positions(self) -> None:
         last: dict[str, int] = {}
         while True:
             time.sleep(POSITIONS_INTERVAL_S)
-            now = positions()
+            now = self.positions()
             if now != last:
-                send(POSITIONS, wire.encode(now))
+                self.send(POSITIONS, wire.encode(now))
                 last = now
 
-    send(READY, wire.encode({w.name: w.backend.resume_options() for w in exporter.workers}))
-    threading.Thread(target=report_positions, name="rollscope-positions", daemon=True).start()
-    while True:
-        frame = read_frame(fd_in)
-        if frame is None:  # the traced process is gone: keep what it sent
-            backlog.close()
-            exporter.close(30.0)
-            return
-        kind, body = frame
-        if kind == EVENTS:
-            backlog.add(body[4:], struct.unpack_from("<I", body)[0])
-        elif kind == FLUSH:
-            backlog.drain()
-            exporter.flush(None)
-            send(FLUSHED, wire.encode((struct.unpack("<Q", body)[0], stats(), positions())))
-        elif kind == SECRETS:
-            if shaper is not None:
-                shaper.shaper.redactor.add_literals(wire.decode(body))
-        elif kind == CLOSE:
-            backlog.close()
-            ok = exporter.close(None)
-            send(CLOSED, wire.encode((ok, stats())))
-            return
+    def serve(self, fd_in: int) -> None:
+        self.send(READY, wire.encode({w.name: w.backend.resume_options() for w in self.exporter.workers}))
+        threading.Thread(target=self._report_positions, name="rollscope-positions", daemon=True).start()
+        while True:
+            frame = read_frame(fd_in)
+            if frame is None:  # the traced process is gone: keep what it sent
+                self.backlog.close()
+                self.exporter.close(30.0)
+                return
+            kind, body = frame
+            if kind == EVENTS:
+                self.backlog.add(body[4:], struct.unpack_from("<I", body)[0])
+            elif kind == FLUSH:
+                self.backlog.drain()
+                self.exporter.flush(None)
+                self.send(FLUSHED, wire.encode((struct.unpack("<Q", body)[0], self.stats(), self.positions())))
+            elif kind == SECRETS:
+                if self.shaper is not None:
+                    self.shaper.shaper.redactor.add_literals(wire.decode(body))
+            elif kind == CLOSE:
+                self.backlog.close()
+                ok = self.exporter.close(None)
+                self.send(CLOSED, wire.encode((ok, self.stats())))
+                return
