@@ -89,15 +89,26 @@ def answering(in_fd, out_fd, kind, body):
     return got, thread
 
 
-@pytest.fixture
-def pipes():
-    to_child, from_child = os.pipe(), os.pipe()
-    yield to_child, from_child
-    for fd in (*to_child, *from_child):
+def _close(*fds):
+    for fd in fds:
         try:
             os.close(fd)
         except OSError:
             pass
+
+
+@pytest.fixture
+def pipe():
+    r, w = os.pipe()
+    yield r, w
+    _close(r, w)
+
+
+@pytest.fixture
+def pipes():
+    to_child, from_child = os.pipe(), os.pipe()
+    yield to_child, from_child
+    _close(*to_child, *from_child)
 
 
 def test_the_greeting_returns_each_backends_resume_options(pipes):
@@ -123,17 +134,6 @@ def test_a_greeting_gone_wrong_is_one_clear_error(pipes, answer, raised, said):
 
 
 # ---- Sender ----
-@pytest.fixture
-def pipe():
-    r, w = os.pipe()
-    yield r, w
-    for fd in (r, w):
-        try:
-            os.close(fd)
-        except OSError:
-            pass
-
-
 def test_events_go_out_numbered_and_a_flush_returns_when_the_child_passed_it(tmp_path, pipe):
     r, w = pipe
     failover = Failover(config_for((*LOCAL, {"trace_dir": str(tmp_path / "t")})), {"local": {"resume_shard": "s"}}, 0)

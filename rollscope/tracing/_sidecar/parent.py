@@ -33,7 +33,6 @@ class SidecarWorker:
         self.config = {**config, "shaped": shaped, "sys_path": list(sys.path)}
         self.names = [name for name, _, _ in config["backends"]]
         self.process = SidecarProcess(self.config)
-        self.proc = self.process.proc
         self.failover = Failover(self.config, self.process.resume, self.process.pid)
         self.sender = Sender(self.process.send, self.failover, keep_for_replay=any(self.process.resume.values()),
                              token2text=bool(config.get("token2text")))  # fmt: skip
