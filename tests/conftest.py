@@ -131,3 +131,41 @@ def recorded_copy(recorded, tmp_path):
     traces, truth = recorded
     shutil.copytree(traces, tmp_path / "traces")
     return tmp_path / "traces", truth
+
+
+@pytest.fixture(scope="module")
+def weave_trace_server(tmp_path_factory):
+    """W&B's own Weave trace server (weave's ClickHouseTraceServer on in-process ClickHouse), one per
+    test module, with this process and its trace sidecars pointed at it (tests.engines)."""
+    from weave.trace.context.weave_client_context import set_weave_client_global
+
+    from tests.engines import WeaveTraceServer
+
+    server = WeaveTraceServer(tmp_path_factory.mktemp("weave-server"))
+    with pytest.MonkeyPatch.context() as patch:
+        for key, value in server.environment().items():
+            patch.setenv(key, value)
+        set_weave_client_global(None)
+        yield server
+        set_weave_client_global(None)
+    server.close()
+
+
+@pytest.fixture(scope="session")
+def vllm_model(tmp_path_factory):
+    """The training demo's warm-started model with heads vLLM's CPU attention takes (32 wide), half
+    its demonstrations calling the calculator."""
+    from rollscope.trainer import demo_task
+
+    return demo_task.build_model(tmp_path_factory.mktemp("vllm_model"), demo_task.problems(), tool_share=0.5,
+                                 sizes=demo_task.VLLM_MODEL_SIZES)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def vllm_server(tmp_path_factory, vllm_model):
+    """``vllm serve`` of that model, one per test module (tests.engines)."""
+    from tests.engines import VLLMServer
+
+    server = VLLMServer(vllm_model, tmp_path_factory.mktemp("vllm-server") / "server.log")
+    yield server
+    server.close()

@@ -22,7 +22,7 @@ from verl.tools.schemas import ToolResponse
 
 from rollscope.agentloops.tool_parser import MALFORMED_CALL, RollscopeToolParser
 from rollscope.agentloops.traced_loop import TracedAgentLoop
-from rollscope.llm.constrained import CONSTRAIN, GRAMMAR, tool_call_grammar
+from rollscope.llm.constrained import CONSTRAIN, TOOL_SCHEMAS
 from rollscope.store.summary import ERROR_KIND, TURN_LIMIT
 from rollscope.tools.schema import check_arguments
 from rollscope.tracing import SpanKind, trace_span
@@ -87,14 +87,14 @@ class ToolAgentLoop(TracedAgentLoop, VerlToolAgentLoop):
                                        ignore_termination: bool = False) -> Any:  # fmt: skip
         """verl's, noting in the output's extra fields when the loop stopped because every
         assistant turn was used (``stop: max_assistant_turns``, what insights count). With
-        ``constrain_tool_calls`` in the sampling parameters, the reply is sampled under a grammar
-        of this turn's tools (``llm.constrained``)."""
+        ``constrain_tool_calls`` in the sampling parameters, the reply is sampled held to this
+        turn's tool schemas, in the LLM engine's own form (``llm.constrained``)."""
         if CONSTRAIN in sampling_params:  # the loop's key, not the LLM's: never passed on
             constrain = sampling_params[CONSTRAIN]
             sampling_params = {k: v for k, v in sampling_params.items() if k != CONSTRAIN}
             schemas = getattr(agent_data, "_active_tool_schemas", self.tool_schemas)
             if constrain and schemas:
-                sampling_params[GRAMMAR] = tool_call_grammar(schemas)
+                sampling_params[TOOL_SCHEMAS] = list(schemas)
         state = await super()._handle_generating_state(agent_data, sampling_params, ignore_termination)
         if (state == AgentState.TERMINATED and self.max_assistant_turns
                 and agent_data.assistant_turns >= self.max_assistant_turns):  # fmt: skip

@@ -29,6 +29,7 @@ from rollscope.agentloops.verl_run import VerlTrajectory, current_verl_run, star
 from rollscope.store.text import REPLAY
 from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward
 from rollscope.tracing.instrument import begin_span, current_frame, end_span, native, state, verl_context
+from rollscope.tracing.spans import code_location
 
 _VERL_TRACE = _verl.trace_switch()  # verl's per-task switch for its own decorators
 log = logging.getLogger("rollscope.agentloops")
@@ -124,6 +125,7 @@ class RunOutput:
 
 def _traced_run(run: Any, owner: type) -> Any:
     span_name = f"{owner.__name__}.run"
+    code = code_location(run)  # where the user's run is (Weave publishes it as the op's code)
 
     @functools.wraps(run)
     async def traced_run(self: AgentLoopBase, sampling_params: dict[str, Any], **kwargs: Any) -> Any:
@@ -135,7 +137,7 @@ def _traced_run(run: Any, owner: type) -> Any:
             trajectory = _trajectory_for(name, kwargs)
             with trajectory:
                 inputs = {"sampling_params": sampling_params, **kwargs}
-                span = begin_span(span_name, SpanKind.AGENT, inputs, {REPLAY: self._rollscope_replay.copy()},
+                span = begin_span(span_name, SpanKind.AGENT, inputs, {REPLAY: self._rollscope_replay.copy(), **code},
                                   trajectory_name=name)  # fmt: skip
                 # verl's own decorators (its LLM client, BaseTool, tool parser) record nothing in
                 # here (verl's switch for that, a ContextVar): rollscope records the same calls, in

@@ -20,10 +20,18 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experiment")
     p.add_argument("--step", type=int)
     p.add_argument("--validate", action=argparse.BooleanOptionalAction, default=None)
+    p.add_argument("--refused", action="store_true",
+                   help="send again the calls the destination refused (Weave's dead letters), nothing else")
 
 
 def push_command(args: argparse.Namespace) -> int:
-    from rollscope.tracing.push import DESTINATIONS, push
+    from rollscope.tracing.push import DESTINATIONS, push, resend_refused
+
+    if args.refused:
+        sent, refused, path = resend_refused(args.to, args.project)
+        again = f"; {refused} refused again, kept in {path}" if refused else ""
+        print(f"sent {sent} refused calls to {args.to}{again}")
+        return 1 if refused else 0
 
     destination = DESTINATIONS[args.to](project=args.project, endpoint=args.endpoint)
     filters = {"experiment": args.experiment, "step": args.step, "validate": args.validate}

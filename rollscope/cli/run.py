@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 from rich.console import Console
 
@@ -10,7 +11,10 @@ from rollscope._extras import VERL, require
 from rollscope.runner import preflight, session
 from rollscope.runner.config import bundled, load_config
 from rollscope.runner.progress import summary
+from rollscope.runner.runner import RunFailed
 from rollscope.store.schema import resolve_dir
+
+EXIT_FAILED = 3  # no trajectory succeeded (as the CLI's exit for an LLM that cannot answer)
 
 # flag -> config key (flags are shortcuts for the most used overrides)
 FLAGS = {"limit": "limit", "n": "n", "trace_dir": "trace_dir", "backend": "backend", "llm": "llm", "model": "model",
@@ -43,10 +47,18 @@ def run_command(args: argparse.Namespace) -> int:
         flags.append("validate=true")
     config = load_config(args.config, [*args.overrides, *flags])
     rows = preflight.check(config)  # before verl, torch and the model are imported: mistakes show at once
-    stats = session.run(config, console=Console(stderr=True), show_progress=not args.quiet, rows=rows)
+    try:
+        stats = session.run(config, console=Console(stderr=True), show_progress=not args.quiet, rows=rows)
+    except RunFailed as exc:
+        print(f"rollscope: error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
     trace_dir = str(resolve_dir(config.trace_dir).resolve())
     Console().print(summary(stats, name=config.name, trace_dir=trace_dir, experiment=config.experiment or config.name,
                             backend=config.backend))  # fmt: skip
+    if stats.done and stats.failed == stats.done:
+        print(f"rollscope: error: every trajectory failed ({stats.failed} of {stats.done}; "
+              f"rollscope traces ls --dir {trace_dir} --status error)", file=sys.stderr)  # fmt: skip
+        return EXIT_FAILED
     return 0
 
 

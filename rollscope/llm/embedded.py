@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import hashlib
+import json
 import os
 import threading
 import weakref
@@ -33,6 +34,7 @@ from verl.workers.rollout.replica import TokenOutput
 
 from rollscope.configs import path as config_path
 from rollscope.llm.base import LLMServerError, max_new_tokens, stop_list, stop_reason
+from rollscope.llm.constrained import CALL_CLOSE, CALL_OPEN, TOOL_SCHEMAS, tool_call_grammar
 
 CACHE = Path.home() / ".cache" / "rollscope"
 CHAT_TEMPLATE = "gemma_tools.jinja"
@@ -100,6 +102,20 @@ def _grammar(text: str | None) -> Any:
         return LlamaGrammar.from_string(text, verbose=False)
     except ValueError as exc:
         raise LLMServerError(f"embedded model: the grammar does not parse: {exc}") from None
+
+
+def _inside_call(text: str) -> bool:
+    """Whether ``text`` is a tool call still open: its JSON does not parse yet. Under a grammar a
+    stop string met there is a string value's text (``{"answer": "</tool_call>"}``), not the call's end."""
+    if not text.startswith(CALL_OPEN):
+        return False
+    body = text[len(CALL_OPEN) :]
+    body = body[: body.rfind(CALL_CLOSE)] if CALL_CLOSE in body else body
+    try:
+        json.loads(body)
+    except ValueError:
+        return True
+    return False
 
 
 def _token_text(llama: Any, token_id: int) -> str:
@@ -174,18 +190,15 @@ class EmbeddedLLM:
         llama = self._llama
         self._prefill(prompt_ids)
         temperature = float(params.get("temperature", 1.0))
-
-        def sampler(grammar: Any) -> Any:
-            return llama._init_sampler(
-                top_k=int(params.get("top_k", -1) or -1) if temperature > 0 else 1,
-                top_p=float(params.get("top_p", 1.0)), min_p=0.0, typical_p=1.0, temp=temperature,
-                repeat_penalty=float(params.get("repetition_penalty", 1.0)), frequency_penalty=0.0,
-                presence_penalty=0.0, tfs_z=1.0, mirostat_mode=0, mirostat_tau=5.0, mirostat_eta=0.1,
-                penalize_nl=False, logits_processor=None, grammar=grammar,
-            )  # fmt: skip
-
-        grammar = _grammar(params.get("grammar"))
-        llama._sampler = sampler(grammar)
+        tools = params.get(TOOL_SCHEMAS)
+        grammar = _grammar(tool_call_grammar(tools) if tools else params.get("grammar"))
+        llama._sampler = llama._init_sampler(
+            top_k=int(params.get("top_k", -1) or -1) if temperature > 0 else 1,
+            top_p=float(params.get("top_p", 1.0)), min_p=0.0, typical_p=1.0, temp=temperature,
+            repeat_penalty=float(params.get("repetition_penalty", 1.0)), frequency_penalty=0.0,
+            presence_penalty=0.0, tfs_z=1.0, mirostat_mode=0, mirostat_tau=5.0, mirostat_eta=0.1,
+            penalize_nl=False, logits_processor=None, grammar=grammar,
+        )  # fmt: skip
         ids: list[int] = []
         log_probs: list[float] = []
         text = ""
@@ -200,13 +213,9 @@ class EmbeddedLLM:
             if token in self._stop_ids:
                 finish = "stop"
                 break
-            if grammar is not None and len(ids) == 1 and not self.tokenizer.decode([token]).startswith("<"):
-                # A plain-text reply (the grammar's other branch): only tool calls are constrained,
-                # and the text ends as the model ends it (its end-of-turn is no text to a grammar).
-                llama._sampler = sampler(None)
             if stops:
                 text += self.tokenizer.decode([token])
-                if any(s in text[-(len(s) + 32) :] for s in stops):
+                if any(s in text[-(len(s) + 32) :] for s in stops) and (grammar is None or not _inside_call(text)):
                     finish = "stop"
                     break
             llama.eval([token])

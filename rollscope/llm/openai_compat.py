@@ -6,6 +6,9 @@ the prompt goes as token ids and the answer's ids are read from, in order: ``cho
 ``return_tokens_as_token_ids``). A server that refuses token-id prompts (llama-cpp-python's)
 gets the prompt as text instead and its answer is re-tokenized; such outputs say so in
 ``extra_fields["retokenized"]`` because their ids may differ from what the model sampled.
+
+Tool calls held to their schemas (``llm.constrained``) go as vLLM's structured outputs: a
+structural tag in ``response_format``.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import Any
 from verl.workers.rollout.replica import TokenOutput
 
 from rollscope.llm.base import LLMServerError, max_new_tokens, stop_list, stop_reason
+from rollscope.llm.constrained import TOOL_SCHEMAS, tool_call_structural_tag
 from rollscope.llm.http_client import JSONEndpoint
 
 API_KEY_ENV = "ROLLSCOPE_LLM_API_KEY"
@@ -68,6 +72,8 @@ class OpenAICompatibleLLM:
             body["top_k"] = top_k
         if stop := stop_list(sampling_params):
             body["stop"] = stop
+        if tools := sampling_params.get(TOOL_SCHEMAS):
+            body["response_format"] = tool_call_structural_tag(tools)
         data = await self._complete(body, list(prompt_ids))
         return self._parse(data, stop)
 

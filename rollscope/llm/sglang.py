@@ -2,16 +2,19 @@
 
 Request: ``{"input_ids", "sampling_params": {max_new_tokens, temperature, top_p, top_k, stop},
 "return_logprob": true}``. Answer: ``output_ids`` and ``meta_info.output_token_logprobs``
-(``[logprob, token_id, text]`` triples), ``meta_info.finish_reason``.
+(``[logprob, token_id, text]`` triples), ``meta_info.finish_reason``. Tool calls held to their
+schemas (``llm.constrained``) go as ``sampling_params.structural_tag`` (a JSON string).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from verl.workers.rollout.replica import TokenOutput
 
 from rollscope.llm.base import LLMServerError, max_new_tokens, stop_list, stop_reason
+from rollscope.llm.constrained import TOOL_SCHEMAS, tool_call_structural_tag
 from rollscope.llm.http_client import JSONEndpoint
 
 
@@ -30,6 +33,8 @@ class SGLangLLM:
         }
         if stop := stop_list(sampling_params):
             params["stop"] = stop
+        if tools := sampling_params.get(TOOL_SCHEMAS):
+            params["structural_tag"] = json.dumps(tool_call_structural_tag(tools))
         data = await self.endpoint.post("/generate", {"input_ids": list(prompt_ids), "sampling_params": params,
                                                       "return_logprob": True, "rid": request_id})  # fmt: skip
         ids = data.get("output_ids")

@@ -16,7 +16,7 @@ from rich.console import Console
 from rollscope.llm.base import LLMServerError
 from rollscope.runner.config import RunConfig
 from rollscope.runner.progress import RunProgress
-from rollscope.runner.runner import Job, Runner, RunStats
+from rollscope.runner.runner import Job, RunFailed, Runner, RunStats
 from rollscope.store.schema import resolve_dir
 
 
@@ -111,6 +111,6 @@ def _merged(parts: list[RunStats], previous: RunStats) -> RunStats:
 def _unwrap(exc: Exception) -> Exception:
     """The user's error (bad config, LLM down) out of Ray's wrapping, so the CLI prints one line."""
     cause = getattr(exc, "cause", None) or exc
-    if isinstance(cause, (LLMServerError, ValueError, FileNotFoundError)):
+    if isinstance(cause, (LLMServerError, RunFailed, ValueError, FileNotFoundError)):
         return cause
     return LLMServerError(str(cause).splitlines()[0] if str(cause) else repr(cause))

@@ -36,6 +36,11 @@ class Job:
 
 
 RUN = "rollscope.run"  # a trajectory attribute: the reward, tools, LLM and model the runner used
+SAME_FAILURE_STOP = 4  # the first trajectories of a run, all failed for one reason: the run stops
+
+
+class RunFailed(RuntimeError):
+    """Every trajectory so far failed for the same reason (the run stopped: it would be all failures)."""
 
 
 @dataclass
@@ -208,7 +213,8 @@ class Runner:
     async def run(self, jobs: list[Job] | None = None,
                   on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:  # fmt: skip
         """Run the jobs; an LLM that cannot answer stops the run (LLMServerError), after what is
-        done has been counted and traced."""
+        done has been counted and traced, and so do the first ``SAME_FAILURE_STOP`` trajectories
+        failing for one reason, with none done (``RunFailed``): a setting no trajectory can run with."""
         jobs = self.jobs() if jobs is None else jobs
         self.stats.total += len(jobs)
         if not self.outcomes:
@@ -229,11 +235,20 @@ class Runner:
                 self.stats.add(outcome)
                 if on_outcome is not None:
                     on_outcome(outcome)
+                self._stop_if_all_fail_alike()
         finally:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return self.outcomes
+
+    def _stop_if_all_fail_alike(self) -> None:
+        done = self.stats.done
+        if self.stats.failed == done >= min(SAME_FAILURE_STOP, self.stats.total):
+            reasons = {o.error for o in self.outcomes}
+            if len(reasons) == 1:
+                which = f"all {done} trajectories" if done == self.stats.total else f"the first {done} trajectories"
+                raise RunFailed(f"{which} failed the same way, so the run stopped: {reasons.pop()}")
 
     async def run_one(self, job: Job) -> Outcome:
         kwargs = loop_kwargs(job.row, job.position)

@@ -40,6 +40,14 @@ class InMemoryTraceServer:
             self.ends.append(req)
         return None
 
+    def calls_complete(self, req: Any) -> Any:
+        """Complete calls (start and end together) as the start and end records they pair."""
+        with self.lock:
+            for call in req["batch"]:
+                self.starts.append({"start": call})
+                self.ends.append({"end": call})
+        return None
+
     def feedback_create(self, req: Any) -> Any:
         with self.lock:
             self.feedback.append(req)
@@ -85,6 +93,10 @@ class WandbStandIn:
         self.calls = []
         self.feedback = []  # feedback items as created (weave_ref, feedback_type, payload, ...)
         self.paths = []
+        # A server that misbehaves: a batch holding a call this says is bad is refused whole, with
+        # a 400, as W&B's server refuses one (the calls in it are lost to a client that drops it).
+        self.refuse: Any = None
+        self.refused_batches = 0
         stand_in = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -119,7 +131,11 @@ class WandbStandIn:
                         return self._reply({"data": {"upsertModel": {"model": model}}})
                     return self._reply({"data": {"project": {"name": "proj"}}})
                 if "calls/complete" in self.path or "upsert_batch" in self.path:
-                    stand_in.calls.extend(json.loads(body).get("batch", []))
+                    batch = json.loads(body).get("batch", [])
+                    if stand_in.refuse is not None and any(stand_in.refuse(call) for call in batch):
+                        stand_in.refused_batches += 1
+                        return self._reply({"reason": "invalid call in batch"}, 400)
+                    stand_in.calls.extend(batch)
                     return self._reply({})
                 if self.path.endswith("/feedback/batch/create") or self.path.endswith("/feedback/create"):
                     items = json.loads(body)

@@ -18,7 +18,7 @@ from rollscope.tracing._callargs import Binder, CallArgs
 from rollscope.tracing._context import current_frame, trace_enabled, verl_context
 from rollscope.tracing._events import SPAN_START
 from rollscope.tracing._runtime import Tracer, state
-from rollscope.tracing.spans import Span, SpanKind, Trajectory
+from rollscope.tracing.spans import Span, SpanKind, Trajectory, code_location
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -27,8 +27,8 @@ def rollout_trace_attr(
     sample_index: Any = None,
     step: Any = None,
     rollout_n: Any = None,
-    validate: bool = False,
     name: str = "agent_loop",
+    validate: bool = False,
     trace: bool = True,
     **attributes: Any,
 ) -> contextlib.AbstractContextManager[Trajectory | None]:
@@ -142,6 +142,7 @@ def rollout_trace_op(
         return lambda f: rollout_trace_op(f, kind=span_kind, name=name)
     op_name = name or func.__qualname__
     sig = Binder(func)
+    code = code_location(func)  # (each span gets its own copy: the exporter adds to it)
 
     if inspect.iscoroutinefunction(func):
 
@@ -149,7 +150,7 @@ def rollout_trace_op(
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             if state.tracer is None or not trace_enabled.get():  # before building any CallArgs
                 return await func(*args, **kwargs)
-            span = begin_span(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)))
+            span = begin_span(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)), code.copy())
             if span is None:
                 return await func(*args, **kwargs)
             try:
@@ -167,7 +168,7 @@ def rollout_trace_op(
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if state.tracer is None or not trace_enabled.get():
             return func(*args, **kwargs)
-        span = begin_span(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)))
+        span = begin_span(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)), code.copy())
         if span is None:
             return func(*args, **kwargs)
         try:

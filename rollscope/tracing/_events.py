@@ -3,8 +3,8 @@ workers, and the traced process to the trace sidecar (``_wire``). One protocol f
 
 An event is a tuple whose first element is its kind, except "span ended", the most frequent, which
 is the bare ``Span`` object. The kinds are named by ``EventKind``; tuples carry the plain ``int``
-values below, because ``marshal`` (the wire's fast path) takes only exact ints and comparing ints
-costs a third of comparing enum members, on every event.
+values below, because the wire's pickler takes exact ints without a call into Python and comparing
+ints costs a third of comparing enum members, on every event.
 
 | kind              | tuple                                                    | made by (one place each)        |
 |-------------------|----------------------------------------------------------|---------------------------------|

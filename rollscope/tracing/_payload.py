@@ -8,12 +8,12 @@ as is.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Mapping
 from typing import Any
 
 from rollscope.tracing._redaction import REDACTED, Redactor
+from rollscope.tracing._values import MAX_ITEMS, UNKNOWN, error_text, native
 
 MAX_DEPTH = 24
 # No secret shape is shorter than this ('pwd=abcd'), so shorter strings skip the redaction regex.
@@ -86,12 +86,15 @@ class PayloadShaper:
         self.max_chars = max_payload_chars
         self.token2text = token2text
         self.tokenizer = tokenizer
+        self._path: set[int] = set()  # ids of the containers being walked, past _CYCLE_CHECK_DEPTH
 
     def shape(self, value: Any, tokenizer: Any = None) -> Any:
         decoder = (tokenizer or self.tokenizer) if self.token2text else None
         return self._convert(value, 0, decoder)
 
     def _string(self, s: str) -> str:
+        if not s.isascii():
+            s = encodable(s)
         if len(s) >= MIN_SECRET_TEXT:
             s = self.redactor.text(s)
         if self.max_chars is not None and len(s) > self.max_chars:
@@ -110,9 +113,31 @@ class PayloadShaper:
             return v if math.isfinite(v) else str(v)
         if depth >= MAX_DEPTH:
             return f"<max depth {MAX_DEPTH} reached: {t.__name__}>"
+        try:
+            if depth < _CYCLE_CHECK_DEPTH:  # (no real payload nests this deep: only a cycle is looked for)
+                return self._container(v, t, depth, decoder)
+            return self._on_path(v, t, depth, decoder)
+        except Exception as exc:  # an object that fails when read costs its own field, nothing more
+            return f"<unreadable {t.__name__}: {error_text(exc)}>"
+
+    def _on_path(self, v: Any, t: type, depth: int, decoder: Any) -> Any:
+        """``_container``, with the containers above ``v`` remembered: a cycle ends in a marker
+        at its second visit, not after ``MAX_DEPTH`` levels of a tree that doubles at each."""
+        key = id(v)
+        if key in self._path:
+            return f"<cycle: {t.__name__}>"
+        self._path.add(key)
+        try:
+            return self._container(v, t, depth, decoder)
+        finally:
+            self._path.discard(key)
+
+    def _container(self, v: Any, t: type, depth: int, decoder: Any) -> Any:
         if t is dict:
             return self._mapping(v, depth, decoder)
         if t is list or t is tuple:
+            if len(v) > MAX_ITEMS:
+                return [*self._convert(v[:MAX_ITEMS], depth, decoder), f"…[truncated {len(v) - MAX_ITEMS} items]"]
             if v and (t0 := type(v[0])) in _NUMBER_TYPES and set(map(type, v)) == {t0}:
                 # token ids and log-probabilities: the big lists, converted in C or not at all
                 if t0 is int:
@@ -129,20 +154,18 @@ class PayloadShaper:
             return int(v) if not isinstance(v, bool) else bool(v)
         if isinstance(v, float):
             return self._convert(float(v), depth, decoder)
+        converted = native(v)  # numpy, torch, pandas, enums, datetimes, bytes, ... (``_values``)
+        if converted is not UNKNOWN:
+            return self._convert(converted, depth + 1, decoder)
         if isinstance(v, Mapping):
             return self._mapping(v, depth, decoder)
         if isinstance(v, list | tuple | set | frozenset):
             items = v if isinstance(v, list | tuple) else sorted(v, key=repr)
-            return [self._convert(x, depth + 1, decoder) for x in items]
-        if isinstance(v, bytes | bytearray):
-            return self._string(bytes(v[:4096]).decode("utf-8", "replace"))
-        converted = native(v)
-        if converted is not UNKNOWN:
-            return self._convert(converted, depth + 1, decoder)
+            return self._convert(list(items), depth, decoder)
         try:
             text = repr(v)
         except Exception as exc:  # an object whose repr itself fails
-            text = f"<unrepresentable {type(v).__name__}: {type(exc).__name__}>"
+            text = f"<unrepresentable {t.__name__}: {error_text(exc)}>"
         return self._string(text)
 
     def _mapping(self, m: Mapping, depth: int, decoder: Any) -> dict[str, Any]:
@@ -150,7 +173,7 @@ class PayloadShaper:
         secret_keys = self._secret_key
         for k, val in m.items():
             key = k if type(k) is str else str(k)
-            if len(key) >= MIN_SECRET_TEXT:  # a secret can be a key too
+            if len(key) >= MIN_SECRET_TEXT or not key.isascii():  # a secret can be a key too
                 key = self._key(key)
             t = type(val)
             if val is None or t is bool or (t is int and -(2**63) <= val < 2**63):
@@ -186,58 +209,19 @@ class PayloadShaper:
 
 
 _MAX_KEYS_REMEMBERED = 4096
-UNKNOWN = object()
 _NUMBER_TYPES = (int, float)
+_CYCLE_CHECK_DEPTH = 12
 
 
-def native(v: Any) -> Any:
-    """Plain Python structure for well-known rich objects, or UNKNOWN.
-
-    An object may say how it is traced with a ``__trace_view__()`` method: the hot path then
-    records the object, and the view is computed later, off the rollout's thread.
-    """
-    t = type(v)
-    convert = CONVERTERS.get(t) or converter_for(t)
+def encodable(s: str) -> str:
+    """``s``, with what UTF-8 cannot encode (lone surrogates: text decoded with
+    ``surrogateescape``, a byte-level tokenizer's half characters) escaped as ``\\udc80``: a
+    backend that stores UTF-8 would otherwise refuse the whole span."""
     try:
-        return convert(v)
-    except Exception:
-        return UNKNOWN
-
-
-def converter_for(t: type) -> Any:
-    """How ``native`` converts instances of ``t`` (it may raise; UNKNOWN when it cannot):
-    decided once per type and kept in ``CONVERTERS`` (the checks themselves, a pydantic class's
-    ``__getattr__`` among them, cost more than the conversion)."""
-    convert = CONVERTERS[t] = _converter_for(t)
-    return convert
-
-
-def _converter_for(t: type) -> Any:
-    view = getattr(t, "__trace_view__", None)
-    if view is not None:
-        return view
-    if isinstance(t, type) and issubclass(t, type):
-        return _unknown  # a class: its repr, whatever its metaclass offers
-    if hasattr(t, "__pydantic_fields__") and hasattr(t, "__pydantic_fields_set__"):
-        return _pydantic_fields
-    if dataclasses.is_dataclass(t):
-        return lambda v: {f.name: getattr(v, f.name, None) for f in dataclasses.fields(v)}
-    if t.__module__.split(".")[0] in ("numpy", "torch") and callable(getattr(t, "tolist", None)):
-        return lambda v: v.tolist()  # numpy arrays and scalars, torch tensors
-    return _unknown
-
-
-def _pydantic_fields(v: Any) -> dict[str, Any]:
-    """pydantic v2: the fields as set (model_dump costs ten times as much)."""
-    extra = v.__pydantic_extra__
-    return {**v.__dict__, **extra} if extra else dict(v.__dict__)
-
-
-def _unknown(v: Any) -> Any:
-    return UNKNOWN
-
-
-CONVERTERS: dict[type, Any] = {}
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _decode_each(tokenizer: Any, ids: list[int]) -> list[str] | None:

@@ -107,7 +107,8 @@ INPUT_TOKENS = "gen_ai.usage.input_tokens"
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 FINISH_REASONS = "gen_ai.response.finish_reasons"
 LATENCY_S = "latency_s"
-CONSTRAINED = "rollscope.constrained"  # the reply was sampled under a grammar (tool calls to their schemas)
+CONSTRAINED = "rollscope.constrained"  # the reply was sampled with its tool calls held to their schemas
+_TOOL_SCHEMAS = "constrained_tool_schemas"  # where the loop puts those schemas (``llm.constrained.TOOL_SCHEMAS``)
 
 
 def _field(value: Any, name: str) -> Any:
@@ -128,8 +129,8 @@ def _input_usage(inputs: Any, attributes: dict[str, Any]) -> None:
     if isinstance(prompt_ids, list | tuple):
         attributes.setdefault(INPUT_TOKENS, len(prompt_ids))
     sampling = _field(inputs, "sampling_params")
-    if isinstance(sampling, dict) and sampling.get("grammar"):  # (``llm.constrained``)
-        attributes.setdefault(CONSTRAINED, "grammar")
+    if isinstance(sampling, dict) and sampling.get(_TOOL_SCHEMAS):
+        attributes.setdefault(CONSTRAINED, "tool_schemas")
 
 
 def _output_usage(span: Span, attributes: dict[str, Any]) -> None:

@@ -1,20 +1,21 @@
-"""Trace events on their way to the trace sidecar: ``marshal`` for the common, plain record (see
-``pack``), pickle with both ends restricted for the rest.
+"""Trace events on their way to the trace sidecar: pickle, with both ends restricted.
 
-The pickling side's ``reducer_override`` turns every object that is not a plain builtin into one:
-spans and trajectories into tuples that the functions below rebuild, call arguments into a dict
-of parameter names, pydantic models, dataclasses, numpy and torch values into dicts and lists,
-anything else into its ``repr``. So the C pickler walks the big plain payloads (token ids,
-log-probabilities) at C speed, nothing user-defined is pickled by reference, and the receiving
-side never imports anything but the builtins and this module (its unpickler refuses the rest).
+The pickling side's ``reducer_override`` turns every object that is not exactly a plain builtin
+into one: spans and trajectories into tuples that the functions below rebuild, call arguments
+into a dict of parameter names, numpy, torch, pydantic, dataclass and the other rich values into
+what ``_values.native`` makes of them, anything else into its ``repr``. So the C pickler walks the
+big plain payloads (token ids, log-probabilities) at C speed, nothing user-defined is pickled by
+reference, and the receiving side never imports anything but the builtins and this module (its
+unpickler refuses the rest). (``marshal``, a little faster, cannot be used: it stores anything
+with a memory buffer — every numpy scalar and array — as that buffer's raw bytes.)
 """
 
 from __future__ import annotations
 
 import io
-import marshal
 import pickle
 import struct
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -22,22 +23,15 @@ from rollscope.tracing._callargs import CallArgs
 from rollscope.tracing._events import (
     KIND,
     LEAF_SPAN,
+    SPAN,
     SPAN_END,
+    SPAN_START,
     TRAJECTORY,
     TRAJECTORY_END,
     TRAJECTORY_START,
-    span_from_leaf,
 )
-from rollscope.tracing._payload import (
-    CONVERTERS,
-    UNKNOWN,
-    UNRECORDED,
-    NoRedaction,
-    PayloadShaper,
-    converter_for,
-    native,
-    unrecorded,
-)
+from rollscope.tracing._payload import UNRECORDED, NoRedaction, PayloadShaper, unrecorded
+from rollscope.tracing._values import CONVERTERS, UNKNOWN, converter_for, error_text, native
 from rollscope.tracing.spans import STATUS_OK, Span, SpanKind, Trajectory, new_id
 
 _PROTOCOL = 5
@@ -163,7 +157,7 @@ def _builtin_of(obj: Any) -> tuple:
     try:
         text = repr(obj)
     except Exception as exc:  # an object whose repr itself fails
-        text = f"<unrepresentable {type(obj).__name__}: {type(exc).__name__}>"
+        text = f"<unrepresentable {type(obj).__name__}: {error_text(exc)}>"
     return str, (text,)
 
 
@@ -184,9 +178,10 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
     benchmarks/RESULTS.md). One Python call per event: in a real loop each call layer costs as
     much as the work (benchmarks/RESULTS.md).
 
-    The common event, a span whose payloads are plain builtins once call arguments are bound and
-    a rich result is viewed, goes through ``marshal`` (several times cheaper than pickle for
-    small values); anything marshal refuses goes through the pickler above."""
+    The record is the event as a tuple of builtins (a span's call arguments bound, a rich result
+    as its fields), pickled by this thread's own pickler; a payload the pickler cannot take (a
+    cycle, a structure too deep, an object that fails when read) is retried as its plain copy
+    (``_pack_plain``)."""
     try:
         if type(event) is Span:
             inputs, outputs = event.inputs, event.outputs
@@ -209,28 +204,56 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
                       else None)  # fmt: skip
         elif event[KIND] == TRAJECTORY_START or event[KIND] == TRAJECTORY_END:
             record = (event[KIND], *_trajectory_args(event[TRAJECTORY]))
-        else:  # a reward or a training record: plain values already
+        else:  # a reward, a training record, a running span
             record = event
         try:
-            append(marshal.dumps(record, _MARSHAL_VERSION))
-            return
-        except ValueError:  # an object marshal does not know, somewhere in the payloads
-            pass
-        if type(event) is tuple and event[KIND] == LEAF_SPAN:
-            event = span_from_leaf(event)
+            buffer, pickler = _LOCAL.pickler
+        except AttributeError:
+            buffer, pickler = _LOCAL.pickler = _new_pickler()
         try:
-            append(encode(event))
-        except Exception:  # a structure too deep for pickle, say
-            try:
-                append(encode(_plain_event(event)))
-            except Exception as exc:  # payloads that fail when read: the span goes without them
-                if type(event) is not Span:
-                    raise
-                problem = unrecorded(exc)
-                error = event.error_message if isinstance(event.error_message, str) else None
-                append(encode(_span(*_span_args(event, error, problem, None, {UNRECORDED: problem}))))
+            buffer.seek(0)
+            buffer.truncate()
+            pickler.dump(record)
+            append(buffer.getvalue())
+        except Exception:  # a payload the pickler cannot take
+            del _LOCAL.pickler  # (its state after a failed dump is not to be trusted)
+            _pack_plain(append, record)
     except Exception as exc:
         failed(exc)
+
+
+def _new_pickler() -> tuple[io.BytesIO, pickle.Pickler]:
+    """A thread's pickler, kept: making one per event costs a sixth of packing a small span."""
+    buffer = io.BytesIO()
+    pickler = _Encoder(buffer, protocol=_PROTOCOL)
+    pickler.fast = True  # no memo: events hold no shared references worth one (a cycle raises)
+    return buffer, pickler
+
+
+_LOCAL = threading.local()
+
+
+def _pack_plain(append: Callable[[bytes], Any], record: tuple) -> None:
+    """A record the pickler refused, with its payloads made plain (depth-limited, cycles cut; no
+    redaction or truncation: the sidecar still does those); a span whose payloads fail even so
+    goes without them."""
+    plain = PayloadShaper(NoRedaction(), None).shape
+    try:
+        if record[KIND] == SPAN_START:
+            span = record[SPAN]
+            inputs = span.inputs.bind() if type(span.inputs) is CallArgs else span.inputs
+            record = (SPAN_START, _span(*_span_args(span, plain(span.error_message), plain(inputs), plain(span.outputs),
+                                                    plain(span.attributes), _decoder_name(span))))  # fmt: skip
+        else:
+            record = tuple(plain(x) for x in record)
+        append(encode(record))
+    except Exception as exc:
+        if record[KIND] != SPAN_END:
+            raise
+        problem = unrecorded(exc)
+        span = _span(*record[1:])
+        error = span.error_message if isinstance(span.error_message, str) else None
+        append(encode((SPAN_END, *_span_args(span, error, problem, None, {UNRECORDED: problem}))))
 
 
 def pack(event: Any, token2text: bool = False) -> bytes:
@@ -245,27 +268,23 @@ def _reraise(exc: Exception) -> None:
 
 
 def join(records: list[bytes]) -> bytes:
-    """``pack``'s records as one buffer of [tag][length][data] (``unpack`` reads it). Written by
-    the sending thread, not per event: a record's first byte tells its format (pickle's PROTO
-    opcode, or marshal's tuple code: ``pack_into`` always makes a tuple)."""
+    """``pack``'s records as one buffer of [length][data] (``unpack`` reads it). Written by the
+    sending thread, not per event."""
     header = _RECORD.pack
     parts = []
     for data in records:
-        parts.append(header(_PICKLE if data[0] == _PICKLE_PROTO else _MARSHAL, len(data)))
+        parts.append(header(len(data)))
         parts.append(data)
     return b"".join(parts)
 
 
-_RECORD = struct.Struct("<BI")
-_MARSHAL, _PICKLE = 1, 2
-_PICKLE_PROTO = pickle.PROTO[0]  # the first byte of every pickle of protocol 2 or later
-_MARSHAL_VERSION = 2  # no back-references: the fastest for small records (a cycle fails over to pickle)
+_RECORD = struct.Struct("<I")
 _PLAIN_TYPES = (dict, list, str, int, float, type(None), bool, tuple)
 
 
 def _fields_of(value: Any) -> Any:
     """A rich value (a pydantic result, a run's output view) as its fields; others as they are
-    (marshal then refuses what it cannot take, and pickle gets the event). The converter is
+    (the pickler's ``reducer_override`` then converts them). The converter is
     looked up here rather than through ``native``: one call layer fewer per span."""
     t = type(value)
     if t in _PLAIN_TYPES:
@@ -291,20 +310,6 @@ def _event(record: tuple) -> Any:
     return record
 
 
-_PLAIN = PayloadShaper(NoRedaction(), None)
-
-
-def _plain_event(event: Any) -> Any:
-    """The event with its payloads made plain (depth-limited, no redaction or truncation: the
-    sidecar still does those)."""
-    if type(event) is Span:
-        inputs = event.inputs.bind() if type(event.inputs) is CallArgs else event.inputs
-        plain = _PLAIN.shape
-        return _span(*_span_args(event, plain(event.error_message), plain(inputs), plain(event.outputs),
-                                 plain(event.attributes), _decoder_name(event)))  # fmt: skip
-    return tuple(_PLAIN.shape(x) if type(x) is not Trajectory else x for x in event)
-
-
 class _Decoder(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         found = _ALLOWED.get((module, name))
@@ -323,8 +328,8 @@ def unpack(data: bytes) -> list[Any]:
     events = []
     at, size = 0, _RECORD.size
     while at < len(view):
-        tag, length = _RECORD.unpack_from(view, at)
+        (length,) = _RECORD.unpack_from(view, at)
         body = view[at + size : at + size + length]
         at += size + length
-        events.append(_event(marshal.loads(body)) if tag == _MARSHAL else _Decoder(io.BytesIO(body)).load())
+        events.append(_event(_Decoder(io.BytesIO(body)).load()))
     return events

@@ -126,3 +126,13 @@ def push(to: str, directory: str | None = None, *, batch: int = 50, destination:
                     yield n, len(todo)
         finally:
             ledger.close()
+
+
+def resend_refused(to: str, project: str | None = None) -> tuple[int, int, Path]:
+    """The calls ``to`` refused when they were traced or pushed, sent again (Weave keeps them as
+    dead letters beside its spool); (sent, still refused, where they are kept)."""
+    if to != "weave":
+        raise ValueError(f"--refused: only weave keeps the calls its server refused (not {to})")
+    from rollscope.tracing.backends.weave import WeaveBackend
+
+    return WeaveBackend(weave_project=project).resend_refused()

@@ -9,6 +9,7 @@ the event loop.
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import os
 import time
@@ -31,6 +32,20 @@ class SpanKind(str, Enum):
 
 STATUS_RUNNING = "running"
 STACKTRACE = "exception.stacktrace"
+# OpenTelemetry's code attributes: where a traced function is defined (Weave publishes it as the op's code)
+CODE_FILE, CODE_LINE, CODE_FUNCTION = "code.file.path", "code.line.number", "code.function.name"
+CODE_ATTRIBUTES = (CODE_FILE, CODE_LINE, CODE_FUNCTION)
+
+
+def code_location(func: Any) -> dict[str, Any]:
+    """Where ``func`` (unwrapped) is defined, as OpenTelemetry's code attributes; empty where it has
+    no Python code (a builtin)."""
+    func = inspect.unwrap(func)
+    code = getattr(func, "__code__", None)
+    if code is None:
+        return {}
+    return {CODE_FILE: code.co_filename, CODE_LINE: code.co_firstlineno,
+            CODE_FUNCTION: getattr(func, "__qualname__", code.co_name)}  # fmt: skip
 MAX_STACKTRACE_CHARS = 8000
 STATUS_OK = "ok"
 STATUS_ERROR = "error"

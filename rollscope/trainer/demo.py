@@ -1,10 +1,12 @@
 """``make demo-train``: verl's own GRPO trainer on CPU teaches a tiny policy to use the calculator.
 
-    python -m rollscope.trainer.demo [--steps 12] [--dir rollscope_traces] [--work .rollscope-demo]
+    python -m rollscope.trainer.demo [--steps 12] [--rollout hf_cpu|vllm] [--dir rollscope_traces]
+                                     [--work .rollscope-demo]
 
 Builds the task and the warm-started model (``demo_task``, seconds, kept for the next run), runs
 ``python -m verl.trainer.main_ppo`` with rollscope's tool loop and calculator named through verl's
-own keys and ``trace.backend=local``, then prints the per-step mean reward and calculator use from
+own keys and ``trace.backend=local`` (the rollout: rollscope's ``hf_cpu`` server, or verl's own vLLM
+server on vLLM's CPU build with ``--rollout vllm``), then prints the per-step mean reward and calculator use from
 the trace store, and the commands that open the run.
 """
 
@@ -20,11 +22,13 @@ from rollscope import configs
 from rollscope.bundled import rewards
 from rollscope.store import TraceStore, resolve_dir
 from rollscope.trainer import demo_task
-from rollscope.trainer.launch import TrainerFailed, run_main_ppo
+from rollscope.trainer.cpu import ROLLOUT_NAME, UnsupportedOnCPU
+from rollscope.trainer.launch import ROLLOUT_KEY, VLLM, TrainerFailed, check_overrides, run_main_ppo
 
 EXPERIMENT = "demo-train"
 PROJECT = "rollscope-demo"
 PROMPTS_PER_STEP, ROLLOUTS = 8, 8
+SILENCE_S = 300  # verl printing nothing this long: a rollout engine died mid-sync (the run is stopped)
 _STEP_LINE = re.compile(r"step:(\d+) - .*?critic/score/mean:([-\d.e]+)")
 
 
@@ -74,13 +78,22 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rollscope.trainer.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=12, help="GRPO steps (default 12)")
     p.add_argument("--dir", default=None, help="trace store (default $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    p.add_argument("--rollout", choices=[ROLLOUT_NAME, VLLM], default=ROLLOUT_NAME,
+                   help="the rollout server: rollscope's hf_cpu (default) or verl's own vLLM (vLLM's CPU build)")
     p.add_argument("--work", default=".rollscope-demo", help="where the model, data and verl's log go")
     args = p.parse_args(argv)
     work, trace_dir = Path(args.work).resolve(), resolve_dir(args.dir).resolve()
+    engine = [f"{ROLLOUT_KEY}={args.rollout}"]
+    try:
+        check_overrides(engine)  # (before the model is built: vLLM's CPU build missing is one line)
+    except UnsupportedOnCPU as exc:
+        print(exc, file=sys.stderr)
+        return 2
     started = time.monotonic()
     task = demo_task.problems()
-    print(f"building the task ({len(task)} problems) and warm-starting the model in {work / 'model'} ...", flush=True)
-    model = demo_task.build_model(work / "model", task)
+    model_dir = work / ("model" if args.rollout == ROLLOUT_NAME else f"model-{args.rollout}")
+    print(f"building the task ({len(task)} problems) and warm-starting the model in {model_dir} ...", flush=True)
+    model = demo_task.build_model(model_dir, task, sizes=demo_task.VLLM_MODEL_SIZES if args.rollout == VLLM else None)
     train, val = demo_task.write_dataset(work / "data", task)
     print(f"verl main_ppo on CPU: GRPO, {args.steps} steps x {PROMPTS_PER_STEP} prompts x {ROLLOUTS} rollouts "
           f"(Ray starts first, about a minute); log: {work / 'main_ppo.log'}", flush=True)  # fmt: skip
@@ -91,8 +104,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  step {m.group(1)}/{args.steps}: mean reward {float(m.group(2)):.3f}", flush=True)
 
     try:
-        run_main_ppo(overrides(model, train, val, trace_dir, args.steps), log_path=work / "main_ppo.log",
-                     cwd=work, on_line=progress)  # fmt: skip
+        run_main_ppo([*overrides(model, train, val, trace_dir, args.steps), *engine], log_path=work / "main_ppo.log",
+                     cwd=work, on_line=progress, silence_s=SILENCE_S)  # fmt: skip
     except TrainerFailed as exc:
         print(exc, file=sys.stderr)
         return 1

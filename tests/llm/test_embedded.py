@@ -161,21 +161,21 @@ def test_llama_cpp_python_server_answers_like_the_embedded_model(llm):
 
 def test_constrained_tool_calls_match_a_tools_schema_even_at_high_temperature(llm):
     """Sampled hot (temperature 1.5) on 10 word problems: unconstrained, the 270M model writes
-    broken or unknown calls; under the tools' grammar every reply is a call to a real tool with
-    schema-valid arguments (the calculator's expression arithmetic only), or plain text — or a
-    call the token limit cut (which no grammar prevents: the sampling is not seeded, and hot, an
-    expression can run past 48 tokens)."""
+    broken or unknown calls; held to the tools' schemas (the grammar the embedded model builds from
+    them) every reply is a call to a real tool with schema-valid arguments (the calculator's
+    expression arithmetic only), or plain text with no call in it — or a call the token limit cut
+    (which no grammar prevents: hot, an expression can run past 48 tokens). A string argument that
+    holds the closing tag (``{"answer": "</tool_call>"}``) does not end the call there."""
     import re
 
     from verl.tools.schemas import OpenAIFunctionToolSchema
 
-    from rollscope.llm.constrained import tool_call_grammar
+    from rollscope.llm.constrained import TOOL_SCHEMAS
     from rollscope.tools.builtin.answer_checker import AnswerCheckerTool
     from rollscope.tools.schema import check_arguments
 
     tools = [CALCULATOR, AnswerCheckerTool({}).tool_schema.model_dump(exclude_none=True)]
     schemas = {t["function"]["name"]: OpenAIFunctionToolSchema.model_validate(t) for t in tools}
-    grammar = tool_call_grammar(tools)
 
     def verdict(text, stop_reason, constrained):
         """'call' (valid), 'text' (no tool call), 'cut' (under the grammar: a call to a real tool
@@ -198,7 +198,7 @@ def test_constrained_tool_calls_match_a_tools_schema_even_at_high_temperature(ll
     free, constrained = [], []
     for row in arithmetic()[:10]:
         ids = prompt(llm, row["prompt"][0]["content"], tools)
-        for into, extra in ((free, {}), (constrained, {"grammar": grammar})):
+        for into, extra in ((free, {}), (constrained, {TOOL_SCHEMAS: tools})):
             params = {"temperature": 1.5, "max_tokens": 48, "stop": ["</tool_call>"], **extra}
             out = asyncio.run(llm.generate("r", prompt_ids=ids, sampling_params=params))
             into.append(verdict(llm.tokenizer.decode(out.token_ids), out.stop_reason, into is constrained))

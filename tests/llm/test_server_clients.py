@@ -1,5 +1,6 @@
-"""The server clients' side of vLLM's and SGLang's contracts, against local stand-ins (no GPU
-server can run here), and their errors when a server is down or answers garbage."""
+"""The server clients' side of vLLM's and SGLang's wire formats, against local stand-ins that answer
+in those formats (vLLM's real server: tests/llm/test_vllm_server.py; SGLang cannot run here:
+docs/llm-clients.md), and their errors when a server is down or answers garbage."""
 
 import asyncio
 import socket
@@ -58,6 +59,27 @@ def test_sglang_client_native_generate():
     assert path == "/generate" and body["input_ids"] == [4, 5] and body["return_logprob"] is True
     assert body["sampling_params"] == {"max_new_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 20,
                                        "stop": ["</tool_call>"]}  # fmt: skip
+
+
+def test_sglang_client_holds_tool_calls_to_their_schemas_with_a_structural_tag():
+    """SGLang's native API takes xgrammar's structural tag as a JSON string in ``sampling_params``:
+    one structure per tool, opened by the hermes tag and the tool's name, its arguments' schema."""
+    import json
+
+    from rollscope.llm.constrained import TOOL_SCHEMAS
+    from rollscope.tools.builtin.calculator import SCHEMA
+
+    def answer(path, body):
+        return {"output_ids": [9], "meta_info": {"finish_reason": {"type": "stop"}, "output_token_logprobs": [[-1.0, 9, "x"]]}}  # fmt: skip
+
+    with StandInServer(answer) as server:
+        asyncio.run(SGLangLLM(server.url).generate("rid", prompt_ids=[4], sampling_params={TOOL_SCHEMAS: [SCHEMA]}))
+    tag = json.loads(server.requests[0][1]["sampling_params"]["structural_tag"])
+    [structure] = tag["structures"]
+    assert tag["type"] == "structural_tag" and tag["triggers"] == ["<tool_call>"]
+    assert structure["begin"] == '<tool_call>{"name": "calculator", "arguments": ' and structure["end"] == "}</tool_call>"
+    assert structure["schema"]["properties"]["expression"]["pattern"] == SCHEMA["function"]["parameters"]["properties"]["expression"]["pattern"]
+    assert structure["schema"]["additionalProperties"] is False
 
 
 def free_port():

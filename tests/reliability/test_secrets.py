@@ -33,6 +33,7 @@ class KeepingBackend(TraceBackend):
 def test_secrets_never_reach_the_store(tmp_path, monkeypatch):
     data = tmp_path / "data.jsonl"
     row = {"prompt": [{"role": "user", "content": f"Use my key {OPENAI_KEY} and token {GITHUB_TOKEN}"}],
+           "reward_model": {"ground_truth": "2"},
            "extra_info": {"index": 0, "tools_kwargs": {"submit_answer": {"create_kwargs": {"ground_truth": "1"}}}}}
     data.write_text(json.dumps(row) + "\n")
     replies = tmp_path / "replies.json"

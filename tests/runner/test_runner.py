@@ -110,9 +110,11 @@ def test_a_dead_llm_stops_the_run_and_keeps_what_was_traced(tmp_path, tokenizer)
 
 
 @pytest.mark.parametrize("constrained", [True, False])
-def test_constrained_tool_calls_reach_the_llm_as_a_grammar_and_show_on_the_span(tmp_path, tokenizer, constrained):
-    """``constrain_tool_calls`` (on in the bundled calculator example) becomes a grammar of the
-    turn's tools in the LLM's sampling parameters, and the llm span says the reply was constrained."""
+def test_constrained_tool_calls_reach_the_llm_as_the_turns_tool_schemas_and_show_on_the_span(tmp_path, tokenizer,
+                                                                                            constrained):  # fmt: skip
+    """``constrain_tool_calls`` (on in the bundled calculator example) puts the turn's tool schemas
+    in the LLM's sampling parameters (each client turns them into its engine's constraint), and
+    the llm span says the reply was constrained."""
     config = load_config("gsm8k-calculator", ["limit=1", f"trace_dir={tmp_path}",
                                                f"sampling.constrain_tool_calls={str(constrained).lower()}"])  # fmt: skip
     seen = []
@@ -128,8 +130,9 @@ def test_constrained_tool_calls_reach_the_llm_as_a_grammar_and_show_on_the_span(
         record = store.get(store.trajectories()[0].id)
     llm_spans = [s for s in record.spans if s.kind == "llm"]
     if constrained:
-        assert all("calculator" in p["grammar"] and "submit_answer" in p["grammar"] for p in seen)
-        assert all(s.attributes.get("rollscope.constrained") == "grammar" for s in llm_spans)
+        names = [[t["function"]["name"] for t in p["constrained_tool_schemas"]] for p in seen]
+        assert names == [["calculator", "submit_answer"]] * 2, names
+        assert all(s.attributes.get("rollscope.constrained") == "tool_schemas" for s in llm_spans)
     else:
-        assert all("grammar" not in p for p in seen)
+        assert all("constrained_tool_schemas" not in p for p in seen)
         assert all("rollscope.constrained" not in s.attributes for s in llm_spans)

@@ -80,8 +80,11 @@ def test_readers_only_ever_open_published_files_and_read_each_trajectory_once(tm
     time.sleep(0.5)  # some segments exist; readers start while writers still publish
     readers = [subprocess.Popen([sys.executable, "-c", READER, str(shared), str(stop)], stdout=subprocess.PIPE,
                                 text=True) for _ in range(2)]  # fmt: skip
-    time.sleep(1.0)
-    compacted = compact(shared, min_segments=2)  # while writers keep publishing
+    deadline = time.monotonic() + 120
+    compacted = compact(shared, min_segments=2)  # while writers keep publishing: as soon as there are two
+    while not compacted and time.monotonic() < deadline:
+        time.sleep(0.2)
+        compacted = compact(shared, min_segments=2)
     for w in writers:
         assert w.wait(120) == 0
     stop.touch()

@@ -56,6 +56,11 @@ def test_trajectory_with_attributes_and_span_tree(local_tracer, read_store):
     assert run.inputs == {"question": "q", "turns": 2}
     assert all(s.end_ns >= s.start_ns for s in t.spans)
     assert t.end_ns >= t.start_ns
+    lines = {name: getattr(Agent, name).__wrapped__.__code__.co_firstlineno for name in ("run", "calculator")}
+    for span in (run, run.children[2]):  # where each traced function is, as OpenTelemetry names it
+        name = span.name.split(".")[1]
+        assert span.attributes["code.file.path"] == __file__ and span.attributes["code.line.number"] == lines[name]
+        assert span.attributes["code.function.name"] == f"Agent.{name}"
 
 
 def test_exception_is_recorded_and_reraised(local_tracer, read_store):

@@ -167,3 +167,29 @@ def test_third_party_backend_through_entry_point(tmp_path):
     out = subprocess.run([sys.executable, "-c", code, str(site)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert "ACME hello 42" in out.stdout
+
+
+def test_a_row_sqlite_refuses_costs_that_row_only(trace_dir):
+    """A span no shaping made safe (its name holds a lone surrogate, given to the backend as is):
+    SQLite refuses its row; the batch's other rows are stored, the refused one counted."""
+    from rollscope.tracing.backends.local import LocalBackend
+    from rollscope.tracing.spans import Span, SpanKind, Trajectory
+
+    backend = LocalBackend(trace_dir=trace_dir)
+    t = Trajectory(project=None, experiment=None, step=0, sample_index=0, rollout_n=0, validate=False,
+                   agent_name="agent")  # fmt: skip
+    backend.on_trajectory_start(t)
+    for name in ("first", "bad \ud800", "third"):
+        span = Span(name, SpanKind.TOOL, t, t.id, {"q": 1})
+        span.finish({"a": 2})
+        backend.on_span_end(span)
+    t.finish()
+    backend.on_trajectory_end(t)
+    with pytest.raises(UnicodeEncodeError):
+        backend.flush()  # said (the exporter counts and reports it), and nothing else lost
+    backend.close()
+    counts = backend.counts()
+    assert (counts["stored_spans"], counts["refused_rows"], counts["stored_trajectories"]) == (2, 1, 1)
+    assert backend.dropped_spans == 1
+    [stored] = TraceStore(trace_dir).trajectories()
+    assert sorted(s.name for s in stored.spans) == ["first", "third"]

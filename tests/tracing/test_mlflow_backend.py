@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from rollscope import tracing
+from tests.tracing.value_kinds import TABLE
 
 pytestmark = pytest.mark.slow
 
@@ -84,6 +85,7 @@ def test_a_training_record_arriving_later_becomes_tags_of_the_trajectorys_trace(
 _SENT_THEN_KILLED = """
 import sys, time
 from rollscope import tracing
+from tests.tracing.value_kinds import TABLE
 from tests.tracing.test_spool import rollouts
 tracing.init_tracing(backend="mlflow", project="proj", sidecar=False, mlflow_tracking_uri=sys.argv[1],
                      mlflow_experiment="rollscope-test")
@@ -128,3 +130,25 @@ def test_trajectories_a_killed_process_sent_but_had_not_confirmed_are_not_traced
     traces = mlflow.search_traces(locations=[experiment.experiment_id], return_type="list", max_results=100)
     ids = [t.info.tags["rollscope.trajectory_id"] for t in traces]
     assert len(ids) == len(set(ids)) == 25 and stats["resent_skipped"] == 20
+
+
+def test_every_kind_of_value_reads_back_from_mlflow_as_the_table_says(tmp_path):
+    """The values table (tests/tracing/value_kinds.py) through the mlflow backend into a real
+    tracking store, read back with mlflow.search_traces: each span's inputs and outputs."""
+    import mlflow
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    tracing.init_tracing(backend="mlflow", mlflow_tracking_uri=uri, mlflow_experiment="values")
+    with tracing.rollout_trace_attr(step=0, sample_index=0):
+        for name, value, _ in TABLE:
+            with tracing.trace_span(name, inputs=value) as span:
+                span.outputs = value
+    assert tracing.flush_tracing(120)
+    assert tracing.stats()["backends"]["mlflow"]["errors"] == 0
+    mlflow.set_tracking_uri(uri)
+    experiment = mlflow.get_experiment_by_name("values")
+    [trace] = mlflow.search_traces(experiment_ids=[experiment.experiment_id], return_type="list")
+    spans = {s.name: s for s in trace.data.spans}
+    for name, _, expected in TABLE:
+        assert spans[name].inputs == expected, name
+        assert spans[name].outputs == expected, name

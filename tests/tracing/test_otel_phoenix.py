@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from rollscope import tracing
+from tests.tracing.value_kinds import TABLE
 
 pytestmark = pytest.mark.slow
 
@@ -27,8 +28,10 @@ def _free_port():
         return s.getsockname()[1]
 
 
-@pytest.fixture
-def phoenix(tmp_path):
+@pytest.fixture(scope="module")
+def phoenix(tmp_path_factory):
+    """One Phoenix server for the module (each test writes its own project)."""
+    tmp_path = tmp_path_factory.mktemp("phoenix")
     if not (PHOENIX / "phoenix").exists():
         pytest.fail(f"Arize Phoenix is not installed in {PHOENIX.parent}: run `make install`")
     port = _free_port()
@@ -110,3 +113,33 @@ def test_phoenix_shows_every_trajectory_as_one_root_and_every_llm_turn_as_a_conv
         [tool] = [s for s in trace if s["span_kind"] == "TOOL"]
         assert json.loads(tool["attributes"]["gen_ai.tool.call.arguments"]) == {"expression": q}
         assert tool["attributes"]["gen_ai.tool.call.result"] == tool["attributes"]["output.value"] == "42"
+
+
+def test_every_kind_of_value_reads_back_from_phoenix_as_the_table_says(phoenix):
+    """The values table (tests/tracing/value_kinds.py) through the otel backend: each span's
+    ``input.value`` and ``output.value`` are the value's JSON, cut at the attribute bound (8,192
+    characters, OpenTelemetry's norm) where it is longer."""
+    from rollscope.tracing.backends.otel import MAX_ATTRIBUTE_CHARS
+
+    tracing.init_tracing(backend="otel", project="values", otel_endpoint=f"{phoenix}/v1/traces")
+    with tracing.rollout_trace_attr(step=0, sample_index=0):
+        for name, value, _ in TABLE:
+            with tracing.trace_span(name, inputs=value) as span:
+                span.outputs = value
+    assert tracing.flush_tracing(60)
+    tracing.shutdown_tracing(60)
+    spans = {}
+    for _ in range(60):  # Phoenix ingests asynchronously
+        spans = {s["name"]: s for s in read_spans(phoenix, "values")}
+        if len(spans) >= len(TABLE) + 1:
+            break
+        time.sleep(0.5)
+    assert set(spans) >= {name for name, _, _ in TABLE}  # no span lost to a hostile value
+    for name, _, expected in TABLE:
+        a = spans[name]["attributes"]
+        text = json.dumps(expected, ensure_ascii=False)
+        for stored in (a["input.value"], a["output.value"]):
+            if len(text) <= MAX_ATTRIBUTE_CHARS:
+                assert json.loads(stored) == expected, name
+            else:
+                assert stored == text[:MAX_ATTRIBUTE_CHARS] + "…", name

@@ -1,12 +1,12 @@
-"""`rollscope push`: stored trajectories replayed into Weave (the real client, an in-process
-server), with no duplicate on a second push and a resume after an interruption."""
+"""`rollscope push`: stored trajectories replayed into Weave (the real client, W&B's own Weave
+trace server: tests.engines), with no duplicate on a second push and a resume after an interruption."""
 
 import pytest
 
 from rollscope import tracing
-from rollscope.testing.weave_server import InMemoryTraceServer, make_client
 from rollscope.tracing.backends.weave import call_id
-from rollscope.tracing.push import Ledger, push, weave_destination
+from rollscope.tracing.push import Ledger, ledger_key, push, weave_destination
+from tests.engines import weave_calls
 
 
 @pytest.fixture
@@ -22,12 +22,10 @@ def stored(trace_dir):
 
 
 @pytest.fixture
-def weave_client():
-    from weave.trace.context.weave_client_context import set_weave_client_global
+def weave_client(weave_trace_server):
+    import weave
 
-    server = InMemoryTraceServer()
-    yield server, make_client(server, project="pushed")
-    set_weave_client_global(None)
+    return weave.init("ent/pushed")
 
 
 class Interrupted(Exception):
@@ -51,28 +49,29 @@ class DiesAfter:
         self.inner.flush()
 
 
+@pytest.mark.slow
 def test_push_is_idempotent_and_resumes(stored, weave_client):
-    server, client = weave_client
+    client = weave_client
     with pytest.raises(Interrupted):
         for _ in push("weave", str(stored), batch=5, destination=DiesAfter(client, 7)):
             pass
     client.flush()
     ledger = Ledger(stored)
-    assert len(ledger.done("weave")) == 5  # the confirmed batch; the 2 after it will be sent again
+    assert len(ledger.done(ledger_key("weave"))) == 5  # the confirmed batch; the 2 after it will be sent again
     ledger.close()
 
     progress = list(push("weave", str(stored), batch=5, destination=weave_destination(client=client)))
     assert progress[-1] == (7, 7)
     assert list(push("weave", str(stored), destination=weave_destination(client=client))) == []  # nothing new
     client.flush()
-    roots = {r["start"]["id"] for r in server.starts if r["start"].get("parent_id") is None}
+    calls = weave_calls("ent/pushed")
+    roots = {c["id"] for c in calls if c["parent_id"] is None}
     from rollscope.store import TraceStore
 
     with TraceStore(stored) as store:
         ids = {call_id(t.id) for t in store.trajectories()}
         assert roots == ids  # every trajectory in Weave, under its stable id
-    ends = [r["end"] for r in server.ends if r["end"]["id"] in ids]
-    assert sorted({e["id"]: e["output"]["reward"] for e in ends}.values()) == [0.0] * 6 + [1.0] * 6
+    assert sorted(c["output"]["reward"] for c in calls if c["id"] in ids) == [0.0] * 6 + [1.0] * 6
     # re-sent trajectories (the 2 after the last confirmed batch) reuse their ids: nothing new appears
     assert len(roots) == 12
 

@@ -64,14 +64,35 @@ class ChangedWhileRead(dict):
     items = keys = values = __iter__
 
 
-def test_a_span_whose_payload_cannot_be_read_keeps_its_place_with_the_reason():
+UNREADABLE = "<unreadable ChangedWhileRead: RuntimeError: dictionary changed size during iteration>"
+
+
+def test_a_payload_that_cannot_be_read_costs_its_own_field_with_the_reason():
     secret = "sk-ant-" + "a1b2c3d4" * 5
     span = Span("llm.generate", SpanKind.LLM, _trajectory(), "parent", {"prompt_ids": [1, 2]}, {"k": secret})
-    span.finish(ChangedWhileRead(token_ids=[1]))
+    span.finish({"token_ids": [1], "extra": ChangedWhileRead(a=1)})
     shaper = EventShaper(PayloadShaper(Redactor(), 20_000))
     shaped = shaper(span)
     assert (shaped.name, shaped.kind, shaped.parent_id, shaped.status) == ("llm.generate", SpanKind.LLM, "parent", "ok")
-    assert shaped.inputs == "<payload not recorded: RuntimeError: dictionary changed size during iteration>"
+    assert shaped.inputs == {"prompt_ids": [1, 2]}
+    assert shaped.outputs == {"token_ids": [1], "extra": UNREADABLE}
+    assert shaped.attributes["k"] == "[REDACTED]" and shaper.unshapeable == 0
+
+
+class UnreadableUsage(dict):
+    """Inputs that fail where the shaper reads an llm call's usage from them, before any field."""
+
+    def get(self, key, default=None):
+        raise RuntimeError("no usage for you")
+
+
+def test_a_span_that_cannot_be_read_at_all_keeps_its_place_with_the_reason():
+    span = Span("llm.generate", SpanKind.LLM, _trajectory(), "parent", UnreadableUsage(prompt_ids=[1]), {})
+    span.finish(None)
+    shaper = EventShaper(PayloadShaper(Redactor(), 20_000))
+    shaped = shaper(span)
+    assert (shaped.name, shaped.kind, shaped.parent_id, shaped.status) == ("llm.generate", SpanKind.LLM, "parent", "ok")
+    assert shaped.inputs == "<payload not recorded: RuntimeError: no usage for you>"
     assert shaped.attributes == {"rollscope.shape_error": shaped.inputs} and shaped.outputs is None
     assert shaper.unshapeable == 1
 
@@ -93,4 +114,4 @@ def test_such_a_span_is_stored_in_its_trajectory(sidecar, tmp_path):
     [run] = t.tree()
     [turn] = run.children
     assert (t.num_spans, t.num_llm_calls, turn.name, turn.kind) == (2, 1, "llm.generate", "llm")
-    assert turn.attributes["rollscope.shape_error"].startswith("<payload not recorded: RuntimeError")
+    assert turn.outputs == UNREADABLE

@@ -325,7 +325,7 @@ def test_packed_events_come_back_in_order_whichever_way_they_were_packed():
     assert shaper.shape(events[2].inputs) == {"nested": [{"text": "r", "ids": [1]}]}
     assert events[2].outputs == {"text": "out", "ids": [2]}
     assert events[3] == (4, t.id, 0.5, {"why": "ok"})
-    assert "max depth" in str(shaper.shape(events[4].inputs))  # a cycle: stored, bounded
+    assert "<cycle: list>" in str(shaper.shape(events[4].inputs))  # a cycle: stored, cut where it repeats
 
 
 def _process(code):

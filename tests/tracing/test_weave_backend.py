@@ -1,27 +1,30 @@
-"""The weave backend with the real weave client, recording into an in-process trace server
-(rollscope.testing.weave_server: a test double of W&B's server; the client is weave's own)."""
+"""The weave backend with the real weave client given as an object (the backend then stays in this
+process), recording into W&B's own Weave trace server (tests.engines), read back through the
+client's queries."""
 
 import pytest
 
 from rollscope import tracing
 from rollscope.store import TraceStore
-from rollscope.testing.weave_server import InMemoryTraceServer, make_client
 from rollscope.tracing.backends.weave import call_id
+from tests.engines import weave_calls, weave_feedback
+
+pytestmark = pytest.mark.slow  # (W&B's Weave trace server starts for the module)
 
 
 @pytest.fixture
-def weave_server(monkeypatch):
+def weave_client(weave_trace_server, request, monkeypatch):
+    """A weave client of its own project for the test; any further ``weave.init`` is an error."""
     import weave
-    from weave.trace.context.weave_client_context import set_weave_client_global
+
+    project = f"ent/{request.node.name.replace('_', '-')[:60]}"
+    client = weave.init(project)
 
     def no_second_init(*args, **kwargs):
         raise AssertionError("weave.init called although a client exists")
 
     monkeypatch.setattr(weave, "init", no_second_init)
-    server = InMemoryTraceServer()
-    client = make_client(server, project="rollscope-test")
-    yield server, client
-    set_weave_client_global(None)
+    yield project, client
 
 
 def rollout(i, reward):
@@ -35,16 +38,16 @@ def rollout(i, reward):
         tracing.set_reward(reward)
 
 
-def test_calls_nest_carry_verls_attributes_and_the_reward(weave_server, trace_dir):
-    server, client = weave_server
+def test_calls_nest_carry_verls_attributes_and_the_reward(weave_client, trace_dir, monkeypatch):
+    project, client = weave_client
     tracing.init_tracing(backend="local,weave", project="proj", experiment="exp", trace_dir=str(trace_dir),
                          weave_client=client)  # a client object: the backend stays in this process
     rollout(0, 1.0)
     rollout(1, 0.0)
     assert tracing.flush_tracing(30)
     client.flush()
-    starts = {r["start"]["id"]: r["start"] for r in server.starts}
-    ends = {r["end"]["id"]: r["end"] for r in server.ends}
+    monkeypatch.undo()  # (weave.init again, to read)
+    starts = ends = {c["id"]: c for c in weave_calls(project)}
     assert len(starts) == len(ends) == 2 * 4  # root + run + llm + tool, per trajectory
     roots = [s for s in starts.values() if s.get("parent_id") is None]
     assert len(roots) == 2
@@ -75,10 +78,10 @@ TRAINING = {"step": 3, "uid": "u-1", "advantage": 0.7, "group_size": 2, "group_m
             "policy_version": 2, "lag": 0, "logprob_delta_max": 0.02, "old_log_probs": [-1.0, -2.0]}  # fmt: skip
 
 
-def test_a_training_record_arriving_later_is_feedback_on_the_root_call(weave_server, trace_dir):
+def test_a_training_record_arriving_later_is_feedback_on_the_root_call(weave_client, trace_dir, monkeypatch):
     """The trainer's process knows what training did with a trajectory only after the worker wrote
     it: a second tracer (the trainer's) attaches it to the root call the worker wrote, by its id."""
-    server, client = weave_server
+    project, client = weave_client
     tracing.init_tracing(backend="local,weave", project="proj", experiment="exp", trace_dir=str(trace_dir),
                          weave_client=client)  # fmt: skip
     rollout(0, 1.0)
@@ -89,8 +92,9 @@ def test_a_training_record_arriving_later_is_feedback_on_the_root_call(weave_ser
     tracing.get_tracer().training(trajectory.id, TRAINING)
     assert tracing.flush_tracing(30)
     client.flush()
-    [root] = [r["start"] for r in server.starts if r["start"].get("parent_id") is None]
-    [item] = server.feedback
+    monkeypatch.undo()  # (weave.init again, to read)
+    [root] = [c for c in weave_calls(project) if c["parent_id"] is None]
+    [item] = weave_feedback(project)
     assert item["weave_ref"] == f"weave:///{client.project_id}/call/{root['id']}" == \
         f"weave:///{client.project_id}/call/{call_id(trajectory.id)}"
     assert item["feedback_type"] == "rollscope.training"

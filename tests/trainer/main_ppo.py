@@ -30,7 +30,7 @@ def train(root: Path, model: Path, *overrides: str, backend: str = "local", env:
                         "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
                         "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
                         f"trainer.rollout_data_dir={dump_dir}", *overrides],
-                       log_path=root / "main_ppo.log", env=env, cwd=root, timeout=900)  # fmt: skip
+                       log_path=root / "main_ppo.log", env=env, cwd=root, timeout=900, silence_s=300)  # fmt: skip
     rows = [json.loads(line) for f in sorted(dump_dir.glob("*.jsonl")) for line in f.read_text().splitlines()]
     return TrainerRun(root, trace_dir, rows, log.read_text(errors="replace"))
 

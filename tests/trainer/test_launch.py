@@ -4,12 +4,20 @@ the environment verl's processes need."""
 import pytest
 
 from rollscope.trainer.cpu import UnsupportedOnCPU
-from rollscope.trainer.launch import CPU_OVERRIDES, PLUGIN, cpu_environment, main_ppo_command, merge_overrides
+from rollscope.trainer.launch import (
+    CPU_OVERRIDES,
+    PLUGIN,
+    ROLLOUT_KEY,
+    VLLM_OVERRIDES,
+    cpu_environment,
+    main_ppo_command,
+    merge_overrides,
+)
 
 
 @pytest.mark.parametrize(("override", "named"), [
     ("trainer.n_gpus_per_node=8", "trainer.n_gpus_per_node=8 is not possible in verl on CPU: one CPU process"),
-    ("actor_rollout_ref.rollout.name=vllm", "vLLM and SGLang need a GPU"),
+    ("actor_rollout_ref.rollout.name=sglang", "SGLang needs a GPU; the CPU rollouts are hf_cpu and vllm"),
     ("actor_rollout_ref.rollout.tensor_model_parallel_size=2", "must be 1"),
     ("actor_rollout_ref.actor.strategy=fsdp", "FSDP1 refuses CPU parameters"),
     ("+actor_rollout_ref.rollout.gpu_memory_utilization=0.5", "a vLLM/SGLang option; remove it"),
@@ -18,6 +26,24 @@ def test_settings_a_cpu_cannot_honour_are_refused_in_one_line(override, named):
     with pytest.raises(UnsupportedOnCPU, match=named) as caught:
         main_ppo_command([override])
     assert "\n" not in str(caught.value)
+
+
+def test_vllms_rollout_is_taken_with_what_it_needs_on_cpu_and_refused_without_its_cpu_build(monkeypatch):
+    import importlib.metadata
+
+    command = main_ppo_command(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.5"])
+    assert "actor_rollout_ref.rollout.name=vllm" in command and f"{ROLLOUT_KEY}=hf_cpu" not in command
+    assert set(VLLM_OVERRIDES) <= set(command)
+    assert cpu_environment({}, "vllm")["VLLM_HOST_IP"] == "127.0.0.1" and "VLLM_HOST_IP" not in cpu_environment({})
+    with pytest.raises(UnsupportedOnCPU, match="no sleep mode; it must be False"):
+        main_ppo_command(["actor_rollout_ref.rollout.name=vllm", "+actor_rollout_ref.rollout.enable_sleep_mode=True"])
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)  # an install without vLLM
+    with pytest.raises(UnsupportedOnCPU, match=r"needs vLLM's CPU build .*not installed\): `make vllm` installs"):
+        main_ppo_command(["actor_rollout_ref.rollout.name=vllm"])
 
 
 def test_the_callers_overrides_win_and_each_key_is_given_once():
@@ -42,6 +68,21 @@ def test_a_trainer_that_outlives_its_timeout_is_killed_and_said(tmp_path, monkey
 
     monkeypatch.setattr(launch, "main_ppo_command", lambda overrides: ["sleep", "60"])
     lines = []
-    with pytest.raises(launch.TrainerFailed, match=r"was killed after 1 s \(log: "):
+    with pytest.raises(launch.TrainerFailed, match=r"ran past 1 s and was killed \(log: "):
         launch.run_main_ppo([], log_path=tmp_path / "log", timeout=1, on_line=lines.append)
     assert (tmp_path / "log").exists() and lines == []
+
+
+def test_a_trainer_gone_silent_after_an_engine_error_is_killed_and_the_error_named(tmp_path, monkeypatch):
+    """A rollout engine that dies mid-sync leaves verl waiting for ever, saying nothing: past the
+    silence limit the trainer's whole process group is killed (a stand-in: a shell whose child
+    sleeps) and the first error logged is named in the one line."""
+    import rollscope.trainer.launch as launch
+
+    script = "echo 'step 0'; echo \"AttributeError: 'Parameter' object has no attribute 'weight_loader'\"; sleep 60 & wait"
+    monkeypatch.setattr(launch, "main_ppo_command", lambda overrides: ["sh", "-c", script])
+    with pytest.raises(launch.TrainerFailed) as caught:
+        launch.run_main_ppo([], log_path=tmp_path / "log", silence_s=1)
+    first = str(caught.value).splitlines()[0]
+    assert first.startswith("verl's main_ppo printed nothing for 1 s and was killed; the first error logged: "
+                            "AttributeError: 'Parameter' object has no attribute 'weight_loader' (log: "), first

@@ -1,6 +1,6 @@
 """verl's own ``main_ppo`` with its default trainer (v1: ``AgentLoopManagerTQ`` and
 ``AgentLoopWorkerTQ`` over the TransferQueue) and the Weave guide's one key,
-``trace.backend=weave``, into the W&B stand-in on 127.0.0.1: exactly one root call per trajectory,
+``trace.backend=weave``, into W&B's own Weave trace server (tests.engines): exactly one root call per trajectory,
 each a complete tree, with the reward verl computed on it, and, as feedback on it, what the trainer
 did with it. The rollout server computes in bfloat16 (verl's default ``rollout.dtype``) while the
 trainer computes in float32: the log-prob gap of a GPU run, which the record shows."""
@@ -12,30 +12,23 @@ import pytest
 import torch
 
 from rollscope.store.records import last_user_message
-from rollscope.testing.weave_server import WandbStandIn
+from tests.engines import weave_calls, weave_feedback
 from tests.trainer.main_ppo import PROMPTS, ROLLOUTS, STEPS, question, train
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def wandb_server():
-    stand_in = WandbStandIn()
-    yield stand_in
-    stand_in.close()
-
-
-@pytest.fixture(scope="module")
-def run(tmp_path_factory, demo_model, wandb_server):
-    env = {**os.environ, **wandb_server.environment()}
+def run(tmp_path_factory, demo_model, weave_trace_server):
+    env = {**os.environ, **weave_trace_server.environment()}
     return train(tmp_path_factory.mktemp("main_ppo_weave"), demo_model, "trainer.use_v1=True",
                  "trainer.project_name=ent/proj", "actor_rollout_ref.rollout.dtype=bfloat16", backend="weave",
                  env=env)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
-def roots(run, wandb_server):
-    calls = {c["id"]: c for c in wandb_server.calls}
+def roots(run):
+    calls = {c["id"]: c for c in weave_calls("ent/proj")}
     return calls, [c for c in calls.values() if c["parent_id"] is None]
 
 
@@ -79,12 +72,12 @@ def test_each_root_carries_verls_reward(run, roots):
     assert traced == dumped
 
 
-def test_each_root_has_the_training_record_as_feedback(run, roots, wandb_server):
+def test_each_root_has_the_training_record_as_feedback(run, roots):
     """One ``rollscope.training`` feedback per root call; its group and score are the uid and score
     verl's own dump holds (its key is {uid}_{session}_{output}), its advantage verl's GRPO formula
     of its group's scores."""
     _, found = roots
-    feedback = {f["weave_ref"].rsplit("/", 1)[1]: f for f in wandb_server.feedback}
+    feedback = {f["weave_ref"].rsplit("/", 1)[1]: f for f in weave_feedback("ent/proj")}
     assert set(feedback) == {root["id"] for root in found}
     payloads = [feedback[root["id"]]["payload"] for root in found]
     assert all(feedback[root["id"]]["feedback_type"] == "rollscope.training" for root in found)
@@ -101,8 +94,8 @@ def test_each_root_has_the_training_record_as_feedback(run, roots, wandb_server)
             assert p["policy_version"] == p["step"] - 1 and p["lag"] == 0
 
 
-def test_a_bfloat16_rollout_server_shows_as_a_log_prob_gap_on_loss_tokens(wandb_server):
-    payloads = [f["payload"] for f in wandb_server.feedback]
+def test_a_bfloat16_rollout_server_shows_as_a_log_prob_gap_on_loss_tokens(run):
+    payloads = [f["payload"] for f in weave_feedback("ent/proj")]
     assert payloads and all(p["logprob_delta_max"] > 1e-4 for p in payloads)  # float32 vs bfloat16 numerics
     for p in payloads:  # tool responses (rollout log-prob 0) are kept apart, never counted
         if p["masked_tokens"]:

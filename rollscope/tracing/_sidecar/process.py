@@ -9,11 +9,20 @@ import os
 import pickle
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from typing import Any
 
 from rollscope.tracing import _wire as wire
-from rollscope.tracing._sidecar.protocol import CONFIG, FAILED, READY, read_frame, read_frame_timeout, write_frame
+from rollscope.tracing._sidecar.protocol import (
+    CONFIG,
+    FAILED,
+    LOG,
+    READY,
+    read_frame,
+    read_frame_timeout,
+    write_frame,
+)
 
 log = logging.getLogger("rollscope.tracing")
 
@@ -29,7 +38,12 @@ def greet(out_fd: int, in_fd: int, config: dict[str, Any], timeout: float = STAR
     this process (``TraceBackend.resume_options``). The backends' own errors (a trace directory
     that cannot be created) are raised as they are; no answer or a garbled one is a SidecarError."""
     write_frame(out_fd, CONFIG, pickle.dumps(config))
+    deadline = time.monotonic() + timeout
     reply = read_frame_timeout(in_fd, timeout)
+    while reply is not None and reply[0] == LOG:  # what the child warned of while it started (an adopted spool)
+        level, message = wire.decode(reply[1])
+        log.log(level, "trace sidecar: %s", message)
+        reply = read_frame_timeout(in_fd, max(0.0, deadline - time.monotonic()))
     if reply is None or reply[0] not in (READY, FAILED):
         raise SidecarError("no greeting" if reply is None else f"an unexpected first frame (kind {reply[0]})")
     if reply[0] == FAILED:

@@ -93,6 +93,7 @@ class LocalBackend(TraceBackend):
         self._position: int | None = None  # marked, not yet committed
         self.dropped_spans = 0  # given up while the disk stayed full (see flush), or unwritten at close
         self.lost_trajectories = 0
+        self.refused_rows = 0  # rows SQLite refused for what they held (``_write_row_by_row``)
         self.stored_trajectories = 0  # finished trajectories made durable
         self.stored_spans = 0
 
@@ -159,7 +160,43 @@ class LocalBackend(TraceBackend):
             # for the next flush (bounded), and let the error be reported.
             self._write_what_fits()
             raise
+        except Exception:  # a row SQLite refuses for what it holds: that row is lost, never its batch
+            self._write_row_by_row(position)
+            raise
         self._trajectories, self._spans, self._rewards, self._late_counts, self._training = {}, [], [], [], []
+
+    def _write_row_by_row(self, position: int | None) -> None:
+        """Each row of the batch in a transaction of its own; the rows refused are counted
+        (``refused_rows``) and let go — retrying them cannot help —, the rest is stored."""
+        refused = 0
+        for row in self._trajectories.values():
+            if self._written(trajectories=[row]):
+                self._count_stored([row], 0)
+            else:
+                refused += 1
+                self.lost_trajectories += row[_STATUS] != "running"
+        for span in self._spans:
+            if self._written(spans=[span]):
+                self._count_stored((), 1)
+            else:
+                refused += 1
+                self.dropped_spans += 1
+        refused += sum(not self._written(rewards=[r]) for r in self._rewards)
+        refused += sum(not self._written(counts=[c]) for c in self._late_counts)
+        refused += sum(not self._written(training=[t]) for t in self._training)
+        if position is not None and self._written(position=position):
+            self._position = None
+        self.refused_rows += refused
+        self._trajectories, self._spans, self._rewards, self._late_counts, self._training = {}, [], [], [], []
+
+    def _written(self, **rows: Any) -> bool:
+        try:
+            self.writer.write(**rows)
+            return True
+        except sqlite3.OperationalError:
+            raise  # no room after all: the caller's caller reports it
+        except Exception:
+            return False
 
     def _write_what_fits(self) -> None:
         spans_of: dict[str, list[tuple]] = {}
@@ -193,7 +230,7 @@ class LocalBackend(TraceBackend):
         """Exact: what is durable, what waits in memory for room, what was given up."""
         return {"stored_trajectories": self.stored_trajectories, "stored_spans": self.stored_spans,
                 "retained_trajectories": len(self._trajectories), "retained_spans": len(self._spans),
-                "lost_trajectories": self.lost_trajectories,
+                "lost_trajectories": self.lost_trajectories, "refused_rows": self.refused_rows,
                 **({"rewards_after_seal": publisher.rewards_after_seal,
                     "retention_dropped": publisher.retention_dropped}
                    if (publisher := self.writer.publisher) is not None else {})}  # fmt: skip

@@ -10,24 +10,30 @@ version, log-prob agreement) arrives after the call ended: it goes as feedback o
 
 Runs in the trace sidecar with a weave client of its own: ``weave.init(project)``, the call verl
 makes, so the same entity and project (``WANDB_*`` environment, ``trainer.project_name``). Calls go
-to the client's trace server as complete start/end records, which its batch processor pairs and
-ships; the weave client's per-value serializer never walks a payload (the shaped payload is plain
-JSON already), and token-id and log-prob lists travel packed as one string each, beside their
-decoded text (``compact``).
+to the client's trace server as complete call records, one ``calls/complete`` batch a flush
+(``send_calls``: a call the server refuses costs that call only, kept as a dead letter); the weave
+client's per-value serializer never walks a payload (the shaped payload is plain JSON already),
+and token-id and log-prob lists travel packed as one string each, beside their decoded text
+(``compact``).
 """
 
 from __future__ import annotations
 
 import datetime
 import json
+import logging
 import os
 import uuid
+from pathlib import Path
 from typing import Any
 
+from rollscope.store.text import REPLAY
+from rollscope.tracing._spool import destination_dir, spool_root
 from rollscope.tracing.backends.buffered import TrajectoryBackend
-from rollscope.tracing.backends.records import SpanLike, kind_of, reward_details, training_summary, walk
-from rollscope.tracing.spans import Span, Trajectory
+from rollscope.tracing.backends.records import SpanLike, in_start_order, kind_of, reward_details, training_summary
+from rollscope.tracing.spans import CODE_ATTRIBUTES, CODE_FILE, CODE_FUNCTION, CODE_LINE, Span, Trajectory
 
+log = logging.getLogger("rollscope.tracing")
 TRAINING_FEEDBACK = "rollscope.training"  # the feedback type of a trajectory's training record
 _NAMESPACE = uuid.UUID("6f1d3c2e-5b7a-4e2f-9c1d-7a2b3c4d5e6f")
 # Lists shorter than this stay lists: only token ids and log-probs are long enough to matter.
@@ -73,6 +79,9 @@ class WeaveBackend(TrajectoryBackend):
         self._client = weave_client
         self._weave_project = weave_project or project or "rollscope"
         self._ops: dict[str, str] = {}
+        self._pending: list[dict[str, Any]] = []  # complete calls, sent at the next flush
+        self.rejected = 0  # calls the server refused (each alone: ``send_calls``), kept as dead letters
+        self._said_rejected = False
 
     @property
     def client(self) -> Any:
@@ -83,14 +92,51 @@ class WeaveBackend(TrajectoryBackend):
         return self._client
 
     def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
-        write_trajectory(self.client, trajectory_view(trajectory, self.experiment), spans, self._ops)
+        self._pending += complete_calls(self.client, trajectory_view(trajectory, self.experiment), spans, self._ops)
 
     def on_training(self, trajectory_id: str, record: dict[str, Any]) -> None:
         write_training(self.client, trajectory_id, record)
 
     def flush(self) -> None:
+        """Send the calls written since the last flush, in one batch: a call the server refuses
+        costs that call only (``send_calls``). A failure that may pass (the server down, a 5xx)
+        raises, and the spool hands the same events over again."""
+        calls, self._pending = self._pending, []
+        if calls:
+            refused = send_calls(self.client.server, calls)
+            if refused:
+                self._reject(refused)
         if self._client is not None:
             self._client.flush()
+
+    def _reject(self, refused: list[tuple[dict[str, Any], str]]) -> None:
+        self.rejected += len(refused)
+        keep_dead_letters(self.destination(), refused)
+        if not self._said_rejected:
+            self._said_rejected = True
+            call, reason = refused[0]
+            log.warning("trace backend 'weave': the server refused call %r of trajectory %s (%s); the other calls "
+                        "of its batch were sent; refused calls are counted (stats: rejected) and kept in %s",
+                        call.get("display_name"), call.get("trace_id"), reason,
+                        dead_letters_path(self.destination()))  # fmt: skip
+
+    def counts(self) -> dict[str, int]:
+        return {"rejected": self.rejected}
+
+    def resend_refused(self) -> tuple[int, int, Path]:
+        """Send the calls this destination refused again (the server or the data mended since):
+        those it takes leave the dead letters, those it refuses again stay, with the new reason.
+        Returns (sent, still refused, the dead letters' path)."""
+        path = dead_letters_path(self.destination())
+        try:
+            letters = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        except FileNotFoundError:
+            return 0, 0, path
+        refused = send_calls(self.client.server, [letter["call"] for letter in letters])
+        kept = path.with_suffix(".resending")
+        kept.write_text("".join(_dead_letter(call, reason) for call, reason in refused))
+        kept.replace(path)  # (one rename: a crash leaves the old letters or the new, never half)
+        return len(letters) - len(refused), len(refused), path
 
     def destination(self) -> str:
         return f"weave {os.environ.get('WF_TRACE_SERVER_URL', '-')} {self._weave_project}"
@@ -113,27 +159,40 @@ def trajectory_view(t: Any, experiment: str | None) -> dict[str, Any]:
         "status": t.status, "reward": t.reward, "reward_details": reward_details(t),
         "error": getattr(t, "error_message", None),
         "attributes": {"step": t.step, "sample_index": t.sample_index, "rollout_n": t.rollout_n,
-                       "validate": bool(t.validate), "experiment_name": t.experiment or experiment},
+                       "validate": bool(t.validate), "experiment_name": t.experiment or experiment,
+                       "agent_name": t.agent_name},
     }  # fmt: skip
 
 
-def _op_name(client: Any, name: str, ops: dict[str, str]) -> str:
-    """The op's ref, published once per name (Weave's op filter lists it), as the client's
-    ``create_call`` would for an op given by name."""
+def _op_name(client: Any, name: str, ops: dict[str, str], attributes: dict[str, Any] | None = None) -> str:
+    """The op's ref, published once per name (Weave's op filter lists it, its page shows its code):
+    the traced function's own source where the span says where it is defined, else a stub."""
     uri = ops.get(name)
     if uri is None:
         import weave
 
         try:
-            uri = weave.publish(weave.op(_anonymous, name=name), name=name).uri()
+            uri = weave.publish(weave.op(_function_at(attributes or {}), name=name), name=name).uri()
         except Exception:  # a server without object storage still takes the call by name
             uri = name
         ops[name] = uri
     return uri
 
 
-def _anonymous(*args: Any, **kwargs: Any) -> None:
-    """Stands for an op recorded by rollscope (its calls are written, never made)."""
+def _function_at(attributes: dict[str, Any]) -> Any:
+    """A function whose source, as ``inspect`` reads it (and Weave with it), is the traced
+    function's: a stub's code object pointed at the file and line the span names. Nothing of the
+    user's code is imported or run here (the file is read where the op is published)."""
+
+    def stub(*args: Any, **kwargs: Any) -> None:
+        """Stands for an op recorded by rollscope (its calls are written, never made)."""
+
+    path, line, qualname = (attributes.get(k) for k in (CODE_FILE, CODE_LINE, CODE_FUNCTION))
+    if isinstance(path, str) and isinstance(line, int) and isinstance(qualname, str) and os.path.isfile(path):
+        short = qualname.rsplit(".", 1)[-1]
+        stub.__code__ = stub.__code__.replace(co_filename=path, co_firstlineno=line, co_name=short)
+        stub.__name__, stub.__qualname__ = short, qualname
+    return stub
 
 
 def _usage(span: Any) -> dict[str, Any] | None:
@@ -163,23 +222,23 @@ def _exception(kind: str | None, message: str | None) -> str:
     return json.dumps({"type": kind or "Error", "message": message or ""})
 
 
-def write_trajectory(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: dict[str, str] | None = None,
-                     ) -> None:  # fmt: skip
-    """The root call and one call per span (parents before children), each sent to the client's
-    trace server as a start and an end record with the recorded times. ``spans`` may be live
-    Spans or stored SpanRecords."""
+def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: dict[str, str] | None = None,
+                   ) -> list[dict[str, Any]]:  # fmt: skip
+    """The root call and one call per span (parents before children), each a complete call record
+    (start and end together, Weave's ``calls/complete``) with the recorded times. ``spans`` may be
+    live Spans or stored SpanRecords."""
     ops = {} if ops is None else ops
-    server, project_id = client.server, client.project_id
+    project_id = client.project_id
+    calls: list[dict[str, Any]] = []
     attributes = {k: v for k, v in t["attributes"].items() if v is not None}
     root_id = call_id(t["id"])
     ids = {t["id"]: root_id}
     total_usage: dict[str, Any] = {}
     root_start = _time(t["start_ns"])
-    server.call_start({"start": {
-        "project_id": project_id, "id": root_id, "trace_id": root_id, "parent_id": None,
-        "op_name": _op_name(client, t["name"], ops), "display_name": t["name"], "started_at": root_start,
-        "attributes": attributes, "inputs": {"trajectory_id": t["id"], **attributes}}})  # fmt: skip
-    ends: dict[str, dict[str, Any]] = {}
+    root = {"project_id": project_id, "id": root_id, "trace_id": root_id, "parent_id": None,
+            "op_name": _op_name(client, t["name"], ops), "display_name": t["name"], "started_at": root_start,
+            "attributes": attributes, "inputs": {"trajectory_id": t["id"], **attributes}}  # fmt: skip
+    calls.append(root)
 
     def start(s: SpanLike) -> None:
         kind = kind_of(s)
@@ -187,32 +246,75 @@ def write_trajectory(client: Any, t: dict[str, Any], spans: list[SpanLike], ops:
         started = _time(s.start_ns)
         inputs = compact(s.inputs) if isinstance(s.inputs, dict) else {"inputs": compact(s.inputs)}
         span_attributes = {**attributes, "kind": kind, **_plain_attributes(s.attributes)}
-        server.call_start({"start": {
-            "project_id": project_id, "id": cid, "trace_id": root_id, "parent_id": ids.get(s.parent_id, root_id),
-            "op_name": _op_name(client, s.name, ops), "display_name": s.name, "started_at": started,
-            "attributes": span_attributes, "inputs": inputs}})  # fmt: skip
         summary: dict[str, Any] = {}
+        if REPLAY in (s.attributes or {}):  # what replay needs is data, not a column to filter by
+            summary[REPLAY] = s.attributes[REPLAY]
         usage = _usage(s) if kind == "llm" else None
         if usage:
             summary["usage"] = usage
             _add_usage(total_usage, usage)
         error = s.status == "error"
-        ends[s.id] = {"end": {
-            "project_id": project_id, "id": cid, "trace_id": root_id, "started_at": started,
-            "ended_at": _time(s.end_ns or s.start_ns), "output": compact(s.outputs), "summary": summary,
-            "exception": _exception(s.error_type, s.error_message) if error else None}}  # fmt: skip
+        calls.append({
+            "project_id": project_id, "id": cid, "trace_id": root_id, "parent_id": ids.get(s.parent_id, root_id),
+            "op_name": _op_name(client, s.name, ops, s.attributes), "display_name": s.name, "started_at": started,
+            "attributes": span_attributes, "inputs": inputs, "ended_at": _time(s.end_ns or s.start_ns),
+            "output": compact(s.outputs), "summary": summary,
+            "exception": _exception(s.error_type, s.error_message) if error else None})  # fmt: skip
 
-    walk(spans, start, lambda s: server.call_end(ends[s.id]))
+    for s in in_start_order(spans):
+        start(s)
     error = t["status"] == "error"
     output = {"status": t["status"], "reward": t["reward"]}
     if t.get("reward_details"):
         output["reward_details"] = t["reward_details"]
-    server.call_end({"end": {
-        "project_id": project_id, "id": root_id, "trace_id": root_id, "started_at": root_start,
-        "ended_at": _time(t["end_ns"] or t["start_ns"]), "output": output,
-        "summary": {"usage": total_usage} if total_usage else {},
-        "exception": _exception("TrajectoryError", t["error"]) if error else None}})  # fmt: skip
+    root.update({"ended_at": _time(t["end_ns"] or t["start_ns"]), "output": output,
+                 "summary": {"usage": total_usage} if total_usage else {},
+                 "exception": _exception("TrajectoryError", t["error"]) if error else None})  # fmt: skip
+    return calls
+
+
+def send_calls(server: Any, calls: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
+    """``calls`` in one ``calls/complete`` request; a batch the server refuses (a 4xx: one call in
+    it it will not take refuses them all) is halved and each half sent, until each refused call
+    is alone. Returns the refused calls with the server's reason; other errors raise."""
+    if not calls:
+        return []
+    try:
+        server.calls_complete({"batch": calls})
+        return []
+    except Exception as exc:
+        status = getattr(getattr(exc, "response", None), "status_code", None) or getattr(exc, "status_code", None)
+        if not isinstance(status, int) or not 400 <= status < 500 or status in (408, 429):
+            raise
+        if len(calls) == 1:
+            return [(calls[0], f"{status}: {str(exc)[:300]}")]
+        half = len(calls) // 2
+        return send_calls(server, calls[:half]) + send_calls(server, calls[half:])
+
+
+def dead_letters_path(destination: str) -> Path:
+    """Where the calls a destination refused are kept (JSON lines: the call and the reason), beside
+    that destination's spool."""
+    return destination_dir(spool_root(), destination) / "refused.jsonl"
+
+
+def _dead_letter(call: dict[str, Any], reason: str) -> str:
+    """One line of the dead letters: the refused call and the server's reason."""
+    return json.dumps({"reason": reason, "call": call}, default=str) + "\n"
+
+
+def keep_dead_letters(destination: str, refused: list[tuple[dict[str, Any], str]]) -> None:
+    path = dead_letters_path(destination)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with path.open("a") as f:
+            f.writelines(_dead_letter(call, reason) for call, reason in refused)
+    except OSError as exc:
+        log.warning("trace backend 'weave': refused calls not kept (%s: %s)", type(exc).__name__, exc)
+
+
+_NOT_COLUMNS = {"kind", REPLAY, *CODE_ATTRIBUTES}  # replay's data (the summary), the op's code (the op)
 
 
 def _plain_attributes(attributes: dict[str, Any] | None) -> dict[str, Any]:
-    return {k: v for k, v in (attributes or {}).items() if v is not None and k != "kind"}
+    return {k: v for k, v in (attributes or {}).items() if v is not None and k not in _NOT_COLUMNS}

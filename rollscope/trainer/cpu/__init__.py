@@ -7,7 +7,11 @@ is set (``rollscope.trainer.launch.cpu_environment`` sets it with the rest). It 
 - ``platform``: the ``cpu`` platform (``VERL_PLATFORM=cpu``): gloo for collectives, ``"cpu"`` as
   the device, stand-ins for the CUDA memory and RNG calls verl makes;
 - ``rollout``: the ``hf_cpu`` rollout (``actor_rollout_ref.rollout.name=hf_cpu``): a Ray actor
-  that generates with Hugging Face ``generate`` and takes the actor's weights at every sync.
+  that generates with Hugging Face ``generate`` and takes the actor's weights at every sync;
+- ``vllm_weights``: for verl's own vLLM rollout on vLLM's CPU build (``rollout.name=vllm``), the
+  linear layers keep their weights so that verl's weight sync can load new ones.
+
+``vllm_dist`` writes the ``vllm`` distribution name an install of vLLM's CPU build lacks (``make vllm``).
 
 Importing this package or its modules changes nothing; only the plugin does.
 """

@@ -1,7 +1,8 @@
-"""What verl imports in each of its processes (``VERL_USE_EXTERNAL_MODULES``): the CPU platform, and
-the ``hf_cpu`` rollout named where verl looks rollouts up (its worker-side registry and its
-replicas'). The rollout module is named, not imported: verl imports it when it needs it, and a Ray
-actor process that imports it first (to build the server) imports verl, and so this plugin, from it.
+"""What verl imports in each of its processes (``VERL_USE_EXTERNAL_MODULES``): the CPU platform, the
+``hf_cpu`` rollout named where verl looks rollouts up (its worker-side registry and its replicas'),
+and vLLM's CPU linear layers keeping their weights for verl's weight sync (``vllm_weights``). The
+rollout module is named, not imported: verl imports it when it needs it, and a Ray actor process
+that imports it first (to build the server) imports verl, and so this plugin, from it.
 """
 
 import importlib
@@ -9,7 +10,7 @@ import importlib
 from verl.workers.rollout import base as verl_rollout_base
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-from rollscope.trainer.cpu import ROLLOUT_NAME, platform
+from rollscope.trainer.cpu import ROLLOUT_NAME, platform, vllm_weights
 
 _ROLLOUT_MODULE = "rollscope.trainer.cpu.rollout"
 
@@ -19,5 +20,6 @@ def _replica_class() -> type:
 
 
 platform.install()
+vllm_weights.install()
 verl_rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{_ROLLOUT_MODULE}.HFCPUServerAdapter"
 RolloutReplicaRegistry.register(ROLLOUT_NAME, _replica_class)

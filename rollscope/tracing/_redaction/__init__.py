@@ -1,0 +1,152 @@
+"""Secret redaction, applied to every payload before any backend (the local store included) sees it.
+
+Four nets: the engine (``engine``: Kingfisher's scanner with ~1,250 rules — vendor formats from
+its and Betterleaks' catalogs, and rollscope's own rules for the shapes no vendor rule names:
+secret-sounding names in any syntax, command-line and URL credentials, Authorization headers,
+keys in prose; ``rollscope_rules.yml``); detect-secrets' detectors (``detect_secrets``: the bare
+formats Kingfisher leaves to entropy filters, and its keyword detector's assignments); values
+under secret-named keys (``{"api_key": ...}``, ``is_secret_key``, applied by the shaper); and the
+literal values of secret-looking environment variables of this process and of the traced one (so
+a key that leaks into a prompt or tool output is caught whatever its shape), with the user's
+``redact_patterns``. Only what a net reports is
+replaced, never the whole string; a found secret long enough not to be a word is replaced
+wherever else it occurs too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Iterable, Mapping
+
+from rollscope.tracing._redaction.detect_secrets import DetectSecretsRules
+from rollscope.tracing._redaction.engine import shared
+
+REDACTED = "[REDACTED]"
+_GLOBAL_MIN = 8  # a found secret this long is redacted wherever it occurs, not only where found
+_REMEMBERED_LEN = 512  # strings up to this long are redacted once per redactor (``text``)
+_REMEMBERED = 8192
+
+# A key names a secret when it ends in one of these words (``aws_secret_access_key``, ``db_password``;
+# not ``max_tokens``), or has ``secret`` / ``password`` as a word anywhere in it.
+_SECRET_KEY = re.compile(
+    r"(?i)(?:^(?:.*[_\-.])?(?:api[_\-]?key|apikey|secret|client[_\-]?secret|password|passwd|"
+    r"authorization|credentials?|private[_\-]?key|access[_\-]?key|secret[_\-]?key|access[_\-]?token|"
+    r"auth[_\-]?token|refresh[_\-]?token|api[_\-]?token|bearer[_\-]?token|session[_\-]?token|id[_\-]?token|"
+    r"token|dsn)$)|(?:(?:^|[_\-.])(?:secret|password|passwd)(?:$|[_\-.]))"
+)
+
+_SECRET_ENV = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)")
+_MIN_ENV_SECRET_LEN = 8
+
+
+def secret_env_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Values of environment variables whose names look like they hold secrets."""
+    env = os.environ if environ is None else environ
+    return sorted(
+        {v for k, v in env.items() if _SECRET_ENV.search(k) and len(v) >= _MIN_ENV_SECRET_LEN},
+        key=len,
+        reverse=True,
+    )
+
+
+class Redactor:
+    """Replaces secrets in strings and under secret-named keys with ``[REDACTED]``."""
+
+    #: How often ``refresh_environment`` looks at the environment again, at most.
+    REFRESH_S = 0.1
+
+    def __init__(self, extra_patterns: Iterable[str] = (), include_environment: bool = True) -> None:
+        self._engine = shared()
+        self._detect_secrets = _detect_secrets()
+        self._literals = secret_env_values() if include_environment else []
+        self._environment = include_environment
+        self._refreshed = time.monotonic()
+        # Short strings repeat endlessly (span and tool names, a task's question, stop reasons): each
+        # scanned once (the engine's fixed cost per call is most of a short string's), forgotten
+        # whenever what counts as a secret changes (``add_literals``).
+        self._done: dict[str, str] = {}
+        self._user: list[re.Pattern[str]] = []
+        for p in extra_patterns:
+            try:
+                self._user.append(re.compile(p))
+            except re.error as exc:
+                raise ValueError(f"redact pattern {p!r} is not a valid regular expression: {exc}") from exc
+
+    def text(self, s: str) -> str:
+        short = len(s) <= _REMEMBERED_LEN
+        if short:
+            done = self._done.get(s)
+            if done is not None:
+                return done
+        spans = self._engine.spans(s) + self._detect_secrets.spans(s)
+        for value in self._literals:
+            if value in s:
+                spans += _occurrences(s, value)
+        for pattern in self._user:
+            spans += (m.span() for m in pattern.finditer(s))
+        out = _replaced(s, spans) if spans else s
+        if short:
+            if len(self._done) >= _REMEMBERED:
+                self._done.clear()
+            self._done[s] = out
+        return out
+
+    @staticmethod
+    def is_secret_key(key: str) -> bool:
+        return bool(_SECRET_KEY.search(key))
+
+    def add_literals(self, values: Iterable[str]) -> None:
+        """Also redact these values (secrets of another process's environment; old ones are kept:
+        events holding them may still be on their way)."""
+        merged = set(self._literals) | {v for v in values if len(v) >= _MIN_ENV_SECRET_LEN}
+        if len(merged) != len(self._literals):
+            self._literals = sorted(merged, key=len, reverse=True)
+            self._done = {}
+
+    def refresh_environment(self) -> None:
+        """Pick up secret-looking environment variables set since the last look (at most every
+        ``REFRESH_S``): a key exported after tracing started is redacted from then on."""
+        now = time.monotonic()
+        if self._environment and now - self._refreshed >= self.REFRESH_S:
+            self._refreshed = now
+            self.add_literals(secret_env_values())
+
+
+_DETECT_SECRETS: list[DetectSecretsRules] = []
+
+
+def _detect_secrets() -> DetectSecretsRules:
+    """detect-secrets' rules, compiled once per process (~50 ms)."""
+    if not _DETECT_SECRETS:
+        _DETECT_SECRETS.append(DetectSecretsRules())
+    return _DETECT_SECRETS[0]
+
+
+def _occurrences(s: str, value: str) -> list[tuple[int, int]]:
+    found, at = [], s.find(value)
+    while at != -1:
+        found.append((at, at + len(value)))
+        at = s.find(value, at + len(value))
+    return found
+
+
+def _replaced(s: str, spans: list[tuple[int, int]]) -> str:
+    """``s`` with each span (merged where they overlap) replaced by REDACTED, and each found
+    secret of ``_GLOBAL_MIN`` characters or more wherever else it occurs."""
+    long = {s[a:b] for a, b in spans if b - a >= _GLOBAL_MIN}
+    for secret in long:
+        spans += _occurrences(s, secret)
+    out, at = [], 0
+    for a, b in sorted(spans):
+        if b <= at:
+            continue
+        if a < at:  # overlapping what was just replaced: that one grows
+            at = b
+            continue
+        out.append(s[at:a])
+        out.append(REDACTED)
+        at = b
+    out.append(s[at:])
+    return "".join(out)

@@ -1,0 +1,76 @@
+"""Kingfisher (MongoDB's secret scanner, Rust with vectorscan; PyPI ``kingfisher-secret-scanner``)
+as the redactor's engine: its built-in rules (the Betterleaks catalog), Kingfisher's own catalog
+(``kingfisher_rules.yml``, written by ``tests/fixtures/kingfisher/extract.py``) and rollscope's
+rules for the shapes no vendor rule names (``rollscope_rules.yml``), about 1,250 rules compiled
+into one database and run in one scan per string.
+
+The database is compiled once per machine (~8 s; the SDK keeps it in its cache) and loaded in
+~0.3 s, once per process (``shared``): on a thread of its own, started when the first redactor is
+made, so a trace sidecar answers at once and waits for the rules only at its first string to
+redact. Rules that cannot be loaded are an error at that string, never a silent pass.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+RULES = [Path(__file__).with_name("kingfisher_rules.yml"), Path(__file__).with_name("rollscope_rules.yml")]
+
+
+class SecretEngine:
+    """Where a string holds a secret Kingfisher knows, as ``(start, end)`` indices of the string."""
+
+    def __init__(self) -> None:
+        self._scanner: Any = None
+        self._error: BaseException | None = None
+        self._ready = threading.Event()
+        threading.Thread(target=self._load, name="rollscope-secret-rules", daemon=True).start()
+
+    def _load(self) -> None:
+        try:
+            from kingfisher_sdk import Rules, Scanner
+
+            # every confidence: a trace loses a false positive safely, a missed key for good
+            self._scanner = Scanner(Rules(RULES, confidence="low"))
+        except BaseException as exc:  # surfaced at the first scan, in the thread that shapes
+            self._error = exc
+        finally:
+            self._ready.set()
+
+    def spans(self, s: str) -> list[tuple[int, int]]:
+        if self._scanner is None:
+            self._ready.wait()
+            if self._error is not None:
+                raise RuntimeError(f"secret rules could not be loaded: {self._error}") from self._error
+        found = [f.location for f in self._scanner.scan(s) if f.visible]  # (others are parts of a rule)
+        if not found:
+            return []
+        if s.isascii():
+            return [(at["start_offset"], at["end_offset"]) for at in found]
+        data = s.encode("utf-8")  # the scanner's offsets count UTF-8 bytes
+        index = _char_index(data)
+        return [(index(at["start_offset"]), index(at["end_offset"])) for at in found]
+
+
+_SHARED: tuple[int, SecretEngine] | None = None
+_LOCK = threading.Lock()
+
+
+def shared() -> SecretEngine:
+    """This process's engine (its rules loaded once, whoever asks first; a forked child loads its
+    own: the loading thread did not come with it)."""
+    global _SHARED
+    with _LOCK:
+        if _SHARED is None or _SHARED[0] != os.getpid():
+            _SHARED = (os.getpid(), SecretEngine())
+        return _SHARED[1]
+
+
+def _char_index(data: bytes) -> Any:
+    def index(offset: int) -> int:
+        return len(data[:offset].decode("utf-8", "ignore"))
+
+    return index

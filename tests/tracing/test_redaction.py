@@ -1,0 +1,149 @@
+"""Redaction on its engines (tracing._redaction): Kingfisher's rule examples caught, ordinary text
+left alone, the shapes found leaking caught in the store, only what is found replaced, and the
+ways someone would try to slip a secret past it. (detect-secrets' own cases:
+test_detect_secrets_corpus.py.)"""
+
+import asyncio
+import base64
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rollscope import tracing
+from rollscope.tracing._redaction import REDACTED, Redactor
+from rollscope.tracing._redaction.engine import RULES
+from tests.tracing.test_payload import _all_stored_text
+
+FIXTURES = Path(__file__).parents[1] / "fixtures"
+
+
+@pytest.fixture(scope="module")
+def redactor():
+    return Redactor(include_environment=False)
+
+
+def test_kingfishers_rule_examples_are_caught(redactor, capsys):
+    examples = [e for e in json.loads((FIXTURES / "kingfisher" / "examples.json").read_text())["examples"]
+                if e["visible"]]  # (a rule that only supplies a part to another reports nothing alone)
+    missed = [e for e in examples if redactor.text(e["text"]) == e["text"]]
+    with capsys.disabled():
+        print(f"\nKingfisher's rule examples caught: {len(examples) - len(missed)} of {len(examples)}")
+    assert len(missed) <= 0.05 * len(examples), missed[:20]
+
+
+def test_ordinary_text_is_left_alone(redactor, capsys):
+    lines = json.loads((FIXTURES / "ordinary_text" / "lines.json").read_text())["lines"]
+    altered = [(x["kind"], x["line"]) for x in lines if redactor.text(x["line"]) != x["line"]]
+    with capsys.disabled():
+        print(f"\nordinary lines altered: {len(altered)} of {len(lines)} {altered}")
+    assert len(lines) >= 500 and len(altered) <= 0.01 * len(lines)
+
+
+def test_each_of_rollscopes_own_rules_finds_its_examples(redactor):
+    for path in RULES:
+        for rule in yaml.safe_load(path.read_text())["rules"]:
+            for example in rule.get("examples") or []:
+                assert REDACTED in redactor.text(example), (rule["id"], example)
+
+
+# The shapes found leaking past the last redactor (secret, the text around it); the secret must not
+# reach the store, whatever else of the line does.
+LEAKED = [
+    ("MTA4NjYzNzY4NjQ5MDY1Mjg3NA", 'discordToken = "{}"'),
+    ("aio_Zx9K2mQ7rT4vW8yB3nP6sD1f", 'ADAFRUIT_TOKEN ::= "{}"'),
+    ("patJ4kL9mN2pQ5rS8.a1b2c3d4e5", "<airtableToken>{}</airtableToken>"),
+    ("0f9e8d7c6b5a49382716", 'System.setProperty("BITTREX_TOKEN", "{}");'),
+    ("fb7Kq2Lm9Np4Rs6Tv8", '$freshbooksToken .= "{}";'),
+    ("ntn_12345678901" + "aB3dE5gH7jK9mN1pQ3sT5vX7zA2cD4fG" + "h6J", "the notion key {} in a log line"),
+    ("sgp_" + "0123456789abcdef" * 4, "export SRC={}"),
+    ("hvb." + hashlib.sha512(b"vault").hexdigest() + hashlib.sha256(b"batch").hexdigest()[:20], "vault said {}"),
+    ("dop_v1_" + "a1b2c3d4" * 8, "DIGITALOCEAN {}"),
+    ("fo1_" + "Zm9vYmFyYmF6cXV4MTIzNDU2Nzg5MGFiY2RlZmdoaWprbG1u", "fly {}"),
+    ("s3cr3tPass", "curl -u admin:{} https://api.example.com/v1"),
+    ("Hunter2Hunter2", '<add key="Password" value="{}"/>'),
+    ("c3VwZXJzZWNyZXRwYXNzd29yZDEyMw==", "apiVersion: v1\nkind: Secret\ndata:\n  password: {}\n"),
+    ("npm_" + "aBcDeFgHiJkLmNoPqRsTuVwXyZ0123456789", "then publish with {} from the CI"),
+]
+
+
+def test_the_shapes_found_leaking_never_reach_the_store(trace_dir):
+    tracing.init_tracing(trace_dir=str(trace_dir))
+    with tracing.rollout_trace_attr(step=0, sample_index=0):
+        for i, (secret, shape) in enumerate(LEAKED):
+            with tracing.trace_span(f"tool{i}", inputs={"code": shape.format(secret)}) as span:
+                span.outputs = {"stdout": f"ran: {shape.format(secret)}"}
+    assert tracing.flush_tracing(60)
+    stored = _all_stored_text(trace_dir)
+    assert [s for s, _ in LEAKED if s in stored] == []
+    assert "System.setProperty" in stored and "<airtableToken>" in stored  # the rest of each line kept
+
+
+# Ordinary code that names secrets without holding one: unchanged.
+CODE = [
+    "secret := maskSecret(f.Secret, percent)",
+    "self.password = password",
+    "token = self.token",
+    "max_tokens = 256",
+    "tokenizer = AutoTokenizer.from_pretrained(model_dir)",
+    'if not api_key: raise ValueError("set OPENAI_API_KEY")',
+    "prompt_token_ids = [151644, 8948, 198]",
+    "passwd = getpass.getpass(prompt)",
+    "commit 8f3c2a1b9d4e5f60718293a4b5c6d7e8f9012345",
+]
+
+
+@pytest.mark.parametrize("line", CODE)
+def test_code_that_only_names_a_secret_is_unchanged(redactor, line):
+    assert redactor.text(line) == line
+
+
+def test_only_the_secret_is_replaced_not_its_payload(redactor):
+    secret = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    text = "Step 1: clone the repo.\n" * 50 + f"GITHUB_TOKEN={secret}\n" + "Step 3: run the tests.\n" * 50
+    out = redactor.text(text)
+    assert secret not in out and out == text.replace(secret, REDACTED)
+
+
+def test_offsets_hold_after_multibyte_text(redactor):
+    secret = "ghp_" + "a1B2c3D4e5F6g7H8i9J0k1L2m3N4o5P6q7R8"
+    text = f"résumé 東京 🚀 token: {secret} — fin"
+    assert redactor.text(text) == text.replace(secret, REDACTED)
+
+
+# Someone shaping text to slip a secret past: an engine's ignore markers, encodings, splitting.
+SECRET = "ghp_" + "Zq8Wn3Rt6Yu1Io4Pa7Sd0Fg2Hj5Kl9Xc3Vb6"
+HOSTILE = [
+    f"token = {SECRET}  # kingfisher:ignore",
+    f"token = {SECRET}  # gitleaks:allow",
+    f"token = {SECRET}  # pragma: allowlist secret",
+    f"x {base64.b64encode(f'gh token {SECRET} ok'.encode()).decode()}",
+    f'{{"nested": "{{\\"token\\": \\"{SECRET}\\"}}"}}',
+    f"<p>{SECRET}</p>",
+]
+
+
+@pytest.mark.parametrize("text", HOSTILE, ids=["kingfisher ignore", "gitleaks allow", "detect-secrets allowlist",
+                                                "base64", "escaped JSON", "HTML"])  # fmt: skip
+def test_markers_and_encodings_do_not_hide_a_secret(redactor, text):
+    out = redactor.text(text)
+    assert REDACTED in out and SECRET not in out
+
+
+def test_a_secret_in_a_dict_key_or_a_tool_error_is_redacted(trace_dir, read_store):
+    class Tool:
+        @tracing.rollout_trace_op(kind="tool")
+        async def execute(self, instance_id, parameters):
+            raise RuntimeError(f"auth failed for {SECRET}")
+
+    tracing.init_tracing(trace_dir=str(trace_dir))
+
+    async def main():
+        with tracing.rollout_trace_attr(step=0, sample_index=0), pytest.raises(RuntimeError):
+            await Tool().execute("i1", {SECRET: 1})
+
+    asyncio.run(main())
+    read_store()
+    assert SECRET not in _all_stored_text(trace_dir)

@@ -1,0 +1,158 @@
+"""The weave backend against W&B's own Weave trace server (tests.engines: weave's
+ClickHouseTraceServer on in-process ClickHouse, one per module), read back through the weave
+client's own queries, as a user's Weave pages read them."""
+
+import pytest
+
+from rollscope import tracing
+from rollscope.store import TraceStore
+from tests.engines import weave_calls
+from tests.tracing.value_kinds import TABLE, cut_cycle
+
+pytestmark = pytest.mark.slow
+
+
+def test_every_kind_of_value_reads_back_from_weave_as_the_table_says(weave_trace_server):
+    tracing.init_tracing(backend="weave", weave_project="ent/values")
+    with tracing.rollout_trace_attr(step=0, sample_index=0):
+        for name, value, _ in TABLE:
+            with tracing.trace_span(name, inputs={"value": value}) as span:
+                span.outputs = {"value": value}
+    assert tracing.flush_tracing(120)
+    tracing.shutdown_tracing(120)
+    calls = {c["display_name"]: c for c in weave_calls("ent/values")}
+    assert set(calls) >= {name for name, _, _ in TABLE}  # no call lost to a hostile value
+    for name, _, expected in TABLE:
+        expected = cut_cycle(1) if name == "cycle" else expected  # (a level down: under "value")
+        assert calls[name]["inputs"] == {"value": _in_weave(expected)}, name
+        assert calls[name]["output"] == {"value": _in_weave(expected)}, name
+
+
+def _in_weave(value):
+    """The documented Weave form (docs/backends.md): a list of 16 or more numbers (token ids,
+    log-probs) packed into one space-separated string."""
+    if isinstance(value, dict):
+        return {k: _in_weave(v) for k, v in value.items()}
+    if isinstance(value, list):
+        if len(value) >= 16 and {type(v) for v in value} <= {int, float}:
+            return " ".join(map(str, value))
+        return [_in_weave(v) for v in value]
+    return value
+
+
+def _rollout(step, sample, n, validate, reward):
+    with tracing.rollout_trace_attr(step=step, sample_index=sample, rollout_n=n, validate=validate, name="tool_agent"):
+        with tracing.trace_span("ToolAgentLoop.run", kind="agent", inputs={"raw_prompt": f"what is {sample} + 1?"}):
+            with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": f"what is {sample} + 1?"}) as s:
+                s.outputs = {"response_text": '<tool_call>{"name": "calculator"}</tool_call>', "stop_reason": "stop"}
+            with tracing.trace_span("calculator", kind="tool", inputs={"expression": f"{sample} + 1"}) as s:
+                s.outputs = {"text": str(sample + 1)}
+        tracing.set_reward(reward)
+
+
+def _eq(field, value):
+    """A filter as the Weave UI's Traces table writes it."""
+    return {"$expr": {"$eq": [{"$getField": field}, {"$literal": value}]}}
+
+
+def test_the_traces_table_shows_each_trajectory_as_one_filterable_tree(weave_trace_server, trace_dir):
+    import weave
+
+    tracing.init_tracing(backend="local,weave", project="guide", experiment="exp-a", trace_dir=str(trace_dir),
+                         weave_project="ent/guide")  # fmt: skip
+    plan = [(step, sample, n, step == 2) for step in (1, 2) for sample in (0, 1) for n in (0, 1)]
+    for step, sample, n, validate in plan:
+        _rollout(step, sample, n, validate, reward=float(n))
+    assert tracing.flush_tracing(120)
+    [stored] = [t for t in TraceStore(trace_dir).trajectories() if (t.step, t.sample_index, t.rollout_n) == (1, 0, 1)]
+    tracing.shutdown_tracing(120)
+    tracing.init_tracing(backend="weave", project="guide", weave_project="ent/guide")  # the trainer's process
+    tracing.get_tracer().training(stored.id, {"advantage": 0.5, "uid": "g1", "score": 1.0})
+    assert tracing.flush_tracing(60)
+    tracing.shutdown_tracing(60)
+
+    client = weave.init("ent/guide")
+    roots = list(client.get_calls(filter={"trace_roots_only": True}))
+    assert len(roots) == len(plan)  # one root call per trajectory
+    for field, value, expected in [("attributes.step", 2, 4), ("attributes.sample_index", 1, 4),
+                                   ("attributes.rollout_n", 0, 4), ("attributes.validate", True, 4),
+                                   ("attributes.experiment_name", "exp-a", 8), ("attributes.step", 7, 0)]:  # fmt: skip
+        found = list(client.get_calls(filter={"trace_roots_only": True}, query=_eq(field, value)))
+        want = [r for r in roots if r.attributes[field.split(".")[1]] == value]
+        assert len(found) == expected == len(want), field
+        assert {c.id for c in found} == {c.id for c in want}, field
+    for root in roots:
+        tree = list(client.get_calls(filter={"trace_ids": [root.trace_id]}))
+        names = sorted(c.display_name for c in tree)
+        assert names == sorted(["tool_agent", "ToolAgentLoop.run", "llm.generate", "calculator"])
+        assert root.output["reward"] == float(root.attributes["rollout_n"])
+        llm = next(c for c in tree if c.display_name == "llm.generate")
+        tool = next(c for c in tree if c.display_name == "calculator")
+        run = next(c for c in tree if c.display_name == "ToolAgentLoop.run")
+        assert llm.parent_id == tool.parent_id == run.id and run.parent_id == root.id
+        sample = root.attributes["sample_index"]
+        assert llm.inputs["prompt_text"] == f"what is {sample} + 1?" and "calculator" in llm.output["response_text"]
+        assert tool.inputs["expression"] == f"{sample} + 1" and tool.output["text"] == str(sample + 1)
+    feedback = list(client.get_feedback(query=_eq("feedback_type", "rollscope.training")))
+    assert [(f.weave_ref.rsplit("/", 1)[1], f.payload["advantage"]) for f in feedback] == \
+        [(next(r.id for r in roots if (r.attributes["step"], r.attributes["sample_index"], r.attributes["rollout_n"])
+               == (1, 0, 1)), 0.5)]  # fmt: skip
+    a, b = roots[0], roots[1]  # two trajectories fetched for comparison hold the same fields
+    assert set(a.attributes) == set(b.attributes) and set(a.output) == set(b.output)
+
+
+
+def test_filter_columns_hold_what_users_filter_by_and_replay_data_is_in_the_summary(weave_trace_server):
+
+    from rollscope.store.text import REPLAY
+
+    tracing.init_tracing(backend="weave", project="columns", weave_project="ent/columns")
+    replay = {"class": "my_pkg.loops.MathLoop", "tokenizer": "/models/qwen"}
+    with tracing.rollout_trace_attr(step=5, sample_index=0, rollout_n=0, name="math_agent"), \
+            tracing.trace_span("MathLoop.run", kind="agent", **{REPLAY: replay}):  # fmt: skip
+        pass
+    assert tracing.flush_tracing(60)
+    tracing.shutdown_tracing(60)
+    calls = {c["display_name"]: c for c in weave_calls("ent/columns")}
+    root, run = calls["math_agent"], calls["MathLoop.run"]
+    assert root["attributes"]["agent_name"] == "math_agent" and root["attributes"]["step"] == 5
+    assert REPLAY not in run["attributes"] and run["attributes"]["step"] == 5
+    assert run["summary"][REPLAY] == replay
+
+
+def test_each_op_page_shows_the_traced_functions_own_code(weave_trace_server):
+    """Each op rollscope publishes is the traced function as its source reads (the file and line
+    its spans name, read in the sidecar; nothing of it imported there): two different ``run``
+    methods are two op objects, each with its own code, and where they are is no filter column."""
+    import weave
+
+    @tracing.rollout_trace_op(kind="agent", name="MathLoop.run")
+    def math_run(question):
+        return f"math: {question} * 2"
+
+    @tracing.rollout_trace_op(kind="agent", name="CodeLoop.run")
+    def code_run(question):
+        return f"code: {question}.upper()"
+
+    tracing.init_tracing(backend="weave", project="ops", weave_project="ent/ops")
+    for sample, run in enumerate((math_run, code_run)):
+        with tracing.rollout_trace_attr(step=1, sample_index=sample, rollout_n=0):
+            run("q")
+    assert tracing.flush_tracing(60)
+    tracing.shutdown_tracing(60)
+    client = weave.init("ent/ops")
+    filters = {"is_op": True, "latest_only": True, "object_ids": ["MathLoop.run", "CodeLoop.run"]}
+    ops = client.server.objs_query({"project_id": client.project_id, "filter": filters, "limit": None, "offset": None,
+                                    "sort_by": None, "metadata_only": False, "include_storage_size": False,
+                                    "include_tags_and_aliases": False}).objs  # fmt: skip
+    sources = {}
+    for op in ops:
+        digest = op.val["files"]["obj.py"]
+        sources[op.object_id] = client.server.file_content_read({"project_id": client.project_id,
+                                                                 "digest": digest}).content.decode()  # fmt: skip
+    assert sorted(sources) == ["CodeLoop.run", "MathLoop.run"]
+    assert "def math_run(question):" in sources["MathLoop.run"] and '* 2"' in sources["MathLoop.run"]
+    assert "def code_run(question):" in sources["CodeLoop.run"] and ".upper()" in sources["CodeLoop.run"]
+    assert "math_run" not in sources["CodeLoop.run"]
+    for call in weave_calls("ent/ops"):
+        assert not any(key.startswith("code.") for key in call["attributes"]), call["attributes"]

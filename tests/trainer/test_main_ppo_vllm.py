@@ -1,0 +1,75 @@
+"""verl's own ``main_ppo`` with its own vLLM rollout (``rollout.name=vllm``: verl's ``vLLMReplica``,
+its HTTP server and engine, on vLLM's CPU build) and the guide's trace keys, into the local store
+and W&B's own Weave trace server at once: every trajectory stored, complete; the LLM spans' tokens
+and log-probs are the ones vLLM returned — the trainer's own batch holds the same log-probs, and
+the actor's recomputation differs by float noise only, because verl synced the actor's weights into
+vLLM at every step (the policy version each turn records)."""
+
+import os
+import re
+from collections import Counter
+
+import pytest
+
+from rollscope.store import TraceStore
+from tests.engines import weave_calls
+from tests.trainer.main_ppo import PROMPTS, ROLLOUTS, STEPS, train
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, vllm_model, weave_trace_server):
+    env = {**os.environ, **weave_trace_server.environment()}
+    return train(tmp_path_factory.mktemp("main_ppo_vllm"), vllm_model, "actor_rollout_ref.rollout.name=vllm",
+                 "trainer.project_name=ent/proj", backend="local,weave", env=env)  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def stored(run):
+    with TraceStore(run.trace_dir) as store:
+        return [(t, t.tree(), t.training) for t in store.trajectories(limit=None)]
+
+
+def llm_spans(tree):
+    [root] = tree
+    return [c for c in root.children if c.kind == "llm"]
+
+
+def test_verls_vllm_server_made_every_trajectory_and_each_is_stored_complete(run, stored):
+    assert "vLLMHttpServer" in run.log or "vLLMReplica" in run.log
+    assert len(stored) == len(run.dump) == STEPS * PROMPTS * ROLLOUTS
+    groups = Counter((t.step, t.sample_index) for t, _, _ in stored)
+    assert sorted({step for step, _ in groups}) == list(range(1, STEPS + 1)) and set(groups.values()) == {ROLLOUTS}
+    for t, tree, _ in stored:
+        [root] = tree
+        assert t.status == "ok" and root.name == "ToolAgentLoop.run" and llm_spans(tree)
+        for span in llm_spans(tree):
+            assert len(span.outputs["token_ids"]) == len(span.outputs["log_probs"]) > 0
+
+
+def test_the_weight_version_of_each_turn_is_the_sync_before_its_step(stored):
+    for t, tree, training in stored:
+        versions = [s.outputs["extra_fields"]["global_steps"] for s in llm_spans(tree)]
+        assert set(versions) == {t.step - 1} and training.policy_version == t.step - 1 and training.lag == 0
+
+
+def test_the_trainer_holds_vllms_log_probs_and_the_actor_recomputes_them(run, stored):
+    """What verl's batch carries as the rollout's log-probs is what the spans hold (vLLM's, as
+    returned); the actor on the synced weights gives the same within float noise, per token and in
+    verl's own metric."""
+    for _, tree, training in stored:
+        values = training.values
+        sampled = [lp for s in llm_spans(tree) for lp in s.outputs["log_probs"]]
+        on_loss = [lp for lp, m in zip(values["rollout_log_probs"], values["response_mask"], strict=True) if m]
+        assert on_loss == pytest.approx(sampled[: len(on_loss)], abs=1e-6)
+        assert training.logprob_delta_max < 1e-4
+    gaps = [float(g) for g in re.findall(r"training/rollout_probs_diff_max:([-\d.e]+)", run.log)]
+    assert len(gaps) == STEPS and max(gaps) < 1e-4, gaps
+
+
+def test_weave_holds_one_root_call_per_trajectory(run, stored):
+    roots = [c for c in weave_calls("ent/proj") if c["parent_id"] is None]
+    assert len(roots) == len(stored)
+    assert Counter((r["attributes"]["step"], r["attributes"]["sample_index"]) for r in roots) == Counter(
+        (t.step, t.sample_index) for t, _, _ in stored)
