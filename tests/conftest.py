@@ -95,6 +95,13 @@ RECORDED_SAMPLES, RECORDED_N = 3, 4
 
 @pytest.fixture(scope="session")
 def recorded(tmp_path_factory):
+    return record_run(tmp_path_factory.mktemp("export"))
+
+
+def record_run(tmp, overrides=(), steps=(2,), failing_every=0):
+    """``rollscope run``'s runner over the gsm8k-calculator example, ScriptedLLM answering as
+    ``recorded`` says, once per step in ``steps``, traced into ``tmp/traces`` (and whatever
+    backends ``overrides`` add); ``failing_every``: every Nth rollout's tool call fails."""
     from transformers import AutoTokenizer
 
     from rollscope.llm import ScriptedLLM
@@ -104,11 +111,9 @@ def recorded(tmp_path_factory):
     from rollscope.runner.runner import Runner
     from rollscope.testing import make_model_dir
 
-    tmp = tmp_path_factory.mktemp("export")
     tokenizer = AutoTokenizer.from_pretrained(make_model_dir(tmp / "model"))
-    config = load_config("gsm8k-calculator", [f"limit={RECORDED_SAMPLES}", f"n={RECORDED_N}", "step=2", f"trace_dir={tmp / 'traces'}"])
-    truth = {r["prompt"][0]["content"]: r["reward_model"]["ground_truth"] for r in load_rows(config.resolve(config.dataset), RECORDED_SAMPLES)}
     asked: Counter = Counter()
+    truth: dict = {}
 
     def reply(turn, prompt_ids):
         text = tokenizer.decode(prompt_ids)
@@ -116,13 +121,20 @@ def recorded(tmp_path_factory):
         if turn == 0:
             asked[question] += 1
             expression = truth[question] if asked[question] % 2 else "1 + 1"
+            if failing_every and asked[question] % failing_every == 0:
+                expression = "1 +"
             return f'<tool_call>{{"name": "calculator", "arguments": {{"expression": "{expression}"}}}}</tool_call>'
-        result = re.findall(r"tool\n(?:<tool_response>\n)?(-?\d+)", text)[-1]  # the calculator's answer
-        return f"The answer is {result}."
+        results = re.findall(r"tool\n(?:<tool_response>\n)?(-?\d+)", text)  # the calculator's answer
+        return f"The answer is {results[-1]}." if results else "I cannot tell."
 
-    runner = Runner(config, llm=ScriptedLLM(tokenizer, reply), tokenizer=tokenizer)
-    runner.setup()
-    asyncio.run(session.run_traced(runner))
+    for step in steps:
+        config = load_config("gsm8k-calculator", [f"limit={RECORDED_SAMPLES}", f"n={RECORDED_N}", f"step={step}",
+                                                  f"trace_dir={tmp / 'traces'}", *overrides])
+        rows = load_rows(config.resolve(config.dataset), RECORDED_SAMPLES)
+        truth.update({r["prompt"][0]["content"]: r["reward_model"]["ground_truth"] for r in rows})
+        runner = Runner(config, llm=ScriptedLLM(tokenizer, reply), tokenizer=tokenizer)
+        runner.setup()
+        asyncio.run(session.run_traced(runner))
     return tmp / "traces", truth
 
 

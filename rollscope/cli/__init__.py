@@ -13,6 +13,7 @@ from collections.abc import Callable
 from rollscope._extras import MissingExtra
 from rollscope.cli import export, insights, push, replay, rescore, run, traces, ui
 from rollscope.llm.base import LLMServerError
+from rollscope.sources import SourceError
 
 Command = tuple[Callable[[argparse.ArgumentParser], None], Callable[[argparse.Namespace], int], str]
 
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     except LLMServerError as exc:
         print(f"rollscope: error: {exc}", file=sys.stderr)
         return EXIT_LLM
-    except (FileNotFoundError, ValueError, KeyError, MissingExtra) as exc:
+    except (FileNotFoundError, ValueError, KeyError, MissingExtra, SourceError) as exc:
         print(f"rollscope: error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except BrokenPipeError:  # output piped into head and closed early

@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import argparse
+from typing import Any
+
+from rollscope.sources import TraceSource, open_source
 
 DIR_HELP = "trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)"
 
 
-def add_dir(p: argparse.ArgumentParser, help: str = DIR_HELP) -> None:
-    """``--dir D``: the trace store a command reads."""
+SOURCE_HELP = ("where the trajectories are: weave:ENTITY/PROJECT (a Weave project, read with the weave client's "
+               "credentials), or leave it out for the local store (--dir)")
+
+
+def add_dir(p: argparse.ArgumentParser, help: str = DIR_HELP, source: bool = True) -> None:
+    """``--dir D``: the trace store a command reads; ``--source weave:ENTITY/PROJECT``: a Weave project instead."""
     p.add_argument("--dir", help=help)
+    if source:
+        p.add_argument("--source", metavar="SOURCE", help=SOURCE_HELP)
+
+
+def open_reader(args: argparse.Namespace, **filters: Any) -> TraceSource:
+    """The source a command reads (``rollscope.sources``): ``--source``, else the store in ``--dir``.
+    ``filters``: what the command selects, for a remote source to fetch only that."""
+    return open_source(getattr(args, "source", None), args.dir, **filters)
 
 
 FILTERS = ("project", "experiment", "step", "sample_index", "rollout_n", "validate", "agent", "status",

@@ -5,9 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rollscope.cli.args import add_dir, add_filters, filters_of
+from rollscope.cli.args import add_dir, add_filters, filters_of, open_reader
 from rollscope.datasets import FORMATS, export
-from rollscope.store import TraceStore
 
 _HELP = {
     "parquet": "one row per trajectory, one Parquet file",
@@ -34,7 +33,7 @@ def export_command(args: argparse.Namespace) -> int:
         if sys.stderr.isatty():
             print(f"\rexport: {n:,} trajectories read", end="", file=sys.stderr, flush=True)
 
-    with TraceStore(args.dir) as store:
+    with open_reader(args, **filters_of(args)) as store:
         done = export(store, args.out, args.format, sft_min_reward=args.sft_min_reward, progress=progress,
                       **filters_of(args))  # fmt: skip
     if sys.stderr.isatty():

@@ -7,9 +7,8 @@ import dataclasses
 import json
 from typing import Any
 
-from rollscope.cli.args import add_dir
+from rollscope.cli.args import add_dir, open_reader
 from rollscope.cli.render import console, escape
-from rollscope.store import TraceStore
 from rollscope.store.insights import SIGNALS, ExperimentInsights, Signal, Thresholds, insights
 
 
@@ -44,11 +43,13 @@ def _steps(args: argparse.Namespace) -> tuple[int | None, int | None]:
 
 def insights_command(args: argparse.Namespace) -> int:
     thresholds = Thresholds(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Thresholds)})
-    with TraceStore(args.dir) as store:
-        found = insights(store, experiment=args.experiment, project=args.project, steps=_steps(args),
+    first, last = _steps(args)
+    with open_reader(args, experiment=args.experiment, validate=args.validate, first_step=first,
+                     last_step=last) as store:  # fmt: skip
+        found = insights(store, experiment=args.experiment, project=args.project, steps=(first, last),
                          validate=args.validate, thresholds=thresholds)  # fmt: skip
     if not found:
-        raise KeyError(f"no trajectories match in {store.path}")
+        raise KeyError(f"no trajectories match in {store.where}")
     if args.json:
         data = [f.to_dict() for f in found]
         print(json.dumps(data[0] if len(data) == 1 else data, indent=1, default=str))

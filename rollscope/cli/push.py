@@ -14,7 +14,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     from rollscope.tracing.push import DESTINATIONS
 
     p.add_argument("--to", required=True, choices=sorted(DESTINATIONS), help="destination backend")
-    add_dir(p)
+    add_dir(p, source=False)
     p.add_argument("--project", help="destination project (Weave: entity/project; MLflow: experiment)")
     p.add_argument("--endpoint", help="MLflow tracking URI, or OTLP traces endpoint (default: their env variables)")
     p.add_argument("--experiment")

@@ -11,7 +11,7 @@ from rollscope.cli.args import add_dir
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", help="trajectory id (from `rollscope traces ls`)")
-    add_dir(p)
+    add_dir(p, source=False)
     p.add_argument("--from-turn", type=int, metavar="K",
                    help="model turns before K come from the record, K and later from --llm")  # fmt: skip
     p.add_argument("--llm", help="the model from --from-turn on: embedded | http(s)://HOST:PORT | sglang:URL | "

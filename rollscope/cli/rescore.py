@@ -7,9 +7,8 @@ import argparse
 import json
 import sys
 
-from rollscope.cli.args import add_dir, add_filters, filters_of
+from rollscope.cli.args import add_dir, add_filters, filters_of, open_reader
 from rollscope.datasets.rescore import RescoreReport, rescore
-from rollscope.store import TraceStore
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -28,7 +27,7 @@ def rescore_command(args: argparse.Namespace) -> int:
         if sys.stderr.isatty():
             print(f"\rrescore: {n:,} trajectories", end="", file=sys.stderr, flush=True)
 
-    with TraceStore(args.dir) as store:
+    with open_reader(args, **filters_of(args)) as store:
         report = rescore(store, args.reward, name=args.name, workers=args.workers, progress=progress,
                          **filters_of(args))  # fmt: skip
     if sys.stderr.isatty():

@@ -21,7 +21,7 @@ from rollscope.store.records import TrajectoryRecord
 
 
 def add_tail(p: argparse.ArgumentParser) -> None:
-    add_dir(p)
+    add_dir(p, source=False)
     p.add_argument("--experiment")
     p.add_argument("--stall", type=float, default=120.0, metavar="S",
                    help="flag a running trajectory with no event for more than S seconds (default 120)")  # fmt: skip

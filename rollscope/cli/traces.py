@@ -8,9 +8,9 @@ import shutil
 import sys
 from pathlib import Path
 
-from rollscope.cli.args import add_dir, add_filters, filters_of
+from rollscope.cli.args import add_dir, add_filters, filters_of, open_reader
 from rollscope.cli.tail import add_tail, traces_tail
-from rollscope.store import TraceStore, rescorings, resolve_dir
+from rollscope.store import resolve_dir
 from rollscope.store.reader import ORDERS
 from rollscope.store.text import with_text
 
@@ -27,15 +27,15 @@ def _add_filters(p: argparse.ArgumentParser) -> None:
 
 
 def traces_ls(args: argparse.Namespace) -> int:
-    with TraceStore(args.dir) as store:
-        filters = filters_of(args)
+    filters = filters_of(args)
+    rescored = None
+    with open_reader(args, **filters) as store:
         records = store.trajectories(**filters, order_by=args.sort, descending=args.desc, limit=args.limit)
         total = store.count(**filters)
         everything = store.total() if any(v is not None for v in filters.values()) else total
-    rescored = None
-    if args.rescoring:
-        found = rescorings.load(store.path, args.rescoring).rewards
-        rescored = {r.id: found[r.id].reward if r.id in found else None for r in records}
+        if args.rescoring:
+            found = store.rescoring(args.rescoring).rewards
+            rescored = {r.id: found[r.id].reward if r.id in found else None for r in records}
     if args.json:
         rows = [r.to_dict() for r in records]
         if rescored is not None:
@@ -44,10 +44,15 @@ def traces_ls(args: argparse.Namespace) -> int:
         return 0
     print_listing(records, rescored)
     if any(v is not None for v in filters.values()):
-        print(f"{len(records)} shown; {total} of {everything} trajectories match, in {store.path}")
+        print(f"{len(records)} shown; {total} of {everything} {_read(store)} match, in {store.where}")
     else:
-        print(f"{len(records)} of {total} trajectories in {store.path}")
+        print(f"{len(records)} of {total} trajectories in {store.where}")
     return 0
+
+
+def _read(store: object) -> str:
+    """What a filtered listing's total counts: a remote source fetched only what the filters select."""
+    return "trajectories" if store.where == str(getattr(store, "path", "")) else "trajectories read"
 
 
 def print_listing(records: list, rescored: dict[str, float | None] | None = None) -> None:
@@ -110,7 +115,7 @@ def _add_show(p: argparse.ArgumentParser) -> None:
 def traces_show(args: argparse.Namespace) -> int:
     from rollscope.cli.render import console, show_trajectory
 
-    with TraceStore(args.dir) as store:
+    with open_reader(args, ids=[args.id]) as store:
         record = store.get(args.id)
         with_text(record)  # token ids as text with the run's tokenizer, whatever token2text was
     if args.json:
@@ -133,7 +138,7 @@ def traces_diff(args: argparse.Namespace) -> int:
     from rollscope.cli.render import console, show_diff
     from rollscope.store.diff import turn_text
 
-    with TraceStore(args.dir) as store:
+    with open_reader(args, ids=[args.a, args.b]) as store:
         left, right = store.get(args.a), store.get(args.b)
         for record in (left, right):
             with_text(record)  # compared as text, whatever token2text was for either
@@ -169,10 +174,10 @@ def traces_group(args: argparse.Namespace) -> int:
     from rollscope.store.grpo import group_advantages
 
     sample = _sample(args.sample)
-    with TraceStore(args.dir) as store:
+    with open_reader(args, step=args.step, sample_index=sample, experiment=args.experiment) as store:
         groups = store.groups(args.step, sample, experiment=args.experiment)
     if not groups:
-        raise KeyError(f"no trajectories for step {args.step}, sample {args.sample} in {store.path}")
+        raise KeyError(f"no trajectories for step {args.step}, sample {args.sample} in {store.where}")
     out = []
     for records in groups:
         mean, std, members = group_advantages(records)
@@ -201,10 +206,10 @@ def traces_prompt(args: argparse.Namespace) -> int:
     from rollscope.store.history import prompt_history
 
     sample = _sample(args.sample)
-    with TraceStore(args.dir) as store:
+    with open_reader(args, sample_index=sample, experiment=args.experiment) as store:
         history = prompt_history(store, sample, experiment=args.experiment)
     if not history:
-        raise KeyError(f"no trajectories for sample {args.sample} in {store.path}")
+        raise KeyError(f"no trajectories for sample {args.sample} in {store.where}")
     if args.json:
         print(json.dumps([h.to_dict() for h in history], indent=1, default=str))
     else:
@@ -213,7 +218,7 @@ def traces_prompt(args: argparse.Namespace) -> int:
 
 
 def _add_compact(p: argparse.ArgumentParser) -> None:
-    add_dir(p, "the trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    add_dir(p, "the trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)", source=False)
     p.add_argument("--min-segments", type=int, default=2, help="merge only batches of at least N (default 2)")
     p.add_argument("--target-mb", type=float, default=64, help="size of a merged segment (default 64)")
     p.add_argument("--retain", metavar="POLICY",
@@ -266,7 +271,7 @@ def _retain(directory: Path, args: argparse.Namespace) -> int:
 
 def _add_recover(p: argparse.ArgumentParser) -> None:
     p.add_argument("local_dir", help="the node-local directory the writers kept their live databases in")
-    add_dir(p, "the shared trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    add_dir(p, "the shared trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)", source=False)
 
 
 def traces_recover(args: argparse.Namespace) -> int:

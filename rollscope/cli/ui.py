@@ -23,7 +23,7 @@ def ui_command(args: argparse.Namespace) -> int:
     from rollscope.viewer.server import make_server
 
     try:
-        server = make_server(args.dir, args.host, args.port, tuple(args.allow_host))
+        server = make_server(args.dir, args.host, args.port, tuple(args.allow_host), args.source)
     except OSError as exc:
         print(f"rollscope: cannot serve on {args.host}:{args.port}: {exc.strerror or exc}"
               + (" (try another --port, or --port 0)" if exc.errno == errno.EADDRINUSE else ""), file=sys.stderr)
@@ -31,7 +31,7 @@ def ui_command(args: argparse.Namespace) -> int:
     host, port = server.server_address[:2]
     if not _loopback(args.host):
         print(f"rollscope: warning: serving traces on {host}, reachable from other machines", file=sys.stderr)
-    print(f"rollscope viewer on http://{host}:{port}/ (store: {server.RequestHandlerClass.viewer.store().path}); "
+    print(f"rollscope viewer on http://{host}:{port}/ (store: {server.RequestHandlerClass.viewer.store().where}); "
           "Ctrl-C to stop", flush=True)  # fmt: skip
     try:
         server.serve_forever()

@@ -100,8 +100,9 @@ def rescore(store: TraceStore, reward: str, *, name: str | None = None, workers:
     report = RescoreReport(name, reward, workers)
     started = time.monotonic()
     scored: list[RescoredReward] = []
-    # Workers read each trajectory's spans themselves (from their own reader of the store): this
-    # process lists the trajectories, they do the reading and the scoring.
+    # Workers read each trajectory's spans themselves (from their own reader of the store, where a
+    # remote source keeps what it fetched): this process lists the trajectories, they do the
+    # reading and the scoring.
     pool = (ProcessPoolExecutor(workers, initializer=_load, initargs=(reward, str(store.path), by_trajectory))
             if workers > 1 else None)  # fmt: skip
     score = (_in_pool(pool, workers) if pool is not None
@@ -123,7 +124,7 @@ def rescore(store: TraceStore, reward: str, *, name: str | None = None, workers:
     report.seconds = time.monotonic() - started
     meta = {"reward": reward, "filters": {k: v for k, v in filters.items() if v is not None},
             "report": report.to_dict()}  # fmt: skip
-    report.path = str(rescorings.write(store.path, name, meta, scored))
+    report.path = store.save_rescoring(name, meta, scored)
     return report
 
 

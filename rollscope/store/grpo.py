@@ -47,6 +47,7 @@ def groups_by_step(store: TraceStore, **filters: Any) -> Iterator[list[list[Traj
                                         "step": stats.step}, order_by="step")  # fmt: skip
         if stats.step is None:
             records = [r for r in records if r.step is None]
+        store.load_spans([r.id for r in records])  # a remote source's, a step's in a few requests
         by_sample: dict[str, list[TrajectoryRecord]] = {}
         for r in records:
             by_sample.setdefault(repr(r.sample_index), []).append(r)

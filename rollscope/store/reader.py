@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rollscope.store import rescorings
 from rollscope.store.records import SpanRecord, StepStats, TrainingRecord, TrajectoryRecord
 from rollscope.store.schema import (
     ADDED_COLUMNS,
@@ -184,6 +185,26 @@ class TraceStore:
             db.close()
         log.warning("trace store: skipping damaged shard %s (%s); the other shards are read", shard, exc)
 
+    @property
+    def where(self) -> str:
+        """The store, as messages name it."""
+        return str(self.path)
+
+    def load_spans(self, trajectory_ids: list[str]) -> None:
+        """Make these trajectories' spans readable here: they are, in the local store (a remote
+        source fetches them: ``rollscope.sources``)."""
+
+    # ---- rescorings, stored beside the run (``store.rescorings``) ----
+    def rescoring_names(self) -> list[str]:
+        return rescorings.names(self.path)
+
+    def rescoring(self, name: str) -> rescorings.Rescoring:
+        return rescorings.load(self.path, name)
+
+    def save_rescoring(self, name: str, meta: dict[str, Any], rewards: list[rescorings.RescoredReward]) -> str:
+        """Store a rescoring (replacing one of that name); returns where it is."""
+        return str(rescorings.write(self.path, name, meta, rewards))
+
     def close(self) -> None:
         for db in self._conns.values():
             db.close()
@@ -308,7 +329,7 @@ class TraceStore:
     def get(self, trajectory_id: str) -> TrajectoryRecord:
         rows = self._query(f"{_SELECT_TRAJ} WHERE id = ?", [trajectory_id])
         if not rows:
-            raise KeyError(f"no trajectory {trajectory_id!r} in {self.path}")
+            raise KeyError(f"no trajectory {trajectory_id!r} in {self.where}")
         record = self._record(*rows[0])
         record.spans  # noqa: B018  (load now: a record from get() is used whole)
         record.training  # noqa: B018

@@ -18,7 +18,8 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from rollscope.store import TraceStore, rescorings
+from rollscope.sources import TraceSource, open_source
+from rollscope.store import rescorings
 from rollscope.store.diff import turn_text, without_ids
 from rollscope.store.grpo import advantages, group_advantages
 from rollscope.store.history import prompt_history
@@ -43,13 +44,14 @@ class BadRequest(ValueError):
 class Viewer:
     """Renders pages from a store directory; ``handle`` is the whole web interface, testable without HTTP."""
 
-    def __init__(self, directory: str | None = None) -> None:
+    def __init__(self, directory: str | None = None, source: str | None = None) -> None:
         self.directory = directory
         # One store for every request: its open files, cached per-shard aggregates and index of
         # sealed segments outlive a request, and each query lists the directory again, so new
         # shards and segments show. Requests take turns on it (the lock): pages take milliseconds,
         # and a shared connection must not run two queries at once.
-        self._store = TraceStore(directory, index_segments=True)  # fails now, with the store's message, if not a store
+        # (fails now, with the source's message, if it cannot be read)
+        self._store = open_source(source, directory, index_segments=True)
         self._lock = threading.Lock()
         self.env = Environment(loader=PackageLoader("rollscope.viewer", "templates"), trim_blocks=True,
                                lstrip_blocks=True, autoescape=select_autoescape(default=True))  # fmt: skip
@@ -61,7 +63,7 @@ class Viewer:
             "/insights": self.insights, "/prompt": self.prompt, "/live": self.live, "/rescorings": self.rescorings,
         }  # fmt: skip
 
-    def store(self) -> TraceStore:
+    def store(self) -> TraceSource:
         return self._store
 
     def handle(self, target: str) -> tuple[int, str, bytes]:
@@ -160,7 +162,7 @@ class Viewer:
         found = self.store().groups(step, sample, **filters)
         if not found:
             raise KeyError(f"no trajectories for step {step}, sample {sample}")
-        rescored = _rescoring(self.store().path, q["rescoring"]).rewards if q.get("rescoring") else None
+        rescored = _rescoring(self.store(), q["rescoring"]).rewards if q.get("rescoring") else None
         groups = []
         for records in found:  # one per experiment: advantages never mix runs
             mean, std, members = group_advantages(records)
@@ -179,11 +181,11 @@ class Viewer:
     def rescorings(self, q: dict[str, str], _: list[str]) -> str:
         """The rescorings stored beside the run (``rollscope rescore``), or one of them (``name``):
         per step what changed, and each group GRPO would have treated differently."""
-        path = self.store().path
+        store = self.store()
         if q.get("name"):
             return self._render("rescorings.html", title=f"rescoring {q['name']}", listed=[],
-                                rescoring=_rescoring(path, q["name"]))  # fmt: skip
-        listed = [rescorings.load(path, name) for name in rescorings.names(path)]
+                                rescoring=_rescoring(store, q["name"]))  # fmt: skip
+        listed = [store.rescoring(name) for name in store.rescoring_names()]
         return self._render("rescorings.html", title="rescorings", listed=listed, rescoring=None)
 
     def steps(self, q: dict[str, str], _: list[str]) -> str:
@@ -246,12 +248,12 @@ class Viewer:
         return self.env.get_template(template).render(**context)
 
 
-def _rescoring(path: Any, name: str) -> rescorings.Rescoring:
+def _rescoring(store: TraceSource, name: str) -> rescorings.Rescoring:
     try:
         rescorings.check_name(name)
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
-    return rescorings.load(path, name)
+    return store.rescoring(name)
 
 
 def _insight_series(found: Any) -> dict[str, dict]:
@@ -386,10 +388,10 @@ def _host_name(header: str) -> str:
 
 
 def make_server(directory: str | None, host: str = "127.0.0.1", port: int = 8765,
-                allowed_hosts: tuple[str, ...] = ()) -> ThreadingHTTPServer:  # fmt: skip
+                allowed_hosts: tuple[str, ...] = (), source: str | None = None) -> ThreadingHTTPServer:  # fmt: skip
     """The viewer's HTTP server, answering only requests addressed to ``host``, 127.0.0.1,
     localhost, [::1] or one of ``allowed_hosts``."""
     names = {host, "127.0.0.1", "localhost", "[::1]", *allowed_hosts}
     names = frozenset(f"[{n}]" if ":" in n and not n.startswith("[") else n.lower() for n in names)
-    handler = type("Handler", (_Handler,), {"viewer": Viewer(directory), "allowed_hosts": names})
+    handler = type("Handler", (_Handler,), {"viewer": Viewer(directory, source), "allowed_hosts": names})
     return ThreadingHTTPServer((host, port), handler)

@@ -27,14 +27,28 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from rollscope.store.records import TrajectoryRecord
+from rollscope.store.schema import TRAJECTORY_COLUMNS
+from rollscope.store.summary import COLUMNS as SUMMARY_COLUMNS
+from rollscope.store.summary import TrajectorySummary
 from rollscope.store.text import REPLAY
 from rollscope.tracing._spool import destination_dir, spool_root
 from rollscope.tracing.backends.buffered import TrajectoryBackend
-from rollscope.tracing.backends.records import SpanLike, in_start_order, kind_of, reward_details, training_summary
+from rollscope.tracing.backends.records import (
+    REWARD_DETAILS,
+    SpanLike,
+    in_start_order,
+    kind_of,
+    reward_details,
+    training_summary,
+)
 from rollscope.tracing.spans import CODE_ATTRIBUTES, CODE_FILE, CODE_FUNCTION, CODE_LINE, Span, Trajectory
 
 log = logging.getLogger("rollscope.tracing")
 TRAINING_FEEDBACK = "rollscope.training"  # the feedback type of a trajectory's training record
+# A call's summary key holding what rollscope reads back (``rollscope.sources.weave``): on a root the
+# trajectory's row, on a span's call the span's own fields that the call's shape does not keep.
+ROLLSCOPE = "rollscope"
 _NAMESPACE = uuid.UUID("6f1d3c2e-5b7a-4e2f-9c1d-7a2b3c4d5e6f")
 # Lists shorter than this stay lists: only token ids and log-probs are long enough to matter.
 _PACK_FROM = 16
@@ -49,17 +63,37 @@ def _time(ns: int | None) -> datetime.datetime | None:
     return None if ns is None else datetime.datetime.fromtimestamp(ns / 1e9, tz=datetime.timezone.utc)
 
 
-def compact(value: Any) -> Any:
+def compact(value: Any, packed: list[list] | None = None, path: tuple = ()) -> Any:
     """A shaped payload with each long list of numbers packed into one space-separated string
-    (token ids, log-probs): one string for Weave to store and show instead of hundreds of values."""
+    (token ids, log-probs): one string for Weave to store and show instead of hundreds of values.
+    ``packed`` collects where (keys and indices from ``value``), so a reader unpacks exactly those."""
     t = type(value)
     if t is dict:
-        return {k: compact(v) if type(v) in _CONTAINERS else v for k, v in value.items()}
+        return {k: compact(v, packed, (*path, k)) if type(v) in _CONTAINERS else v for k, v in value.items()}
     if t is list:
         if len(value) >= _PACK_FROM and set(map(type, value)) <= _NUMBERS:  # (checked in C)
+            if packed is not None:
+                packed.append(list(path))
             return " ".join(map(str, value))
-        return [compact(v) if type(v) in _CONTAINERS else v for v in value]
+        return [compact(v, packed, (*path, i)) if type(v) in _CONTAINERS else v for i, v in enumerate(value)]
     return value
+
+
+def unpack(value: Any, packed: list[list]) -> Any:
+    """``compact`` undone at the places it packed: each string back to its list of ints and floats
+    (``str`` of an int has no '.', 'e', 'n' or 'i'; of a float it does: types come back as they were)."""
+    for path in sorted(packed, key=len, reverse=True):
+        if not path:
+            return _numbers(value)
+        holder = value
+        for key in path[:-1]:
+            holder = holder[key]
+        holder[path[-1]] = _numbers(holder[path[-1]])
+    return value
+
+
+def _numbers(text: str) -> list[int | float]:
+    return [int(x) if x.lstrip("-").isdigit() else float(x) for x in text.split(" ")]
 
 
 _CONTAINERS = (dict, list)
@@ -92,7 +126,8 @@ class WeaveBackend(TrajectoryBackend):
         return self._client
 
     def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
-        self._pending += complete_calls(self.client, trajectory_view(trajectory, self.experiment), spans, self._ops)
+        self._pending += complete_calls(self.client, trajectory_view(trajectory, self.experiment, spans), spans,
+                                        self._ops)  # fmt: skip
 
     def on_training(self, trajectory_id: str, record: dict[str, Any]) -> None:
         write_training(self.client, trajectory_id, record)
@@ -152,16 +187,40 @@ def write_training(client: Any, trajectory_id: str, record: dict[str, Any]) -> N
         "feedback_type": TRAINING_FEEDBACK, "payload": training_summary(record)})  # fmt: skip
 
 
-def trajectory_view(t: Any, experiment: str | None) -> dict[str, Any]:
-    """What a Weave root call needs of a trajectory (a live Trajectory or a stored record)."""
+def trajectory_view(t: Any, experiment: str | None, spans: list[SpanLike] = ()) -> dict[str, Any]:
+    """What a Weave root call needs of a trajectory (a live Trajectory and its spans, or a stored
+    record), with the row the local store keeps of it (``row``: what a reader lists without spans)."""
     return {
         "id": t.id, "name": t.agent_name or "agent_loop", "start_ns": t.start_ns, "end_ns": t.end_ns,
         "status": t.status, "reward": t.reward, "reward_details": reward_details(t),
-        "error": getattr(t, "error_message", None),
+        "error": getattr(t, "error_message", None), "row": stored_row(t, spans),
         "attributes": {"step": t.step, "sample_index": t.sample_index, "rollout_n": t.rollout_n,
                        "validate": bool(t.validate), "experiment_name": t.experiment or experiment,
                        "agent_name": t.agent_name},
     }  # fmt: skip
+
+
+def stored_row(t: Any, spans: list[SpanLike]) -> dict[str, Any]:
+    """The trajectory's row as the local store writes it (``TRAJECTORY_COLUMNS`` but its id): a
+    stored record's own columns, or a live trajectory's with its spans summed as the local backend
+    sums them (``TrajectorySummary``, in the order they ended)."""
+    if isinstance(t, TrajectoryRecord):
+        row = {c: getattr(t, c) for c in TRAJECTORY_COLUMNS[1:]}
+        row["validate"] = bool(t.validate)
+        return row
+    summary = TrajectorySummary()
+    for span in spans:
+        summary.add(span)
+    details = reward_details(t)
+    attributes = {**(t.attributes or {}), **summary.attributes()}
+    if t.reward is not None:  # (as the store's reward update writes them: always, empty when none came)
+        attributes[REWARD_DETAILS] = details or {}
+    return {"project": t.project, "experiment": t.experiment, "step": t.step, "sample_index": t.sample_index,
+            "rollout_n": t.rollout_n, "validate": bool(t.validate), "agent_name": t.agent_name, "status": t.status,
+            "reward": t.reward, "start_ns": t.start_ns, "end_ns": t.end_ns, "error_type": t.error_type,
+            "error_message": t.error_message, "attributes": attributes,
+            "replay_of": (t.attributes or {}).get("replay_of"),
+            **dict(zip(SUMMARY_COLUMNS, summary.columns(), strict=True))}  # fmt: skip
 
 
 def _op_name(client: Any, name: str, ops: dict[str, str], attributes: dict[str, Any] | None = None) -> str:
@@ -244,9 +303,18 @@ def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: d
         kind = kind_of(s)
         ids[s.id] = cid = call_id(t["id"], s.id)
         started = _time(s.start_ns)
-        inputs = compact(s.inputs) if isinstance(s.inputs, dict) else {"inputs": compact(s.inputs)}
-        span_attributes = {**attributes, "kind": kind, **_plain_attributes(s.attributes)}
-        summary: dict[str, Any] = {}
+        packed_in: list[list] = []
+        packed_out: list[list] = []
+        wrapped = not isinstance(s.inputs, dict)
+        inputs = {"inputs": compact(s.inputs, packed_in)} if wrapped else compact(s.inputs, packed_in)
+        shown = _plain_attributes(s.attributes)
+        span_attributes = {**attributes, "kind": kind, **shown}
+        summary: dict[str, Any] = {ROLLSCOPE: {
+            "span": s.id, "parent": s.parent_id, "kind": kind, "status": s.status, "wrapped": wrapped,
+            "start_ns": s.start_ns, "end_ns": s.end_ns, "error_type": s.error_type, "error_message": s.error_message,
+            "own": list(shown), "hidden": {k: v for k, v in (s.attributes or {}).items()
+                                          if k not in shown and k != REPLAY},
+            "packed": {"inputs": packed_in, "output": packed_out}}}  # fmt: skip
         if REPLAY in (s.attributes or {}):  # what replay needs is data, not a column to filter by
             summary[REPLAY] = s.attributes[REPLAY]
         usage = _usage(s) if kind == "llm" else None
@@ -258,7 +326,7 @@ def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: d
             "project_id": project_id, "id": cid, "trace_id": root_id, "parent_id": ids.get(s.parent_id, root_id),
             "op_name": _op_name(client, s.name, ops, s.attributes), "display_name": s.name, "started_at": started,
             "attributes": span_attributes, "inputs": inputs, "ended_at": _time(s.end_ns or s.start_ns),
-            "output": compact(s.outputs), "summary": summary,
+            "output": compact(s.outputs, packed_out), "summary": summary,
             "exception": _exception(s.error_type, s.error_message) if error else None})  # fmt: skip
 
     for s in in_start_order(spans):
@@ -268,7 +336,7 @@ def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: d
     if t.get("reward_details"):
         output["reward_details"] = t["reward_details"]
     root.update({"ended_at": _time(t["end_ns"] or t["start_ns"]), "output": output,
-                 "summary": {"usage": total_usage} if total_usage else {},
+                 "summary": {ROLLSCOPE: {"row": t["row"]}, **({"usage": total_usage} if total_usage else {})},
                  "exception": _exception("TrajectoryError", t["error"]) if error else None})  # fmt: skip
     return calls
 

@@ -1,0 +1,305 @@
+"""``--source weave:ENTITY/PROJECT``: trajectories read from a Weave project, where ``trace.backend=weave``
+put them (``rollscope.tracing.backends.weave``).
+
+Each trajectory's root call carries the row the local store keeps of it (its summary's
+``rollscope.row``: reward, status, counts, truncation, tokens, log-prob sums, drift, tool errors by
+kind), so listing a step or computing insights reads root calls only. The server does the
+filtering: the filters a command was given (experiment, step or a step range, sample, rollout,
+validate, agent) go into the calls query with ``trace_roots_only``, with the training feedback of
+each root included, and only those roots come back, a page at a time. They are kept in a
+throw-away store of the local store's shape (``store.schema``), so every command answers from
+them exactly as it answers from the local store. Spans are fetched per trajectory when one is
+read whole (``show``, ``diff``, replay, export, rescore); rescorings are stored in Weave as
+objects (``rollscope-rescoring.NAME``) beside the run.
+
+Credentials are the weave client's: ``WANDB_API_KEY`` or ``wandb login``'s netrc entry, and the
+trace server of ``WANDB_BASE_URL`` / ``WF_TRACE_SERVER_URL``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import logging
+import netrc
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from rollscope._extras import require
+from rollscope.sources import SourceError
+from rollscope.store import rescorings
+from rollscope.store.reader import TraceStore
+from rollscope.store.records import SpanRecord
+from rollscope.store.schema import TRAJECTORY_COLUMNS, encode_json, encode_payload, span_row, training_row
+from rollscope.store.text import REPLAY
+from rollscope.store.writer import ShardWriter
+from rollscope.tracing.backends.records import TRAINING_SCALARS
+from rollscope.tracing.backends.weave import ROLLSCOPE, TRAINING_FEEDBACK, call_id, unpack
+
+log = logging.getLogger("rollscope.sources")
+PAGE = 2000  # root calls a request
+TRACES_A_REQUEST = 200  # trajectories whose spans one request fetches
+RESCORING = "rollscope-rescoring."  # a rescoring's Weave object: this prefix and its name
+# filter name -> the root call's attribute the server filters on (``trajectory_view``)
+_PUSHED = {"experiment": "experiment_name", "step": "step", "sample_index": "sample_index",
+           "rollout_n": "rollout_n", "validate": "validate", "agent": "agent_name"}  # fmt: skip
+_ROOT_COLUMNS = ["id", "inputs", "output", "summary", "attributes", "started_at", "ended_at", "exception"]
+
+
+class WeaveSource(TraceStore):
+    """The trajectories of one Weave project (``ENTITY/PROJECT``) matching ``filters`` (``traces ls``'
+    names, ``first_step``/``last_step``, or ``ids``), read as a ``TraceStore`` reads its directory."""
+
+    def __init__(self, project_id: str, *, server: Any = None, progress: bool | None = None,
+                 first_step: int | None = None, last_step: int | None = None, **filters: Any) -> None:  # fmt: skip
+        entity, _, name = project_id.partition("/")
+        if not entity or not name or "/" in name:
+            raise ValueError(f"--source weave:{project_id}: name the project as weave:ENTITY/PROJECT")
+        self.project_id = project_id
+        self.server = server if server is not None else _server(project_id)
+        self._progress = sys.stderr.isatty() if progress is None else progress
+        self._cache = Path(tempfile.mkdtemp(prefix="rollscope-weave-"))
+        self._writer = ShardWriter(self._cache)
+        self._fetched: set[str] = set()  # trajectories whose spans are in the cache
+        ids = filters.pop("ids", None)
+        roots = {"trace_roots_only": True, **({"call_ids": [call_id(i) for i in ids]} if ids else {})}
+        try:
+            self._read_roots(roots, _query(filters, first_step, last_step))
+        except BaseException:
+            self._discard()
+            raise
+        super().__init__(self._cache)
+
+    @property
+    def where(self) -> str:
+        return f"weave:{self.project_id}"
+
+    # ---- roots ----
+    def _read_roots(self, roots: dict[str, Any], query: dict[str, Any] | None) -> None:
+        base = {"project_id": self.project_id, "filter": roots}
+        if query is not None:
+            base["query"] = query
+        total = self._call("calls_query_stats", base).count
+        if total == 0 and query is None and "call_ids" not in roots:
+            raise SourceError(f"{self.where}: no trajectories there (no such project at {_url(self.server)}, "
+                              "or nothing traced into it yet)")  # fmt: skip
+        read = 0
+        started = time.monotonic()
+        while read < total:
+            calls = list(self._stream({**base, "columns": _ROOT_COLUMNS, "include_feedback": True,
+                                       "sort_by": [{"field": "started_at", "direction": "asc"},
+                                                   {"field": "id", "direction": "asc"}],
+                                       "limit": PAGE, "offset": read}))  # fmt: skip
+            if not calls:
+                break
+            rows, training = [], []
+            for call in calls:
+                row = root_row(call)
+                rows.append(row)
+                training += [training_row(row[0], record, row[1], row[2]) for record in _training(call)]
+            self._writer.write(trajectories=rows, training=training)
+            read += len(calls)
+            self._say(f"{self.where}: {read:,} of {total:,} trajectories read", started, done=read >= total)
+
+    def _say(self, text: str, started: float, done: bool) -> None:
+        """Progress on stderr: a line rewritten on a terminal, the last one only elsewhere."""
+        if self._progress:
+            print(f"\r{text}", end="\n" if done else "", file=sys.stderr, flush=True)
+        elif done and time.monotonic() - started > 5:
+            print(text, file=sys.stderr)
+
+    # ---- spans, fetched when a trajectory is read whole ----
+    def load_spans(self, trajectory_ids: list[str]) -> None:
+        """Fetch these trajectories' spans from Weave into the cache (those not fetched yet), a few
+        hundred trajectories a request."""
+        wanted = [t for t in dict.fromkeys(trajectory_ids) if t not in self._fetched]
+        for i in range(0, len(wanted), TRACES_A_REQUEST):
+            chunk = wanted[i : i + TRACES_A_REQUEST]
+            by_trace = {call_id(t): t for t in chunk}
+            rows = []
+            for call in self._stream({"project_id": self.project_id, "filter": {"trace_ids": list(by_trace)}}):
+                if call.parent_id is not None:
+                    span = span_record(call, by_trace[call.trace_id])
+                    payload = {"inputs": span.inputs, "outputs": span.outputs, "attributes": span.attributes}
+                    rows.append(span_row(span, encode_payload(payload)))
+            self._writer.write(spans=rows)
+            self._fetched.update(chunk)
+
+    def spans(self, trajectory_id: str, shard: Path | None = None) -> list[SpanRecord]:
+        self.load_spans([trajectory_id])
+        return super().spans(trajectory_id, shard)
+
+    # ---- rescorings: Weave objects beside the run ----
+    def rescoring_names(self) -> list[str]:
+        found = self._call("objs_query", {"project_id": self.project_id,
+                                          "filter": {"latest_only": True, "is_op": False}})  # fmt: skip
+        return sorted(o.object_id[len(RESCORING):] for o in found.objs if o.object_id.startswith(RESCORING))
+
+    def rescoring(self, name: str) -> rescorings.Rescoring:
+        object_id = RESCORING + rescorings.check_name(name)
+        try:
+            value = self._call("obj_read", {"project_id": self.project_id, "object_id": object_id,
+                                            "digest": "latest"}).obj.val  # fmt: skip
+        except SourceError as exc:
+            if "404" not in str(exc) and "not found" not in str(exc).lower():
+                raise
+            there = ", ".join(self.rescoring_names()) or "none"
+            raise FileNotFoundError(f"no rescoring {name!r} in {self.where} (stored: {there}; make one with "
+                                    "rescore)") from None  # fmt: skip
+        rewards = {r[0]: rescorings.RescoredReward(*r[:5], r[5] or {}) for r in value["rewards"]}
+        return rescorings.Rescoring(name, value["meta"], rewards)
+
+    def save_rescoring(self, name: str, meta: dict[str, Any], rewards: list[rescorings.RescoredReward]) -> str:
+        """As a Weave object (a new version of ``rollscope-rescoring.NAME``): JSON, written whole."""
+        value = {"meta": {**meta, "name": name, "created_ns": time.time_ns()},
+                 "rewards": [[r.trajectory_id, r.step, r.sample_index, r.original, r.reward, r.details]
+                             for r in rewards]}  # fmt: skip
+        value = json.loads(encode_json(value))  # (plain JSON: what the server stores is what comes back)
+        object_id = RESCORING + rescorings.check_name(name)
+        self._call("obj_create", {"obj": {"project_id": self.project_id, "object_id": object_id, "val": value}})
+        return f"{self.where} object {object_id}"
+
+    # ---- the server ----
+    def _call(self, method: str, request: dict[str, Any]) -> Any:
+        """One request, any failure one line naming the source and the server (``SourceError``)."""
+        try:
+            return getattr(self.server, method)(request)
+        except Exception as exc:
+            raise SourceError(_failure(self.where, self.server, exc)) from exc
+
+    def _stream(self, request: dict[str, Any]) -> Iterator[Any]:
+        try:
+            yield from self.server.calls_query_stream(request)
+        except Exception as exc:
+            raise SourceError(_failure(self.where, self.server, exc)) from exc
+
+    def close(self) -> None:
+        super().close()
+        self._discard()
+
+    def _discard(self) -> None:
+        self._writer.close()
+        shutil.rmtree(self._cache, ignore_errors=True)
+
+
+def _query(filters: dict[str, Any], first_step: int | None, last_step: int | None) -> dict[str, Any] | None:
+    """The filters the server applies, as the Weave UI's Traces table writes them."""
+    terms: list[dict[str, Any]] = []
+    for name, attribute in _PUSHED.items():
+        value = filters.get(name)
+        if value is not None:
+            terms.append({"$eq": [{"$getField": f"attributes.{attribute}"}, {"$literal": value}]})
+    for bound, op in ((first_step, "$gte"), (last_step, "$lte")):
+        if bound is not None:
+            field = {"$convert": {"input": {"$getField": "attributes.step"}, "to": "double"}}
+            terms.append({op: [field, {"$literal": float(bound)}]} if op == "$gte"
+                         else {"$not": [{"$gt": [field, {"$literal": float(bound)}]}]})  # fmt: skip
+    if not terms:
+        return None
+    return {"$expr": terms[0] if len(terms) == 1 else {"$and": terms}}
+
+
+def root_row(call: Any) -> tuple:
+    """A trajectories row from a root call: the row its summary carries; a root without one (not
+    written by rollscope) gives what its attributes and output hold, its counts zero."""
+    inputs, output, attributes = call.inputs or {}, call.output or {}, call.attributes or {}
+    row = dict(((call.summary or {}).get(ROLLSCOPE) or {}).get("row") or {})
+    if not row:
+        row = {"experiment": attributes.get("experiment_name"), "step": attributes.get("step"),
+               "sample_index": attributes.get("sample_index"), "rollout_n": attributes.get("rollout_n"),
+               "validate": attributes.get("validate"), "agent_name": attributes.get("agent_name"),
+               "status": output.get("status") or ("error" if call.exception else "ok"),
+               "reward": output.get("reward"), "start_ns": _ns(call.started_at),
+               "end_ns": _ns(call.ended_at)}  # fmt: skip
+    row["id"] = inputs.get("trajectory_id") or call.id
+    row["validate"] = int(bool(row.get("validate")))
+    row["attributes"] = encode_json(row["attributes"]).decode() if row.get("attributes") else None
+    defaults = {"status": "ok", "start_ns": 0}
+    return tuple(row.get(c, defaults.get(c, 0 if c.startswith(("num_", "logprob_")) else None))
+                 for c in TRAJECTORY_COLUMNS)  # fmt: skip
+
+
+def _training(call: Any) -> list[dict[str, Any]]:
+    """The training records on a root call (its ``rollscope.training`` feedback), oldest first."""
+    found = ((call.summary or {}).get("weave") or {}).get("feedback") or []
+    records = [f for f in found if f.get("feedback_type") == TRAINING_FEEDBACK]
+    records.sort(key=lambda f: str(f.get("created_at")))
+    return [{k: v for k, v in (f.get("payload") or {}).items() if k in TRAINING_SCALARS} for f in records]
+
+
+def span_record(call: Any, trajectory_id: str) -> SpanRecord:
+    """A span from its call, as the local store keeps it: what the call's shape does not hold
+    (its own id and parent, exact times, attributes kept off the filter columns, packed number
+    lists) comes from the call's ``rollscope`` summary."""
+    summary = call.summary or {}
+    own = summary.get(ROLLSCOPE) or {}
+    packed = own.get("packed") or {}
+    inputs = unpack(call.inputs, packed.get("inputs") or [])
+    if own.get("wrapped"):
+        inputs = (inputs or {}).get("inputs")
+    attributes = {k: (call.attributes or {}).get(k) for k in own.get("own", [])}
+    attributes.update(own.get("hidden") or {})
+    if REPLAY in summary:
+        attributes[REPLAY] = summary[REPLAY]
+    error = json.loads(call.exception) if call.exception else {}
+    return SpanRecord(
+        id=own.get("span", call.id), trajectory_id=trajectory_id, parent_id=own.get("parent"),
+        name=call.display_name or call.op_name, kind=own.get("kind") or (call.attributes or {}).get("kind", ""),
+        start_ns=own.get("start_ns", _ns(call.started_at)), end_ns=own.get("end_ns", _ns(call.ended_at)),
+        status=own.get("status") or ("error" if call.exception else "ok"),
+        error_type=own.get("error_type", error.get("type")),
+        error_message=own.get("error_message", error.get("message")),
+        inputs=inputs, outputs=unpack(call.output, packed.get("output") or []), attributes=attributes,
+    )  # fmt: skip
+
+
+def _ns(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        value = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+    return int(value.timestamp() * 1_000_000) * 1000
+
+
+def _server(project: str) -> Any:
+    """The weave client's HTTP trace server for ``project``'s host, with the user's W&B key."""
+    require("weave", "weave", feature="--source weave:")
+    from weave.trace.env import wandb_base_url, weave_trace_server_url
+    from weave.trace_server_bindings.remote_http_trace_server import RemoteHTTPTraceServer
+
+    key = os.environ.get("WANDB_API_KEY") or _netrc_key(wandb_base_url())
+    if not key:
+        raise SourceError(f"weave:{project}: no W&B credentials (set WANDB_API_KEY, or run `wandb login`) for "
+                          f"{wandb_base_url()}")  # fmt: skip
+    server = RemoteHTTPTraceServer(weave_trace_server_url())
+    server.set_auth(("api", key))
+    return server
+
+
+def _netrc_key(base_url: str) -> str | None:
+    try:
+        found = netrc.netrc(os.environ.get("NETRC")).authenticators(urlsplit(base_url).hostname or "")
+    except (OSError, netrc.NetrcParseError):
+        return None
+    return found[2] if found else None
+
+
+def _url(server: Any) -> str:
+    return getattr(server, "trace_server_url", type(server).__name__)
+
+
+def _failure(where: str, server: Any, exc: Exception) -> str:
+    status = getattr(getattr(exc, "response", None), "status_code", None)
+    reason = f"HTTP {status}" if status else type(exc).__name__
+    if status in (401, 403):
+        reason += " (the W&B key is refused: check WANDB_API_KEY or `wandb login`)"
+    detail = str(exc).splitlines()[0][:200] if str(exc) else ""
+    detail = f": {detail}" if detail else ""
+    return f"{where}: reading from {_url(server)} failed: {reason}{detail}; nothing was written"
