@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export WANDB_ERROR_REPORTING := false
 export WANDB_SILENT := true
 
-.PHONY: install vllm demo demo-train test test-fast lint bench clean
+.PHONY: install venvs vllm demo demo-train test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -26,7 +26,7 @@ $(WHEELS)/.llama-cpp-$(LLAMA_CPP): | $(BIN)/python
 
 # The viewer's browser tests drive Debian's Chromium (no browser downloads). Installing it needs
 # root (CI has it); elsewhere a warning, and only those tests fail, saying what to install.
-/usr/bin/chromedriver:
+/usr/bin/chromedriver: | /usr/bin/bwrap  # (one apt-get at a time, under make -j)
 	(command -v apt-get >/dev/null && (apt-get update -qq || true) && \
 		DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) || \
 		echo "warning: could not install chromium and chromium-driver (needs root): the browser tests will fail"
@@ -85,6 +85,10 @@ $(WEAVE_SERVER)/.installed:
 	touch $@
 
 install: $(VENV)/.installed $(VENV)/.vllm $(PHOENIX)/.installed $(WEAVE_SERVER)/.installed
+
+# The three venvs at once (`make -j3 venvs`: CI does, then `make test`); the project's own venv
+# takes vLLM after its test extras, one pip at a time.
+venvs: $(VENV)/.installed $(PHOENIX)/.installed $(WEAVE_SERVER)/.installed
 
 # The first bundled example on the embedded model: 8 word problems, then the summary.
 demo: $(VENV)/.demo

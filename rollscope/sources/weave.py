@@ -5,8 +5,8 @@ Each trajectory's root call carries the row the local store keeps of it (its sum
 ``rollscope.row``: reward, status, counts, truncation, tokens, log-prob sums, drift, tool errors by
 kind), so listing a step or computing insights reads root calls only. The server does the
 filtering: the filters a command was given (experiment, step or a step range, sample, rollout,
-validate, agent) go into the calls query with ``trace_roots_only``, with the training feedback of
-each root included, and only those roots come back, a page at a time. They are kept in a
+validate, agent) go into the calls query with ``trace_roots_only``, and only those roots come back,
+a page at a time, each page's training feedback with it (one feedback query). They are kept in a
 throw-away store of the local store's shape (``store.schema``), so every command answers from
 them exactly as it answers from the local store. Spans are fetched per trajectory when one is
 read whole (``show``, ``diff``, replay, export, rescore); rescorings are stored in Weave as
@@ -93,20 +93,36 @@ class WeaveSource(TraceStore):
         read = 0
         started = time.monotonic()
         while read < total:
-            calls = list(self._stream({**base, "columns": _ROOT_COLUMNS, "include_feedback": True,
+            calls = list(self._stream({**base, "columns": _ROOT_COLUMNS,
                                        "sort_by": [{"field": "started_at", "direction": "asc"},
                                                    {"field": "id", "direction": "asc"}],
                                        "limit": PAGE, "offset": read}))  # fmt: skip
             if not calls:
                 break
+            records = self._training([call.id for call in calls])
             rows, training = [], []
             for call in calls:
                 row = root_row(call)
                 rows.append(row)
-                training += [training_row(row[0], record, row[1], row[2]) for record in _training(call)]
+                training += [training_row(row[0], record, row[1], row[2]) for record in records.get(call.id, [])]
             self._writer.write(trajectories=rows, training=training)
             read += len(calls)
             self._say(f"{self.where}: {read:,} of {total:,} trajectories read", started, done=read >= total)
+
+    def _training(self, root_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
+        """Root call id -> the training records on it (its ``rollscope.training`` feedback), oldest
+        first: one feedback query for a page of roots."""
+        refs = [{"$literal": f"weave:///{self.project_id}/call/{i}"} for i in root_ids]
+        query = {"$expr": {"$and": [
+            {"$eq": [{"$getField": "feedback_type"}, {"$literal": TRAINING_FEEDBACK}]},
+            {"$in": [{"$getField": "weave_ref"}, refs]}]}}  # fmt: skip
+        found = self._call("feedback_query", {"project_id": self.project_id, "query": query,
+                                              "sort_by": [{"field": "created_at", "direction": "asc"}]}).result
+        out: dict[str, list[dict[str, Any]]] = {}
+        for f in found:
+            payload = {k: v for k, v in (f.get("payload") or {}).items() if k in TRAINING_SCALARS}
+            out.setdefault(f["weave_ref"].rsplit("/", 1)[1], []).append(payload)
+        return out
 
     def _say(self, text: str, started: float, done: bool) -> None:
         """Progress on stderr: a line rewritten on a terminal, the last one only elsewhere."""
@@ -224,14 +240,6 @@ def root_row(call: Any) -> tuple:
     defaults = {"status": "ok", "start_ns": 0}
     return tuple(row.get(c, defaults.get(c, 0 if c.startswith(("num_", "logprob_")) else None))
                  for c in TRAJECTORY_COLUMNS)  # fmt: skip
-
-
-def _training(call: Any) -> list[dict[str, Any]]:
-    """The training records on a root call (its ``rollscope.training`` feedback), oldest first."""
-    found = ((call.summary or {}).get("weave") or {}).get("feedback") or []
-    records = [f for f in found if f.get("feedback_type") == TRAINING_FEEDBACK]
-    records.sort(key=lambda f: str(f.get("created_at")))
-    return [{k: v for k, v in (f.get("payload") or {}).items() if k in TRAINING_SCALARS} for f in records]
 
 
 def span_record(call: Any, trajectory_id: str) -> SpanRecord:

@@ -18,6 +18,7 @@ import json
 import sys
 import threading
 import types
+import traceback
 import typing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -148,8 +149,10 @@ class Handler(BaseHTTPRequestHandler):
             return self._call(method, json.loads(body))
         except pydantic.ValidationError as exc:
             return self._reply({"detail": json.loads(exc.json())}, 422)
-        except Exception as exc:  # the server's own errors, as W&B answers them
+        except Exception as exc:  # the server's own errors, as W&B answers them (and in its log)
             from weave.trace_server.errors import handle_server_exception
+
+            traceback.print_exc()
 
             status, detail = _status_of(handle_server_exception, exc)
             return self._reply({"reason": detail}, status)
@@ -167,7 +170,12 @@ class Handler(BaseHTTPRequestHandler):
         if method == "file_content_read":
             return self._reply(result.content, content_type="application/octet-stream")
         if isinstance(result, typing.Iterator):  # a stream: one JSON object a line
-            lines = b"".join(json.dumps(_plain(item)).encode() + b"\n" for item in result)
+            try:
+                lines = b"".join(json.dumps(_plain(item)).encode() + b"\n" for item in result)
+            finally:  # (chDB serves nothing else on this thread until a stream is closed)
+                close = getattr(result, "close", None)
+                if close is not None:
+                    close()
             return self._reply(lines, content_type="application/jsonl")
         return self._reply(_plain(result))
 
