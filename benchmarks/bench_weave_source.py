@@ -106,7 +106,7 @@ def measure(n: int, runs: int, tmp: Path) -> dict:
     out = {"trajectories": n, "steps": n // PER_STEP, "weave_write_calls_per_s": calls_per_s}
     for label, fn in (("ls_step_ms", listing), ("insights_ms", run_insights), ("show_ms", show)):
         for name in sources:
-            out[f"{name}_{label}"] = timed(lambda name=name: fn(name), runs)
+            out[f"{name}_{label}"] = timed(lambda name=name, fn=fn: fn(name), runs)
     return out
 
 
@@ -129,8 +129,8 @@ def main() -> None:
                 print(f"{n:,} trajectories ({r['steps']:,} steps; written to Weave at "
                       f"{r['weave_write_calls_per_s']:,.0f} calls/s), median of {args.runs}:", flush=True)
                 for label in ("ls_step", "insights", "show"):
-                    print(f"  {label:<9} local {r[f'local_{label}_ms']:8.1f} ms   weave {r[f'weave_{label}_ms']:8.1f} ms",
-                          flush=True)  # fmt: skip
+                    local, weave = r[f"local_{label}_ms"], r[f"weave_{label}_ms"]
+                    print(f"  {label:<9} local {local:8.1f} ms   weave {weave:8.1f} ms", flush=True)
         except Exception:
             print(server.log.read_text()[-4000:], file=sys.stderr)
             raise

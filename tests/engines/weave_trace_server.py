@@ -17,8 +17,8 @@ import email.policy
 import json
 import sys
 import threading
-import types
 import traceback
+import types
 import typing
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
