@@ -111,9 +111,12 @@ test: install lint
 test-fast: install lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow"
 
-# Several minutes.
+# The performance budget (hot path, ingest, redaction) beside the pinned baseline, then every
+# benchmark; most of an hour. BASELINE=REV compares with another commit.
+BASELINE ?=
 bench: install
 	mkdir -p benchmarks/out
+	$(BIN)/python benchmarks/bench_budget.py $(if $(BASELINE),--baseline $(BASELINE)) --json benchmarks/out/budget.json
 	$(BIN)/python benchmarks/bench_trace_op.py --json benchmarks/out/trace_op.json
 	$(BIN)/python benchmarks/bench_store.py --json benchmarks/out/store.json
 	$(BIN)/python benchmarks/bench_agent_loop.py --json benchmarks/out/agent_loop.json

@@ -211,7 +211,7 @@ def _query(total_spans: int, tmp: str) -> dict:
 
 
 def _child(mode: str, n: int, trace_dir: str) -> None:
-    fn = {"ingest": _traced_trajectories, "writer": _writer_only}[mode]
+    fn = {"ingest": _traced_trajectories, "writer": _writer_only, "mlflow": _mlflow}[mode]
     print(json.dumps(fn(n, trace_dir)))
 
 

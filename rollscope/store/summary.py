@@ -18,6 +18,8 @@ import math
 import re
 from typing import Any
 
+import orjson
+
 from rollscope.store.records import ERROR_CHARS, TASK_CHARS, last_user_message
 
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
@@ -37,6 +39,14 @@ COLUMNS = (
 def answer_chars(text: Any) -> int:
     """Word characters in a reply once its tags are removed: 0 for an empty or format-only answer."""
     return len(_WORD.findall(_TAG.sub("", text))) if isinstance(text, str) else 0
+
+
+def _canonical(value: Any) -> str:
+    """One text per value, keys sorted: tool calls with the same arguments get the same."""
+    try:
+        return orjson.dumps(value, default=str, option=orjson.OPT_SORT_KEYS).decode()
+    except (TypeError, orjson.JSONEncodeError):  # e.g. an int beyond 64 bits
+        return json.dumps(value, sort_keys=True, default=str)
 
 
 def error_kind(span: Any) -> str:
@@ -125,7 +135,7 @@ class TrajectorySummary:
         name = attributes.get("tool.name") or span.name.removeprefix("tool_call_error.")
         inputs = span.inputs if isinstance(span.inputs, dict) else {}
         arguments = inputs.get("parameters", inputs.get("arguments"))
-        key = f"{name}\0{json.dumps(arguments, sort_keys=True, default=str)}"
+        key = f"{name}\0{_canonical(arguments)}"
         if key in self.calls:
             self.repeated += 1
         else:
