@@ -1,38 +1,52 @@
-"""Retokenization drift: do the tokens the model was trained on equal what the chat template makes
-of the same conversation?
-
-A multi-turn loop builds its token sequence turn by turn (the prompt, the sampled tokens of each
-reply, each tool response rendered on its own); the trainer trains on that sequence. Whoever later
-renders the conversation's messages with the chat template — an SFT export, a reward model, the
-next turn of a loop that re-renders — gets different tokens wherever the template does not
-reproduce what the model sampled (whitespace a template strips, reasoning it drops, a tool call it
-re-serialises). The check renders the whole conversation once and reports the first position
-where the two sequences differ, with both sides around it. Only positions both sequences have are
-compared: the template's closing markup after the last reply is not a drift.
-"""
+"""The loop's side of the retokenization check (``rollscope.store.retokenization``): for a fast
+tokenizer the run span carries a request and the check runs where the span is shaped, off the
+rollout's thread; any other is checked here, off the event loop."""
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from typing import Any
 
-from rollscope.store.summary import RETOKENIZATION
+from rollscope.store.retokenization import REQUEST, RETOKENIZATION, first_difference, tokenizer_file
 
-__all__ = ["RETOKENIZATION", "check", "first_difference"]
-WINDOW = 8  # tokens shown on each side of the first difference
+__all__ = ["REQUEST", "RETOKENIZATION", "check", "request"]
+
+# tokenizer -> (its backend's JSON file, the chat template with and without tools, its special
+# tokens), or None where the check cannot run off the rollout's thread
+_CONTEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def first_difference(rollout_ids: list[int], template_ids: list[int], window: int = WINDOW) -> dict[str, Any]:
-    """The comparison of the loop's token sequence with the template's rendering of its messages."""
-    shared = min(len(rollout_ids), len(template_ids))
-    at = next((i for i in range(shared) if rollout_ids[i] != template_ids[i]), None)
-    result: dict[str, Any] = {"match": at is None, "rollout_length": len(rollout_ids),
-                              "template_length": len(template_ids)}  # fmt: skip
-    if at is not None:
-        low = max(0, at - window)
-        result.update({"position": at, "window_start": low, "rollout": rollout_ids[low: at + window],
-                       "template": template_ids[low: at + window]})  # fmt: skip
-    return result
+def request(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, sequence: list[int],
+            template_kwargs: dict[str, Any] | None = None) -> dict[str, Any] | None:  # fmt: skip
+    """What the check needs, for a fast tokenizer with a chat template; None for another: ``check``
+    it here."""
+    context = _context(tokenizer)
+    if context is None:
+        return None
+    name, with_tools, without_tools, special = context
+    return {"tokenizer": name, "template": with_tools if tools else without_tools, "special_tokens": special,
+            "messages": messages, "tools": tools, "sequence": sequence, "kwargs": template_kwargs}  # fmt: skip
+
+
+def _context(tokenizer: Any) -> tuple | None:
+    """``_read_context``, kept per tokenizer until its chat template is replaced."""
+    template = getattr(tokenizer, "chat_template", None)
+    try:
+        found = _CONTEXTS.get(tokenizer)
+    except TypeError:  # not weakly referenceable: read each time
+        return _read_context(tokenizer)
+    if found is None or found[0] is not template:
+        found = _CONTEXTS[tokenizer] = (template, _read_context(tokenizer))
+    return found[1]
+
+
+def _read_context(tokenizer: Any) -> tuple | None:
+    try:
+        return (tokenizer_file(tokenizer.backend_tokenizer), tokenizer.get_chat_template(None, [{}]),
+                tokenizer.get_chat_template(None, None), dict(tokenizer.special_tokens_map))  # fmt: skip
+    except Exception:  # a slow tokenizer, no chat template, no disk: checked in process (or not at all)
+        return None
 
 
 async def check(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, sequence: list[int],

@@ -196,6 +196,10 @@ class TracedAgentLoop(AgentLoopBase):
         if conversation is None:
             return
         kwargs = getattr(self, "apply_chat_template_kwargs", None)
+        deferred = retokenization.request(self.tokenizer, *conversation, kwargs)
+        if deferred is not None:  # checked where the span is shaped, off the rollout's thread
+            span.attributes[retokenization.REQUEST] = deferred
+            return
         drift = await retokenization.check(self.tokenizer, *conversation, kwargs)
         if drift is not None:
             span.attributes[retokenization.RETOKENIZATION] = drift

@@ -12,6 +12,8 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
+from rollscope.store.retokenization import REQUEST as RETOKENIZATION_REQUEST
+from rollscope.store.retokenization import RETOKENIZATION, check_request
 from rollscope.tracing import _events as ev
 from rollscope.tracing._callargs import CallArgs
 from rollscope.tracing._payload import UNRECORDED, PayloadShaper, unrecorded
@@ -93,6 +95,10 @@ class EventShaper:
             span.inputs = shape(raw, span.decoder)
             span.shaped = True
         if ended:
+            if RETOKENIZATION_REQUEST in attributes:  # the loop's chat-template check, run here
+                drift = check_request(attributes.pop(RETOKENIZATION_REQUEST))
+                if drift is not None:
+                    attributes[RETOKENIZATION] = drift
             if llm:
                 _output_usage(span, attributes)
             span.outputs = shape(span.outputs, span.decoder)
