@@ -20,15 +20,17 @@ from rollscope.llm.tokenizer_dir import make_model_dir
 # tool responses are wrapped in tags the decoded text keeps (special tokens are dropped there),
 # so the reward tells the model's own words from the calculator's; an assistant turn's tool calls,
 # which verl's parser moves out of its content, are written back as the model wrote them, so that
-# re-rendering a conversation gives the tokens it was trained on (no retokenization drift); the
+# re-rendering a conversation gives the tokens it was trained on (no retokenization drift; a call
+# the parser could not read, as the text the model wrote: rollscope's parser keeps it); the
 # end-of-turn token verl leaves in a reply's content (decoded with special tokens) is written once
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
     "{% if m['role'] == 'tool' %}<tool_response>{{ m['content'] }}</tool_response>"
     "{% else %}{{ (m['content'] or '') | replace('<|im_end|>', '') }}"
-    "{% for c in m['tool_calls'] or [] %}<tool_call>{\"name\": "
-    "{{ c['function']['name'] | tojson }}, \"arguments\": {% if c['function']['arguments'] is string %}"
-    "{{ c['function']['arguments'] }}{% else %}{{ c['function']['arguments'] | tojson }}{% endif %}}</tool_call>"
+    "{% for c in m['tool_calls'] or [] %}{% set f = c['function'] %}<tool_call>"
+    "{% if f['name'] == '__malformed_tool_call__' and f['arguments'] is mapping %}{{ f['arguments']['text'] }}"
+    "{% else %}{\"name\": {{ f['name'] | tojson }}, \"arguments\": {% if f['arguments'] is string %}"
+    "{{ f['arguments'] }}{% else %}{{ f['arguments'] | tojson }}{% endif %}}{% endif %}</tool_call>"
     "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
@@ -38,7 +40,7 @@ MODEL_SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, n
 # vLLM's CPU attention takes head sizes 32, 64, 80, ... only: the same model with 2 heads of 32
 VLLM_MODEL_SIZES = {**MODEL_SIZES, "num_attention_heads": 2, "num_key_value_heads": 1}
 WARM_START_STEPS = 400
-MODEL_VERSION = 2  # part of the cache key: bump when the task or the warm start changes
+MODEL_VERSION = 3  # part of the cache key: bump when the task or the warm start changes
 
 
 def problems(count: int = 16, seed: int = 0) -> list[dict[str, Any]]:
