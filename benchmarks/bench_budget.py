@@ -102,8 +102,8 @@ def main() -> None:
                     rounds[side].append(one_round(tree, args, tmp, model_dir))
                     print(f"round {i + 1} {side}: {rounds[side][-1]}", flush=True)
                 mlflow.append(measured("bench_store.py", ["--child", "mlflow", "--trajectories",
-                                                          str(args.mlflow_traces), "--dir", tmp_name], ROOT)
-                              ["spans_per_s"])  # fmt: skip
+                                                          str(args.mlflow_traces), "--dir", tempfile.mkdtemp(dir=tmp)],
+                                       ROOT)["spans_per_s"])  # fmt: skip
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees["baseline"])],
                            capture_output=True)  # fmt: skip
