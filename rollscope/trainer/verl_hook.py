@@ -29,6 +29,7 @@ import os
 import queue
 import sys
 import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -38,6 +39,10 @@ log = logging.getLogger("rollscope.trainer")
 
 _V0, _V1 = _verl.V0_TRAINER, _verl.V1_TRAINER
 DRAIN_TIMEOUT_S = 120.0  # at the end of fit: how long the last steps' records may take to go out
+# At the end of fit, how long records a backend holds until their trajectory's trace arrives from a
+# rollout worker (MLflow tags the worker's trace) may wait for it, re-flushed every _JOIN_POLL_S.
+JOIN_WAIT_S = 60.0
+_JOIN_POLL_S = 0.5
 _WRAPPED = "__rollscope_joined__"
 
 
@@ -82,7 +87,7 @@ class _Recorder:
             job = self.jobs.get()
             if isinstance(job, threading.Event):
                 if tracer is not None:
-                    tracer.flush()
+                    flush_until_joined(tracer)
                 job.set()
                 continue
             if tracer is None:
@@ -97,6 +102,20 @@ class _Recorder:
 
 
 recorder = _Recorder()
+
+
+def flush_until_joined(tracer: Any, wait_s: float = JOIN_WAIT_S) -> int:
+    """Flush until no backend holds a record waiting for its trajectory's trace, or ``wait_s``
+    passed; returns how many still wait. The last step's traces may still be on their way from
+    the rollout workers when ``fit`` ends, and Ray ends this process (its sidecar with it) soon
+    after: a record still waiting then would be lost, not counted."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        tracer.flush()
+        waiting = sum(s.get("training_waiting", 0) for s in tracer.stats()["backends"].values())
+        if not waiting or time.monotonic() >= deadline:
+            return waiting
+        time.sleep(_JOIN_POLL_S)
 
 
 def _traced(config: Any) -> bool:

@@ -152,3 +152,39 @@ def test_every_kind_of_value_reads_back_from_mlflow_as_the_table_says(tmp_path):
     for name, _, expected in TABLE:
         assert spans[name].inputs == expected, name
         assert spans[name].outputs == expected, name
+
+
+_WORKER_STILL_TRACING = """
+import sys, time
+from rollscope import tracing
+tracing.init_tracing(backend="mlflow", project="proj", mlflow_tracking_uri=sys.argv[1], mlflow_experiment="rollscope-test")
+with tracing.rollout_trace_attr(step=2, sample_index=0, rollout_n=0) as t:
+    print(t.id, flush=True)
+    time.sleep(3)  # the trainer's record is sent meanwhile: it waits for this trace
+tracing.shutdown_tracing()
+"""
+
+
+def test_the_end_of_fit_waits_for_traces_still_on_their_way_from_a_rollout_worker(tmp_path):
+    """verl's ``fit`` ends while the last step's traces may still be in a worker's sidecar; the
+    trainer's process is ended soon after, so the hook's drain waits (bounded) until each record
+    waiting for its trace is tagged."""
+    import mlflow
+
+    from rollscope.trainer.verl_hook import flush_until_joined
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    worker = subprocess.Popen([sys.executable, "-c", _WORKER_STILL_TRACING, uri], stdout=subprocess.PIPE, text=True)
+    trajectory_id = worker.stdout.readline().strip()
+    tracing.init_tracing(backend="mlflow", project="proj", mlflow_tracking_uri=uri, mlflow_experiment="rollscope-test")
+    try:
+        tracing.get_tracer().training(trajectory_id, {"step": 2, "uid": "u-2", "advantage": -0.5})
+        assert flush_until_joined(tracing.get_tracer()) == 0
+        assert worker.wait(60) == 0
+    finally:
+        tracing.shutdown_tracing()
+    mlflow.set_tracking_uri(uri)
+    experiment = mlflow.get_experiment_by_name("rollscope-test")
+    [trace] = mlflow.search_traces(locations=[experiment.experiment_id], return_type="list")
+    assert trace.info.tags["rollscope.trajectory_id"] == trajectory_id
+    assert trace.info.tags["training.advantage"] == "-0.5"
