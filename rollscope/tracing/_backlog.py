@@ -1,13 +1,16 @@
-"""The trace sidecar's backlog: packed events wait here until the traced process leaves the CPU.
+"""The trace sidecar's backlog: packed events wait here until the machine has a core to spare.
 
 Storing traces from another process still costs the rollout when the rollout keeps the machine's
-cores busy (an instantly answering LLM on 2 cores: about 12 % of its throughput, measured, for
-the sidecar's ~0.6 ms of work per 3-turn trajectory). So the sidecar does its work while the
-traced process waits: on the LLM, or between rollout steps while the trainer runs. It reads the
-traced process's CPU time from /proc every ``CHECK_S`` and, while that process used less than
-``BUSY_SHARE`` of a core, hands the oldest events on in slices. A flush or the end hands on
-everything at once; a backlog over its byte bound hands on its oldest part whatever the load.
-Without /proc (not Linux) everything is handed on as it arrives.
+cores busy (an instantly answering LLM server and the loop on 2 cores: about 12 % of its
+throughput, measured, for the sidecar's ~0.6 ms of work per 3-turn trajectory). So the sidecar
+works on CPU nobody else wants: every ``CHECK_S`` it reads how much of the machine was idle (plus
+what the sidecar itself used: that is what it would give back) and, while that is at least
+``SPARE_CORES``, hands the oldest events on in slices. A traced process that keeps one core busy
+on a machine with another idle is not slowed by that, so then the sidecar works beside it rather
+than after it. A flush or the end hands on everything at once; a backlog over its byte bound hands
+on its oldest part whatever the load. Without /proc (not Linux) everything is handed on as it
+arrives. (Under a CPU quota that /proc/stat does not show, the machine's idle cores are what is
+read; the sidecar runs niced either way.)
 """
 
 from __future__ import annotations
@@ -19,45 +22,46 @@ from collections import deque
 from collections.abc import Callable
 
 CHECK_S = 0.1
-BUSY_SHARE = 0.5  # of one core
-SLICE_BYTES = 256 * 1024  # handed on per check while the traced process idles
+SPARE_CORES = 0.5
+SLICE_BYTES = 256 * 1024  # handed on per check while a core is spare
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
 
-class ProcessLoad:
-    """How much CPU a process used since the last call, as a share of one core (None: unknown)."""
+class SpareCpu:
+    """Cores the machine left idle since the last call, plus this process's own CPU time over the
+    same span (None: unknown)."""
 
-    def __init__(self, pid: int) -> None:
-        self.path = f"/proc/{pid}/stat"
+    def __init__(self, stat_path: str = "/proc/stat") -> None:
+        self.path = stat_path
         self.tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        self.last = (time.monotonic(), self._cpu_s())
+        self.last = (time.monotonic(), self._idle_s(), time.process_time())
 
-    def _cpu_s(self) -> float | None:
+    def _idle_s(self) -> float | None:
         try:
             with open(self.path, "rb") as f:
-                fields = f.read().rsplit(b")", 1)[1].split()
-            return (int(fields[11]) + int(fields[12])) / self.tick  # utime + stime
+                fields = f.readline().split()  # "cpu  user nice system idle iowait ..." (all cores)
+            return (int(fields[4]) + int(fields[5])) / self.tick
         except (OSError, IndexError, ValueError):
             return None
 
-    def share(self) -> float | None:
-        now, cpu = time.monotonic(), self._cpu_s()
-        (then, before), self.last = self.last, (now, cpu)
-        if cpu is None or before is None or now <= then:
+    def cores(self) -> float | None:
+        now, idle, own = time.monotonic(), self._idle_s(), time.process_time()
+        (then, idle_before, own_before), self.last = self.last, (now, idle, own)
+        if idle is None or idle_before is None or now <= then:
             return None
-        return (cpu - before) / (now - then)
+        return (idle - idle_before + own - own_before) / (now - then)
 
 
 class Backlog:
     """Ordered chunks of packed events, handed to ``release`` (with their event count) one chunk
     at a time, in order."""
 
-    def __init__(self, release: Callable[[bytes, int], None], pid: int, max_bytes: int = DEFAULT_MAX_BYTES,
-                 load: Callable[[], float | None] | None = None) -> None:  # fmt: skip
-        """``load``: the traced process's CPU share since the last call (default: read from /proc
-        for ``pid``; tests give their own reading, so no test depends on how busy the machine is)."""
+    def __init__(self, release: Callable[[bytes, int], None], max_bytes: int = DEFAULT_MAX_BYTES,
+                 spare: Callable[[], float | None] | None = None) -> None:  # fmt: skip
+        """``spare``: the cores to spare since the last call (default: ``SpareCpu``; tests give
+        their own reading, so no test depends on how busy the machine is)."""
         self._release = release
-        self._share = load or ProcessLoad(pid).share
+        self._spare = spare or SpareCpu().cores
         self.max_bytes = max_bytes
         self._chunks: deque[tuple[bytes, int]] = deque()
         self.bytes = 0
@@ -94,11 +98,11 @@ class Backlog:
 
     def _run(self) -> None:
         while not self._stop.wait(CHECK_S):
-            share = self._share()
-            if share is not None and share >= BUSY_SHARE:
-                continue  # the traced process is working: wait
+            spare = self._spare()
+            if spare is not None and spare < SPARE_CORES:
+                continue  # the machine is busy: wait
             with self._lock:
                 released = 0
-                while self._chunks and (share is None or released < SLICE_BYTES):
+                while self._chunks and (spare is None or released < SLICE_BYTES):
                     released += len(self._chunks[0][0])
                     self._release_one()

@@ -36,6 +36,7 @@ from rollscope.tracing.spans import STATUS_OK, Span, SpanKind, Trajectory, new_i
 
 _PROTOCOL = 5
 _KIND_VALUE = {k: k.value for k in SpanKind}
+_KIND_OF = {k.value: k for k in SpanKind}  # (a dict lookup: ``SpanKind(value)`` is Python code)
 
 
 def _plain(value: Any) -> Any:
@@ -49,7 +50,7 @@ def _span(
 ) -> Span:  # fmt: skip
     span = Span.__new__(Span)
     span.id, span.trajectory_id, span.parent_id, span.name = id, trajectory_id, parent_id, name
-    span.kind, span.start_ns, span.end_ns, span.status = SpanKind(kind), start_ns, end_ns, status
+    span.kind, span.start_ns, span.end_ns, span.status = _KIND_OF[kind], start_ns, end_ns, status
     span.error_type, span.error_message = error_type, error_message
     span.inputs, span.outputs, span.attributes, span.shaped = inputs, outputs, attributes, shaped
     span.decoder = decoder  # the tokenizer's name: the sidecar loads its own (``_shaping``)
@@ -323,13 +324,15 @@ def decode(data: bytes) -> Any:
 
 
 def unpack(data: bytes) -> list[Any]:
-    """The events of a ``join`` buffer, in order."""
-    view = memoryview(data)
+    """The events of a ``join`` buffer, in order: one unpickler reads each record where it starts
+    (records hold no memo, so nothing carries over from one to the next)."""
+    stream = io.BytesIO(data)
+    load, seek = _Decoder(stream).load, stream.seek
     events = []
-    at, size = 0, _RECORD.size
-    while at < len(view):
-        (length,) = _RECORD.unpack_from(view, at)
-        body = view[at + size : at + size + length]
+    at, size, end = 0, _RECORD.size, len(data)
+    while at < end:
+        (length,) = _RECORD.unpack_from(data, at)
+        seek(at + size)
+        events.append(_event(load()))
         at += size + length
-        events.append(_event(_Decoder(io.BytesIO(body)).load()))
     return events
