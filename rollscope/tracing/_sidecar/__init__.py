@@ -4,7 +4,7 @@ the traced process's GIL.
 
 What stays in the traced process is the capture (the hooks) and the packing (``_wire``): about a
 sixth of the per-trajectory work. The sidecar holds what it receives in a ``Backlog`` and stores
-it while the traced process leaves the CPU idle (benchmarks/RESULTS.md).
+it on a core nobody else is using (benchmarks/RESULTS.md).
 
 The traced process's end is ``parent`` (the worker the exporter sees), made of ``process`` (the
 child started, greeted and ended), ``sender`` (events packed, shipped, numbered; flushes),

@@ -1,5 +1,5 @@
 """The sidecar process: reads the traced process's frames, holds its events in a ``Backlog`` until
-the traced process leaves the CPU idle, shapes them and runs the backends; reports flushes, stats
+the machine has a core to spare, shapes them and runs the backends; reports flushes, stats
 and the positions its backends made durable. Started by ``process.SidecarProcess``.
 """
 
