@@ -155,12 +155,12 @@ def test_every_kind_of_value_reads_back_from_mlflow_as_the_table_says(tmp_path):
 
 
 _WORKER_STILL_TRACING = """
-import sys, time
+import sys
 from rollscope import tracing
 tracing.init_tracing(backend="mlflow", project="proj", mlflow_tracking_uri=sys.argv[1], mlflow_experiment="rollscope-test")
 with tracing.rollout_trace_attr(step=2, sample_index=0, rollout_n=0) as t:
     print(t.id, flush=True)
-    time.sleep(3)  # the trainer's record is sent meanwhile: it waits for this trace
+    sys.stdin.readline()  # until the trainer's record is waiting for this trace
 tracing.shutdown_tracing()
 """
 
@@ -174,11 +174,16 @@ def test_the_end_of_fit_waits_for_traces_still_on_their_way_from_a_rollout_worke
     from rollscope.trainer.verl_hook import flush_until_joined
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    worker = subprocess.Popen([sys.executable, "-c", _WORKER_STILL_TRACING, uri], stdout=subprocess.PIPE, text=True)
+    worker = subprocess.Popen([sys.executable, "-c", _WORKER_STILL_TRACING, uri], stdin=subprocess.PIPE,
+                              stdout=subprocess.PIPE, text=True)  # fmt: skip
     trajectory_id = worker.stdout.readline().strip()
     tracing.init_tracing(backend="mlflow", project="proj", mlflow_tracking_uri=uri, mlflow_experiment="rollscope-test")
     try:
         tracing.get_tracer().training(trajectory_id, {"step": 2, "uid": "u-2", "advantage": -0.5})
+        assert tracing.flush_tracing(120)
+        assert tracing.stats()["backends"]["mlflow"]["training_waiting"] == 1  # its trace is not there yet
+        worker.stdin.write("go\n")
+        worker.stdin.flush()
         assert flush_until_joined(tracing.get_tracer()) == 0
         assert worker.wait(60) == 0
     finally:
