@@ -63,4 +63,5 @@ async def check(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, sequ
         template_ids = await asyncio.get_running_loop().run_in_executor(None, render)
     except Exception:  # a template that cannot render this conversation: nothing to compare
         return None
-    return first_difference(list(sequence), template_ids)
+    return first_difference(list(sequence), template_ids,
+                            decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))  # fmt: skip

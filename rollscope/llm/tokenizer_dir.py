@@ -5,6 +5,7 @@ no model runs on this machine: the scripted LLM (``--llm scripted:FILE``) and re
 
 from __future__ import annotations
 
+import string
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -21,9 +22,12 @@ CORPUS = [
 
 
 def make_model_dir(path: Path, corpus: Sequence[str] = CORPUS, chat_template: str = CHAT_TEMPLATE,
-                   vocab_size: int = 600, **model: int) -> Path:  # fmt: skip
+                   vocab_size: int = 600, every_byte: bool = True, **model: int) -> Path:  # fmt: skip
     """Write tokenizer and config files into ``path`` (created if missing); returns it. ``model``
-    overrides the Qwen2 sizes (``hidden_size``, ``num_hidden_layers``, ...) of the config."""
+    overrides the Qwen2 sizes (``hidden_size``, ``num_hidden_layers``, ...) of the config.
+    ``every_byte=False``: a token per printable ASCII character (and newline, tab) instead of one
+    per byte, so a model sampling from it never writes half a character (other characters do not
+    tokenize: for a model whose whole world is ASCII)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast, Qwen2Config
 
@@ -31,9 +35,9 @@ def make_model_dir(path: Path, corpus: Sequence[str] = CORPUS, chat_template: st
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())  # fmt: skip
-    tok.train_from_iterator(corpus, trainer)
+    alphabet = pre_tokenizers.ByteLevel.alphabet() if every_byte else []
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, initial_alphabet=alphabet)
+    tok.train_from_iterator([*corpus, *([] if every_byte else [string.printable])], trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    additional_special_tokens=["<|im_start|>"])  # fmt: skip
     fast.chat_template = chat_template

@@ -63,7 +63,9 @@ SIGNALS: dict[str, tuple[str, str]] = {
     "retokenization_drift": ("trajectories whose messages the chat template renders to other tokens than "
                              "the model was trained on",
                              "an export or re-rendered prompt from these messages is not what the policy "
-                             "saw; fix the template (tool calls, whitespace, reasoning it drops)"),
+                             "saw; fix the template (tool calls, whitespace, reasoning it drops). (Where the "
+                             "text is the template's and only the model's split of it differs, it is not "
+                             "counted here: attribute retokenization_split)"),
     # from the trainer's side (what verl's trainer did with each trajectory: store.training)
     "logprob_mismatch": ("trajectories with a loss token whose trainer and rollout log-probs differ by more "
                          "than logprob_delta nats (tool responses and padding excluded)",

@@ -10,6 +10,13 @@ re-serialises). The check renders the whole conversation once and reports the fi
 where the two sequences differ, with both sides around it. Only positions both sequences have are
 compared: the template's closing markup after the last reply is not a drift.
 
+Where the tokenizer can decode both sequences, the check also says why they differ (``cause``):
+``"text"`` when the rendered text itself differs (what a template fixes: whitespace, a dropped
+tool call), ``"split"`` when the text is the same and only its tokens differ — the model sampled a
+split of that text its tokenizer never produces ("7" "4" where it encodes "74"). No template can
+prevent a split; any re-tokenized export still differs there, so it is kept and shown, apart
+from the drift a template causes (``SPLIT_ONLY``).
+
 Rendering costs a few hundred microseconds, more than the rest of tracing a trajectory, so it is
 not done on the rollout's thread where it can be avoided: the loop puts a ``REQUEST`` (the
 messages, the template, the tokens) on its run span, and the check runs where spans are shaped —
@@ -24,19 +31,22 @@ import hashlib
 import logging
 import os
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rollscope.store.summary import RETOKENIZATION
+from rollscope.store.summary import RETOKENIZATION, SPLIT_ONLY
 
-__all__ = ["REQUEST", "RETOKENIZATION", "check_request", "first_difference", "render", "tokenizer_file"]
+__all__ = ["REQUEST", "RETOKENIZATION", "SPLIT_ONLY", "check_request", "first_difference", "render", "tokenizer_file"]
 log = logging.getLogger("rollscope.tracing")
 REQUEST = "rollscope.retokenization.request"  # a run span's attribute until the check has run
 WINDOW = 8  # tokens shown on each side of the first difference
 
 
-def first_difference(rollout_ids: list[int], template_ids: list[int], window: int = WINDOW) -> dict[str, Any]:
-    """The comparison of the loop's token sequence with the template's rendering of its messages."""
+def first_difference(rollout_ids: list[int], template_ids: list[int], window: int = WINDOW,
+                     decode: Callable[[list[int]], str] | None = None) -> dict[str, Any]:  # fmt: skip
+    """The comparison of the loop's token sequence with the template's rendering of its messages;
+    ``decode`` (the tokenizer's, special tokens kept) tells a split from a text that differs."""
     shared = min(len(rollout_ids), len(template_ids))
     at = next((i for i in range(shared) if rollout_ids[i] != template_ids[i]), None)
     result: dict[str, Any] = {"match": at is None, "rollout_length": len(rollout_ids),
@@ -45,7 +55,16 @@ def first_difference(rollout_ids: list[int], template_ids: list[int], window: in
         low = max(0, at - window)
         result.update({"position": at, "window_start": low, "rollout": rollout_ids[low: at + window],
                        "template": template_ids[low: at + window]})  # fmt: skip
+        if decode is not None:
+            result["cause"] = SPLIT_ONLY if _same_text(decode(rollout_ids), decode(template_ids)) else "text"
     return result
+
+
+def _same_text(rollout: str, template: str) -> bool:
+    """The texts agree over the part both have (the rollout may stop before the template's closing
+    markup, or run on past it); a character decoding could not represent is never the same."""
+    shared = min(len(rollout), len(template))
+    return "\ufffd" not in rollout[:shared] and rollout[:shared] == template[:shared]
 
 
 def render(request: dict[str, Any]) -> list[int]:
@@ -60,6 +79,12 @@ def render(request: dict[str, Any]) -> list[int]:
                                         chat_template=request["template"],
                                         **{**request["special_tokens"], **(request["kwargs"] or {})})  # fmt: skip
     return _encoder(request["tokenizer"]).encode(rendered[0], add_special_tokens=False).ids
+
+
+def _decoder(request: dict[str, Any]) -> Callable[[list[int]], str]:
+    """The request's tokenizer's decoding, special tokens kept (``first_difference``'s ``decode``)."""
+    encoder = _encoder(request["tokenizer"])
+    return lambda ids: encoder.decode(ids, skip_special_tokens=False)
 
 
 @functools.lru_cache(maxsize=8)
@@ -88,7 +113,7 @@ def check_request(request: Any) -> dict[str, Any] | None:
     """The drift of a ``REQUEST`` (``first_difference``), or None when it cannot be rendered here
     (a template error, a tokenizer that cannot be loaded): the same as the loop's own check."""
     try:
-        return first_difference(list(request["sequence"]), render(request))
+        return first_difference(list(request["sequence"]), render(request), decode=_decoder(request))
     except Exception as exc:  # a template that cannot render this conversation: nothing to compare
         log.debug("retokenization check skipped (%s: %s)", type(exc).__name__, exc)
         return None

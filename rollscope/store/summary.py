@@ -3,7 +3,8 @@ filtered and summarised (``rollscope insights``) without reading a single span: 
 replies cut at their token limit, tool calls repeated with the same arguments, the sum of the
 sampled log-probabilities, the size of the final answer, whether the loop ran out of turns, tool
 errors by tool and kind, the task, the first error and where the chat template re-renders the
-conversation to other tokens (``RETOKENIZATION``).
+conversation to other tokens (``RETOKENIZATION``; apart from it, where only the model's split of
+the same text differs: ``SPLIT_ONLY``).
 
 The local backend keeps one ``TrajectorySummary`` per open trajectory and adds each span as it
 ends (in the trace sidecar, off the rollout); a shard continued after its writer died rebuilds them
@@ -26,6 +27,7 @@ OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 ERROR_KIND = "tool.error_kind"  # set where a tool call fails: malformed_call, unknown_tool, bad_arguments, ...
 TURN_LIMIT = "max_assistant_turns"  # an agent run's extra_fields["stop"] when it used every turn it had
 RETOKENIZATION = "rollscope.retokenization"  # a run span's attribute: its chat-template check
+SPLIT_ONLY = "split"  # that check's ``cause`` when the text is the template's and only its tokens differ
 _TAG = re.compile(r"<[^<>]{0,64}>")  # template and format tags: <answer>, </tool_call>, <|im_end|>
 _WORD = re.compile(r"\w")
 
@@ -73,6 +75,7 @@ class TrajectorySummary:
         "logprob_sum",
         "repeated",
         "spans",
+        "split",
         "task",
         "tokens",
         "tool_error_kinds",
@@ -91,6 +94,7 @@ class TrajectorySummary:
         self.task: str | None = None
         self.first_error: str | None = None
         self.drift: int | None = None
+        self.split: int | None = None
 
     def add(self, span: Any) -> None:
         """One ended span (its payloads shaped: plain JSON values)."""
@@ -113,7 +117,10 @@ class TrajectorySummary:
                 self.turn_limit = 1
             check = (span.attributes or {}).get(RETOKENIZATION)
             if isinstance(check, dict) and check.get("match") is False:
-                self.drift = check.get("position")
+                if check.get("cause") == SPLIT_ONLY:
+                    self.split = check.get("position")
+                else:
+                    self.drift = check.get("position")
 
     def _llm(self, span: Any) -> None:
         self.llm += 1
@@ -161,4 +168,6 @@ class TrajectorySummary:
             out["tool_errors"] = dict(self.tool_error_kinds)
         if self.drift is not None:
             out["retokenization_drift"] = self.drift  # the first position the chat template renders differently
+        if self.split is not None:
+            out["retokenization_split"] = self.split  # the first position of a split the tokenizer never makes
         return out

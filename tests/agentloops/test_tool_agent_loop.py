@@ -166,7 +166,7 @@ def test_a_template_that_changes_a_reply_is_found_at_the_exact_token(verl_config
     parted = next(i for i, (x, y) in enumerate(zip(said, rendered, strict=False)) if x != y)
     t, check = _retokenization(read_store)
     assert check["match"] is False and check["position"] == len(out.prompt_ids) + parted
-    assert t.attributes["retokenization_drift"] == check["position"]
+    assert check["cause"] == "text" and t.attributes["retokenization_drift"] == check["position"]
     start = check["window_start"]
     sequence = out.prompt_ids + out.response_ids
     assert check["rollout"] == sequence[start : start + len(check["rollout"])]

@@ -2,7 +2,9 @@
 ``apply_chat_template`` does in the loop, for each template the project ships and one written the
 way tool-calling templates are (tools as JSON, special tokens, raise_exception, loop controls)."""
 
+import asyncio
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from transformers import AutoTokenizer
@@ -10,6 +12,7 @@ from transformers import AutoTokenizer
 from rollscope.agentloops import retokenization as loop_side
 from rollscope.llm.tokenizer_dir import CHAT_TEMPLATE, make_model_dir
 from rollscope.store.retokenization import check_request, first_difference, render
+from rollscope.store.summary import RETOKENIZATION, TrajectorySummary
 from rollscope.trainer import demo_task
 
 TOOLS_TEMPLATE = (
@@ -61,6 +64,31 @@ def test_a_drift_is_found_where_the_sequence_parts(tokenizer):
     sampled = [*rendered[:5], rendered[5] + 1, *rendered[6:]]
     found = check_request(loop_side.request(tokenizer, messages, None, sampled))
     assert found["match"] is False and found["position"] == 5
+
+
+def test_a_split_the_tokenizer_never_makes_is_told_from_a_text_that_differs(tokenizer):
+    """The model sampled a reply's merged token as its characters one by one: the same text, other
+    ids. Both checks (off the thread, and the loop's own for a tokenizer it cannot hand on) call it
+    a split; the trajectory's summary keeps it apart from the drift a template causes."""
+    messages = CONVERSATIONS[0]
+    rendered = list(tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False))
+    reply = tokenizer.encode("The answer is 391.", add_special_tokens=False)
+    start = next(i for i in range(len(rendered)) if rendered[i : i + len(reply)] == reply)
+    at = next(start + i for i, t in enumerate(reply) if len(tokenizer.decode([t]).strip()) >= 2)
+    characters = [i for c in tokenizer.decode([rendered[at]]) for i in tokenizer.encode(c, add_special_tokens=False)]
+    sampled = [*rendered[:at], *characters, *rendered[at + 1 :]]
+    assert tokenizer.decode(sampled) == tokenizer.decode(rendered) and len(characters) >= 2
+    found = check_request(loop_side.request(tokenizer, messages, None, sampled))
+    assert (found["match"], found["position"], found["cause"]) == (False, at, "split")
+    assert asyncio.run(loop_side.check(tokenizer, messages, None, sampled)) == found
+    text = check_request(loop_side.request(tokenizer, messages, None, [*rendered[:at], rendered[at] + 1]))
+    assert text["cause"] == "text"
+
+    run = SimpleNamespace(kind="agent", name="run", status="ok", inputs={}, outputs={},
+                          attributes={RETOKENIZATION: found})  # (a stored span, as the summary reads one)
+    summary = TrajectorySummary()
+    summary.add(run)
+    assert summary.attributes() == {"retokenization_split": at}
 
 
 def test_a_tokenizer_built_in_memory_is_checked_off_the_thread_too_and_failures_are_none(tokenizer, tmp_path):
