@@ -35,9 +35,10 @@ def make_model_dir(path: Path, corpus: Sequence[str] = CORPUS, chat_template: st
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-    alphabet = pre_tokenizers.ByteLevel.alphabet() if every_byte else []
+    # a token per byte, or the ASCII characters learned from a string of them put beside the corpus
+    alphabet, extra = (pre_tokenizers.ByteLevel.alphabet(), []) if every_byte else ([], [string.printable])
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, initial_alphabet=alphabet)
-    tok.train_from_iterator([*corpus, *([] if every_byte else [string.printable])], trainer)
+    tok.train_from_iterator([*corpus, *extra], trainer)
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
                                    additional_special_tokens=["<|im_start|>"])  # fmt: skip
     fast.chat_template = chat_template

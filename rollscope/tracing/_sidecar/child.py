@@ -42,8 +42,8 @@ from rollscope.tracing._sidecar.protocol import (
 
 # The sidecar's work can wait (its queues are unbounded for the local store); the rollout's cannot.
 SIDECAR_NICE = 10
-# The sidecar makes and drops millions of small containers (events, payloads) that form no cycles,
-# while its queues hold many thousands alive: at Python's default threshold (700) the collector
+# The sidecar makes and drops millions of small containers (events, payloads), almost none in a
+# cycle, while its queues hold many thousands alive: at Python's default threshold (700) the collector
 # scans them over and over (a third of its CPU in bench_store's ingest).
 GC_THRESHOLDS = (50_000, 20, 100)
 
