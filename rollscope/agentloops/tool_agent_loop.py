@@ -20,7 +20,7 @@ from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop as VerlTo
 from verl.experimental.agent_loop.tool_parser import FunctionCall
 from verl.tools.schemas import ToolResponse
 
-from rollscope.agentloops.tool_parser import MALFORMED_CALL, RollscopeToolParser
+from rollscope.agentloops.tool_parser import MALFORMED_CALL, RollscopeToolParser, WrittenCall, written_back
 from rollscope.agentloops.traced_loop import TracedAgentLoop
 from rollscope.llm.constrained import CONSTRAIN, TOOL_SCHEMAS
 from rollscope.store.summary import ERROR_KIND, TURN_LIMIT
@@ -50,6 +50,21 @@ class ToolAgentLoop(TracedAgentLoop, VerlToolAgentLoop):
         if data is None:
             return None
         return data.messages, getattr(data, "_active_tool_schemas", self.tool_schemas), data.prompt_ids
+
+    def _build_assistant_message(self, content: str, agent_data: Any) -> dict[str, Any]:
+        """verl's, with each call's ``text`` and ``at`` (``WrittenCall``): a chat template can then
+        render the reply exactly as the model wrote it, text after a call and calls that did not
+        parse included (the training demo's does). Calls past ``max_parallel_calls``, which verl
+        leaves out of the message and never runs, stay in its content as the text they were."""
+        calls = agent_data.tool_calls
+        beyond = calls[self.max_parallel_calls :] if self.max_parallel_calls else []
+        if beyond and all(isinstance(c, WrittenCall) for c in beyond):
+            content = written_back(content, beyond)
+        message = super()._build_assistant_message(content, agent_data)
+        for entry, call in zip(message.get("tool_calls", ()), agent_data.tool_calls, strict=False):
+            if isinstance(call, WrittenCall):
+                entry["text"], entry["at"] = call.text, call.at
+        return message
 
     async def _call_tool(self, tool_call: FunctionCall, tools_kwargs: dict[str, Any], agent_data: Any) -> Any:
         found = self._call_problem(tool_call, agent_data)

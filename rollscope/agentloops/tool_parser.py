@@ -4,7 +4,9 @@ Formats: hermes / Qwen ``<tool_call>{"name": ..., "arguments": {...}}</tool_call
 without the closing tag at the very end of a response — what a model stopped by the stop string
 ``</tool_call>`` (the embedded model's setup) leaves behind. A call that cannot be parsed comes back
 as a ``FunctionCall`` named ``MALFORMED_CALL`` whose arguments carry the problem, so the loop can
-tell the model what went wrong (verl's hermes parser logs and drops it).
+tell the model what went wrong (verl's hermes parser logs and drops it). Each call also keeps
+the text it was read from and its place in the reply (``WrittenCall``): nothing the model wrote is
+lost between the reply and its message.
 """
 
 from __future__ import annotations
@@ -20,6 +22,18 @@ MALFORMED_CALL = "__malformed_tool_call__"
 MAX_CALL_CHARS = 1 << 20
 _DECODER = json.JSONDecoder()
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+
+
+class WrittenCall(FunctionCall):
+    """A call and how the model wrote it: ``text``, its block exactly as written (from
+    ``<tool_call>`` through ``</tool_call>``, or to the reply's end when it was never closed: a
+    garbled closing tag and what follows stay in it), and ``at``, its position in the reply's
+    content (the text outside the calls). The content with each ``text`` put back at its ``at`` is
+    the reply itself, so a chat template that renders them gives back the tokens the model sampled
+    (the retokenization check), whatever the call's JSON looked like or whether it parsed at all."""
+
+    text: str
+    at: int
 
 
 def parse_call(body: str) -> FunctionCall:
@@ -62,28 +76,41 @@ def _malformed(problem: str, body: str) -> FunctionCall:
     return FunctionCall(name=MALFORMED_CALL, arguments=json.dumps({"problem": problem, "text": body[:500]}))
 
 
-def extract_from_text(text: str) -> tuple[str, list[FunctionCall]]:
-    """(the text outside the calls, each call). Blocks are found with ``str.find`` (linear, in C):
-    a regular expression took seconds on 50 MB of model output."""
+def extract_from_text(text: str) -> tuple[str, list[WrittenCall]]:
+    """(the text outside the calls, as written, each call). Blocks are found with ``str.find``
+    (linear, in C): a regular expression took seconds on 50 MB of model output."""
     if _OPEN not in text:
         return text, []
-    outside, bodies, pos = [], [], 0
+    outside: list[str] = []
+    calls: list[WrittenCall] = []
+    pos = at = 0
     while (start := text.find(_OPEN, pos)) != -1:
         outside.append(text[pos:start])
+        at += start - pos
         body = start + len(_OPEN)
         end = text.find(_CLOSE, body)
-        if end == -1:  # cut off before the closing tag: the rest is the call
-            bodies.append(text[body:])
-            pos = len(text)
+        # cut off before the closing tag (or the tag garbled): the rest of the reply is the call
+        pos = len(text) if end == -1 else end + len(_CLOSE)
+        call = parse_call(text[body : len(text) if end == -1 else end].strip())
+        calls.append(WrittenCall(**call.model_dump(), text=text[start:pos], at=at))
+        if end == -1:
             break
-        bodies.append(text[body:end])
-        pos = end + len(_CLOSE)
     outside.append(text[pos:])
-    return "".join(outside).strip(), [parse_call(b.strip()) for b in bodies]
+    return "".join(outside), calls
+
+
+def written_back(content: str, calls: list[WrittenCall]) -> str:
+    """The reply ``extract_from_text`` read ``content`` and ``calls`` from (given calls: their text
+    put back in the content, later ones' positions unchanged by earlier ones)."""
+    parts, at = [], 0
+    for call in calls:
+        parts += [content[at : call.at], call.text]
+        at = call.at
+    return "".join([*parts, content[at:]])
 
 
 @ToolParser.register("rollscope")
 class RollscopeToolParser(ToolParser):
-    async def extract_tool_calls(self, responses_ids: list[int], tools: Any = None) -> tuple[str, list[FunctionCall]]:
+    async def extract_tool_calls(self, responses_ids: list[int], tools: Any = None) -> tuple[str, list[WrittenCall]]:
         text = await get_event_loop().run_in_executor(None, self.tokenizer.decode, responses_ids)
         return extract_from_text(text)

@@ -18,20 +18,23 @@ from typing import Any
 from rollscope.llm.tokenizer_dir import make_model_dir
 
 # tool responses are wrapped in tags the decoded text keeps (special tokens are dropped there),
-# so the reward tells the model's own words from the calculator's; an assistant turn's tool calls,
-# which verl's parser moves out of its content, are written back as the model wrote them, so that
-# re-rendering a conversation gives the tokens it was trained on (no retokenization drift; a call
-# the parser could not read, as the text the model wrote: rollscope's parser keeps it); the
-# end-of-turn token verl leaves in a reply's content (decoded with special tokens) is written once
+# so the reward tells the model's own words from the calculator's. An assistant turn's tool calls,
+# which verl's parser moves out of its content, are written back where and as the model wrote them
+# (rollscope's parser keeps each call's ``text`` and its place ``at`` in the content), so that
+# re-rendering a conversation gives the tokens it was trained on: no retokenization drift, a call
+# that did not parse or a garbled closing tag included. A call without them (a dataset's message)
+# is written in the canonical form after the content. The end-of-turn token verl leaves in a
+# reply (decoded with special tokens) is written once.
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
     "{% if m['role'] == 'tool' %}<tool_response>{{ m['content'] }}</tool_response>"
-    "{% else %}{{ (m['content'] or '') | replace('<|im_end|>', '') }}"
-    "{% for c in m['tool_calls'] or [] %}{% set f = c['function'] %}<tool_call>"
-    "{% if f['name'] == '__malformed_tool_call__' and f['arguments'] is mapping %}{{ f['arguments']['text'] }}"
-    "{% else %}{\"name\": {{ f['name'] | tojson }}, \"arguments\": {% if f['arguments'] is string %}"
-    "{{ f['arguments'] }}{% else %}{{ f['arguments'] | tojson }}{% endif %}}{% endif %}</tool_call>"
-    "{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% else %}{% filter replace('<|im_end|>', '') %}{% set content = m['content'] or '' %}"
+    "{% set ns = namespace(at=0) %}{% for c in m['tool_calls'] or [] %}"
+    "{% set at = c['at'] if c['at'] is defined else content | length %}{{ content[ns.at:at] }}"
+    "{% set ns.at = at %}{% if c['text'] is defined %}{{ c['text'] }}{% else %}{% set f = c['function'] %}"
+    "<tool_call>{\"name\": {{ f['name'] | tojson }}, \"arguments\": {% if f['arguments'] is string %}"
+    "{{ f['arguments'] }}{% else %}{{ f['arguments'] | tojson }}{% endif %}}</tool_call>{% endif %}"
+    "{% endfor %}{{ content[ns.at:] }}{% endfilter %}{% endif %}<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 TOOL_SHARE = 0.25  # of the warm-start demonstrations that call the calculator
@@ -85,7 +88,8 @@ def build_model(path: Path, task: list[dict[str, Any]], seed: int = 0, tool_shar
     """Tokenizer, config and warm-started weights in ``path`` (kept: built once per version)."""
     sizes = sizes or MODEL_SIZES
     stamp = path / "rollscope-demo.json"
-    key = {"version": MODEL_VERSION, "problems": task, "seed": seed, "tool_share": tool_share, "sizes": sizes}
+    key = {"version": MODEL_VERSION, "problems": task, "seed": seed, "tool_share": tool_share, "sizes": sizes,
+           "chat_template": CHAT_TEMPLATE}
     if stamp.is_file() and json.loads(stamp.read_text()) == key:
         return path
     import torch

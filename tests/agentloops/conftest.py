@@ -21,12 +21,16 @@ def tokenizer(model_dir):
 
 
 def build_loop(cls, config, tokenizer, llm, tools=()):
-    """An agent loop as verl's worker builds one (call it inside the running event loop)."""
+    """An agent loop as verl's worker builds one (call it inside the running event loop), the model's
+    ``model_type`` included: it picks how verl joins a turn's tokens (Qwen's newline after a turn)."""
+    from transformers import AutoConfig
     from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
+    model_type = AutoConfig.from_pretrained(config.actor_rollout_ref.model.path).model_type
     return cls(trainer_config=DictConfigWrap(config), server_manager=llm, tokenizer=tokenizer, processor=None,
-               dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data), tools=ToolListWrap(list(tools)))  # fmt: skip
+               dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data), tools=ToolListWrap(list(tools)),
+               hf_model_type=model_type)  # fmt: skip
 
 
 def with_overrides(config, **multi_turn):

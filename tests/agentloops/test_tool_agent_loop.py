@@ -154,6 +154,42 @@ def test_the_chat_template_renders_the_conversation_as_the_model_saw_it(verl_con
     assert check["match"] is True and "retokenization_drift" not in t.attributes
 
 
+# replies as a policy early in training writes them (the first two: the training demo's model)
+WRITTEN = [
+    "<tool_call> 115325.",  # not JSON, a space first
+    '<tool_call>{"name": "calculator", "arguments": {"expression": "25 * 13"}}</toolexpression": 25 * 13',
+    ' Let me see. <tool_call>{"name":"calculator","arguments":{"expression":"6*7"}} </tool_call> so 42 ',
+    call("calculator", expression="1+1") + "\nand\n" + call("calculator", expression="2+2") + "\n",
+]
+
+
+@pytest.fixture(scope="module")
+def demo_template_tokenizer(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    from rollscope.llm.tokenizer_dir import make_model_dir
+    from rollscope.trainer.demo_task import CHAT_TEMPLATE
+
+    return AutoTokenizer.from_pretrained(make_model_dir(tmp_path_factory.mktemp("demo_template"),
+                                                        chat_template=CHAT_TEMPLATE))  # fmt: skip
+
+
+@pytest.mark.parametrize("reply", WRITTEN)
+def test_each_call_keeps_its_text_so_the_demos_template_gives_back_the_reply_as_written(
+        reply, verl_config, demo_template_tokenizer, local_tracer, read_store):  # fmt: skip
+    """Malformed, garbled, spaced, with text around or between: the parser keeps each call's block
+    and its place in the content, the training demo's template puts them back, and re-rendering
+    the conversation gives the tokens sampled (the retokenization check through the loop)."""
+    from rollscope.agentloops.tool_parser import extract_from_text, written_back
+
+    content, calls = extract_from_text(reply)
+    assert written_back(content, calls) == reply
+    run_loop(verl_config, demo_template_tokenizer, [reply, "The answer is 42."])
+    t, check = _retokenization(read_store)
+    assert check["match"] is True and "retokenization_drift" not in t.attributes, str(check)
+    assert t.num_tool_calls == 1 and len(calls) >= 1  # (verl runs max_parallel_calls: 1 here)
+
+
 def test_a_template_that_changes_a_reply_is_found_at_the_exact_token(verl_config, tokenizer, local_tracer, read_store,
                                                                      trace_dir):  # fmt: skip
     """A planted mismatch: the template re-renders the assistant's 391 as 392. The first differing
