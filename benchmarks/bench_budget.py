@@ -5,6 +5,8 @@ interpreter of its own; says which figure moved and which goal is met.
   hot path   tracing's cost on the rollout's thread per 3-turn trajectory, through the trace
              sidecar into the local store (``bench_trace_breakdown.py``'s ``full``)   goal <= 300 us
   ingest     spans a second, one traced process to disk (``bench_store.py``'s ingest)  goal >= 40,000
+             with its one trace sidecar (the default), and with two (``ROLLSCOPE_TRACE_SIDECAR=2``:
+             the baseline, which has no such setting, runs one)
   vs MLflow  that ingest over MLflow tracing's on sqlite, same trajectories (measured once a
              round: it does not depend on rollscope's code)                            goal >= 150x
   redaction  the redactor's time per 3-turn trajectory (``bench_redaction.py``)       no slower
@@ -32,14 +34,16 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 BASELINE = "aca5be2"  # the last main before this round's work landed (its figures: benchmarks/RESULTS.md)
-GOALS = {"hot_path_us": ("<=", 300.0), "ingest_spans_per_s": (">=", 40_000.0), "vs_mlflow": (">=", 150.0),
+GOALS = {"hot_path_us": ("<=", 300.0), "ingest_spans_per_s": (">=", 40_000.0),
+         "ingest_2_sidecars_spans_per_s": (">=", 40_000.0), "vs_mlflow": (">=", 150.0),
          "redaction_us": ("<=", None)}  # fmt: skip
 LOWER_IS_BETTER = {"hot_path_us", "redaction_us"}
 
 
-def measured(script: str, args: list[str], tree: Path) -> dict:
+def measured(script: str, args: list[str], tree: Path, sidecars: int = 1) -> dict:
     """``script`` (this tree's) run with ``tree``'s rollscope first on the path; its last JSON line."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "WANDB_ERROR_REPORTING": "false"}
+    env = {**os.environ, "PYTHONPATH": str(tree), "WANDB_ERROR_REPORTING": "false",
+           "ROLLSCOPE_TRACE_SIDECAR": str(sidecars)}  # fmt: skip
     proc = subprocess.run([sys.executable, str(HERE / script), *args], capture_output=True, text=True, env=env,
                           cwd=tree, timeout=3600)  # fmt: skip
     if proc.returncode != 0:
@@ -50,11 +54,12 @@ def measured(script: str, args: list[str], tree: Path) -> dict:
 def one_round(tree: Path, args: argparse.Namespace, tmp: Path, model_dir: str) -> dict:
     hot = measured("bench_trace_breakdown.py", ["--mode", "full", "--pairs", str(args.pairs), "--model-dir",
                                                 model_dir], tree)  # fmt: skip
-    trace_dir = tempfile.mkdtemp(dir=tmp)
-    ingest = measured("bench_store.py", ["--child", "ingest", "--trajectories", str(args.trajectories),
-                                         "--dir", trace_dir], tree)  # fmt: skip
+    ingest = {sidecars: measured("bench_store.py", ["--child", "ingest", "--trajectories", str(args.trajectories),
+                                                    "--dir", tempfile.mkdtemp(dir=tmp)], tree, sidecars)
+              for sidecars in (1, 2)}  # fmt: skip
     redaction = measured("bench_redaction.py", ["--only-redactor", "--rounds", "3"], tree)
-    return {"hot_path_us": hot["added_us"], "ingest_spans_per_s": ingest["spans_per_s"],
+    return {"hot_path_us": hot["added_us"], "ingest_spans_per_s": ingest[1]["spans_per_s"],
+            "ingest_2_sidecars_spans_per_s": ingest[2]["spans_per_s"],
             "redaction_us": redaction["us_per_trajectory"]}  # fmt: skip
 
 
@@ -114,12 +119,12 @@ def main() -> None:
         out[side]["vs_mlflow"] = out[side]["ingest_spans_per_s"] / mlflow_spans
     print(f"\nbudget: this tree beside {args.baseline}, medians of {args.rounds} rounds (MLflow: "
           f"{mlflow_spans:,.1f} spans/s)")  # fmt: skip
-    print(f"{'figure':<20} {'baseline':>12} {'this tree':>12}  {'change':<18} goal")
+    print(f"{'figure':<30} {'baseline':>12} {'this tree':>12}  {'change':<18} goal")
     for name, (op, goal) in GOALS.items():
         base, head = out["baseline"][name], out["head"][name]
         change, met = verdict(name, base, head, args.noise)
         target = f"{op} {goal:,.0f}" if goal is not None else "no slower"
-        print(f"{name:<20} {base:>12,.1f} {head:>12,.1f}  {change:<18} {target}: {met}")
+        print(f"{name:<30} {base:>12,.1f} {head:>12,.1f}  {change:<18} {target}: {met}")
     if args.json:
         Path(args.json).write_text(json.dumps({"baseline": args.baseline, "rounds": rounds, "mlflow": mlflow,
                                                "medians": out}, indent=2))  # fmt: skip

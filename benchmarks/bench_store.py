@@ -1,7 +1,8 @@
 """Local store ingest and query, side by side with MLflow 3.x tracing on sqlite, in one run.
 
   ingest_1proc   one process: trajectories of 7 spans (verl's shape: agent run, 3 LLM turns,
-                 3 tool calls) through the whole tracing pipeline, until flushed to disk
+                 3 tool calls) through the whole tracing pipeline, until flushed to disk; with
+                 one trace sidecar (the default) and with ``--sidecars`` (2: one a core here)
   ingest_4proc   four such processes at once (this machine has 2 cores), each its own shard
   writer_only    the shard writer alone, pre-built rows: the store's raw capacity
   mlflow         MLflow tracing into a sqlite tracking store with async logging (verl's setup),
@@ -9,7 +10,8 @@
   query          a 1,000,000-span store in 4 shards: trajectories(step=S), group(step, sample),
                  a first page of 100, medians over repeated queries
 
-usage: python benchmarks/bench_store.py [--trajectories N] [--mlflow-traces M] [--spans 1000000] [--json OUT]
+usage: python benchmarks/bench_store.py [--trajectories N] [--sidecars 2] [--mlflow-traces M] [--spans 1000000]
+                                        [--json OUT]
 """
 
 from __future__ import annotations
@@ -215,10 +217,11 @@ def _child(mode: str, n: int, trace_dir: str) -> None:
     print(json.dumps(fn(n, trace_dir)))
 
 
-def _spawn(mode: str, n: int, trace_dir: str) -> subprocess.Popen:
+def _spawn(mode: str, n: int, trace_dir: str, sidecars: int = 1) -> subprocess.Popen:
+    """``mode`` in a fresh interpreter, with ``sidecars`` trace sidecars (``ROLLSCOPE_TRACE_SIDECAR``)."""
     return subprocess.Popen(
         [sys.executable, __file__, "--child", mode, "--trajectories", str(n), "--dir", trace_dir],
-        stdout=subprocess.PIPE, text=True,
+        stdout=subprocess.PIPE, text=True, env={**os.environ, "ROLLSCOPE_TRACE_SIDECAR": str(sidecars)},
     )  # fmt: skip
 
 
@@ -231,6 +234,7 @@ def _result(p: subprocess.Popen) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--trajectories", type=int, default=5000)
+    ap.add_argument("--sidecars", type=int, default=2, help="the second ingest's trace sidecars")
     ap.add_argument("--mlflow-traces", type=int, default=30)
     ap.add_argument("--spans", type=int, default=1_000_000)
     ap.add_argument("--json")
@@ -242,6 +246,8 @@ def main() -> None:
     res: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         res["ingest_1proc"] = _result(_spawn("ingest", args.trajectories, f"{tmp}/one"))
+        pool = _result(_spawn("ingest", args.trajectories, f"{tmp}/pool", args.sidecars))
+        res["ingest_1proc_sidecars"] = {"sidecars": args.sidecars, **pool}
         procs = [_spawn("ingest", args.trajectories, f"{tmp}/four") for _ in range(4)]
         t0 = time.perf_counter()
         four = [_result(p) for p in procs]
@@ -260,10 +266,9 @@ def main() -> None:
         Path(f"{tmp}/q").mkdir()
         res["query"] = _query(args.spans, f"{tmp}/q")
     i1, i4, m, q = res["ingest_1proc"], res["ingest_4proc"], res["mlflow"], res["query"]
-    print(
-        f"ingest, 1 process:   {i1['spans_per_s']:>10,.0f} spans/s (caller {i1['caller_s']:.2f}s, "
-        f"to disk {i1['total_s']:.2f}s for {i1['spans']:,} spans)"
-    )
+    for label, r in (("1 sidecar", i1), (f"{args.sidecars} sidecars", res["ingest_1proc_sidecars"])):
+        print(f"ingest, 1 process, {label}: {r['spans_per_s']:>10,.0f} spans/s (caller {r['caller_s']:.2f}s, "
+              f"to disk {r['total_s']:.2f}s for {r['spans']:,} spans)")  # fmt: skip
     print(
         f"ingest, 4 processes: {i4['aggregate_spans_per_s']:>10,.0f} spans/s in all; per process "
         + ", ".join(f"{v:,.0f}" for v in i4["per_process_spans_per_s"])

@@ -7,6 +7,8 @@ and where events are shaped. The ``Tracer`` captures; this module lays out the r
 - A backend handed a live object (a client, say), a class defined in ``__main__``, or any backend
   when the sidecar is off (``sidecar=False`` or ``ROLLSCOPE_TRACE_SIDECAR=0``) or cannot start,
   runs here, behind its own worker thread; events are then shaped on the exporter's thread.
+- ``sidecar=N`` (or ``ROLLSCOPE_TRACE_SIDECAR=N``) starts N sidecars, each with whole
+  trajectories (``_sidecar.pool``): for a process that traces faster than one core stores.
 - ``token2text`` decodes token ids with the traced object's own tokenizer. A tokenizer cannot
   cross to another process, its name (directory or hub name) can: each span carries its
   tokenizer's name over the wire (``_wire``) and the sidecar loads its own copy (with the
@@ -28,7 +30,7 @@ from typing import Any
 from rollscope.tracing._exporter import BackendWorker, Exporter
 from rollscope.tracing._payload import PayloadShaper
 from rollscope.tracing._shaping import EventShaper
-from rollscope.tracing._sidecar import SidecarError, SidecarWorker
+from rollscope.tracing._sidecar import SidecarError, SidecarPool, SidecarWorker
 from rollscope.tracing._wire import tokenizer_name
 from rollscope.tracing.backends import TraceBackend, parse_backend_names, resolve_backends
 
@@ -43,15 +45,15 @@ class Pipeline:
 
 
 def build_pipeline(backend: str | list[str], backend_options: dict[str, Any], *, shaper: PayloadShaper,
-                   project: str | None, experiment: str | None, token2text: bool, sidecar: bool | None,
+                   project: str | None, experiment: str | None, token2text: bool, sidecar: bool | int | None,
                    max_payload_chars: int | None, redact_patterns: Iterable[str], max_queue: int,
                    ) -> Pipeline:  # fmt: skip
-    """The exporter and its workers for ``backend`` (names or a comma-separated string)."""
-    if sidecar is None:
-        sidecar = os.environ.get("ROLLSCOPE_TRACE_SIDECAR", "1") != "0"
+    """The exporter and its workers for ``backend`` (names or a comma-separated string).
+    ``sidecar``: how many trace sidecars (False: none, True: one)."""
+    sidecars = sidecar_count(sidecar)
     common = {"project": project, "experiment": experiment}
     resolved = resolve_backends(parse_backend_names(backend), backend_options)
-    outside = [r for r in resolved if sidecar and _can_run_outside(r[1], r[2])]
+    outside = [r for r in resolved if sidecars and _can_run_outside(r[1], r[2])]
     workers: list[Any] = []
     # (a tokenizer given here that no directory holds, one built in memory say: decoded here)
     unnamed = token2text and shaper.tokenizer is not None and not os.path.isdir(tokenizer_name(shaper.tokenizer) or "")
@@ -65,7 +67,8 @@ def build_pipeline(backend: str | list[str], backend_options: dict[str, Any], *,
         }  # fmt: skip
         shaped_here = len(resolved) > len(outside) or unnamed
         try:
-            workers.append(SidecarWorker(config, shaped=shaped_here))
+            workers.append(SidecarWorker(config, shaped=shaped_here) if sidecars == 1
+                           else SidecarPool(config, shaped_here, sidecars))  # fmt: skip
         except SidecarError as exc:
             log.warning("%s; tracing into %s in this process instead", exc, ", ".join(n for n, _, _ in outside))
             outside = []
@@ -80,6 +83,23 @@ def build_pipeline(backend: str | list[str], backend_options: dict[str, Any], *,
     workers += [BackendWorker(b, max_queue) for b in backends]
     exporter = Exporter(workers, EventShaper(shaper) if here or unnamed else None)
     return Pipeline(exporter, backends, any(cls.wants_span_start for _, cls, _ in resolved))
+
+
+_SWITCH = {"false": 0, "off": 0, "no": 0, "true": 1, "on": 1, "yes": 1}
+
+
+def sidecar_count(sidecar: bool | int | None) -> int:
+    """``init_tracing``'s ``sidecar`` as a count; None: ``ROLLSCOPE_TRACE_SIDECAR`` (default 1)."""
+    if sidecar is None:
+        value = os.environ.get("ROLLSCOPE_TRACE_SIDECAR", "1").strip().lower()
+        try:
+            sidecar = _SWITCH[value] if value in _SWITCH else int(value)
+        except ValueError:
+            raise ValueError(f"ROLLSCOPE_TRACE_SIDECAR={value!r}: expected 0 (off), 1 or a number of sidecars"
+                             ) from None  # fmt: skip
+    if int(sidecar) < 0:
+        raise ValueError(f"sidecar={sidecar!r}: expected False, True or a number of sidecars (>= 0)")
+    return int(sidecar)
 
 
 def _can_run_outside(cls: Any, options: dict[str, Any]) -> bool:

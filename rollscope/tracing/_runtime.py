@@ -38,7 +38,7 @@ class Tracer:
         redact_patterns: Iterable[str] = (),
         tokenizer: Any = None,
         max_queue: int = 2_000,
-        sidecar: bool | None = None,
+        sidecar: bool | int | None = None,
         **backend_options: Any,
     ) -> None:
         self.settings = dict(
@@ -183,8 +183,9 @@ def init_tracing(
     """Start tracing in this process (replacing, after a flush, any tracer started before).
 
     Extra options: ``max_payload_chars``, ``redact_patterns``, ``tokenizer``, ``max_queue``,
-    ``sidecar`` (False keeps every backend in this process; default from ``ROLLSCOPE_TRACE_SIDECAR``,
-    on), and the options of the chosen backends (``trace_dir`` for ``local``).
+    ``sidecar`` (False keeps every backend in this process; N starts N sidecars, each with whole
+    trajectories; default from ``ROLLSCOPE_TRACE_SIDECAR``, one), and the options of the chosen
+    backends (``trace_dir`` for ``local``).
     """
     global _atexit_registered
     new = Tracer(

@@ -10,7 +10,7 @@ The traced process's end is ``parent`` (the worker the exporter sees), made of `
 child started, greeted and ended), ``sender`` (events packed, shipped, numbered; flushes),
 ``replay_log`` (what was sent until the child's store has it) and ``failover`` (the child's
 backends continued here when it dies). ``child`` is the sidecar process, ``protocol`` the frames
-between the two.
+between the two. ``pool``: several sidecars for one traced process, a trajectory to each.
 
 The child ignores Ctrl-C (the parent decides when tracing ends) and closes cleanly when the
 parent disappears (end of its stdin), so a killed rollout loses at most what was in the pipe.
@@ -22,6 +22,7 @@ the sidecar had not reported delivered, counted exactly as dropped.
 """
 
 from rollscope.tracing._sidecar.parent import SidecarWorker
+from rollscope.tracing._sidecar.pool import SidecarPool
 from rollscope.tracing._sidecar.process import SidecarError
 
-__all__ = ["SidecarError", "SidecarWorker"]
+__all__ = ["SidecarError", "SidecarPool", "SidecarWorker"]
