@@ -11,7 +11,7 @@ Three runs, each in a fresh interpreter:
   hooks   the tracer's events are discarded where they are submitted: spans, trajectories,
           context variables, the wrappers' own work
   full    the local backend through the trace sidecar: hooks + packing each event + the
-          sending thread (the sidecar stores while the process idles, so after the run)
+          sending thread (the sidecar stores on the other core when one is spare)
   verl    no tracer: rollscope's ToolAgentLoop against verl 0.9.1's, alternating
 
 usage: python benchmarks/bench_trace_breakdown.py [--pairs 1500] [--json OUT]

@@ -100,8 +100,8 @@ def extract_from_text(text: str) -> tuple[str, list[WrittenCall]]:
 
 
 def written_back(content: str, calls: list[WrittenCall]) -> str:
-    """The reply ``extract_from_text`` read ``content`` and ``calls`` from (given calls: their text
-    put back in the content, later ones' positions unchanged by earlier ones)."""
+    """``content`` with the ``calls``' text put back where each was written: the reply itself for
+    all of ``extract_from_text``'s calls (any subset works: each ``at`` is a place in the content)."""
     parts, at = [], 0
     for call in calls:
         parts += [content[at : call.at], call.text]
