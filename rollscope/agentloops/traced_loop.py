@@ -195,7 +195,7 @@ class TracedAgentLoop(AgentLoopBase):
         conversation = self.traced_conversation()
         if conversation is None:
             return
-        kwargs = getattr(self, "apply_chat_template_kwargs", None)
+        kwargs = _plain_kwargs(getattr(self, "apply_chat_template_kwargs", None))
         deferred = retokenization.request(self.tokenizer, *conversation, kwargs)
         if deferred is not None:  # checked where the span is shaped, off the rollout's thread
             span.attributes[retokenization.REQUEST] = deferred
@@ -210,6 +210,19 @@ class TracedAgentLoop(AgentLoopBase):
         template renders the messages to the same tokens (``retokenization``). None: the loop
         keeps no messages (the default)."""
         return None
+
+
+def _plain_kwargs(kwargs: Any) -> dict[str, Any] | None:
+    """verl's ``apply_chat_template_kwargs`` (an OmegaConf node, most often empty) as a plain dict,
+    or None: the check's request crosses to the sidecar, where a node would be converted at every
+    trajectory (6 us of the rollout's thread each)."""
+    if not kwargs:
+        return None
+    if hasattr(kwargs, "_content"):
+        from omegaconf import OmegaConf
+
+        return OmegaConf.to_container(kwargs, resolve=True)
+    return dict(kwargs)
 
 
 # (loop class, trainer config, tokenizer) ids -> what a replay needs to rebuild such a loop

@@ -190,6 +190,25 @@ def test_each_call_keeps_its_text_so_the_demos_template_gives_back_the_reply_as_
     assert t.num_tool_calls == 1 and len(calls) >= 1  # (verl runs max_parallel_calls: 1 here)
 
 
+def test_the_check_renders_with_the_chat_template_kwargs_verl_rendered_the_prompt_with(verl_config, local_tracer,
+                                                                                     read_store, tmp_path):  # fmt: skip
+    """``data.apply_chat_template_kwargs`` (an OmegaConf node in verl's config) reach the check as
+    plain values: the template's kwarg-dependent text matches instead of drifting at position 0."""
+    from omegaconf import OmegaConf
+    from transformers import AutoTokenizer
+
+    from rollscope.llm.tokenizer_dir import CHAT_TEMPLATE, make_model_dir
+
+    template = "{% if thinking %}(thinking on)\n{% endif %}" + CHAT_TEMPLATE
+    tokenizer = AutoTokenizer.from_pretrained(make_model_dir(tmp_path / "model", chat_template=template))
+    cfg = copy.deepcopy(verl_config)
+    cfg.data.apply_chat_template_kwargs = OmegaConf.create({"thinking": True})
+    out = run_loop(cfg, tokenizer, ["The answer is 391."], tools=[])
+    assert tokenizer.decode(out.prompt_ids).startswith("(thinking on)")
+    t, check = _retokenization(read_store)
+    assert check["match"] is True and "retokenization_drift" not in t.attributes, str(check)
+
+
 def test_a_template_that_changes_a_reply_is_found_at_the_exact_token(verl_config, tokenizer, local_tracer, read_store,
                                                                      trace_dir):  # fmt: skip
     """A planted mismatch: the template re-renders the assistant's 391 as 392. The first differing

@@ -1,6 +1,7 @@
 """Several trace sidecars for one traced process (``sidecar=N``): real helper processes, each with
 its own shard; whole trajectories in each, one store to read, and one of them killed mid-run."""
 
+import itertools
 import logging
 import os
 import signal
@@ -11,6 +12,7 @@ from rollscope import tracing
 from rollscope.store import TraceStore
 from rollscope.tracing._pipeline import sidecar_count
 from rollscope.tracing._sidecar import SidecarPool
+from rollscope.tracing._sidecar import process as sidecar_process
 
 
 def rollouts(n, start=0):
@@ -71,6 +73,28 @@ def test_a_killed_sidecar_costs_nothing_the_others_hold_and_its_share_continues_
         assert sorted(t.sample_index for t in rows) == list(range(40))
         assert all(t.status == "ok" and t.num_spans == 3 for t in rows)
         assert len(store.shards()) == 2  # the killed one's shard, continued here
+
+
+def test_when_one_sidecar_cannot_start_none_is_kept_and_tracing_stays_here(trace_dir, monkeypatch, caplog):
+    """All or none: the sidecar that started is closed (its process ends), the backends run in
+    this process, and what is traced is stored."""
+    real_popen, calls, started = sidecar_process.subprocess.Popen, itertools.count(), []
+
+    def second_fails(*args, **kwargs):  # (the two start at once, on two threads)
+        if next(calls) > 0:
+            raise OSError("Resource temporarily unavailable")
+        started.append(real_popen(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(sidecar_process.subprocess, "Popen", second_fails)
+    with caplog.at_level(logging.WARNING, logger="rollscope"):
+        tracer = tracing.init_tracing(trace_dir=str(trace_dir), sidecar=2)
+    assert "cannot start the trace sidecar" in caplog.text and "in this process instead" in caplog.text
+    assert [b.name for b in tracer.backends] == ["local"]
+    assert started[0].wait(30) == 0  # the one that started was closed, not left behind
+    rollouts(3)
+    assert tracing.flush_tracing(30)
+    assert TraceStore(trace_dir).count() == 3
 
 
 @pytest.mark.parametrize(("given", "env", "count"), [(None, None, 1), (None, "0", 0), (None, "off", 0), (None, "4", 4),

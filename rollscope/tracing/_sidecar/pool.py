@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from rollscope.tracing._events import (
@@ -48,13 +49,14 @@ class SidecarPool:
     ``stop``, ``close``, ``stats``); a flush returns once every sidecar has passed it."""
 
     def __init__(self, config: dict[str, Any], shaped: bool, count: int) -> None:
-        self.members: list[SidecarWorker] = []
-        try:
-            for _ in range(count):
-                self.members.append(SidecarWorker(config, shaped))
-        except BaseException:
+        # started at once: init_tracing waits for one start, not for each in turn
+        with ThreadPoolExecutor(count, thread_name_prefix="rollscope-sidecar-start") as starting:
+            started = [starting.submit(SidecarWorker, config, shaped) for _ in range(count)]
+        self.members: list[SidecarWorker] = [f.result() for f in started if f.exception() is None]
+        failed = [f.exception() for f in started if f.exception() is not None]
+        if failed:  # all or none: the sidecars that did start are closed
             self.close(10.0)
-            raise
+            raise failed[0]
         self.names = self.members[0].names
         self._packs: list[Callable[[Any], None]] = [m.pack for m in self.members]
 
