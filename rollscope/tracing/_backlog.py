@@ -8,7 +8,12 @@ what the sidecar itself used: that is what it would give back) and, while that i
 ``SPARE_CORES``, hands the oldest events on in slices. A traced process that keeps one core busy
 on a machine with another idle is not slowed by that, so then the sidecar works beside it rather
 than after it. A flush or the end hands on everything at once; a backlog over its byte bound hands
-on its oldest part whatever the load. Without /proc (not Linux) everything is handed on as it
+on its oldest part whatever the load; and nothing waits longer than ``MAX_HOLD_S``, however busy
+the machine. Events held in memory are lost if the process is killed with its parent (Ray kills a
+worker's child processes as the worker exits: ``kill_child_processes_on_worker_exit``); on a
+machine kept busy all run long (verl's trainer, a vLLM engine, another job) they were held until
+then, and a run's traces lost but for its flushes. Past the hold the sidecar works anyway, niced:
+its work yields to the rollout's. Without /proc (not Linux) everything is handed on as it
 arrives. (Under a CPU quota that /proc/stat does not show, the machine's idle cores are what is
 read; the sidecar runs niced either way.)
 """
@@ -23,6 +28,7 @@ from collections.abc import Callable
 
 CHECK_S = 0.1
 SPARE_CORES = 0.5
+MAX_HOLD_S = 2.0  # the longest a chunk waits for a spare core
 SLICE_BYTES = 256 * 1024  # handed on per check while a core is spare
 DEFAULT_MAX_BYTES = 256 * 1024 * 1024
 
@@ -57,13 +63,16 @@ class Backlog:
     at a time, in order."""
 
     def __init__(self, release: Callable[[bytes, int], None], max_bytes: int = DEFAULT_MAX_BYTES,
-                 spare: Callable[[], float | None] | None = None) -> None:  # fmt: skip
-        """``spare``: the cores to spare since the last call (default: ``SpareCpu``; tests give
-        their own reading, so no test depends on how busy the machine is)."""
+                 spare: Callable[[], float | None] | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+        """``spare``: the cores to spare since the last call (default: ``SpareCpu``); ``clock``:
+        seconds, for the hold. Tests give their own, so no test depends on how busy or how fast
+        the machine is."""
         self._release = release
         self._spare = spare or SpareCpu().cores
+        self._clock = clock
         self.max_bytes = max_bytes
-        self._chunks: deque[tuple[bytes, int]] = deque()
+        self._chunks: deque[tuple[bytes, int, float]] = deque()  # (chunk, its events, when it came)
         self.bytes = 0
         self.events = 0
         self._lock = threading.Lock()
@@ -73,7 +82,7 @@ class Backlog:
 
     def add(self, chunk: bytes, events: int) -> None:
         with self._lock:
-            self._chunks.append((chunk, events))
+            self._chunks.append((chunk, events, self._clock()))
             self.bytes += len(chunk)
             self.events += events
             while self.bytes > self.max_bytes:  # bounded memory: the oldest go on now
@@ -91,7 +100,7 @@ class Backlog:
         self.drain()
 
     def _release_one(self) -> None:
-        chunk, events = self._chunks.popleft()
+        chunk, events, _ = self._chunks.popleft()
         self.bytes -= len(chunk)
         self.events -= events
         self._release(chunk, events)
@@ -99,8 +108,12 @@ class Backlog:
     def _run(self) -> None:
         while not self._stop.wait(CHECK_S):
             spare = self._spare()
-            if spare is not None and spare < SPARE_CORES:
-                continue  # the machine is busy: wait
+            if spare is not None and spare < SPARE_CORES:  # the machine is busy: wait, up to the hold
+                due = self._clock() - MAX_HOLD_S
+                with self._lock:
+                    while self._chunks and self._chunks[0][2] <= due:
+                        self._release_one()
+                continue
             with self._lock:
                 released = 0
                 while self._chunks and (spare is None or released < SLICE_BYTES):

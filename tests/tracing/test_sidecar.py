@@ -341,7 +341,7 @@ def test_backlog_waits_while_the_machine_is_busy_and_drains_on_flush():
         return reading[0]
 
     released = []
-    b = bl.Backlog(lambda chunk, n: released.append(chunk), spare=spare)
+    b = bl.Backlog(lambda chunk, n: released.append(chunk), spare=spare, clock=lambda: 0.0)  # (time stands)
     for i in range(3):
         b.add(b"chunk%d" % i, 1)
     for _ in range(5):  # five checks of the load went by, each finding the machine busy
@@ -355,6 +355,41 @@ def test_backlog_waits_while_the_machine_is_busy_and_drains_on_flush():
     while not released[3:] and time.monotonic() < deadline:
         time.sleep(0.01)
     assert released[3:] == [b"later"]
+    b.close()
+
+
+def test_a_busy_machine_holds_events_no_longer_than_the_hold():
+    """A machine busy all run long (a trainer, an LLM engine beside the rollout) does not keep
+    the traces in memory until the end, where a killed process would lose them: each chunk goes
+    on once it has waited ``MAX_HOLD_S``, oldest first (the clock given: no test waits on time)."""
+    from rollscope.tracing import _backlog as bl
+
+    now, checks, released = [0.0], threading.Semaphore(0), []
+
+    def busy():
+        checks.release()
+        return 0.0
+
+    b = bl.Backlog(lambda chunk, n: released.append(chunk), spare=busy, clock=lambda: now[0])
+    b.add(b"first", 1)
+    now[0] = 1.0
+    b.add(b"second", 1)
+    now[0] = bl.MAX_HOLD_S - 0.01
+    for _ in range(3):
+        assert checks.acquire(timeout=60)
+    assert released == [] and b.events == 2
+    now[0] = bl.MAX_HOLD_S  # the first has waited the hold, the second not yet
+    deadline = time.monotonic() + 60
+    while not released and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for _ in range(3):
+        assert checks.acquire(timeout=60)
+    assert released == [b"first"] and b.events == 1
+    now[0] = 1.0 + bl.MAX_HOLD_S
+    deadline = time.monotonic() + 60
+    while len(released) < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert released == [b"first", b"second"] and b.events == 0
     b.close()
 
 
