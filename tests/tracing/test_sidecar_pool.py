@@ -75,6 +75,17 @@ def test_a_killed_sidecar_costs_nothing_the_others_hold_and_its_share_continues_
         assert len(store.shards()) == 2  # the killed one's shard, continued here
 
 
+def test_an_event_of_no_known_shape_never_raises_on_the_rollouts_thread(trace_dir):
+    tracing.init_tracing(trace_dir=str(trace_dir), sidecar=2)
+    pool = the_pool()
+    pool.pack(object())  # no trajectory to route by, nothing the wire takes: counted, not raised
+    rollouts(4)
+    assert tracing.flush_tracing(30)
+    stats = tracing.stats()["backends"]["local"]
+    assert stats["errors"] == 1 and stats["stored_trajectories"] == 4
+    tracing.shutdown_tracing(30)
+
+
 def test_when_one_sidecar_cannot_start_none_is_kept_and_tracing_stays_here(trace_dir, monkeypatch, caplog):
     """All or none: the sidecar that started is closed (its process ends), the backends run in
     this process, and what is traced is stored."""

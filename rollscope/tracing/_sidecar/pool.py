@@ -61,9 +61,14 @@ class SidecarPool:
         self._packs: list[Callable[[Any], None]] = [m.pack for m in self.members]
 
     def pack(self, event: Any) -> None:
-        """On the rollout's thread, per event: to its trajectory's sidecar."""
+        """On the rollout's thread, per event: to its trajectory's sidecar (an event of no known
+        shape to the first, whose packing reports what it cannot take: never raised here)."""
         packs = self._packs
-        packs[hash(trajectory_of(event)) % len(packs)](event)
+        try:
+            member = hash(trajectory_of(event)) % len(packs)
+        except Exception:
+            member = 0
+        packs[member](event)
 
     def submit(self, events: list) -> None:
         for event in events:
