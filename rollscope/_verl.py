@@ -141,6 +141,22 @@ def agent_loop_registry() -> dict[str, dict[str, Any]]:
     return _agent_loop_registry
 
 
+def plain_config(node: Any) -> dict[str, Any]:
+    """A node of verl's config (OmegaConf), or any mapping, as a plain dict; None as {}."""
+    if node is None:
+        return {}
+    if type(node) is dict:
+        return node
+    try:
+        from omegaconf import OmegaConf
+
+        if OmegaConf.is_config(node):
+            return dict(OmegaConf.to_container(node, resolve=True))
+    except ImportError:
+        pass
+    return dict(node)
+
+
 @functools.cache
 def multi_turn_keys() -> frozenset[str]:
     """The fields of verl's ``MultiTurnConfig``, read from its source: importing verl takes seconds,

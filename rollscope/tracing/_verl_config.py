@@ -12,6 +12,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from rollscope import _verl
 from rollscope.tracing._runtime import Tracer, get_tracer, init_tracing
 from rollscope.tracing.backends import parse_backend_names
 
@@ -32,19 +33,6 @@ def _get(cfg: Any, dotted: str, default: Any = None) -> Any:
         else:
             node = getattr(node, part, None)
     return default if node is None else node
-
-
-def _plain(node: Any) -> dict[str, Any]:
-    if node is None:
-        return {}
-    try:
-        from omegaconf import OmegaConf
-
-        if OmegaConf.is_config(node):
-            return dict(OmegaConf.to_container(node, resolve=True))
-    except ImportError:
-        pass
-    return dict(node)
 
 
 def init_from_verl_config(cfg: Any, **overrides: Any) -> Tracer | None:
@@ -70,7 +58,7 @@ def init_from_verl_config(cfg: Any, **overrides: Any) -> Tracer | None:
                 kwargs[key] = cast(os.environ[env])
             except ValueError as exc:
                 raise ValueError(f"environment variable {env}={os.environ[env]!r}: {exc}") from exc
-    kwargs.update(_plain(_get(cfg, "rollscope.trace")))
+    kwargs.update(_verl.plain_config(_get(cfg, "rollscope.trace")))
     kwargs.update(overrides)
     if "mlflow" in parse_backend_names(kwargs["backend"]) and "mlflow_tracking_uri" not in kwargs:
         # the store verl's own MLflow tracing writes to (verl's default when the variable is unset)
