@@ -12,6 +12,8 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+import orjson
+
 from rollscope.tracing._redaction import REDACTED, Redactor
 from rollscope.tracing._values import MAX_ITEMS, UNKNOWN, error_text, native
 
@@ -56,6 +58,8 @@ def _is_token_list(value: Any) -> bool:
 class NoRedaction:
     """For a shaper that only makes values plain (redaction happens later, elsewhere)."""
 
+    generation = 0
+
     @staticmethod
     def text(s: str) -> str:
         return s
@@ -82,7 +86,8 @@ class PayloadShaper:
         self.redactor = redactor
         # Keys repeat endlessly (prompt_ids, sampling_params, ...): decide once per key.
         self._secret_key: dict[str, bool] = {}
-        self._key_text: dict[str, str] = {}
+        self._key_text: dict[str, str] = {}  # (as of the redactor's ``generation`` below)
+        self._generation = redactor.generation
         self.max_chars = max_payload_chars
         self.token2text = token2text
         self.tokenizer = tokenizer
@@ -90,6 +95,16 @@ class PayloadShaper:
 
     def shape(self, value: Any, tokenizer: Any = None) -> Any:
         decoder = (tokenizer or self.tokenizer) if self.token2text else None
+        if self.redactor.generation != self._generation:  # new secrets: keys are redacted anew
+            self._key_text, self._generation = {}, self.redactor.generation
+        t = type(value)
+        if t is str:  # a name: the commonest call, straight to its end
+            return self._string(value)
+        if t is dict:  # a payload: as ``_convert`` takes one at the top, two calls sooner
+            try:
+                return self._mapping(value, 0, decoder)
+            except Exception as exc:
+                return f"<unreadable dict: {error_text(exc)}>"
         return self._convert(value, 0, decoder)
 
     def _string(self, s: str) -> str:
@@ -138,11 +153,8 @@ class PayloadShaper:
         if t is list or t is tuple:
             if len(v) > MAX_ITEMS:
                 return [*self._convert(v[:MAX_ITEMS], depth, decoder), f"…[truncated {len(v) - MAX_ITEMS} items]"]
-            if v and (t0 := type(v[0])) in _NUMBER_TYPES and set(map(type, v)) == {t0}:
-                # token ids and log-probabilities: the big lists, converted in C or not at all
-                if t0 is int:
-                    return v if min(v) >= -(2**63) and max(v) < 2**63 else [self._convert(x, 0, None) for x in v]
-                return v if all(map(math.isfinite, v)) else [x if math.isfinite(x) else str(x) for x in v]
+            if v and type(v[0]) in _NUMBER_TYPES and _plain_numbers(v):
+                return v  # token ids and log-probabilities: the big lists, checked in C
             return [self._convert(x, depth + 1, decoder) for x in v]
         if hasattr(v, "__pydantic_fields_set__") or hasattr(v, "__dataclass_fields__"):  # pydantic / dataclass, first:
             converted = native(v)  # the ABC checks below cost more than this
@@ -170,11 +182,11 @@ class PayloadShaper:
 
     def _mapping(self, m: Mapping, depth: int, decoder: Any) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        secret_keys = self._secret_key
+        secret_keys, key_text = self._secret_key, self._key_text
         for k, val in m.items():
             key = k if type(k) is str else str(k)
             if len(key) >= MIN_SECRET_TEXT or not key.isascii():  # a secret can be a key too
-                key = self._key(key)
+                key = key_text.get(key) or self._key(key)
             t = type(val)
             if val is None or t is bool or (t is int and -(2**63) <= val < 2**63):
                 out[key] = val  # the common scalars, without a call per value
@@ -200,17 +212,32 @@ class PayloadShaper:
 
 
     def _key(self, key: str) -> str:
-        text = self._key_text.get(key)
-        if text is None:
-            text = self._string(key)
-            if len(self._key_text) < _MAX_KEYS_REMEMBERED:  # (keys a model invents are not remembered)
-                self._key_text[key] = text
+        """A key not seen yet, redacted and remembered (``_mapping`` looks it up first)."""
+        text = self._string(key)
+        if len(self._key_text) < _MAX_KEYS_REMEMBERED:  # (keys a model invents are not remembered)
+            self._key_text[key] = text
         return text
 
 
 _MAX_KEYS_REMEMBERED = 4096
 _NUMBER_TYPES = (int, float)
 _CYCLE_CHECK_DEPTH = 12
+
+
+def _plain_numbers(v: list | tuple) -> bool:
+    """Whether every item is a JSON number as it stands: an int of 53 bits (bools too), a finite
+    float. Checked in C, since these are the big lists (a walk in Python cost more than the rest
+    of a span's shaping); any other list is converted item by item."""
+    try:
+        if type(v[0]) is int:
+            if type(sum(v)) is not int:  # (a float, a numpy scalar makes the sum one; a string raises)
+                return False
+        elif not math.isfinite(math.fsum(v)):  # (an infinity or a NaN anywhere makes the sum one)
+            return False
+        orjson.dumps(v, option=orjson.OPT_STRICT_INTEGER)  # ints of 53 bits, no numpy scalar, or it raises
+    except (TypeError, ValueError, OverflowError):
+        return False
+    return True
 
 
 def encodable(s: str) -> str:

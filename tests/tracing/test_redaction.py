@@ -147,3 +147,15 @@ def test_a_secret_in_a_dict_key_or_a_tool_error_is_redacted(trace_dir, read_stor
     asyncio.run(main())
     read_store()
     assert SECRET not in _all_stored_text(trace_dir)
+
+
+def test_a_key_seen_before_a_secret_was_added_is_redacted_after_it():
+    """The shaper remembers each key's redacted text; a secret of the traced process's environment
+    that arrives later (``add_literals``) is redacted in keys seen before it too."""
+    from rollscope.tracing._payload import PayloadShaper
+
+    shaper = PayloadShaper(Redactor(include_environment=False))
+    key = "tenant-7f3a9c2e4b-api"
+    assert shaper.shape({key: 1}) == {key: 1}
+    shaper.redactor.add_literals(["7f3a9c2e4b"])
+    assert shaper.shape({key: 1}) == {f"tenant-{REDACTED}-api": 1}

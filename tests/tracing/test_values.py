@@ -5,7 +5,7 @@ in process) into the local store and read back."""
 import numpy as np
 import pytest
 import torch
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
@@ -119,3 +119,32 @@ def test_nested_values_read_back_as_their_plain_form(sidecar_store, value):
     [stored] = t.spans
     assert stored.inputs == plain(value)
     assert stored.outputs == {"result": plain(value)}
+
+
+_numbers = st.one_of(
+    st.integers(), st.floats(), st.booleans(), st.integers(-(2**63), 2**63 - 1).map(np.int64),
+    st.floats(width=32).map(np.float32), st.sampled_from([Level.HIGH]), st.decimals(allow_nan=False, places=2),
+)  # fmt: skip
+
+
+@settings(max_examples=400, deadline=None)
+@example(items=[0, float("nan")])
+@example(items=[1, float("-inf"), 2])
+@example(items=[1, 2**63])
+@example(items=[1, 2**53 + 1])
+@example(items=[1, np.int64(2)])
+@example(items=[0.5, np.float32(1)])
+@example(items=[1, True, Level.HIGH])
+@given(items=st.one_of(st.lists(st.integers(), min_size=1, max_size=300), st.lists(st.floats(), min_size=1, max_size=300),
+                       st.lists(_numbers, min_size=1, max_size=300)))  # fmt: skip
+def test_a_list_of_numbers_is_shaped_as_its_items_are_one_by_one(items):
+    """The shaper checks the big number lists (token ids, log-probabilities) at once: whatever
+    such a list holds (an int past 64 bits, a NaN, a numpy scalar, a bool), it becomes what its
+    items become one by one."""
+    import orjson
+
+    from rollscope.tracing._payload import NoRedaction, PayloadShaper
+
+    shaper = PayloadShaper(NoRedaction())
+    assert orjson.dumps(shaper.shape(items)) == orjson.dumps([shaper.shape(x) for x in items])
+    assert orjson.dumps(shaper.shape(tuple(items))) == orjson.dumps([shaper.shape(x) for x in items])

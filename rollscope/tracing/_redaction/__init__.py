@@ -67,6 +67,7 @@ class Redactor:
         # scanned once (the engine's fixed cost per call is most of a short string's), forgotten
         # whenever what counts as a secret changes (``add_literals``).
         self._done: dict[str, str] = {}
+        self.generation = 0  # counts those changes: a cache of redacted text elsewhere is stale past one
         self._user: list[re.Pattern[str]] = []
         for p in extra_patterns:
             try:
@@ -104,6 +105,7 @@ class Redactor:
         if len(merged) != len(self._literals):
             self._literals = sorted(merged, key=len, reverse=True)
             self._done = {}
+            self.generation += 1
 
     def refresh_environment(self) -> None:
         """Pick up secret-looking environment variables set since the last look (at most every

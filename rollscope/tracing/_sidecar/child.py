@@ -43,9 +43,11 @@ from rollscope.tracing._sidecar.protocol import (
 # The sidecar's work can wait (its queues are unbounded for the local store); the rollout's cannot.
 SIDECAR_NICE = 10
 # The sidecar makes and drops millions of small containers (events, payloads), almost none in a
-# cycle, while its queues hold many thousands alive: at Python's default threshold (700) the collector
-# scans them over and over (a third of its CPU in bench_store's ingest).
-GC_THRESHOLDS = (50_000, 20, 100)
+# cycle, while its queues hold many thousands alive (a frame unpacked at once: tens of thousands of
+# events): a young generation scanned every 700 allocations (Python's default), or every 50,000,
+# is the same events scanned over and over (a third of its CPU in bench_store's ingest at 700, a
+# sixth at 50,000). What a cycle could leave uncollected stays bounded by the threshold.
+GC_THRESHOLDS = (500_000, 50, 100)
 
 
 class _FrameLogHandler(logging.Handler):
