@@ -42,6 +42,7 @@ class Pipeline:
     exporter: Exporter
     backends: list[TraceBackend]  # those running in this process
     emit_span_start: bool  # some backend shows running spans: begin_span sends a span-start event
+    shapes_here: bool  # events are shaped (redacted) in this process, on the exporter's thread
 
 
 def build_pipeline(backend: str | list[str], backend_options: dict[str, Any], *, shaper: PayloadShaper,
@@ -81,8 +82,9 @@ def build_pipeline(backend: str | list[str], backend_options: dict[str, Any], *,
             w.close(5.0)
         raise
     workers += [BackendWorker(b, max_queue) for b in backends]
-    exporter = Exporter(workers, EventShaper(shaper) if here or unnamed else None)
-    return Pipeline(exporter, backends, any(cls.wants_span_start for _, cls, _ in resolved))
+    shapes_here = bool(here or unnamed)
+    exporter = Exporter(workers, EventShaper(shaper) if shapes_here else None)
+    return Pipeline(exporter, backends, any(cls.wants_span_start for _, cls, _ in resolved), shapes_here)
 
 
 _SWITCH = {"false": 0, "off": 0, "no": 0, "true": 1, "on": 1, "yes": 1}

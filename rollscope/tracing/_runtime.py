@@ -52,11 +52,14 @@ class Tracer:
         self.token2text = token2text
         self.sampler = TraceSampler(max_samples_per_step_per_worker, sample_seed)
         self.samples_all = max_samples_per_step_per_worker is None  # no sampler call per trajectory
-        self.shaper = PayloadShaper(Redactor(redact_patterns), max_payload_chars, token2text, tokenizer)
+        # (its rules loaded only where events are shaped here: a trace sidecar redacts its own)
+        self.shaper = PayloadShaper(Redactor(redact_patterns, preload=False), max_payload_chars, token2text, tokenizer)
         pipeline = build_pipeline(backend, backend_options, shaper=self.shaper, project=project,
                                   experiment=experiment, token2text=token2text, sidecar=sidecar,
                                   max_payload_chars=max_payload_chars, redact_patterns=redact_patterns,
                                   max_queue=max_queue)  # fmt: skip
+        if pipeline.shapes_here:
+            self.shaper.redactor.preload()
         self.backends = pipeline.backends
         self.exporter = pipeline.exporter
         self.submit = self.exporter.submit

@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterable, Mapping
 
 from rollscope.tracing._redaction.detect_secrets import DetectSecretsRules
-from rollscope.tracing._redaction.engine import shared
+from rollscope.tracing._redaction.engine import SecretEngine, shared
 
 REDACTED = "[REDACTED]"
 _GLOBAL_MIN = 8  # a found secret this long is redacted wherever it occurs, not only where found
@@ -57,9 +57,13 @@ class Redactor:
     #: How often ``refresh_environment`` looks at the environment again, at most.
     REFRESH_S = 0.1
 
-    def __init__(self, extra_patterns: Iterable[str] = (), include_environment: bool = True) -> None:
-        self._engine = shared()
-        self._detect_secrets = _detect_secrets()
+    def __init__(self, extra_patterns: Iterable[str] = (), include_environment: bool = True,
+                 preload: bool = True) -> None:  # fmt: skip
+        """``preload``: start loading the rules now (on the engine's own thread), so the first
+        string does not wait for them; else at the first string (a traced process whose trace
+        sidecar redacts never loads them: ~0.5 s of CPU, and detect-secrets' imports)."""
+        self._engine: SecretEngine | None = None
+        self._detect_secrets: DetectSecretsRules | None = None
         self._literals = secret_env_values() if include_environment else []
         self._environment = include_environment
         self._refreshed = time.monotonic()
@@ -74,6 +78,14 @@ class Redactor:
                 self._user.append(re.compile(p))
             except re.error as exc:
                 raise ValueError(f"redact pattern {p!r} is not a valid regular expression: {exc}") from exc
+        if preload:
+            self.preload()
+
+    def preload(self) -> None:
+        """Load the rules, if not yet: Kingfisher's on a thread of its own, detect-secrets' here."""
+        if self._engine is None:
+            self._detect_secrets = _detect_secrets()
+            self._engine = shared()
 
     def text(self, s: str) -> str:
         short = len(s) <= _REMEMBERED_LEN
@@ -81,7 +93,9 @@ class Redactor:
             done = self._done.get(s)
             if done is not None:
                 return done
-        spans = self._engine.spans(s) + self._detect_secrets.spans(s)
+        if self._engine is None:
+            self.preload()
+        spans = self._engine.spans(s) + self._detect_secrets.spans(s)  # type: ignore[union-attr]
         for value in self._literals:
             if value in s:
                 spans += _occurrences(s, value)
