@@ -245,10 +245,17 @@ class BackendWorker:
         did_work = False
         flushed = True
         position = None
+        on_span_end = self.backend.on_span_end
         for event in events:
             if type(event) is Span:
-                ok = self._call(self.backend.on_span_end, event)
-            elif event[KIND] == FLUSH:
+                try:  # (``_call`` written out: this runs once per span)
+                    on_span_end(event)
+                    self.exported += 1
+                except Exception as exc:
+                    self._failed(exc)
+                did_work = True
+                continue
+            if event[KIND] == FLUSH:
                 flushed = self._call(self.backend.flush)
                 if flushed and position is not None:
                     self.position, position = position, None
@@ -256,14 +263,11 @@ class BackendWorker:
                 did_work = False
                 event[MARKER].arrive()
                 continue
-            elif event[KIND] == POSITION:
+            if event[KIND] == POSITION:
                 position = event[RECEIVED]
                 self.backend.mark_position(position)
-                did_work = True
-                continue
             else:
-                ok = self._call(handlers[event[KIND]], *event[1:])  # its fields, as its handler takes them
-            self.exported += ok
+                self.exported += self._call(handlers[event[KIND]], *event[1:])  # its fields, as its handler takes them
             did_work = True
         if did_work:
             flushed = self._call(self.backend.flush)
@@ -276,16 +280,15 @@ class BackendWorker:
             fn(*args)
             return True
         except Exception as exc:
-            self.errors += 1
-            if not self._warned:
-                self._warned = True
-                log.warning(
-                    "trace backend %r failed (%s: %s); rollouts continue, further errors are counted",
-                    self.backend.name,
-                    type(exc).__name__,
-                    exc,
-                )
+            self._failed(exc)
             return False
+
+    def _failed(self, exc: Exception) -> None:
+        self.errors += 1
+        if not self._warned:
+            self._warned = True
+            log.warning("trace backend %r failed (%s: %s); rollouts continue, further errors are counted",
+                        self.backend.name, type(exc).__name__, exc)  # fmt: skip
 
 
 def _open_spool(backend: TraceBackend) -> Spool | None:
@@ -372,21 +375,32 @@ class Exporter:
                 continue
             n = min(len(q), _MAX_BATCH)
             batch = [q.popleft() for _ in range(n)]
-            batch = [span_from_leaf(e) if type(e) is tuple and e[KIND] == LEAF_SPAN else e for e in batch]
-            if shape is not None:
-                shape.refresh_secrets()
-                events, batch = batch, []
-                for event in events:
-                    if not is_control(event):
-                        try:
-                            event = shape(event)
-                        except Exception as exc:
-                            self.shape_errors += 1
-                            log.warning("could not shape trace event: %s: %s", type(exc).__name__, exc)
-                            continue
-                    batch.append(event)
+            if shape is None:
+                batch = [span_from_leaf(e) if type(e) is tuple and e[KIND] == LEAF_SPAN else e for e in batch]
+            else:
+                batch = self._shaped(batch, shape)
             for w in self.workers:
                 w.submit(batch)
+
+    def _shaped(self, events: list, shape: EventShaper) -> list:
+        """``events`` shaped, controls passed as they are; an event that fails to shape is counted
+        and said, the others go on. One pass: it runs once per event."""
+        shape.refresh_secrets()
+        batch = []
+        for event in events:
+            if type(event) is not Span:
+                kind = event[KIND]
+                if kind in (FLUSH, POSITION):
+                    batch.append(event)
+                    continue
+                if kind == LEAF_SPAN:
+                    event = span_from_leaf(event)
+            try:
+                batch.append(shape(event))
+            except Exception as exc:
+                self.shape_errors += 1
+                log.warning("could not shape trace event: %s: %s", type(exc).__name__, exc)
+        return batch
 
     def stats(self) -> dict[str, Any]:
         backends: dict[str, dict[str, Any]] = {}

@@ -333,6 +333,7 @@ def unpack(data: bytes) -> list[Any]:
     while at < end:
         (length,) = _RECORD.unpack_from(data, at)
         seek(at + size)
-        events.append(_event(load()))
+        record = load()
+        events.append(_span(*record[1:]) if record[KIND] == SPAN_END else _event(record))  # (most are spans)
         at += size + length
     return events
