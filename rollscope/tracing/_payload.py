@@ -84,11 +84,14 @@ class PayloadShaper:
         tokenizer: Any = None,
     ) -> None:
         self.redactor = redactor
-        # Keys repeat endlessly (prompt_ids, sampling_params, ...): decide once per key.
-        self._secret_key: dict[str, bool] = {}
-        self._key_text: dict[str, str] = {}  # (as of the redactor's ``generation`` below)
+        # Keys repeat endlessly (prompt_ids, sampling_params, ...): per key, decided once, its text
+        # as stored and whether it names a secret (as of the redactor's ``generation`` below).
+        self._keys: dict[str, tuple[str, bool]] = {}
         self._generation = redactor.generation
         self.max_chars = max_payload_chars
+        # Strings shorter than this are stored as they are when ASCII: no secret is that short,
+        # and no truncation cuts them.
+        self._short = MIN_SECRET_TEXT if max_payload_chars is None or max_payload_chars >= MIN_SECRET_TEXT else 0
         self.token2text = token2text
         self.tokenizer = tokenizer
         self._path: set[int] = set()  # ids of the containers being walked, past _CYCLE_CHECK_DEPTH
@@ -96,7 +99,7 @@ class PayloadShaper:
     def shape(self, value: Any, tokenizer: Any = None) -> Any:
         decoder = (tokenizer or self.tokenizer) if self.token2text else None
         if self.redactor.generation != self._generation:  # new secrets: keys are redacted anew
-            self._key_text, self._generation = {}, self.redactor.generation
+            self._keys, self._generation = {}, self.redactor.generation
         t = type(value)
         if t is str:  # a name: the commonest call, straight to its end
             return self._string(value)
@@ -182,20 +185,21 @@ class PayloadShaper:
 
     def _mapping(self, m: Mapping, depth: int, decoder: Any) -> dict[str, Any]:
         out: dict[str, Any] = {}
-        secret_keys, key_text = self._secret_key, self._key_text
+        keys, short = self._keys, self._short
         for k, val in m.items():
-            key = k if type(k) is str else str(k)
-            if len(key) >= MIN_SECRET_TEXT or not key.isascii():  # a secret can be a key too
-                key = key_text.get(key) or self._key(key)
+            known = keys.get(k) if type(k) is str else None
+            key, secret = known if known is not None else self._key(k)
             t = type(val)
             if val is None or t is bool or (t is int and -(2**63) <= val < 2**63):
                 out[key] = val  # the common scalars, without a call per value
                 continue
             if t is str:
-                secret = secret_keys.get(key)
-                if secret is None:
-                    secret = secret_keys[key] = self.redactor.is_secret_key(key)
-                out[key] = REDACTED if secret else self._string(val)
+                if secret:
+                    out[key] = REDACTED
+                elif len(val) < short and val.isascii():
+                    out[key] = val
+                else:
+                    out[key] = self._string(val)
                 continue
             out[key] = self._convert(val, depth + 1, decoder)
             if decoder is not None:
@@ -211,12 +215,15 @@ class PayloadShaper:
         return out
 
 
-    def _key(self, key: str) -> str:
-        """A key not seen yet, redacted and remembered (``_mapping`` looks it up first)."""
+    def _key(self, k: Any) -> tuple[str, bool]:
+        """A key not seen yet: its text as stored (a secret can be a key too) and whether its
+        string values are secrets (``{"api_key": ...}``); remembered (``_mapping`` looks it up)."""
+        key = k if type(k) is str else str(k)
         text = self._string(key)
-        if len(self._key_text) < _MAX_KEYS_REMEMBERED:  # (keys a model invents are not remembered)
-            self._key_text[key] = text
-        return text
+        known = (text, self.redactor.is_secret_key(text))
+        if type(k) is str and len(self._keys) < _MAX_KEYS_REMEMBERED:  # (keys a model invents: not all)
+            self._keys[k] = known
+        return known
 
 
 _MAX_KEYS_REMEMBERED = 4096
