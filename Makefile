@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export WANDB_ERROR_REPORTING := false
 export WANDB_SILENT := true
 
-.PHONY: install venvs vllm demo demo-train test test-fast lint bench clean
+.PHONY: install venvs project-venv vllm demo demo-train test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -87,8 +87,12 @@ $(WEAVE_SERVER)/.installed:
 install: $(VENV)/.installed $(VENV)/.vllm $(PHOENIX)/.installed $(WEAVE_SERVER)/.installed
 
 # The three venvs at once (`make -j3 venvs`: CI does, then `make test`); the project's own venv
-# takes vLLM after its test extras, one pip at a time.
-venvs: $(VENV)/.installed $(PHOENIX)/.installed $(WEAVE_SERVER)/.installed
+# takes its test extras, then vLLM, one pip at a time, beside the other two.
+venvs: project-venv $(PHOENIX)/.installed $(WEAVE_SERVER)/.installed
+
+project-venv:
+	$(MAKE) $(VENV)/.installed
+	$(MAKE) $(VENV)/.vllm
 
 # The first bundled example on the embedded model: 8 word problems, then the summary.
 demo: $(VENV)/.demo
