@@ -5,9 +5,10 @@ rules for the shapes no vendor rule names (``rollscope_rules.yml``), about 1,250
 into one database and run in one scan per string.
 
 The database is compiled once per machine (~8 s; the SDK keeps it in its cache) and loaded in
-~0.3 s, once per process (``shared``): on a thread of its own, started when the first redactor is
-made, so a trace sidecar answers at once and waits for the rules only at its first string to
-redact. Rules that cannot be loaded are an error at that string, never a silent pass.
+~0.5 s of CPU, once per process (``shared``): on a thread of its own, started when a redactor
+first needs it (``Redactor.preload``: at once in a trace sidecar, which so answers at once and waits
+for the rules only at its first string to redact; never in a traced process whose sidecar
+redacts). Rules that cannot be loaded are an error at that string, never a silent pass.
 """
 
 from __future__ import annotations
