@@ -128,6 +128,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_runner.py --json benchmarks/out/runner.json
 	$(BIN)/python benchmarks/bench_viewer.py --json benchmarks/out/viewer.json
 	$(BIN)/python benchmarks/bench_faults.py --json benchmarks/out/faults.json
+	$(BIN)/python benchmarks/bench_ingest_instructions.py --json benchmarks/out/ingest_instructions.json
 	$(BIN)/python benchmarks/bench_backends.py --json benchmarks/out/backends.json
 	$(BIN)/python benchmarks/bench_weave.py --json benchmarks/out/weave.json
 	$(BIN)/python benchmarks/bench_sandbox.py --json benchmarks/out/sandbox.json
