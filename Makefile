@@ -128,7 +128,9 @@ bench: install
 	$(BIN)/python benchmarks/bench_runner.py --json benchmarks/out/runner.json
 	$(BIN)/python benchmarks/bench_viewer.py --json benchmarks/out/viewer.json
 	$(BIN)/python benchmarks/bench_faults.py --json benchmarks/out/faults.json
-	$(BIN)/python benchmarks/bench_ingest_instructions.py --json benchmarks/out/ingest_instructions.json
+	if command -v valgrind >/dev/null; then \
+		$(BIN)/python benchmarks/bench_ingest_instructions.py --json benchmarks/out/ingest_instructions.json; \
+	else echo "bench_ingest_instructions: skipped, it needs valgrind (apt-get install valgrind)"; fi
 	$(BIN)/python benchmarks/bench_backends.py --json benchmarks/out/backends.json
 	$(BIN)/python benchmarks/bench_weave.py --json benchmarks/out/weave.json
 	$(BIN)/python benchmarks/bench_sandbox.py --json benchmarks/out/sandbox.json
