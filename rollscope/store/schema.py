@@ -223,10 +223,7 @@ def encode_json(value: Any) -> bytes:
 
 
 def encode_payload(value: dict[str, Any]) -> bytes:
-    try:  # (``encode_json`` written out: this runs once per span)
-        raw = orjson.dumps(value, default=str)
-    except (TypeError, orjson.JSONEncodeError):
-        raw = encode_json(value)
+    raw = encode_json(value)
     return _zstd()[0].compress(raw) if len(raw) >= COMPRESS_MIN_BYTES else raw
 
 
