@@ -39,10 +39,7 @@ class EventShaper:
     def __call__(self, event: Span | tuple) -> Span | tuple:
         shape = self.shaper.shape
         if type(event) is Span:
-            try:  # (``_span_or_placeholder`` written out: this runs once per span)
-                self._span(event, True)
-            except Exception as exc:
-                self._placeholder(event, exc)
+            self._span_or_placeholder(event, ended=True)
             return event
         kind = event[ev.KIND]
         if kind == ev.SPAN_START:
@@ -60,22 +57,19 @@ class EventShaper:
         return event
 
     def _span_or_placeholder(self, span: Span, ended: bool) -> None:
-        try:
-            self._span(span, ended)
-        except Exception as exc:
-            self._placeholder(span, exc)
-
-    def _placeholder(self, span: Span, exc: Exception) -> None:
         """A span whose payloads cannot be shaped (a container the traced code changed while this
         thread read it, an object that fails when walked) keeps its place in the tree, its name,
         kind, timing and status, with what went wrong in place of the payloads: never dropped."""
-        self.unshapeable += 1
-        problem = unrecorded(exc)
-        span.name = self.shaper.shape(span.name) if isinstance(span.name, str) else "span"
-        span.inputs, span.outputs, span.shaped = self.shaper.shape(problem), None, True
-        span.attributes = {UNRECORDED: span.inputs}
-        if span.error_message is not None:
-            span.error_message = self.shaper.shape(str(span.error_message))
+        try:
+            self._span(span, ended)
+        except Exception as exc:
+            self.unshapeable += 1
+            problem = unrecorded(exc)
+            span.name = self.shaper.shape(span.name) if isinstance(span.name, str) else "span"
+            span.inputs, span.outputs, span.shaped = self.shaper.shape(problem), None, True
+            span.attributes = {UNRECORDED: span.inputs}
+            if span.error_message is not None:
+                span.error_message = self.shaper.shape(str(span.error_message))
 
     def _span(self, span: Span, ended: bool) -> None:
         shape = self.shaper.shape
