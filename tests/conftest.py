@@ -21,6 +21,22 @@ from rollscope.store import TraceStore
 from tests.wandb_stand_in import wandb  # noqa: F401  (a fixture: W&B's endpoints on 127.0.0.1)
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """How ``make test`` shares the tests between its xdist workers (``--dist loadgroup``): a module
+    stays on one worker (its engines start once), and every test that starts a Ray cluster runs on
+    the same worker, one after another. The Ray tests come first and the other slow modules next,
+    so that the longest work starts first."""
+    def rank(item: pytest.Item) -> int:
+        if item.get_closest_marker("ray"):
+            return 0
+        return 1 if item.module.__name__ in slow_modules else 2
+
+    slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+    for item in items:
+        item.add_marker(pytest.mark.xdist_group("ray" if item.get_closest_marker("ray") else item.module.__name__))
+    items.sort(key=rank)
+
+
 @pytest.fixture
 def trace_dir(tmp_path):
     return tmp_path / "traces"
