@@ -109,10 +109,10 @@ lint: install
 	$(BIN)/lint-imports
 
 # Two pytest workers (TEST_WORKERS=1 for one): most slow tests wait on a server or a subprocess
-# for much of their time; tests/conftest.py keeps a module on one worker and the Ray tests on one.
+# for much of their time; tests/conftest.py keeps a module on one worker, and the Ray tests on one.
 TEST_WORKERS ?= 2
 test: install lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
 
 # The edit loop: the tests not marked slow (CI runs everything: make test).
 test-fast: install lint

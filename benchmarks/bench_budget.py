@@ -5,8 +5,9 @@ interpreter of its own; says which figure moved and which goal is met.
   hot path   tracing's cost on the rollout's thread per 3-turn trajectory, through the trace
              sidecar into the local store (``bench_trace_breakdown.py``'s ``full``)   goal <= 300 us
   ingest     spans a second, one traced process to disk (``bench_store.py``'s ingest)  goal >= 40,000
-             with its one trace sidecar (the default), and with two (``ROLLSCOPE_TRACE_SIDECAR=2``:
-             the baseline, which has no such setting, runs one)
+             once tracing has started up (a warm-up flushed first, as for MLflow), with its one
+             trace sidecar (the default), and with two (``ROLLSCOPE_TRACE_SIDECAR=2``: the
+             baseline, which has no such setting, runs one)
   vs MLflow  that ingest over MLflow tracing's on sqlite, same trajectories (measured once a
              round: it does not depend on rollscope's code)                            goal >= 150x
   redaction  the redactor's time per 3-turn trajectory (``bench_redaction.py``)       no slower

@@ -20,20 +20,49 @@ from rollscope import tracing
 from rollscope.store import TraceStore
 from tests.wandb_stand_in import wandb  # noqa: F401  (a fixture: W&B's endpoints on 127.0.0.1)
 
+# The modules whose tests start a Ray cluster (verl's trainer, its Ray workers, `--workers`): `make
+# test` runs them on one of its two workers, one after another (two clusters at once would share
+# two cores and the memory of two trainers).
+RAY_MODULES = frozenset({
+    "tests/agentloops/test_verl_training_path.py", "tests/agentloops/test_verl_worker.py",
+    "tests/runner/test_distributed.py", "tests/trainer/test_main_ppo_local.py",
+    "tests/trainer/test_main_ppo_vllm.py", "tests/trainer/test_main_ppo_weave.py",
+})  # fmt: skip
+
+
+def _work_unit(nodeid: str) -> str:
+    """What one xdist worker runs whole: a module (its engines start once, its tests run in
+    order), or all of RAY_MODULES."""
+    module = nodeid.split("::", 1)[0]
+    return "ray" if module in RAY_MODULES else module
+
+
+@pytest.hookimpl(optionalhook=True, tryfirst=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """``make test``'s ``--dist loadscope`` with ``_work_unit``'s units (xdist's own grouping
+    mark cannot rename pytest 9's node ids)."""
+    if config.getvalue("dist") != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)
+
+    return ByWorkUnit(config, log)
+
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """How ``make test`` shares the tests between its xdist workers (``--dist loadgroup``): a module
-    stays on one worker (its engines start once), and every test that starts a Ray cluster runs on
-    the same worker, one after another. The Ray tests come first and the other slow modules next,
-    so that the longest work starts first."""
+    """The longest work first, so that neither worker is left with it at the end: the Ray tests,
+    then the other modules with slow tests, then the rest (each module's tests stay together, in
+    their order)."""
+    slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
+
     def rank(item: pytest.Item) -> int:
-        if item.get_closest_marker("ray"):
+        if _work_unit(item.nodeid) == "ray":
             return 0
         return 1 if item.module.__name__ in slow_modules else 2
 
-    slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group("ray" if item.get_closest_marker("ray") else item.module.__name__))
     items.sort(key=rank)
 
 

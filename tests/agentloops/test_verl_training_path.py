@@ -21,7 +21,7 @@ from tests.agentloops.verl_harness import (
 )
 from tests.engines import weave_calls
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray]
+pytestmark = pytest.mark.slow
 
 N_ROLLOUTS, SAMPLES, STEP = 2, 4, 5
 WORKERS = {"plain": AgentLoopWorker, "ray actor": as_ray_actor_class(AgentLoopWorker)}

@@ -17,8 +17,6 @@ from rollscope.store import TraceStore
 from rollscope.testing import compose_config
 from tests.agentloops.conftest import call
 
-pytestmark = pytest.mark.ray  # its rewards run in Ray actors
-
 QUESTIONS = ["What is 17 * 23?", "What is 12 * 12?", "What is 9 * 9?"]
 ANSWERS = ["391", "144", "81"]
 

@@ -7,7 +7,7 @@ import os
 import pytest
 
 from rollscope.tools.builtin.python_sandbox import run_sandboxed
-from tests.tools.test_builtin import _is_sandbox_child
+from tests.tools.test_builtin import sandbox_processes_left
 
 pytestmark = pytest.mark.slow
 
@@ -49,7 +49,7 @@ def test_memory_and_time_limits_and_nothing_left_behind():
     assert hog["status"] == "error" and "MemoryError" in hog["output"]
     slow = asyncio.run(run_sandboxed("import time\nwhile True: time.sleep(1)", wall_s=1))
     assert slow["status"] == "timeout"
-    assert [p for p in os.listdir("/proc") if p.isdigit() and _is_sandbox_child(p)] == []
+    assert sandbox_processes_left() == []
 
 
 def test_working_directory_is_private_and_removed():

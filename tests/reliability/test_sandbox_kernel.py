@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from rollscope.tools.builtin.python_sandbox import PythonSandboxTool, SandboxUnavailable, run_sandboxed
-from tests.tools.test_builtin import _is_sandbox_child
+from tests.tools.test_builtin import sandbox_processes_left
 
 pytestmark = pytest.mark.slow
 
@@ -40,7 +40,7 @@ def marker(tmp_path):
 
 
 def no_sandbox_process_left():
-    return [p for p in os.listdir("/proc") if p.isdigit() and _is_sandbox_child(p)] == []
+    return sandbox_processes_left() == []
 
 
 def test_the_guard_really_is_off_in_these_tests():

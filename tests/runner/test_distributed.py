@@ -6,7 +6,7 @@ import pytest
 
 from tests.cli.test_run_cli import REPLIES, rollscope
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray]
+pytestmark = pytest.mark.slow
 
 
 def test_two_ray_workers_record_every_trajectory_once(tmp_path):

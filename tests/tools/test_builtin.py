@@ -76,14 +76,39 @@ def test_python_tool_time_and_cpu_limits_leave_nothing_running():
     assert spin["status"] == "killed" and "CPU limit" in spin["output"]
     sleeper = asyncio.run(run_sandboxed("import time; print('started', flush=True); time.sleep(60)", wall_s=1))
     assert sleeper["status"] == "timeout"
-    leftovers = [p for p in os.listdir("/proc") if p.isdigit() and _is_sandbox_child(p)]
-    assert leftovers == []
+    assert sandbox_processes_left() == []
 
 
-def _is_sandbox_child(pid: str) -> bool:
+def sandbox_processes_left() -> list[int]:
+    """Sandboxed processes still running that this test process started (its descendants) or that
+    outlived whatever started them (orphans: their line of parents is sandbox processes up to the
+    init process). A sandbox another test process is running at the same moment (``make test``
+    runs two) is its own."""
+    return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if _is_sandbox_child(pid)
+            and _started_here_or_orphaned(pid)]  # fmt: skip
+
+
+def _is_sandbox_child(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             cmdline = f.read()
         return b"sandbox_runner.py" in cmdline or b"/sandbox/runner.py" in cmdline
     except OSError:
         return False
+
+
+def _started_here_or_orphaned(pid: int) -> bool:
+    me = os.getpid()
+    while pid > 1:
+        try:
+            with open(f"/proc/{pid}/stat", "rb") as f:
+                pid = int(f.read().rsplit(b")", 1)[1].split()[1])  # the parent (after the command's name)
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read()
+        except OSError:  # gone meanwhile: whatever it was, it is not left running
+            return False
+        if pid == me:
+            return True
+        if pid > 1 and not (_is_sandbox_child(pid) or b"bwrap" in cmdline.split(b"\0", 1)[0]):
+            return False  # another process's sandbox, still in its hands
+    return True

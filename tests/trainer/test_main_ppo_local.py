@@ -18,7 +18,7 @@ from rollscope.store import TraceStore
 from rollscope.store.records import last_user_message
 from tests.trainer.main_ppo import PROMPTS, ROLLOUTS, STEPS, question, train
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from rollscope.tracing.backends.weave import call_id
 from tests.engines import weave_calls
 from tests.trainer.main_ppo import PROMPTS, ROLLOUTS, STEPS, train
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

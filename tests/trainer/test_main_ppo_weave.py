@@ -15,7 +15,7 @@ from rollscope.store.records import last_user_message
 from tests.engines import weave_calls, weave_feedback
 from tests.trainer.main_ppo import PROMPTS, ROLLOUTS, STEPS, question, train
 
-pytestmark = [pytest.mark.slow, pytest.mark.ray]
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
