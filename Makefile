@@ -108,11 +108,13 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports
 
-# Two pytest workers (TEST_WORKERS=1 for one): most slow tests wait on a server or a subprocess
-# for much of their time; tests/conftest.py keeps a module on one worker, and the Ray tests on one.
+# The tests that do not start Ray on two pytest workers (TEST_WORKERS=1 for one): most slow tests
+# wait on a server or a subprocess for much of their time. Then the Ray tests, one at a time.
 TEST_WORKERS ?= 2
 test: install lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=30 -n $(TEST_WORKERS) --dist loadscope --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=20 -m "not ray" -n $(TEST_WORKERS) --dist loadscope \
+		--no-loadscope-reorder; first=$$?; \
+	$(BIN)/python -m pytest -q -p no:cacheprovider --durations=10 -m ray; test $$first -eq 0 -a $$? -eq 0
 
 # The edit loop: the tests not marked slow (CI runs everything: make test).
 test-fast: install lint

@@ -20,9 +20,9 @@ from rollscope import tracing
 from rollscope.store import TraceStore
 from tests.wandb_stand_in import wandb  # noqa: F401  (a fixture: W&B's endpoints on 127.0.0.1)
 
-# The modules whose tests start a Ray cluster (verl's trainer, its Ray workers, `--workers`): `make
-# test` runs them on one of its two workers, one after another (two clusters at once would share
-# two cores and the memory of two trainers).
+# The modules whose tests start a Ray cluster (verl's trainer, its Ray workers, `--workers`): marked
+# `ray`, which `make test` runs after the others, one at a time with the machine to themselves (a
+# trainer beside other tests misses what a real run has: a core to spare when Ray ends its workers).
 RAY_MODULES = frozenset({
     "tests/agentloops/test_verl_training_path.py", "tests/agentloops/test_verl_worker.py",
     "tests/runner/test_distributed.py", "tests/trainer/test_main_ppo_local.py",
@@ -30,40 +30,15 @@ RAY_MODULES = frozenset({
 })  # fmt: skip
 
 
-def _work_unit(nodeid: str) -> str:
-    """What one xdist worker runs whole: a module (its engines start once, its tests run in
-    order), or all of RAY_MODULES."""
-    module = nodeid.split("::", 1)[0]
-    return "ray" if module in RAY_MODULES else module
-
-
-@pytest.hookimpl(optionalhook=True, tryfirst=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
-    """``make test``'s ``--dist loadscope`` with ``_work_unit``'s units (xdist's own grouping
-    mark cannot rename pytest 9's node ids)."""
-    if config.getvalue("dist") != "loadscope":
-        return None
-    from xdist.scheduler import LoadScopeScheduling
-
-    class ByWorkUnit(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return _work_unit(nodeid)
-
-    return ByWorkUnit(config, log)
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The longest work first, so that neither worker is left with it at the end: the Ray tests,
-    then the other modules with slow tests, then the rest (each module's tests stay together, in
-    their order)."""
+    """Marks RAY_MODULES' tests ``ray``; puts the modules with slow tests first, so that neither of
+    ``make test``'s xdist workers is left with one at the end (``--dist loadscope`` keeps a module
+    on one worker: its engines start once, its tests run in order)."""
     slow_modules = {item.module.__name__ for item in items if item.get_closest_marker("slow")}
-
-    def rank(item: pytest.Item) -> int:
-        if _work_unit(item.nodeid) == "ray":
-            return 0
-        return 1 if item.module.__name__ in slow_modules else 2
-
-    items.sort(key=rank)
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in RAY_MODULES:
+            item.add_marker(pytest.mark.ray)
+    items.sort(key=lambda item: item.module.__name__ not in slow_modules)
 
 
 @pytest.fixture
