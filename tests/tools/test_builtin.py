@@ -89,12 +89,20 @@ def sandbox_processes_left() -> list[int]:
 
 
 def _is_sandbox_child(pid: int) -> bool:
+    return _is_sandbox_command(_command(pid))
+
+
+def _command(pid: int) -> bytes:
+    """A process's command line (empty when it is gone)."""
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
-            cmdline = f.read()
-        return b"sandbox_runner.py" in cmdline or b"/sandbox/runner.py" in cmdline
+            return f.read()
     except OSError:
-        return False
+        return b""
+
+
+def _is_sandbox_command(cmdline: bytes) -> bool:
+    return b"sandbox_runner.py" in cmdline or b"/sandbox/runner.py" in cmdline
 
 
 def _started_here_or_orphaned(pid: int) -> bool:
@@ -103,12 +111,11 @@ def _started_here_or_orphaned(pid: int) -> bool:
         try:
             with open(f"/proc/{pid}/stat", "rb") as f:
                 pid = int(f.read().rsplit(b")", 1)[1].split()[1])  # the parent (after the command's name)
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read()
         except OSError:  # gone meanwhile: whatever it was, it is not left running
             return False
         if pid == me:
             return True
-        if pid > 1 and not (_is_sandbox_child(pid) or b"bwrap" in cmdline.split(b"\0", 1)[0]):
+        cmdline = _command(pid)
+        if pid > 1 and not (_is_sandbox_command(cmdline) or b"bwrap" in cmdline.split(b"\0", 1)[0]):
             return False  # another process's sandbox, still in its hands
     return True
