@@ -25,7 +25,7 @@ from tests.wandb_stand_in import wandb  # noqa: F401  (a fixture: W&B's endpoint
 # trainer beside other tests misses what a real run has: a core to spare when Ray ends its workers).
 RAY_MODULES = frozenset({
     "tests/agentloops/test_verl_training_path.py", "tests/agentloops/test_verl_worker.py",
-    "tests/runner/test_distributed.py", "tests/trainer/test_main_ppo_local.py",
+    "tests/runner/test_distributed.py", "tests/tracing/test_sidecar_ray.py", "tests/trainer/test_main_ppo_local.py",
     "tests/trainer/test_main_ppo_vllm.py", "tests/trainer/test_main_ppo_weave.py",
 })  # fmt: skip
 

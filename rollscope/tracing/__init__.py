@@ -22,12 +22,15 @@ from rollscope.tracing._runtime import (
     stats,
 )
 from rollscope.tracing._sampling import select_samples
+from rollscope.tracing._sidecar.lease import ENV as SIDECAR_LOCK_ENV
+from rollscope.tracing._sidecar.lease import wait_released as wait_for_sidecars
 from rollscope.tracing._verl_api import RolloutTraceConfig, get_trajectory_info
 from rollscope.tracing._verl_config import init_from_verl_config
 from rollscope.tracing.backends import TraceBackend, available_backends, register_backend
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 __all__ = [
+    "SIDECAR_LOCK_ENV",
     "RolloutTraceConfig",
     "Span",
     "SpanKind",
@@ -50,4 +53,5 @@ __all__ = [
     "shutdown_tracing",
     "stats",
     "trace_span",
+    "wait_for_sidecars",
 ]

@@ -18,7 +18,9 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
+from typing import TextIO
 
+from rollscope.tracing import SIDECAR_LOCK_ENV, wait_for_sidecars
 from rollscope.trainer.cpu import ROLLOUT_NAME, UnsupportedOnCPU
 
 PLUGIN = "rollscope.trainer.cpu.plugin"
@@ -180,10 +182,11 @@ def run_main_ppo(overrides: Iterable[str], *, log_path: Path, env: Mapping[str, 
     command = main_ppo_command(overrides)
     log_path.parent.mkdir(parents=True, exist_ok=True)
     shared_before, started = _shared_memory(), time.time()
+    sidecars = log_path.with_name(f"{log_path.name}.sidecars")
     with open(log_path, "w", encoding="utf-8") as log:
         proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env=cpu_environment(env, rollout_name(overrides)), cwd=cwd,
-                                errors="replace", start_new_session=True)  # fmt: skip
+                                env={**cpu_environment(env, rollout_name(overrides)), SIDECAR_LOCK_ENV: str(sidecars)},
+                                cwd=cwd, errors="replace", start_new_session=True)  # fmt: skip
         watch = _Watch(proc, timeout, silence_s)
         assert proc.stdout is not None
         try:
@@ -193,6 +196,7 @@ def run_main_ppo(overrides: Iterable[str], *, log_path: Path, env: Mapping[str, 
                 if on_line is not None:
                     on_line(line.rstrip("\n"))
             code = proc.wait()
+            _wait_for_sidecars(sidecars, log, on_line)
         except BaseException:
             watch.kill()
             proc.wait()
@@ -200,6 +204,7 @@ def run_main_ppo(overrides: Iterable[str], *, log_path: Path, env: Mapping[str, 
         finally:
             watch.stop()
             _remove_unused(_shared_memory() - shared_before)
+            sidecars.unlink(missing_ok=True)
     if code != 0:
         tail = "".join(log_path.read_text(encoding="utf-8", errors="replace").splitlines(True)[-40:])
         if watch.why is None:
@@ -208,6 +213,27 @@ def run_main_ppo(overrides: Iterable[str], *, log_path: Path, env: Mapping[str, 
         cause = f"; the first error logged: {error}" if error else ""
         raise TrainerFailed(f"verl's main_ppo {watch.why} and was killed{cause} (log: {log_path}):\n{tail}")
     return log_path
+
+
+# How long the run's trace sidecars get to store what it traced once verl has exited: Ray ends the
+# rollout workers without their closing tracing, and their sidecars go on for up to 30 s
+# (``rollscope.tracing``'s sidecar, ``ORPHAN_S``).
+SIDECARS_WAIT_S = 60.0
+
+
+def _wait_for_sidecars(lock: Path, log: TextIO, on_line: Callable[[str], None] | None) -> None:
+    """Until every trace sidecar of the run has exited (so that what reads the traces next sees
+    all of them), saying so when it takes a while."""
+    if wait_for_sidecars(lock, 0.5):
+        return
+    notes = ["rollscope: waiting for the trace sidecars to store the run's last trajectories"]
+    if not wait_for_sidecars(lock, SIDECARS_WAIT_S):
+        notes.append(f"rollscope: trace sidecars still at work after {SIDECARS_WAIT_S:.0f} s; "
+                     "the trace store may still grow")  # fmt: skip
+    for note in notes:
+        log.write(note + "\n")
+        if on_line is not None:
+            on_line(note)
 
 
 class _Watch:

@@ -3,13 +3,16 @@
 ``LedgerBackend`` stands for a remote destination: what it sends becomes visible only at its flush
 (as a network client's batch), and it appends every delivered trajectory id to a file, so a test
 sees exactly what arrived, across processes. ``ROLLSCOPE_TEST_HANG_AFTER`` makes its flush hang
-for good once that many trajectories were delivered (a server that stops answering).
+for good once that many trajectories were delivered (a server that stops answering);
+``ROLLSCOPE_TEST_LEDGER_GATE`` (a path) makes it hold every flush until that file exists (a server
+that answers only when the test lets it, whichever process the backend runs in).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 
 from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.backends.registry import register_backend
@@ -27,6 +30,7 @@ class LedgerBackend(TrajectoryBackend):
         self.batch: list[str] = []
         self.spans: dict[str, list[str]] = {}
         self.hang_after = int(os.environ.get("ROLLSCOPE_TEST_HANG_AFTER", "0")) or None
+        self.gate_path = os.environ.get("ROLLSCOPE_TEST_LEDGER_GATE")
 
     def write(self, trajectory, spans) -> None:
         self.batch.append(trajectory.id)
@@ -34,6 +38,8 @@ class LedgerBackend(TrajectoryBackend):
 
     def flush(self) -> None:
         self.gate.wait()
+        while self.gate_path is not None and not os.path.exists(self.gate_path):
+            time.sleep(0.05)
         if self.hang_after is not None and self._delivered() >= self.hang_after:
             open(f"{self.path}.hung", "w").close()  # (for the test: what was delivered is confirmed)
             threading.Event().wait()  # the server stopped answering
@@ -54,3 +60,13 @@ class LedgerBackend(TrajectoryBackend):
 
 LedgerBackend.gate.set()
 register_backend(LedgerBackend.name, LedgerBackend)
+
+
+class SidecarLedgerBackend(LedgerBackend):
+    """The ledger in the trace sidecar, as the remote backends run (gated by the file only)."""
+
+    name = "sidecar-ledger"
+    out_of_process = True
+
+
+register_backend(SidecarLedgerBackend.name, SidecarLedgerBackend)

@@ -23,9 +23,9 @@ from rollscope.tracing._callargs import Binder, CallArgs
 from rollscope.tracing._events import LEAF_SPAN
 from rollscope.tracing._payload import PayloadShaper
 from rollscope.tracing._redaction import Redactor
+from rollscope.tracing._sidecar import lease, replay_log
 from rollscope.tracing._sidecar import parent as sidecar
 from rollscope.tracing._sidecar import process as sidecar_process
-from rollscope.tracing._sidecar import replay_log
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 
@@ -47,7 +47,7 @@ def test_local_store_is_written_by_a_helper_process(trace_dir, monkeypatch):
     monkeypatch.setenv("ROLLSCOPE_TEST_SECRET_TOKEN", "s3cr3t-value-123")  # the child redacts it too
     tracing.init_tracing(trace_dir=str(trace_dir), experiment="e")
     worker = the_sidecar()
-    assert worker.process.proc.pid != os.getpid() and worker.process.proc.poll() is None
+    assert worker.process.pid != os.getpid() and not worker.process.wait(0)
     assert tracing.get_tracer().backends == []  # nothing shaped or stored in this process
     rollouts(20, secret="s3cr3t-value-123")
     assert tracing.flush_tracing(30)
@@ -59,9 +59,8 @@ def test_local_store_is_written_by_a_helper_process(trace_dir, monkeypatch):
         (span,) = store.spans(t.id)
         assert span.inputs == {"prompt_ids": [1, 2, 3], "note": "[REDACTED]"}
         assert span.outputs == {"token_ids": [4, 5], "log_probs": [-0.5, "nan"]}
-        assert f"-{worker.process.proc.pid}-" in t.shard  # the child's own shard
+        assert f"-{worker.process.pid}-" in t.shard  # the child's own shard
     assert tracing.shutdown_tracing(30)
-    assert worker.process.proc.returncode == 0
 
 
 def test_killed_sidecar_rollouts_go_on_and_the_store_continues_here(trace_dir, caplog):
@@ -70,8 +69,8 @@ def test_killed_sidecar_rollouts_go_on_and_the_store_continues_here(trace_dir, c
     assert tracing.flush_tracing(30)
     worker = the_sidecar()
     with caplog.at_level(logging.WARNING, logger="rollscope"):
-        os.kill(worker.process.proc.pid, signal.SIGKILL)
-        worker.process.proc.wait(10)
+        os.kill(worker.process.pid, signal.SIGKILL)
+        assert worker.process.wait(10)
         rollouts(15, start=10)
         assert tracing.flush_tracing(30)
     assert any("trace sidecar" in r.getMessage() and "continue in this process, nothing lost" in r.getMessage()
@@ -92,14 +91,14 @@ def _stopped_sidecar_with_unread_events(n_before, n_after):
     assert tracing.flush_tracing(30)
     worker = the_sidecar()
     per_rollout, stored = worker.sender.sent // n_before, worker.sender.sent
-    os.kill(worker.process.proc.pid, signal.SIGSTOP)
+    os.kill(worker.process.pid, signal.SIGSTOP)
     rollouts(n_after, start=n_before)
     deadline = time.monotonic() + 60
     while worker.sender.sent < stored + n_after * per_rollout and time.monotonic() < deadline:  # in the pipe
         time.sleep(0.01)
     assert worker.sender.sent == stored + n_after * per_rollout
-    os.kill(worker.process.proc.pid, signal.SIGKILL)
-    worker.process.proc.wait(10)
+    os.kill(worker.process.pid, signal.SIGKILL)
+    assert worker.process.wait(10)
     # Until the traced process has seen the child go (its reader thread, at the pipe's end), a
     # batch sent meanwhile is lost when nothing is kept for replay (counted): wait for it, so the
     # callers' later rollouts are the fallback's on a loaded machine too.
@@ -143,8 +142,8 @@ def test_a_trajectory_open_when_the_sidecar_died_is_finished_with_whole_counts(t
             s.outputs = {"token_ids": [1, 2, 3]}
         assert tracing.flush_tracing(30)  # its start and first span are in the sidecar's shard
         worker = the_sidecar()
-        os.kill(worker.process.proc.pid, signal.SIGKILL)
-        worker.process.proc.wait(10)
+        os.kill(worker.process.pid, signal.SIGKILL)
+        assert worker.process.wait(10)
         with tracing.trace_span("second", kind="tool"):
             pass
     tracing.shutdown_tracing(30)
@@ -204,6 +203,26 @@ def test_the_traced_process_killed_loses_nothing_it_sent(trace_dir):
         assert store.count(status="ok") == 40
 
 
+def test_a_close_that_times_out_leaves_the_sidecar_to_deliver_on_its_own(trace_dir, tmp_path, monkeypatch, caplog):
+    """The traced process stops waiting at its timeout; the sidecar is not killed: it holds what it
+    was sent and delivers it once its destination answers, then lets go of the launcher's lock."""
+    import tests.tracing.spool_backends  # noqa: F401  (the sidecar's ledger)
+
+    ledger, gate, lock = tmp_path / "ledger", tmp_path / "gate", tmp_path / "sidecars.lock"
+    monkeypatch.setenv("ROLLSCOPE_TEST_LEDGER_GATE", str(gate))  # the destination does not answer yet
+    monkeypatch.setenv(lease.ENV, str(lock))
+    tracing.init_tracing(backend="local,sidecar-ledger", trace_dir=str(trace_dir), ledger_path=str(ledger))
+    rollouts(30)
+    with caplog.at_level(logging.WARNING, logger="rollscope"):
+        assert tracing.shutdown_tracing(1.0) is False
+    assert "still storing what it was sent" in caplog.text
+    assert lease.held(lock) and not ledger.exists()
+    gate.touch()
+    assert lease.wait_released(lock, 60)
+    assert sorted(ledger.read_text().split()) == sorted({t.id for t in TraceStore(trace_dir).trajectories(limit=100)})
+    assert TraceStore(trace_dir).count(status="ok") == 30
+
+
 def _alive(pid):
     try:
         with open(f"/proc/{pid}/stat") as f:
@@ -215,10 +234,10 @@ def _alive(pid):
 def test_ctrl_c_reaches_the_rollout_not_the_sidecar(trace_dir):
     tracing.init_tracing(trace_dir=str(trace_dir))
     worker = the_sidecar()
-    os.kill(worker.process.proc.pid, signal.SIGINT)
+    os.kill(worker.process.pid, signal.SIGINT)
     rollouts(5)
     assert tracing.flush_tracing(30)
-    assert worker.process.proc.poll() is None
+    assert not worker.process.wait(0)
     assert TraceStore(trace_dir).count() == 5
 
 

@@ -35,7 +35,7 @@ def the_pool():
 def test_each_sidecar_stores_whole_trajectories_in_its_own_shard(trace_dir):
     tracing.init_tracing(trace_dir=str(trace_dir), experiment="e", sidecar=3)
     pool = the_pool()
-    pids = {m.process.proc.pid for m in pool.members}
+    pids = {m.process.pid for m in pool.members}
     assert len(pids) == 3 and os.getpid() not in pids
     rollouts(60)
     assert tracing.flush_tracing(30)  # returns once every sidecar has passed the flush
@@ -60,8 +60,8 @@ def test_a_killed_sidecar_costs_nothing_the_others_hold_and_its_share_continues_
     assert tracing.flush_tracing(30)
     killed = the_pool().members[0]
     with caplog.at_level(logging.WARNING, logger="rollscope"):
-        os.kill(killed.process.proc.pid, signal.SIGKILL)
-        killed.process.proc.wait(10)
+        os.kill(killed.process.pid, signal.SIGKILL)
+        assert killed.process.wait(10)
         rollouts(20, start=20)
         assert tracing.flush_tracing(30)
     assert any("continue in this process, nothing lost" in r.getMessage() for r in caplog.records)

@@ -11,7 +11,6 @@ from collections import Counter
 
 import pytest
 
-from rollscope import tracing
 from rollscope.store import TraceStore
 from rollscope.tracing.backends.weave import call_id
 from tests.engines import weave_calls
@@ -71,15 +70,11 @@ def test_the_trainer_holds_vllms_log_probs_and_the_actor_recomputes_them(run, st
 
 
 def test_weave_holds_one_root_call_per_trajectory(run, stored):
-    """Every trajectory reaches Weave. vLLM's CPU engine keeps both cores busy: a rollout worker's
-    trace sidecar may not have sent everything to Weave when Ray ends the worker; what it had not
-    sent is in its spool, which the next tracer for the same destination sends first
-    (docs/backends.md): this test's process is that tracer."""
-    tracing.init_tracing(backend="weave", project="ent/proj")
-    assert tracing.flush_tracing(300)
-    tracing.shutdown_tracing(60)
-    # (by id: a batch re-sent after a sidecar was killed lands on the same calls, which the server
-    # may list twice until ClickHouse merges them)
+    """Every trajectory reaches Weave, though vLLM's CPU engine keeps both cores busy and Ray ends
+    the rollout workers as soon as training is done: their trace sidecars go on until they have
+    sent what they hold, and ``run_main_ppo`` returns once they have (``ROLLSCOPE_SIDECAR_LOCK``)."""
+    # (by id: a batch sent twice lands on the same calls, which the server may list twice until
+    # ClickHouse merges them)
     roots = {c["id"]: c for c in weave_calls("ent/proj") if c["parent_id"] is None}
     assert set(roots) == {call_id(t.id) for t, _, _ in stored}
     assert Counter((r["attributes"]["step"], r["attributes"]["sample_index"]) for r in roots.values()) == Counter(

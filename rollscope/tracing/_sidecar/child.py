@@ -21,6 +21,7 @@ from rollscope.tracing import _wire as wire
 from rollscope.tracing._backlog import DEFAULT_MAX_BYTES, Backlog
 from rollscope.tracing._events import position
 from rollscope.tracing._exporter import Exporter
+from rollscope.tracing._sidecar import lease
 from rollscope.tracing._sidecar.protocol import (
     CLOSE,
     CLOSED,
@@ -48,6 +49,10 @@ SIDECAR_NICE = 10
 # is the same events scanned over and over (a third of its CPU in bench_store's ingest at 700, a
 # sixth at 50,000). What a cycle could leave uncollected stays bounded by the threshold.
 GC_THRESHOLDS = (500_000, 50, 100)
+# How long the sidecar goes on once its traced process stopped waiting for it (it ended, or its
+# close timed out): what a remote backend has not sent by then stays in its spool, for the next
+# tracer sending to the same destination.
+ORPHAN_S = 30.0
 
 
 class _FrameLogHandler(logging.Handler):
@@ -64,9 +69,21 @@ class _FrameLogHandler(logging.Handler):
             pass
 
 
+def detach() -> None:
+    """Leave the process that started this one (it exits, and this one goes on in a session of
+    its own): the sidecar is then nobody's child and in nobody's process group. A process manager
+    that ends the traced process with its children and their group (Ray ends a worker so at the
+    end of a run) leaves the sidecar to store what it was sent; it exits once that is done."""
+    if os.fork():
+        os._exit(0)
+    os.setsid()
+
+
 def main() -> None:
     """The sidecar process's entry (started by ``process.SidecarProcess``): frames come in on
     stdin, replies go out on a private copy of stdout."""
+    detach()
+    lease.hold()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if hasattr(os, "nice"):
         os.nice(SIDECAR_NICE)
@@ -134,13 +151,14 @@ class Sidecar:
                 last = now
 
     def serve(self, fd_in: int) -> None:
-        self.send(READY, wire.encode({w.name: w.backend.resume_options() for w in self.exporter.workers}))
+        resume = {w.name: w.backend.resume_options() for w in self.exporter.workers}
+        self.send(READY, wire.encode((os.getpid(), resume)))
         threading.Thread(target=self._report_positions, name="rollscope-positions", daemon=True).start()
         while True:
             frame = read_frame(fd_in)
             if frame is None:  # the traced process is gone: keep what it sent
                 self.backlog.close()
-                self.exporter.close(30.0)
+                self.exporter.close(ORPHAN_S)
                 return
             kind, body = frame
             if kind == EVENTS:
@@ -152,8 +170,9 @@ class Sidecar:
             elif kind == SECRETS:
                 if self.shaper is not None:
                     self.shaper.shaper.redactor.add_literals(wire.decode(body))
-            elif kind == CLOSE:
+            elif kind == CLOSE:  # within the traced process's timeout, else on its own for ORPHAN_S more
+                waits = wire.decode(body)
                 self.backlog.close()
-                ok = self.exporter.close(None)
+                ok = self.exporter.close(None if waits is None else waits + ORPHAN_S)
                 self.send(CLOSED, wire.encode((ok, self.stats())))
                 return

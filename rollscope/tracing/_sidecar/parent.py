@@ -57,11 +57,11 @@ class SidecarWorker:
             return self.failover.close(time_left(deadline))
         self._closing = True
         try:
-            self.process.send(CLOSE)
+            self.process.send(CLOSE, wire.encode(time_left(deadline)))
         except OSError:
             pass
         ok = self._closed.wait(time_left(deadline)) and self._close_ok
-        return self.process.finish(max(time_left(deadline) or 0.0, 1.0)) and ok
+        return self.process.leave(max(time_left(deadline) or 0.0, 1.0)) and ok
 
     def abandon(self) -> None:
         self.process.abandon()
@@ -99,7 +99,7 @@ class SidecarWorker:
         if self._closing:
             self._closed.set()
         else:
-            self.sender.child_gone(f"it exited with code {self.process.exit_code()}")
+            self.sender.child_gone("it exited")
 
 
 _EMPTY_STATS = {"exported": 0, "queued": 0, "dropped": 0, "late_rewards": 0, "errors": 0, "lossless": True}

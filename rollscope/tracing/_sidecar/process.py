@@ -1,12 +1,16 @@
-"""The sidecar process and the two pipes to it: started, greeted (CONFIG, then READY with each
-backend's resume options, or FAILED with the error its backends raised), written to and read from,
-and ended. Nothing here knows what the frames mean beyond the greeting (``protocol``)."""
+"""The sidecar process and the two pipes to it: started, greeted (CONFIG, then READY with its pid and
+each backend's resume options, or FAILED with the error its backends raised), written to and read
+from, and ended. Nothing here knows what the frames mean beyond the greeting (``protocol``).
+
+The process started here forks the sidecar and exits at once (``child.detach``): the sidecar is
+not this process's child, so it is waited for through a pidfd (its pid's), not ``wait``."""
 
 from __future__ import annotations
 
 import logging
 import os
 import pickle
+import select
 import subprocess
 import sys
 import time
@@ -33,10 +37,12 @@ class SidecarError(RuntimeError):
     """The sidecar could not be started (its backends then run in the traced process)."""
 
 
-def greet(out_fd: int, in_fd: int, config: dict[str, Any], timeout: float = START_TIMEOUT_S) -> dict[str, Any]:
-    """Send ``config`` and wait for the child's answer: each backend's options for continuing it in
-    this process (``TraceBackend.resume_options``). The backends' own errors (a trace directory
-    that cannot be created) are raised as they are; no answer or a garbled one is a SidecarError."""
+def greet(out_fd: int, in_fd: int, config: dict[str, Any],
+          timeout: float = START_TIMEOUT_S) -> tuple[int, dict[str, Any]]:  # fmt: skip
+    """Send ``config`` and wait for the child's answer: its pid and each backend's options for
+    continuing it in this process (``TraceBackend.resume_options``). The backends' own errors (a
+    trace directory that cannot be created) are raised as they are; no answer or a garbled one is
+    a SidecarError."""
     write_frame(out_fd, CONFIG, pickle.dumps(config))
     deadline = time.monotonic() + timeout
     reply = read_frame_timeout(in_fd, timeout)
@@ -53,56 +59,88 @@ def greet(out_fd: int, in_fd: int, config: dict[str, Any], timeout: float = STAR
 
 
 class SidecarProcess:
-    """The child, started and greeted: ``resume`` holds what ``greet`` returned."""
+    """The child, started and greeted: ``pid`` is the sidecar's, ``resume`` what ``greet`` returned."""
 
     def __init__(self, config: dict[str, Any]) -> None:
         try:
-            self.proc = subprocess.Popen(
+            launcher = subprocess.Popen(
                 [sys.executable, "-c", "from rollscope.tracing._sidecar.child import main; main()"],
                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
             )  # fmt: skip
         except OSError as exc:
             raise SidecarError(f"cannot start the trace sidecar: {exc}") from exc
-        self.pid = self.proc.pid
-        self.out_fd, self.in_fd = self.proc.stdin.fileno(), self.proc.stdout.fileno()
+        self.pid, self._pidfd = launcher.pid, None
+        self._pipes = (launcher.stdin, launcher.stdout)
+        self.out_fd, self.in_fd = launcher.stdin.fileno(), launcher.stdout.fileno()
         try:
-            self.resume = greet(self.out_fd, self.in_fd, config)
+            self.pid, self.resume = greet(self.out_fd, self.in_fd, config)
+            self._pidfd = _pidfd(self.pid)
         except SidecarError as exc:
-            self.proc.kill()
+            launcher.kill()
+            self._close_pipes()  # a sidecar still starting reads the end of its stdin and exits
             raise SidecarError(f"the trace sidecar (pid {self.pid}) did not start: {exc}") from exc
         except Exception:
-            self.proc.wait(5)
+            self._close_pipes()
             raise
+        finally:
+            launcher.wait()  # it exits as soon as it has forked the sidecar
 
     def send(self, kind: int, body: bytes = b"") -> None:
         """Raises OSError when the child is gone (its pipe closed)."""
         write_frame(self.out_fd, kind, body)
 
     def frames(self) -> Iterator[tuple[int, bytes]]:
-        """What the child sends, until its end of the pipe closes."""
-        while (frame := read_frame(self.in_fd)) is not None:
-            yield frame
-
-    def exit_code(self) -> int:
-        return self.proc.wait()
-
-    def finish(self, timeout: float) -> bool:
-        """Wait for the child to exit (killed past ``timeout``: False), then close the pipes."""
-        ok = True
+        """What the child sends, until its end of the pipe closes (or the caller stops reading):
+        the reading end is closed here, by its one reader, once done with."""
         try:
-            self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            log.warning("trace sidecar (pid %d) did not finish in time; killed", self.pid)
-            self.proc.kill()
-            ok = False
-        for f in (self.proc.stdin, self.proc.stdout):
+            while (frame := read_frame(self.in_fd)) is not None:
+                yield frame
+        finally:
+            self._pipes[1].close()
+
+    def wait(self, timeout: float | None) -> bool:
+        """Whether the sidecar exited within ``timeout`` seconds."""
+        if self._pidfd is not None:
+            return bool(select.select([self._pidfd], [], [], timeout)[0])
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while deadline is None or time.monotonic() < deadline:  # no pidfd (not Linux): its pid
+            try:
+                os.kill(self.pid, 0)
+            except ProcessLookupError:
+                return True
+            time.sleep(0.05)
+        return False
+
+    def leave(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for the child to exit, then close the pipe to it. A child still
+        at work is left to finish on its own (``child.ORPHAN_S``): it holds what was sent to it."""
+        exited = self.wait(timeout)
+        if not exited:
+            log.warning("trace sidecar (pid %d) is still storing what it was sent; it goes on after this "
+                        "process stops waiting for it", self.pid)  # fmt: skip
+        self._close_pipes(reading=False)
+        return exited
+
+    def _close_pipes(self, reading: bool = True) -> None:
+        for f in self._pipes if reading else self._pipes[:1]:
             f.close()
-        return ok
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
 
     def abandon(self) -> None:
         """In a forked child: the pipes belong to the parent's tracer; let go without a word."""
-        for fd in (self.out_fd, self.in_fd):
+        for fd in (self.out_fd, self.in_fd, self._pidfd):
             try:
-                os.close(fd)
+                if fd is not None:
+                    os.close(fd)
             except OSError:
                 pass
+
+
+def _pidfd(pid: int) -> int | None:
+    """A pidfd of ``pid``, readable once it has exited (Linux 5.3 on; None elsewhere)."""
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        return None

@@ -1,9 +1,9 @@
 """The sidecar's wire between the two processes: length-prefixed frames over the child's stdin and a
 private copy of its stdout, their kinds, and how either end builds the backends from the config.
 
-    parent -> child   CONFIG (first), EVENTS, FLUSH id, CLOSE, SECRETS (when the parent's environment
+    parent -> child   CONFIG (first), EVENTS, FLUSH id, CLOSE timeout, SECRETS (when the parent's environment
                       gains a secret-looking value after the start: redacted from then on)
-    child -> parent   READY or FAILED, LOG, FLUSHED id stats, CLOSED ok stats, POSITIONS
+    child -> parent   READY pid resume or FAILED, LOG, FLUSHED id stats, CLOSED ok stats, POSITIONS
 EVENTS bodies are ``_wire`` buffers of trace events (``_events``).
 """
 
