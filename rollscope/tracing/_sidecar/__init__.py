@@ -12,8 +12,11 @@ child started, greeted and ended), ``sender`` (events packed, shipped, numbered;
 backends continued here when it dies). ``child`` is the sidecar process, ``protocol`` the frames
 between the two. ``pool``: several sidecars for one traced process, a trajectory to each.
 
-The child ignores Ctrl-C (the parent decides when tracing ends) and closes cleanly when the
-parent disappears (end of its stdin), so a killed rollout loses at most what was in the pipe.
+The child ignores Ctrl-C (the parent decides when tracing ends), is nobody's child and in a
+session of its own (a process manager that ends the traced process with its children leaves it
+be), and closes cleanly when the parent disappears (end of its stdin) or stops waiting for it, so
+a killed rollout loses at most what was in the pipe. ``lease``: a launcher waits for the sidecars
+of the processes it started (``ROLLSCOPE_SIDECAR_LOCK``).
 If the sidecar dies, its backends continue inside the traced process with a warning. The local
 store loses nothing: it commits the count of events it has stored with the events themselves,
 the traced process keeps what it sent until the sidecar reports it stored (``POSITIONS``), and the
