@@ -135,6 +135,19 @@ def test_trace_span_and_reward(local_tracer, read_store):
     assert (s.kind, s.inputs, s.outputs, s.attributes) == ("reward", {"answer": "42"}, 1.0, {"source": "gsm8k"})
 
 
+def test_a_rewards_details_survive_a_flush_before_its_trajectory_ends(local_tracer, read_store):
+    """A flush between ``set_reward`` and the trajectory's end (a batch boundary, in a busy run)
+    stores the reward while the trajectory runs; its end keeps it, details and all."""
+    with tracing.rollout_trace_attr(step=0, sample_index=1):
+        tracing.set_reward(0.5, correct=1.0)
+        tracing.set_reward(None, correct=1.0, format_ok=True)  # details only: the reward given before stays
+        [running] = read_store().trajectories()
+        assert (running.status, running.reward) == ("running", 0.5)
+        assert running.attributes["reward_details"] == {"correct": 1.0, "format_ok": True}
+    [t] = read_store().trajectories()
+    assert (t.status, t.reward, t.attributes["reward_details"]) == ("ok", 0.5, {"correct": 1.0, "format_ok": True})
+
+
 def test_untraced_when_not_initialised():
     agent = Agent()
     assert tracing.get_tracer() is None

@@ -24,6 +24,7 @@ from rollscope.store.summary import COLUMNS as SUMMARY_COLUMNS
 from rollscope.store.summary import TrajectorySummary
 from rollscope.store.writer import ShardWriter
 from rollscope.tracing.backends.base import TraceBackend
+from rollscope.tracing.backends.records import REWARD_DETAILS
 from rollscope.tracing.spans import Span, Trajectory
 
 log = logging.getLogger("rollscope.tracing")
@@ -84,7 +85,11 @@ class LocalBackend(TraceBackend):
                                   retain=parse_policy(retain) if retain else None)  # fmt: skip
         self._trajectories: dict[str, tuple] = {}
         self._spans: list[tuple] = []
-        self._rewards: list[tuple[str, float | None, dict[str, Any]]] = []
+        self._rewards: list[tuple[str, float | None, dict[str, Any]]] = []  # of trajectories that ended
+        # An open trajectory's reward: its end's row carries it (one row, no UPDATE; a flush before
+        # then writes it too, and the end's row must not lose it).
+        self._rewarded: dict[str, tuple[float | None, dict[str, Any]]] = {}
+        self._rewarded_unwritten: set[str] = set()
         self._late_counts: list[tuple] = []
         self._training: list[tuple] = []
         # Per open trajectory, what its spans add up to so far (the columns ``traces ls`` and insights read).
@@ -97,14 +102,17 @@ class LocalBackend(TraceBackend):
         self.stored_trajectories = 0  # finished trajectories made durable
         self.stored_spans = 0
 
-    def _row(self, t: Trajectory) -> tuple:
+    def _row(self, t: Trajectory, rewarded: tuple[float | None, dict[str, Any]] | None = None) -> tuple:
         summary = self._open.get(t.id, _EMPTY)
         extra = summary.attributes()
+        if rewarded is not None:
+            extra = {**extra, REWARD_DETAILS: rewarded[1]}
         attributes = {**t.attributes, **extra} if extra else t.attributes
+        reward = t.reward if rewarded is None or rewarded[0] is None else rewarded[0]
         return trajectory_row({
             "id": t.id, "project": t.project, "experiment": t.experiment, "step": t.step,
             "sample_index": t.sample_index, "rollout_n": t.rollout_n, "validate": int(t.validate),
-            "agent_name": t.agent_name, "status": t.status, "reward": t.reward, "start_ns": t.start_ns,
+            "agent_name": t.agent_name, "status": t.status, "reward": reward, "start_ns": t.start_ns,
             "end_ns": t.end_ns, "error_type": t.error_type, "error_message": t.error_message,
             "attributes": encode_json(attributes).decode() if attributes else None,
             "replay_of": t.attributes.get("replay_of"), **dict(zip(SUMMARY_COLUMNS, summary.columns(), strict=True)),
@@ -126,11 +134,19 @@ class LocalBackend(TraceBackend):
         self._spans.append(span_row(span, encode_payload(payload)))
 
     def on_trajectory_end(self, trajectory: Trajectory) -> None:
-        self._trajectories[trajectory.id] = self._row(trajectory)
+        self._trajectories[trajectory.id] = self._row(trajectory, self._rewarded.pop(trajectory.id, None))
+        self._rewarded_unwritten.discard(trajectory.id)
         self._open.pop(trajectory.id, None)
 
-    def on_reward(self, trajectory_id: str, reward: float, details: dict[str, Any]) -> None:
-        self._rewards.append((trajectory_id, reward, details))
+    def on_reward(self, trajectory_id: str, reward: float | None, details: dict[str, Any]) -> None:
+        if trajectory_id not in self._open:
+            self._rewards.append((trajectory_id, reward, details))
+            return
+        earlier = self._rewarded.get(trajectory_id)
+        if reward is None and earlier is not None:  # as the store's COALESCE keeps a reward given before
+            reward = earlier[0]
+        self._rewarded[trajectory_id] = (reward, details)
+        self._rewarded_unwritten.add(trajectory_id)
 
     def on_training(self, trajectory_id: str, record: dict[str, Any]) -> None:
         self._training.append(training_row(trajectory_id, record, self.project, self.experiment))
@@ -147,11 +163,13 @@ class LocalBackend(TraceBackend):
 
     def flush(self) -> None:
         position = self._position
-        if not (self._trajectories or self._spans or self._rewards or self._late_counts or self._training
-                or position is not None):  # fmt: skip
+        if not (self._trajectories or self._spans or self._rewards or self._rewarded_unwritten or self._late_counts
+                or self._training or position is not None):  # fmt: skip
             return
+        rewards = [*self._rewards, *((tid, *self._rewarded[tid]) for tid in self._rewarded_unwritten)] \
+            if self._rewarded_unwritten else self._rewards  # fmt: skip
         try:
-            self.writer.write(self._trajectories.values(), self._spans, self._rewards, self._late_counts, position,
+            self.writer.write(self._trajectories.values(), self._spans, rewards, self._late_counts, position,
                               self._training)  # fmt: skip
             self._position = None
             self._count_stored(self._trajectories.values(), len(self._spans))
@@ -164,6 +182,7 @@ class LocalBackend(TraceBackend):
             self._write_row_by_row(position)
             raise
         self._trajectories, self._spans, self._rewards, self._late_counts, self._training = {}, [], [], [], []
+        self._rewarded_unwritten.clear()
 
     def _write_row_by_row(self, position: int | None) -> None:
         """Each row of the batch in a transaction of its own; the rows refused are counted
