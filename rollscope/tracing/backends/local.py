@@ -83,7 +83,9 @@ class LocalBackend(TraceBackend):
         self.writer = ShardWriter(resolve_dir(trace_dir), existing=resume_shard, local_dir=local_dir,
                                   publish_interval_s=float(publish_interval_s),
                                   retain=parse_policy(retain) if retain else None)  # fmt: skip
-        self._trajectories: dict[str, tuple] = {}
+        # Rows to write; a trajectory that started since the last flush is held as itself, its
+        # row built at the flush if it is still running then (most end before: one row, not two).
+        self._trajectories: dict[str, tuple | Trajectory] = {}
         self._spans: list[tuple] = []
         self._rewards: list[tuple[str, float | None, dict[str, Any]]] = []  # of trajectories that ended
         # An open trajectory's reward: its end's row carries it (one row, no UPDATE; a flush before
@@ -102,7 +104,10 @@ class LocalBackend(TraceBackend):
         self.stored_trajectories = 0  # finished trajectories made durable
         self.stored_spans = 0
 
-    def _row(self, t: Trajectory, rewarded: tuple[float | None, dict[str, Any]] | None = None) -> tuple:
+    def _row(self, t: Trajectory, rewarded: tuple[float | None, dict[str, Any]] | None = None,
+             running: bool = False) -> tuple:  # fmt: skip
+        """``running``: as its start event said, whatever the object says by now (in this process
+        the traced code may have ended it before its end event reaches this backend)."""
         summary = self._open.get(t.id, _EMPTY)
         extra = summary.attributes()
         if rewarded is not None:
@@ -112,15 +117,16 @@ class LocalBackend(TraceBackend):
         return trajectory_row({
             "id": t.id, "project": t.project, "experiment": t.experiment, "step": t.step,
             "sample_index": t.sample_index, "rollout_n": t.rollout_n, "validate": int(t.validate),
-            "agent_name": t.agent_name, "status": t.status, "reward": reward, "start_ns": t.start_ns,
-            "end_ns": t.end_ns, "error_type": t.error_type, "error_message": t.error_message,
+            "agent_name": t.agent_name, "status": "running" if running else t.status, "reward": reward,
+            "start_ns": t.start_ns, "end_ns": None if running else t.end_ns,
+            "error_type": None if running else t.error_type, "error_message": None if running else t.error_message,
             "attributes": encode_json(attributes).decode() if attributes else None,
             "replay_of": t.attributes.get("replay_of"), **dict(zip(SUMMARY_COLUMNS, summary.columns(), strict=True)),
         })  # fmt: skip
 
     def on_trajectory_start(self, trajectory: Trajectory) -> None:
         self._open[trajectory.id] = TrajectorySummary()
-        self._trajectories[trajectory.id] = self._row(trajectory)
+        self._trajectories[trajectory.id] = trajectory
 
     def on_span_end(self, span: Span) -> None:
         summary = self._open.get(span.trajectory_id)
@@ -166,6 +172,10 @@ class LocalBackend(TraceBackend):
         if not (self._trajectories or self._spans or self._rewards or self._rewarded_unwritten or self._late_counts
                 or self._training or position is not None):  # fmt: skip
             return
+        trajectories = self._trajectories
+        for tid, row in trajectories.items():
+            if type(row) is not tuple:
+                trajectories[tid] = self._row(row, running=True)
         rewards = [*self._rewards, *((tid, *self._rewarded[tid]) for tid in self._rewarded_unwritten)] \
             if self._rewarded_unwritten else self._rewards  # fmt: skip
         try:
