@@ -224,16 +224,18 @@ SIDECARS_WAIT_S = 60.0
 def _wait_for_sidecars(lock: Path, log: TextIO, on_line: Callable[[str], None] | None) -> None:
     """Until every trace sidecar of the run has exited (so that what reads the traces next sees
     all of them), saying so when it takes a while."""
+
+    def say(note: str) -> None:
+        log.write(f"rollscope: {note}\n")
+        log.flush()
+        if on_line is not None:
+            on_line(f"rollscope: {note}")
+
     if wait_for_sidecars(lock, 0.5):
         return
-    notes = ["rollscope: waiting for the trace sidecars to store the run's last trajectories"]
+    say("waiting for the trace sidecars to store the run's last trajectories")
     if not wait_for_sidecars(lock, SIDECARS_WAIT_S):
-        notes.append(f"rollscope: trace sidecars still at work after {SIDECARS_WAIT_S:.0f} s; "
-                     "the trace store may still grow")  # fmt: skip
-    for note in notes:
-        log.write(note + "\n")
-        if on_line is not None:
-            on_line(note)
+        say(f"trace sidecars still at work after {SIDECARS_WAIT_S:.0f} s; the trace store may still grow")
 
 
 class _Watch:

@@ -1,6 +1,10 @@
 """What ``rollscope.trainer.launch`` hands verl: refusals before Ray starts, one value per key,
 the environment verl's processes need."""
 
+import os
+import sys
+from pathlib import Path
+
 import pytest
 
 from rollscope.trainer.cpu import UnsupportedOnCPU
@@ -86,3 +90,45 @@ def test_a_trainer_gone_silent_after_an_engine_error_is_killed_and_the_error_nam
     first = str(caught.value).splitlines()[0]
     assert first.startswith("verl's main_ppo printed nothing for 1 s and was killed; the first error logged: "
                             "AttributeError: 'Parameter' object has no attribute 'weight_loader' (log: "), first
+
+
+# A stand-in for verl's rollout worker: its output into a log file of its own (as Ray's workers'),
+# 20 trajectories to a destination that does not answer yet (tests.tracing.spool_backends' ledger,
+# in the trace sidecar), a close that gives up after half a second, and the process ends.
+_TRACES_AND_ENDS = """
+import os, sys
+log = os.open(sys.argv[2], os.O_WRONLY | os.O_CREAT, 0o600)
+os.dup2(log, 1), os.dup2(log, 2)
+import tests.tracing.spool_backends
+from rollscope import tracing
+tracing.init_tracing(backend="sidecar-ledger", ledger_path=sys.argv[1])
+for i in range(20):
+    with tracing.rollout_trace_attr(step=1, sample_index=i, rollout_n=0):
+        with tracing.trace_span("llm.generate", kind="llm"):
+            pass
+        tracing.set_reward(1.0)
+tracing.shutdown_tracing(0.5)
+"""
+
+
+def test_the_launcher_waits_for_the_runs_trace_sidecars_and_says_so(tmp_path, monkeypatch):
+    """The run's process is gone, its trace sidecar is not (its destination has not answered):
+    ``run_main_ppo`` says it waits, and returns once the sidecar has delivered everything."""
+    import rollscope.trainer.launch as launch
+
+    root = Path(__file__).resolve().parents[2]
+    ledger, gate = tmp_path / "ledger", tmp_path / "gate"
+    monkeypatch.setattr(launch, "main_ppo_command",
+                        lambda overrides: [sys.executable, "-c", _TRACES_AND_ENDS, str(ledger), str(tmp_path / "worker.log")])  # fmt: skip
+    lines = []
+
+    def on_line(line):
+        lines.append(line)
+        if "waiting for the trace sidecars" in line:
+            gate.touch()  # the destination answers once the launcher waits for it
+
+    env = {**os.environ, "ROLLSCOPE_TEST_LEDGER_GATE": str(gate), "PYTHONPATH": str(root)}
+    launch.run_main_ppo([], log_path=tmp_path / "log", env=env, cwd=root, on_line=on_line, timeout=300)
+    assert lines == ["rollscope: waiting for the trace sidecars to store the run's last trajectories"]
+    assert len(set(ledger.read_text().split())) == 20
+    assert not (tmp_path / "log.sidecars").exists()
