@@ -216,7 +216,7 @@ def test_a_close_that_times_out_leaves_the_sidecar_to_deliver_on_its_own(trace_d
     with caplog.at_level(logging.WARNING, logger="rollscope"):
         assert tracing.shutdown_tracing(1.0) is False
     assert "still storing what it was sent" in caplog.text
-    assert lease.held(lock) and not ledger.exists()
+    assert not lease.wait_released(lock, 0) and not ledger.exists()
     gate.touch()
     assert lease.wait_released(lock, 60)
     assert sorted(ledger.read_text().split()) == sorted({t.id for t in TraceStore(trace_dir).trajectories(limit=100)})

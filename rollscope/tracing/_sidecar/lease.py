@@ -50,7 +50,3 @@ def wait_released(path: str | os.PathLike, timeout: float) -> bool:
     finally:
         os.close(fd)
 
-
-def held(path: str | os.PathLike) -> bool:
-    """Whether a sidecar holds ``path`` now."""
-    return not wait_released(path, 0.0)
