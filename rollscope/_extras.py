@@ -5,6 +5,7 @@ API, the local store and the viewer; each backend, verl's stack and the embedded
 from __future__ import annotations
 
 import importlib.util
+import sys
 
 
 class MissingExtra(ImportError):
@@ -17,7 +18,9 @@ def _missing(*modules: str) -> list[str]:
     for module in modules:
         try:
             found = importlib.util.find_spec(module) is not None
-        except (ImportError, ValueError):  # a parent package missing, or a finder that refuses it
+        except ValueError:  # imported already, without a spec (a stand-in a test put in sys.modules)
+            found = module in sys.modules
+        except ImportError:  # a parent package missing
             found = False
         if not found:
             missing.append(module)

@@ -1,13 +1,25 @@
-"""The LLM client an agent loop talks to, with every ``generate`` traced as an llm span."""
+"""The LLM client an agent loop talks to, with every call through it traced: ``generate`` and
+any other method that returns token output (a recipe's ``generate_with_version``) as llm spans,
+any other method as a span of its own."""
 
 from __future__ import annotations
 
+import functools
+import inspect
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from rollscope.tracing import SpanKind
-from rollscope.tracing.instrument import current_frame, snapshot, state, trace_enabled, traced_await
+from rollscope.tracing.instrument import (
+    begin_span,
+    current_frame,
+    end_span,
+    snapshot,
+    state,
+    trace_enabled,
+    traced_await,  # fmt: skip
+)
 from rollscope.tracing.spans import Span, Trajectory
 
 LLM_SPAN_NAME = "llm.generate"
@@ -25,7 +37,12 @@ class TracedLLMClient:
         self.tokenizer = tokenizer
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
+        """The inner client's attribute; a public method traced (``_traced_method``), made once."""
+        value = getattr(self.inner, name)
+        if name.startswith("_") or not callable(value) or isinstance(value, type):
+            return value
+        traced = self.__dict__[name] = _traced_method(value, f"llm.{name}", self.tokenizer)
+        return traced
 
     def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
                  **kwargs: Any) -> Awaitable[Any]:  # fmt: skip
@@ -73,3 +90,62 @@ def traced_client(client: Any, tokenizer: Any = None) -> Any:
     if client is None or isinstance(client, TracedLLMClient):
         return client
     return TracedLLMClient(client, tokenizer)
+
+
+def _traced_method(method: Callable[..., Any], span_name: str, tokenizer: Any) -> Callable[..., Any]:
+    """A server manager's method other than ``generate``: a span per call, its inputs bound by
+    name (``prompt_ids`` and ``sampling_params`` where the method takes them); the span is an llm
+    span when what it returns is token output (``token_ids``), so its turn counts as one."""
+    try:
+        signature: inspect.Signature | None = inspect.signature(method)
+    except (TypeError, ValueError):
+        signature = None
+
+    def inputs_of(args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return snapshot(dict(signature.bind_partial(*args, **kwargs).arguments))  # type: ignore[union-attr]
+        except (AttributeError, TypeError):
+            return snapshot({"args": list(args), "kwargs": kwargs})
+
+    def finished(span: Any, result: Any, error: BaseException | None = None) -> None:
+        if error is None and getattr(result, "token_ids", None) is not None:
+            span.kind, span.decoder = SpanKind.LLM, tokenizer
+            if not hasattr(result, "__pydantic_fields_set__") and hasattr(result, "__dict__"):
+                result = dict(vars(result))  # its fields, as verl's TokenOutput is recorded
+        end_span(span, None if error is not None else result, error)
+
+    if inspect.iscoroutinefunction(method):
+
+        @functools.wraps(method)
+        async def traced_async(*args: Any, **kwargs: Any) -> Any:
+            if state.tracer is None or not trace_enabled.get():
+                return await method(*args, **kwargs)
+            span = begin_span(span_name, SpanKind.CUSTOM, inputs_of(args, kwargs))
+            if span is None:
+                return await method(*args, **kwargs)
+            try:
+                result = await method(*args, **kwargs)
+            except BaseException as exc:
+                finished(span, None, exc)
+                raise
+            finished(span, result)
+            return result
+
+        return traced_async
+
+    @functools.wraps(method)
+    def traced(*args: Any, **kwargs: Any) -> Any:
+        if state.tracer is None or not trace_enabled.get():
+            return method(*args, **kwargs)
+        span = begin_span(span_name, SpanKind.CUSTOM, inputs_of(args, kwargs))
+        if span is None:
+            return method(*args, **kwargs)
+        try:
+            result = method(*args, **kwargs)
+        except BaseException as exc:
+            finished(span, None, exc)
+            raise
+        finished(span, result)
+        return result
+
+    return traced

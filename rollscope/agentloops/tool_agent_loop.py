@@ -20,14 +20,21 @@ from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop as VerlTo
 from verl.experimental.agent_loop.tool_parser import FunctionCall
 from verl.tools.schemas import ToolResponse
 
-from rollscope.agentloops.tool_parser import MALFORMED_CALL, RollscopeToolParser, WrittenCall, written_back
+from rollscope.agentloops.tool_parser import (
+    MALFORMED_CALL,
+    Llama3JsonToolParser,
+    RollscopeToolParser,
+    WrittenCall,
+    written_back,  # fmt: skip
+)
 from rollscope.agentloops.traced_loop import TracedAgentLoop
 from rollscope.llm.constrained import CONSTRAIN, TOOL_SCHEMAS
 from rollscope.store.summary import ERROR_KIND, TURN_LIMIT
 from rollscope.tools.schema import check_arguments
 from rollscope.tracing import SpanKind, trace_span
 
-_STRICT_FORMATS = ("hermes", "rollscope")
+_STRICT_FORMATS = {"hermes": RollscopeToolParser, "rollscope": RollscopeToolParser,
+                   "llama3_json": Llama3JsonToolParser}  # fmt: skip
 
 
 class ToolCallError(ValueError):
@@ -39,7 +46,7 @@ class ToolAgentLoop(TracedAgentLoop, VerlToolAgentLoop):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         if self.tool_parser_name in _STRICT_FORMATS:
-            self.tool_parser = RollscopeToolParser(self.tokenizer)
+            self.tool_parser = _STRICT_FORMATS[self.tool_parser_name](self.tokenizer)
 
     async def _handle_pending_state(self, agent_data: Any, sampling_params: dict[str, Any]) -> Any:
         self._agent_data = agent_data  # the run's state: its messages and tokens, for traced_conversation

@@ -2,16 +2,21 @@
 
 Formats: hermes / Qwen ``<tool_call>{"name": ..., "arguments": {...}}</tool_call>``, and the same
 without the closing tag at the very end of a response — what a model stopped by the stop string
-``</tool_call>`` (the embedded model's setup) leaves behind. A call that cannot be parsed comes back
-as a ``FunctionCall`` named ``MALFORMED_CALL`` whose arguments carry the problem, so the loop can
-tell the model what went wrong (verl's hermes parser logs and drops it). Each call also keeps
-the text it was read from and its place in the reply (``WrittenCall``): nothing the model wrote is
+``</tool_call>`` (the embedded model's setup) leaves behind; ``llama3_json``: Llama 3.x's reply
+that is one JSON call ``{"name": ..., "parameters": {...}}`` (after ``<|python_tag|>`` or not).
+The end-of-turn token a reply ends with (``<|im_end|>``, ``<|eot_id|>``) is not part of its text:
+a chat template adds it where the turn ends, so left in the message it would be rendered twice.
+A call that cannot be parsed comes back as a ``FunctionCall`` named ``MALFORMED_CALL`` whose
+arguments carry the problem, so the loop can tell the model what went wrong (verl's hermes parser
+logs and drops it). Each call also keeps the text it was read from and its place in the reply (``WrittenCall``): nothing the model wrote is
 lost between the reply and its message.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import weakref
 from typing import Any
 
 from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
@@ -22,6 +27,11 @@ MALFORMED_CALL = "__malformed_tool_call__"
 MAX_CALL_CHARS = 1 << 20
 _DECODER = json.JSONDecoder()
 _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
+_PYTHON_TAG = "<|python_tag|>"
+_JSON_CALL = re.compile(r'\s*(?:<\|python_tag\|>\s*)?(?=\{\s*"name"\s*:)')  # where a Llama 3 JSON call starts
+# Tokens that end a turn in the chat templates of the families users train (besides eos).
+END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>",
+                      "<|end_of_text|>")  # fmt: skip
 
 
 class WrittenCall(FunctionCall):
@@ -99,6 +109,47 @@ def extract_from_text(text: str) -> tuple[str, list[WrittenCall]]:
     return "".join(outside), calls
 
 
+def extract_json_call(text: str) -> tuple[str, list[WrittenCall]]:
+    """Llama 3.x's form: a reply that is one JSON call (``{"name": ..., "parameters": {...}}``,
+    ``<|python_tag|>`` before it or not). A reply that starts as such a call and does not parse is a
+    malformed call, never an answer; any other reply has no call."""
+    found = _JSON_CALL.match(text)
+    if found is None:
+        return text, []
+    start = len(text) - len(text.lstrip())
+    body_at = found.end()
+    try:
+        _, length = _DECODER.raw_decode(text[body_at:])
+        end = body_at + length
+    except (ValueError, RecursionError):  # parse_call says what is wrong with it
+        end = len(text)
+    call = parse_call(text[body_at:end])
+    return text[:start] + text[end:], [WrittenCall(**call.model_dump(), text=text[start:end], at=start)]
+
+
+def end_of_turn_ids(tokenizer: Any) -> frozenset[int]:
+    """The ids that end a model's turn: its eos and the end-of-turn tokens of the common chat
+    formats it has (found once per tokenizer)."""
+    try:
+        return _END_IDS[tokenizer]
+    except (KeyError, TypeError):
+        pass
+    added = getattr(tokenizer, "added_tokens_encoder", None) or {}
+    ids = {added[t] for t in END_OF_TURN_TOKENS if t in added}
+    eos = getattr(tokenizer, "eos_token_id", None)
+    if isinstance(eos, int):
+        ids.add(eos)
+    found = frozenset(ids)
+    try:
+        _END_IDS[tokenizer] = found
+    except TypeError:  # not weakly referenceable: found again next time
+        pass
+    return found
+
+
+_END_IDS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def written_back(content: str, calls: list[WrittenCall]) -> str:
     """``content`` with the ``calls``' text put back where each was written: the reply itself for
     all of ``extract_from_text``'s calls (any subset works: each ``at`` is a place in the content)."""
@@ -111,6 +162,20 @@ def written_back(content: str, calls: list[WrittenCall]) -> str:
 
 @ToolParser.register("rollscope")
 class RollscopeToolParser(ToolParser):
+    """``<tool_call>`` blocks (hermes, Qwen), every call kept (``WrittenCall``), the end-of-turn
+    token left out of the reply's text."""
+
+    json_calls = False  # the reply is one JSON call (Llama 3.x), not tagged blocks
+
     async def extract_tool_calls(self, responses_ids: list[int], tools: Any = None) -> tuple[str, list[WrittenCall]]:
+        if responses_ids and responses_ids[-1] in end_of_turn_ids(self.tokenizer):
+            responses_ids = responses_ids[:-1]
         text = await get_event_loop().run_in_executor(None, self.tokenizer.decode, responses_ids)
-        return extract_from_text(text)
+        return extract_json_call(text) if self.json_calls else extract_from_text(text)
+
+
+@ToolParser.register("llama3_json")
+class Llama3JsonToolParser(RollscopeToolParser):
+    """Llama 3.x's JSON tool calls (the form its chat template renders a call in)."""
+
+    json_calls = True

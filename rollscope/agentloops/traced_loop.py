@@ -9,6 +9,7 @@
 - keeps verl's own decorators silent inside it, so each trajectory is one call tree;
 - records one span per run, however many classes of a ``super().run()`` chain are wrapped;
 - records the reward the loop knows (``reward_score``, turn scores, tool rewards).
+Every tool the loop is given or keeps in ``self.tools`` is traced whatever its class (``tools.observed``).
 Every ``generate`` through ``self.server_manager`` is an llm span (see ``llm_client``).
 """
 
@@ -27,6 +28,7 @@ from rollscope.agentloops import retokenization
 from rollscope.agentloops.llm_client import traced_client
 from rollscope.agentloops.verl_run import VerlTrajectory, current_verl_run, start_from_trainer_config
 from rollscope.store.text import REPLAY
+from rollscope.tools.observed import observe_tools
 from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward
 from rollscope.tracing.instrument import begin_span, current_frame, end_span, native, state, verl_context
 from rollscope.tracing.spans import code_location
@@ -132,6 +134,9 @@ def _traced_run(run: Any, owner: type) -> Any:
         if state.tracer is None or _running.get() is self:
             return await run(self, sampling_params, **kwargs)
         running = _running.set(self)
+        tools = self.__dict__.get("tools")
+        if type(tools) is dict:  # a loop that built its own tools (verl's older loops did)
+            observe_tools(tools.values())
         try:
             name = agent_name.get() or type(self).__name__
             trajectory = _trajectory_for(name, kwargs)
@@ -184,6 +189,13 @@ class TracedAgentLoop(AgentLoopBase):
         if run is None or getattr(run, "__rollscope_traced__", False) or getattr(run, "__isabstractmethod__", False):
             return
         cls.run = _traced_run(_without_verl_trace(run), cls)
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> TracedAgentLoop:
+        # Every tool a loop is given (verl's ``tools=ToolListWrap``) is traced, whatever its class;
+        # here, before a subclass's ``__init__`` takes the argument and keeps the tools its own way.
+        given = kwargs.get("tools")
+        observe_tools(getattr(given, "tools", given) if given is not None else None)
+        return super().__new__(cls)
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -9,8 +9,20 @@ import string
 from collections.abc import Sequence
 from pathlib import Path
 
+# A message's content with its tool calls written back where and as the model wrote them
+# (rollscope's parser keeps each call's ``text`` and its place ``at`` in the content), so that
+# re-rendering a conversation gives the tokens the model produced, a call that did not parse
+# included; a call without them (a dataset's message) in the canonical form after the content.
+CONTENT_WITH_CALLS = (
+    "{% set content = m['content'] or '' %}{% set ns = namespace(at=0) %}{% for c in m['tool_calls'] or [] %}"
+    "{% set at = c['at'] if c['at'] is defined else content | length %}{{ content[ns.at:at] }}"
+    "{% set ns.at = at %}{% if c['text'] is defined %}{{ c['text'] }}{% else %}{% set f = c['function'] %}"
+    "<tool_call>{\"name\": {{ f['name'] | tojson }}, \"arguments\": {% if f['arguments'] is string %}"
+    "{{ f['arguments'] }}{% else %}{{ f['arguments'] | tojson }}{% endif %}}</tool_call>{% endif %}"
+    "{% endfor %}{{ content[ns.at:] }}"
+)
 CHAT_TEMPLATE = (
-    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n" + CONTENT_WITH_CALLS + "<|im_end|>\n{% endfor %}"
     "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 CORPUS = [

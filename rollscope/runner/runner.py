@@ -12,7 +12,9 @@ import asyncio
 import functools
 import importlib
 import inspect
+import json
 import logging
+import os
 import sys
 import time
 from collections.abc import Callable
@@ -135,6 +137,17 @@ def _no_builder_warning(record: logging.LogRecord) -> bool:
 
 
 
+def model_type_of(model_dir: str) -> str | None:
+    """The ``model_type`` of a model directory's ``config.json`` (what verl's worker reads from the
+    model's Hugging Face config), or None where there is none (a tokenizer-only directory)."""
+    try:
+        with open(os.path.join(model_dir, "config.json")) as f:
+            found = json.load(f).get("model_type")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return found if isinstance(found, str) else None
+
+
 class Runner:
     """Build once (``setup``), then ``await run()``. ``llm``/``tokenizer`` may be passed in (tests,
     Ray workers that share nothing); otherwise they come from ``config.llm``."""
@@ -151,7 +164,7 @@ class Runner:
         from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
 
         from rollscope.agentloops.llm_client import traced_client
-        from rollscope.tools.registry import load_tools
+        from rollscope.tools.registry import load_function_tools, load_tools
 
         cfg = self.config
         wiring_log = logging.getLogger("verl.utils.tokenizer.continuous_token_wiring")
@@ -174,7 +187,13 @@ class Runner:
                 chat_template=cfg.resolve(cfg.chat_template), max_tokens=cfg.response_length, seed=cfg.seed,
             )  # fmt: skip
         self.trainer_config = trainer_config(cfg, cfg.resolve(cfg.model) if cfg.model else cfg.llm)
-        self.tools = ToolListWrap(load_tools(cfg.resolve(cfg.tools)) if cfg.tools else [])
+        # verl picks how a family's turns are joined from it (Qwen's newline after each turn), as its worker does
+        self.model_type = model_type_of(cfg.resolve(cfg.model)) if cfg.model else None
+        tools = load_tools(cfg.resolve(cfg.tools)) if cfg.tools else []
+        function_tool_path = cfg.multi_turn.get("function_tool_path")
+        if function_tool_path:  # verl's @function_tool file, as verl's worker reads it
+            tools += load_function_tools(cfg.resolve(function_tool_path), taken=[t.name for t in tools])
+        self.tools = ToolListWrap(tools)
         self.server = traced_client(self.llm, self.tokenizer)
         self._wraps = (DictConfigWrap(self.trainer_config), DictConfigWrap(self.trainer_config.data))
         self.sampling_params = {"logprobs": True, **cfg.sampling}
@@ -202,7 +221,8 @@ class Runner:
 
         trainer, data = self._wraps
         kwargs = dict(trainer_config=trainer, server_manager=self.server, tokenizer=self.tokenizer, processor=None,
-                      dataset_cls=RLHFDataset, data_config=data, tools=self.tools)  # fmt: skip
+                      dataset_cls=RLHFDataset, data_config=data, tools=self.tools,
+                      hf_model_type=self.model_type)  # fmt: skip
         extra = {k: v for k, v in entry.items() if k != "_target_"}
         if any(isinstance(v, dict) for v in extra.values()):
             from hydra.utils import instantiate

@@ -6,9 +6,9 @@ reply, each tool response rendered on its own); the trainer trains on that seque
 renders the conversation's messages with the chat template — an SFT export, a reward model, the
 next turn of a loop that re-renders — gets different tokens wherever the template does not
 reproduce what the model sampled (whitespace a template strips, reasoning it drops, a tool call it
-re-serialises). The check renders the whole conversation once and reports the first position
-where the two sequences differ, with both sides around it. Only positions both sequences have are
-compared: the template's closing markup after the last reply is not a drift.
+re-serialises). The check renders the whole conversation once and reports every place the two
+sequences differ, each with both sides and its cause. What one sequence has past the other's end
+is not compared: the template's closing markup after the last reply is not a drift.
 
 Where the tokenizer can decode both sequences, the check also says why they differ (``cause``):
 ``"text"`` when the rendered text itself differs (what a template fixes: whitespace, a dropped
@@ -43,21 +43,77 @@ REQUEST = "rollscope.retokenization.request"  # a run span's attribute until the
 WINDOW = 8  # tokens shown on each side of the first difference
 
 
+MAX_DIFFERENCES = 16  # differences listed one by one; past them, counted
+WHITESPACE = "whitespace"  # a difference whose two sides differ only in spaces and newlines
+
+
 def first_difference(rollout_ids: list[int], template_ids: list[int], window: int = WINDOW,
                      decode: Callable[[list[int]], str] | None = None) -> dict[str, Any]:  # fmt: skip
-    """The comparison of the loop's token sequence with the template's rendering of its messages;
-    ``decode`` (the tokenizer's, special tokens kept) tells a split from a text that differs."""
-    shared = min(len(rollout_ids), len(template_ids))
-    at = next((i for i in range(shared) if rollout_ids[i] != template_ids[i]), None)
-    result: dict[str, Any] = {"match": at is None, "rollout_length": len(rollout_ids),
+    """The comparison of the loop's token sequence with the template's rendering of its messages.
+
+    Every place the two differ is found, not only the first (an early, harmless difference must
+    not hide a later, real one): ``differences`` lists each (``position`` in the rollout,
+    ``template_position``, both sides' ids and, with ``decode``, both texts and the ``cause``:
+    ``split`` where the text is the same and only its tokens differ, ``whitespace`` where only
+    spaces and newlines do, ``text`` otherwise). The top level keeps the first difference's
+    ``position`` and id windows, and a ``cause`` that is ``split`` only when every difference is
+    one. Where one sequence ends, what the other has past it is not a difference (the template's
+    closing markup after the last reply, a reply cut short)."""
+    result: dict[str, Any] = {"match": True, "rollout_length": len(rollout_ids),
                               "template_length": len(template_ids)}  # fmt: skip
-    if at is not None:
-        low = max(0, at - window)
-        result.update({"position": at, "window_start": low, "rollout": rollout_ids[low: at + window],
-                       "template": template_ids[low: at + window]})  # fmt: skip
+    blocks = _differing_blocks(rollout_ids, template_ids)
+    if not blocks:
+        return result
+    differences = []
+    for i1, i2, j1, j2 in blocks[:MAX_DIFFERENCES]:
+        difference: dict[str, Any] = {"position": i1, "template_position": j1, "rollout": rollout_ids[i1:i2],
+                                      "template": template_ids[j1:j2]}  # fmt: skip
         if decode is not None:
-            result["cause"] = SPLIT_ONLY if _same_text(decode(rollout_ids), decode(template_ids)) else "text"
+            ours, theirs = decode(rollout_ids[i1:i2]), decode(template_ids[j1:j2])
+            difference.update({"rollout_text": ours, "template_text": theirs, "cause": _cause(ours, theirs)})
+        differences.append(difference)
+    at = blocks[0][0]
+    low = max(0, at - window)
+    result.update({"match": False, "position": at, "window_start": low, "rollout": rollout_ids[low: at + window],
+                   "template": template_ids[max(0, blocks[0][2] - (at - low)): blocks[0][2] + window],
+                   "differences": differences, "difference_count": len(blocks)})  # fmt: skip
+    if decode is not None:
+        # (a split across a block's edges shows as two texts that differ; the whole texts settle it)
+        all_split = all(d["cause"] == SPLIT_ONLY for d in differences) or _same_text(decode(rollout_ids),
+                                                                                      decode(template_ids))  # fmt: skip
+        result["cause"] = SPLIT_ONLY if all_split else "text"
     return result
+
+
+def _differing_blocks(ours: list[int], theirs: list[int]) -> list[tuple[int, int, int, int]]:
+    """(rollout start, end, template start, end) of each place the two sequences differ, in order;
+    a tail only one sequence has is left out."""
+    import difflib
+
+    shared = 0
+    limit = min(len(ours), len(theirs))
+    while shared < limit and ours[shared] == theirs[shared]:  # (the common case: equal for long)
+        shared += 1
+    if shared == limit:
+        return []
+    matcher = difflib.SequenceMatcher(None, ours[shared:], theirs[shared:], autojunk=False)
+    blocks = []
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "equal":
+            continue
+        i1, i2, j1, j2 = i1 + shared, i2 + shared, j1 + shared, j2 + shared
+        if i1 == len(ours) or j1 == len(theirs):  # past the end of one of them
+            continue
+        blocks.append((i1, i2, j1, j2))
+    return blocks
+
+
+def _cause(ours: str, theirs: str) -> str:
+    if ours == theirs and "\ufffd" not in ours:
+        return SPLIT_ONLY
+    if "".join(ours.split()) == "".join(theirs.split()):
+        return WHITESPACE
+    return "text"
 
 
 def _same_text(rollout: str, template: str) -> bool:

@@ -29,6 +29,10 @@ def load_object(path: str) -> Any:
         raise ToolDefinitionError(f"{path!r} is not a dotted path like 'package.module:name'")
     try:
         obj: Any = importlib.import_module(module)
+    except ModuleNotFoundError as exc:
+        if exc.name and not (module == exc.name or module.startswith(exc.name + ".")):
+            raise  # the module is there; a package it imports is not (the loader names it)
+        raise ToolDefinitionError(f"cannot import module {module!r} for {path!r}: {exc}") from exc
     except ImportError as exc:
         raise ToolDefinitionError(f"cannot import module {module!r} for {path!r}: {exc}") from exc
     for part in attr.split("."):

@@ -9,12 +9,17 @@ tools:
     config: {timeout: 10}
 ```
 
-Every problem is reported as one ``ToolConfigError`` naming the file and the entry.
+verl's function tools (``@function_tool`` functions in the file ``multi_turn.function_tool_path``
+names) are loaded by ``load_function_tools``, with verl's own loader.
+
+Every problem is reported as one ``ToolConfigError`` naming the file and the entry (and, for a
+package a tool needs and lacks, the package).
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Any
 
 import yaml
@@ -50,6 +55,8 @@ def load_tools(path: str | os.PathLike) -> list[BaseTool]:
             label += f" ({entry.get('class_name') or entry.get('function') or '?'})"
         try:
             tool = _build(entry)
+        except ImportError as exc:  # raised by the tool's own code (its optional dependency, say)
+            raise ToolConfigError(f"{label}: {missing_package(exc)}") from exc
         except (ToolDefinitionError, ValidationError, TypeError, ValueError) as exc:
             raise ToolConfigError(f"{label}: {_one_line(exc)}") from exc
         if tool.name in seen:
@@ -57,6 +64,36 @@ def load_tools(path: str | os.PathLike) -> list[BaseTool]:
         seen[tool.name] = i
         tools.append(tool)
     return tools
+
+
+def load_function_tools(path: str | os.PathLike, taken: Iterable[str] = ()) -> list[Any]:
+    """verl's function tools from a Python file (``multi_turn.function_tool_path``), loaded by
+    verl's own loader so they are the objects verl's loops would run; ``taken``: names already
+    used by the run's other tools (a name must be unique across both)."""
+    from verl.tools.function_tool import load_function_tools_from_path
+
+    if not os.path.isfile(path):
+        raise ToolConfigError(f"{path}: function_tool_path: no such file")
+    try:
+        tools = load_function_tools_from_path(str(path))
+    except ImportError as exc:
+        raise ToolConfigError(f"{path}: function_tool_path: {missing_package(exc)}") from exc
+    except Exception as exc:  # the file is the user's code: any error in it is reported as where it is
+        raise ToolConfigError(f"{path}: function_tool_path: {type(exc).__name__}: {_one_line(exc)}") from exc
+    clashes = sorted({t.name for t in tools} & set(taken))
+    if clashes:
+        raise ToolConfigError(f"{path}: function_tool_path: tool name(s) {clashes} are also in the tool config; "
+                              "each tool name must be unique")  # fmt: skip
+    return tools
+
+
+def missing_package(exc: ImportError) -> str:
+    """What an ImportError says, naming the package to install when a module is missing."""
+    name = getattr(exc, "name", None)
+    if isinstance(exc, ModuleNotFoundError) and name:
+        top = name.split(".")[0]
+        return f"needs the package providing {top!r}, which is not installed (pip install {top}): {exc}"
+    return f"ImportError: {_one_line(exc)}"
 
 
 def _build(entry: Any) -> BaseTool:

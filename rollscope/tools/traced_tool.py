@@ -27,7 +27,7 @@ log = logging.getLogger("rollscope.tools")
 
 DEFAULT_TIMEOUT_S = 30.0
 # Only execute counts as a tool call; the other lifecycle methods get spans of their own kinds.
-_LIFECYCLE = {"create": SpanKind.CUSTOM, "calc_reward": SpanKind.REWARD, "release": SpanKind.CUSTOM}
+LIFECYCLE = {"create": SpanKind.CUSTOM, "calc_reward": SpanKind.REWARD, "release": SpanKind.CUSTOM}
 
 
 #: What ``execute`` returns: (what the model sees, the step reward, metrics). A plain ``str`` is
@@ -47,9 +47,11 @@ class ToolError(Exception):
 
 
 class TracedTool(BaseTool):
+    __rollscope_tool_traced__ = True  # (tools.observed: a loop's tools of other classes are given traced ones)
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        for name, kind in _LIFECYCLE.items():
+        for name, kind in LIFECYCLE.items():
             method = cls.__dict__.get(name)
             if method is not None and not getattr(method, "__rollscope_traced__", False):
                 setattr(cls, name, rollout_trace_op(method, kind=kind, name=f"{cls.__name__}.{name}"))
@@ -81,9 +83,7 @@ def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[...
     async def execute(self: TracedTool, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
         span = None
         if state.tracer is not None:  # untraced, not even the span's inputs are built
-            params = parameters.copy() if type(parameters) is dict else snapshot(parameters)  # snapshot, inlined
-            inputs = {"instance_id": instance_id, "parameters": params}
-            span = begin_span(getattr(self, "span_name", span_name), SpanKind.TOOL, inputs, {"tool.name": self.name})
+            span = begin_tool_span(self, getattr(self, "span_name", span_name), instance_id, parameters)
         failure: BaseException | None = None
         kind = "exception"
         try:
@@ -106,11 +106,18 @@ def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[...
             if problem is not None or failure is not None:
                 span.fail(problem or failure)
                 span.attributes[ERROR_KIND] = "bad_result" if problem is not None else kind
-            end_span(span, _describe(result))
+            end_span(span, describe_result(result))
         return result
 
     execute.__rollscope_traced__ = True  # type: ignore[attr-defined]
     return execute
+
+
+def begin_tool_span(tool: Any, span_name: str, instance_id: Any, parameters: Any) -> Any:
+    """The span of one ``execute``: what every tool call records, whatever the tool's class."""
+    params = parameters.copy() if type(parameters) is dict else snapshot(parameters)  # snapshot, inlined
+    inputs = {"instance_id": instance_id, "parameters": params}
+    return begin_span(span_name, SpanKind.TOOL, inputs, {"tool.name": tool.name})
 
 
 if sys.version_info >= (3, 11):
@@ -145,7 +152,7 @@ def _checked(tool: str, result: Any) -> tuple[ExecuteResult, Exception | None]:
     return result, None
 
 
-def _describe(result: Any) -> Any:
+def describe_result(result: Any) -> Any:
     """The trace view of execute's (ToolResponse, reward, metrics) tuple."""
     if isinstance(result, tuple) and len(result) == 3 and isinstance(result[0], ToolResponse):
         return {"text": result[0].text, "reward": result[1], "metrics": result[2]}

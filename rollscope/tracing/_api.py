@@ -27,7 +27,7 @@ def rollout_trace_attr(
     sample_index: Any = None,
     step: Any = None,
     rollout_n: Any = None,
-    name: str = "agent_loop",
+    name: str = "rollout_trace",
     validate: bool = False,
     trace: bool = True,
     **attributes: Any,

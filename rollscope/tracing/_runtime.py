@@ -74,7 +74,7 @@ class Tracer:
         sample_index: Any = None,
         rollout_n: Any = None,
         validate: bool = False,
-        name: str = "agent_loop",
+        name: str = "rollout_trace",
         attributes: dict[str, Any] | None = None,
         experiment: str | None = None,
     ) -> Trajectory:

@@ -15,27 +15,18 @@ import random
 from pathlib import Path
 from typing import Any
 
-from rollscope.llm.tokenizer_dir import make_model_dir
+from rollscope.llm.tokenizer_dir import CONTENT_WITH_CALLS, make_model_dir
 
 # tool responses are wrapped in tags the decoded text keeps (special tokens are dropped there),
-# so the reward tells the model's own words from the calculator's. An assistant turn's tool calls,
-# which verl's parser moves out of its content, are written back where and as the model wrote them
-# (rollscope's parser keeps each call's ``text`` and its place ``at`` in the content), so that
-# re-rendering a conversation gives the tokens it was trained on: no retokenization drift, a call
-# that did not parse or a garbled closing tag included. A call without them (a dataset's message)
-# is written in the canonical form after the content. The end-of-turn token verl leaves in a
-# reply (decoded with special tokens) is written once.
+# so the reward tells the model's own words from the calculator's. An assistant turn's tool calls
+# are written back where and as the model wrote them (``CONTENT_WITH_CALLS``): re-rendering a
+# conversation gives the tokens it was trained on. The end-of-turn token verl's own parser leaves
+# in a reply (decoded with special tokens) is written once.
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
     "{% if m['role'] == 'tool' %}<tool_response>{{ m['content'] }}</tool_response>"
-    "{% else %}{% filter replace('<|im_end|>', '') %}{% set content = m['content'] or '' %}"
-    "{% set ns = namespace(at=0) %}{% for c in m['tool_calls'] or [] %}"
-    "{% set at = c['at'] if c['at'] is defined else content | length %}{{ content[ns.at:at] }}"
-    "{% set ns.at = at %}{% if c['text'] is defined %}{{ c['text'] }}{% else %}{% set f = c['function'] %}"
-    "<tool_call>{\"name\": {{ f['name'] | tojson }}, \"arguments\": {% if f['arguments'] is string %}"
-    "{{ f['arguments'] }}{% else %}{{ f['arguments'] | tojson }}{% endif %}}</tool_call>{% endif %}"
-    "{% endfor %}{{ content[ns.at:] }}{% endfilter %}{% endif %}<|im_end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+    "{% else %}{% filter replace('<|im_end|>', '') %}" + CONTENT_WITH_CALLS + "{% endfilter %}{% endif %}"
+    "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 TOOL_SHARE = 0.25  # of the warm-start demonstrations that call the calculator
 MODEL_SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,

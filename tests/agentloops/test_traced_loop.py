@@ -175,3 +175,88 @@ def test_the_run_span_keeps_the_extra_fields_run_returned_while_verl_adds_to_the
     output.extra_fields["reward_extra_info"] = {"acc": 1.0}
     view = recorded.__trace_view__()
     assert view["extra_fields"] == {"stop": "eos"} and view["response_ids"] == [3] and view["prompt_length"] == 2
+
+
+class VersionedServer:
+    """A recipe's server manager: ``generate_with_version`` answers token output and the policy
+    version; ``queue_depth`` answers a plain value (test double: ScriptedLLM underneath)."""
+
+    def __init__(self, llm):
+        self.llm = llm
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        return await self.llm.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
+
+    async def generate_with_version(self, request_id, *, prompt_ids, sampling_params):
+        return await self.llm.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params), 7
+
+    def queue_depth(self):
+        return 3
+
+
+class VersionedOutput:
+    """What ``generate_with_version`` returns, as token output (``token_ids``) with its version."""
+
+    def __init__(self, out, version):
+        self.token_ids, self.log_probs, self.stop_reason, self.version = out.token_ids, out.log_probs, "completed", version
+
+
+class RecipeAgent(TracedAgentLoop):
+    """A recipe's loop: its turns through a server method other than ``generate``."""
+
+    async def run(self, sampling_params, **kwargs):
+        prompt_ids = self.tokenizer.apply_chat_template(kwargs["raw_prompt"], add_generation_prompt=True, tokenize=True,
+                                                        return_dict=False)  # fmt: skip
+        assert self.server_manager.queue_depth() == 3
+        out, version = await self.server_manager.generate_with_version(uuid4().hex, prompt_ids=prompt_ids,
+                                                                       sampling_params=sampling_params)  # fmt: skip
+        return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=out.token_ids, response_mask=[1] * len(out.token_ids),
+                               num_turns=2, metrics=AgentLoopMetrics(), extra_fields={"version": version})  # fmt: skip
+
+
+def test_every_call_through_the_server_manager_is_a_span(verl_config, tokenizer, local_tracer, read_store):
+    """A turn made through another method than ``generate`` is an llm span (it returns token output);
+    any other method is a span of its own; the loop gets what the method returned, unchanged."""
+
+    class Server(VersionedServer):
+        async def generate_with_version(self, request_id, *, prompt_ids, sampling_params):
+            out, version = await super().generate_with_version(request_id, prompt_ids=prompt_ids,
+                                                               sampling_params=sampling_params)  # fmt: skip
+            return VersionedOutput(out, version), version
+
+    async def main():
+        loop = build_loop(RecipeAgent, verl_config, tokenizer, Server(ScriptedLLM(tokenizer, ["The answer is 391."])))
+        return await loop.run({"temperature": 1.0}, raw_prompt=list(PROMPT))
+
+    out = asyncio.run(main())
+    assert out.extra_fields["version"] == 7
+    [t] = read_store().trajectories()
+    assert [(s.kind, s.name) for s in t.spans] == [("agent", "RecipeAgent.run"), ("custom", "llm.queue_depth"),
+                                                    ("custom", "llm.generate_with_version")]  # fmt: skip
+    # (a tuple whose first item is token output: the span records it, the turn is not counted as llm)
+    assert t.spans[2].inputs["prompt_ids"] == out.prompt_ids and t.spans[1].outputs == 3
+
+    class TokenServer(VersionedServer):
+        async def generate_with_version(self, request_id, *, prompt_ids, sampling_params):
+            out, version = await super().generate_with_version(request_id, prompt_ids=prompt_ids,
+                                                               sampling_params=sampling_params)  # fmt: skip
+            return VersionedOutput(out, version)
+
+    class TokenAgent(RecipeAgent):
+        async def run(self, sampling_params, **kwargs):
+            prompt_ids = self.tokenizer.apply_chat_template(kwargs["raw_prompt"], add_generation_prompt=True,
+                                                            tokenize=True, return_dict=False)  # fmt: skip
+            out = await self.server_manager.generate_with_version(uuid4().hex, prompt_ids=prompt_ids,
+                                                                  sampling_params=sampling_params)  # fmt: skip
+            return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=out.token_ids, num_turns=2,
+                                   response_mask=[1] * len(out.token_ids), metrics=AgentLoopMetrics())  # fmt: skip
+
+    async def token_main():
+        loop = build_loop(TokenAgent, verl_config, tokenizer, TokenServer(ScriptedLLM(tokenizer, ["391"])))
+        return await loop.run({"temperature": 1.0}, raw_prompt=list(PROMPT))
+
+    asyncio.run(token_main())
+    second = next(r for r in read_store().trajectories() if r.agent_name == "TokenAgent")
+    [turn] = [s for s in second.spans if s.name == "llm.generate_with_version"]
+    assert turn.kind == "llm" and second.num_llm_calls == 1
+    assert turn.attributes["gen_ai.usage.output_tokens"] == len(turn.outputs["token_ids"])

@@ -46,8 +46,7 @@ def test_the_signatures_take_verls_arguments_in_verls_order():
     ours, theirs = inspect.signature(rollout_trace_attr), inspect.signature(verl.rollout_trace_attr)
     assert list(ours.parameters)[: len(theirs.parameters)] == list(theirs.parameters)
     for name, parameter in theirs.parameters.items():
-        if name != "name":  # the trajectory's name when none is given: verl's mlflow span name, rollscope's agent's
-            assert ours.parameters[name].default == parameter.default, name
+        assert ours.parameters[name].default == parameter.default, name
     assert inspect.signature(RolloutTraceConfig.init).parameters.keys() == \
         inspect.signature(verl.RolloutTraceConfig.init).parameters.keys()  # fmt: skip
 
@@ -111,3 +110,86 @@ def test_trace_false_turns_off_every_nested_op_and_comes_back_after_an_exception
     finally:
         verl.RolloutTraceConfig.reset()
         tracing.shutdown_tracing()
+
+
+class TracedClass:
+    """The class verl's own tests/utils/test_rollout_trace_on_cpu.py traces (read for what it checks)."""
+
+    @rollout_trace_op
+    async def my_method(self, a, b="default"):
+        return f"result: {a}, {b}"
+
+    @rollout_trace_op
+    async def middle_method(self, a, b="default"):
+        await self.my_method("test_a1", b="test_b1")
+        return f"result: {a}, {b}"
+
+    @rollout_trace_op
+    async def my_method_with_exception(self):
+        raise ValueError("Test Exception")
+
+
+def test_an_op_is_named_by_its_class_and_method_with_its_arguments_bound_as_verls(trace_dir, read_store,
+                                                                                monkeypatch):
+    """verl's test: op ``TracedClass.my_method``, inputs ``{"a": ..., "b": ...}`` (no ``self``), the
+    result as output, an exception recorded and raised on; nested ops nest. Trajectories opened
+    without a name are called as verl calls them (``rollout_trace``)."""
+    monkeypatch.setenv("ROLLSCOPE_TRACE_DIR", str(trace_dir))
+    RolloutTraceConfig.reset()
+    RolloutTraceConfig.init(project_name="my-project", experiment_name="my-experiment", backend="local")
+    instance = TracedClass()
+
+    async def calls():
+        with rollout_trace_attr(step=1, sample_index=2, rollout_n=3):
+            assert await instance.middle_method("test_a", b="test_b") == "result: test_a, test_b"
+            with pytest.raises(ValueError, match="Test Exception"):
+                await instance.my_method_with_exception()
+
+    try:
+        asyncio.run(calls())
+        [t] = read_store().trajectories()
+    finally:
+        RolloutTraceConfig.reset()
+    assert (t.agent_name, t.step, t.sample_index, t.rollout_n) == ("rollout_trace", 1, 2, 3)
+    assert inspect.signature(verl.rollout_trace_attr).parameters["name"].default == "rollout_trace"
+    middle, failed = t.tree()
+    assert middle.name.endswith("TracedClass.middle_method")
+    assert (middle.inputs, middle.outputs) == ({"a": "test_a", "b": "test_b"}, "result: test_a, test_b")
+    [inner] = middle.children
+    assert (inner.inputs, inner.outputs) == ({"a": "test_a1", "b": "test_b1"}, "result: test_a1, test_b1")
+    assert (failed.status, failed.error_type, failed.error_message) == ("error", "ValueError", "Test Exception")
+
+
+def test_get_client_answers_the_tracer_and_no_backend_traces_nothing(trace_dir, monkeypatch):
+    """verl's ``get_client`` answers its backend's client (weave's, mlflow's); rollscope's answers
+    its ``Tracer``, because the backends' clients live in the trace sidecar, not in this process
+    (docs/tracing.md, "Where rollscope differs from verl"). A backend neither knows traces nothing."""
+    monkeypatch.setenv("ROLLSCOPE_TRACE_DIR", str(trace_dir))
+    RolloutTraceConfig.reset()
+    RolloutTraceConfig.init(project_name="p", experiment_name="e", backend="dummy")
+    try:
+        assert RolloutTraceConfig.get_client() is None and tracing.get_tracer() is None
+        assert asyncio.run(TracedClass().my_method(10)) == "result: 10, default"
+    finally:
+        RolloutTraceConfig.reset()
+    RolloutTraceConfig.init(project_name="p", experiment_name="e", backend="local")
+    try:
+        assert RolloutTraceConfig.get_client() is tracing.get_tracer() is not None
+    finally:
+        RolloutTraceConfig.reset()
+
+
+def test_a_backend_module_a_test_stands_in_for_counts_as_installed(monkeypatch):
+    """verl's tests put MagicMocks in ``sys.modules`` for weave, mlflow and trackio: such a module has
+    no ``__spec__``, and ``find_spec`` raises ValueError for it. It is importable, so not missing."""
+    import sys
+    import types
+
+    from rollscope._extras import MissingExtra, require
+
+    stand_in = types.ModuleType("rollscope_stand_in_backend")
+    stand_in.__spec__ = None
+    monkeypatch.setitem(sys.modules, "rollscope_stand_in_backend", stand_in)
+    require("weave", "rollscope_stand_in_backend", feature="a backend")  # no error
+    with pytest.raises(MissingExtra, match="rollscope_nowhere_to_be_found"):
+        require("weave", "rollscope_nowhere_to_be_found", feature="a backend")

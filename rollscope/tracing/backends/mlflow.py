@@ -157,7 +157,7 @@ def write_trace(experiment_id: str, t: TrajectoryLike, spans: list[SpanLike], ex
             "status": t.status, "rollscope.trajectory_id": t.id}  # fmt: skip
     tags.update({f"reward.{k}": v for k, v in reward_details(t).items()})  # searchable: tags.`reward.correct`
     tags = {k: str(v) for k, v in tags.items() if v is not None}
-    root = mlflow.start_span_no_context(t.agent_name or "agent_loop", span_type="AGENT", tags=tags,
+    root = mlflow.start_span_no_context(t.agent_name or "rollout_trace", span_type="AGENT", tags=tags,
                                         experiment_id=experiment_id, start_time_ns=t.start_ns,
                                         inputs={"trajectory_id": t.id})  # fmt: skip
     live = {t.id: root}

@@ -226,7 +226,7 @@ def write_spans(tracer: Any, t: TrajectoryLike, spans: list[SpanLike], experimen
     from opentelemetry import trace
     from opentelemetry.trace import Status, StatusCode
 
-    agent = t.agent_name or "agent_loop"
+    agent = t.agent_name or "rollout_trace"
     attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent,
                   "rollscope.trajectory_id": t.id, "rollscope.step": t.step, "rollscope.sample_index": t.sample_index,
                   "rollscope.rollout_n": t.rollout_n, "rollscope.validate": bool(t.validate),

@@ -52,7 +52,7 @@ class TrackioBackend(TrajectoryBackend):
     def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
         trace = self.trackio.Trace(**trace_fields(trajectory, spans, self.experiment))
         step = trajectory.step if isinstance(trajectory.step, int) else None
-        self.run.log({trace_key(trajectory.agent_name or "agent_loop"): trace}, step=step)
+        self.run.log({trace_key(trajectory.agent_name or "rollout_trace"): trace}, step=step)
 
     def close(self) -> None:
         if self._owns_run:  # verl's run is verl's to finish

@@ -191,7 +191,7 @@ def trajectory_view(t: Any, experiment: str | None, spans: list[SpanLike] = ()) 
     """What a Weave root call needs of a trajectory (a live Trajectory and its spans, or a stored
     record), with the row the local store keeps of it (``row``: what a reader lists without spans)."""
     return {
-        "id": t.id, "name": t.agent_name or "agent_loop", "start_ns": t.start_ns, "end_ns": t.end_ns,
+        "id": t.id, "name": t.agent_name or "rollout_trace", "start_ns": t.start_ns, "end_ns": t.end_ns,
         "status": t.status, "reward": t.reward, "reward_details": reward_details(t),
         "error": getattr(t, "error_message", None), "row": stored_row(t, spans),
         "attributes": {"step": t.step, "sample_index": t.sample_index, "rollout_n": t.rollout_n,

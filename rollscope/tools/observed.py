@@ -1,0 +1,121 @@
+"""Every tool a rollscope loop is given is traced, whatever its class.
+
+A ``TracedTool`` traces itself. Any other tool a loop gets — a verl ``BaseTool`` subclass from
+verl's tool YAML (its gsm8k or search tool, a user's own), verl's ``FunctionTool`` from
+``multi_turn.function_tool_path`` — is given a traced class the first time a rollscope loop sees
+it (``observe_tools``): a subclass made once per class, whose ``create``, ``execute``,
+``calc_reward`` and ``release`` (``call`` for a function tool) record the spans a ``TracedTool``
+records, and otherwise behave exactly as the tool's own: an exception is raised on and no timeout
+is added, so verl's loop handles them as it always has. The instance's class is switched in place:
+the one object verl's worker shares between its loops is traced for all of them, and the user's
+class itself is left as it was (``type(tool).__name__`` and ``isinstance`` still say what it is).
+
+Spans are recorded only inside a trajectory rollscope opened or joined: there verl's own
+decorator (on ``BaseTool.execute``) is switched off, and outside it that decorator records the
+call in verl's backend, so no call is recorded twice.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from verl.tools.base_tool import BaseTool
+from verl.tools.function_tool import FunctionTool as VerlFunctionTool
+from verl.tools.function_tool import normalize_function_tool_return
+
+from rollscope.store.summary import ERROR_KIND
+from rollscope.tools.traced_tool import LIFECYCLE, begin_tool_span, describe_result
+from rollscope.tracing import rollout_trace_op
+from rollscope.tracing.instrument import current_frame, end_span, state
+
+_FLAG = "__rollscope_tool_traced__"
+_traced_classes: dict[type, type] = {}
+
+
+def observe_tools(tools: Iterable[Any] | None) -> None:
+    """Give every tool here that does not trace itself its traced class (idempotent, cheap once done)."""
+    for tool in tools or ():
+        cls = type(tool)
+        if getattr(cls, _FLAG, False):
+            continue
+        traced = _traced_classes.get(cls)
+        if traced is None:
+            traced = _traced_classes[cls] = _traced_class(cls)
+        if traced is not cls:
+            tool.__class__ = traced
+
+
+def _traced_class(cls: type) -> type:
+    """The traced subclass of a tool's class; the class itself for an object that is no tool."""
+    if issubclass(cls, VerlFunctionTool):
+        namespace = {"call": _recorded_call(cls.call)}
+    elif issubclass(cls, BaseTool):
+        namespace = {"execute": _recorded_execute(cls.execute, f"{cls.__name__}.execute")}
+        for name, kind in LIFECYCLE.items():
+            owner = next(c for c in cls.__mro__ if name in c.__dict__)
+            if owner is not BaseTool:  # as for a TracedTool: the methods the tool's own classes define
+                namespace[name] = _in_trajectory(rollout_trace_op(getattr(cls, name), kind=kind,
+                                                                  name=f"{cls.__name__}.{name}"), getattr(cls, name))
+    else:
+        return cls
+    namespace.update({_FLAG: True, "__module__": cls.__module__, "__qualname__": cls.__qualname__,
+                      "__doc__": cls.__doc__})  # fmt: skip
+    return type(cls.__name__, (cls,), namespace)
+
+
+def _in_trajectory(traced: Callable[..., Any], plain: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(plain)
+    async def method(*args: Any, **kwargs: Any) -> Any:
+        if current_frame.get() is None:
+            return await plain(*args, **kwargs)
+        return await traced(*args, **kwargs)
+
+    return method
+
+
+def _recorded_execute(execute: Callable[..., Any], span_name: str) -> Callable[..., Any]:
+    @functools.wraps(execute)
+    async def recorded(self: Any, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
+        if state.tracer is None or current_frame.get() is None:
+            return await execute(self, instance_id, parameters, **kwargs)
+        span = begin_tool_span(self, span_name, instance_id, parameters)
+        if span is None:
+            return await execute(self, instance_id, parameters, **kwargs)
+        return await _recorded(span, execute(self, instance_id, parameters, **kwargs), describe_result)
+
+    return recorded
+
+
+def _recorded_call(call: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(call)
+    async def recorded(self: Any, parameters: dict[str, Any]) -> Any:
+        if state.tracer is None or current_frame.get() is None:
+            return await call(self, parameters)
+        span = begin_tool_span(self, self.name, None, parameters)
+        if span is None:
+            return await call(self, parameters)
+        return await _recorded(span, call(self, parameters), _function_result)
+
+    return recorded
+
+
+async def _recorded(span: Any, call: Any, describe: Callable[[Any], Any]) -> Any:
+    try:
+        result = await call
+    except BaseException as exc:
+        if isinstance(exc, Exception):
+            span.attributes[ERROR_KIND] = "exception"
+        end_span(span, None, exc)
+        raise
+    end_span(span, describe(result))
+    return result
+
+
+def _function_result(raw: Any) -> Any:
+    """A function tool's return as the loop will read it (verl's normalization), like an execute's."""
+    try:
+        return describe_result(normalize_function_tool_return(raw))
+    except (TypeError, ValueError):
+        return raw
