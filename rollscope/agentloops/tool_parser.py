@@ -8,8 +8,8 @@ The end-of-turn token a reply ends with (``<|im_end|>``, ``<|eot_id|>``) is not 
 a chat template adds it where the turn ends, so left in the message it would be rendered twice.
 A call that cannot be parsed comes back as a ``FunctionCall`` named ``MALFORMED_CALL`` whose
 arguments carry the problem, so the loop can tell the model what went wrong (verl's hermes parser
-logs and drops it). Each call also keeps the text it was read from and its place in the reply (``WrittenCall``): nothing the model wrote is
-lost between the reply and its message.
+logs and drops it). Each call also keeps the text it was read from and its place in the reply
+(``WrittenCall``): nothing the model wrote is lost between the reply and its message.
 """
 
 from __future__ import annotations
