@@ -186,3 +186,17 @@ def run_text(block: Block, cwd: Path, _: dict) -> None:
 
 
 RUNNERS = {"python": run_python, "bash": run_shell, "yaml": run_yaml, "toml": run_toml, "text": run_text}
+
+
+def test_quickstart_one_reads_clean(recorded):
+    """Quickstart 1's run (the scripted model on the project's own ChatML template): every
+    trajectory's messages render back to the tokens the loop produced — the template writes each
+    tool call back where the model wrote it, the end-of-turn token is not doubled, and verl's Qwen
+    builder (the model directory's model type) joins the turns as the template does."""
+    from rollscope.store import TraceStore
+
+    with TraceStore(recorded) as store:
+        records = [store.get(t.id) for t in store.trajectories()]
+    checks = [s.attributes["rollscope.retokenization"] for r in records for s in r.spans if s.kind == "agent"]
+    assert len(checks) == 16 and all(c["match"] for c in checks), [c for c in checks if not c["match"]][:1]
+    assert all(r.num_tool_calls >= 1 for r in records)

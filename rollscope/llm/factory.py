@@ -67,9 +67,9 @@ def _scripted(path: str, model: str | None, chat_template: str | None, max_token
         got = json.dumps(data)[:100]
         raise LLMServerError(f"scripted:{path}: expected a non-empty list of reply strings, got {got}")
     if model is None:
-        from rollscope.llm.tokenizer_dir import make_model_dir
+        from rollscope.llm.tokenizer_dir import make_model_dir, model_dir_version
 
-        model_dir = CACHE / "scripted-model"
+        model_dir = CACHE / f"scripted-model-{model_dir_version()}"  # (one made by another version is not reused)
         if not (model_dir / "tokenizer.json").exists():
             make_model_dir(model_dir)
         model = str(model_dir)

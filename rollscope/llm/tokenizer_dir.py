@@ -5,6 +5,7 @@ no model runs on this machine: the scripted LLM (``--llm scripted:FILE``) and re
 
 from __future__ import annotations
 
+import hashlib
 import string
 from collections.abc import Sequence
 from pathlib import Path
@@ -31,6 +32,12 @@ CORPUS = [
     "The answer is 391.",
     "user assistant tool system error unknown invalid arguments JSON",
 ] * 30
+
+
+def model_dir_version() -> str:
+    """What ``make_model_dir``'s default directory depends on, as a short digest: a directory kept
+    under this name (the scripted LLM's) was made from this template and corpus."""
+    return hashlib.sha256("\0".join([CHAT_TEMPLATE, *CORPUS]).encode()).hexdigest()[:12]
 
 
 def make_model_dir(path: Path, corpus: Sequence[str] = CORPUS, chat_template: str = CHAT_TEMPLATE,

@@ -137,9 +137,11 @@ def _no_builder_warning(record: logging.LogRecord) -> bool:
 
 
 
-def model_type_of(model_dir: str) -> str | None:
+def model_type_of(model_dir: str | None) -> str | None:
     """The ``model_type`` of a model directory's ``config.json`` (what verl's worker reads from the
     model's Hugging Face config), or None where there is none (a tokenizer-only directory)."""
+    if not model_dir:
+        return None
     try:
         with open(os.path.join(model_dir, "config.json")) as f:
             found = json.load(f).get("model_type")
@@ -187,8 +189,10 @@ class Runner:
                 chat_template=cfg.resolve(cfg.chat_template), max_tokens=cfg.response_length, seed=cfg.seed,
             )  # fmt: skip
         self.trainer_config = trainer_config(cfg, cfg.resolve(cfg.model) if cfg.model else cfg.llm)
-        # verl picks how a family's turns are joined from it (Qwen's newline after each turn), as its worker does
-        self.model_type = model_type_of(cfg.resolve(cfg.model)) if cfg.model else None
+        # verl picks how a family's turns are joined from it (Qwen's newline after each turn), as its
+        # worker does: from the model's directory (the tokenizer's, where the LLM brought its own)
+        self.model_type = model_type_of(cfg.resolve(cfg.model) if cfg.model else
+                                        getattr(self.tokenizer, "name_or_path", None))  # fmt: skip
         tools = load_tools(cfg.resolve(cfg.tools)) if cfg.tools else []
         function_tool_path = cfg.multi_turn.get("function_tool_path")
         if function_tool_path:  # verl's @function_tool file, as verl's worker reads it
