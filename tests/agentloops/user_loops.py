@@ -5,6 +5,7 @@ import re
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopMetrics, AgentLoopOutput
+from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop as VerlToolAgentLoop
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from rollscope.agentloops import ToolAgentLoop, TracedAgentLoop
@@ -16,6 +17,10 @@ class GSM8KAgent(ToolAgentLoop):
         output = await super().run(sampling_params, **kwargs)
         output.reward_score = max(output.extra_fields.get("tool_rewards") or [0.0])
         return output
+
+
+class PortedToolAgentLoop(TracedAgentLoop, VerlToolAgentLoop):
+    """verl's own ToolAgentLoop, ported as a user would: TracedAgentLoop as its base."""
 
 
 # ---- a loop and a tool written from scratch, as a user new to rollscope would: no tracing code ----

@@ -136,3 +136,28 @@ def test_constrained_tool_calls_reach_the_llm_as_the_turns_tool_schemas_and_show
     else:
         assert all("constrained_tool_schemas" not in p for p in seen)
         assert all("rollscope.constrained" not in s.attributes for s in llm_spans)
+
+
+def test_verls_tools_and_function_tools_run_and_count_under_rollscope_run(tmp_path, tokenizer):
+    """A config that brings verl's tool YAML (verl's Gsm8kTool) and verl's ``function_tool_path``,
+    as a user keeps them: both are read, every call is a tool span, the run's tool-call count is the
+    calls made."""
+    from pathlib import Path
+
+    tools = Path(__file__).resolve().parent.parent / "fixtures" / "verl_tools"
+    config_file = tmp_path / "run.yaml"
+    config_file.write_text(f"dataset: {Path(__file__).resolve().parents[2] / 'rollscope/bundled/data/arithmetic.jsonl'}\n"
+                           f"tools: {tools / 'gsm8k_tool_config.yaml'}\n"
+                           f"multi_turn: {{format: hermes, function_tool_path: {tools / 'function_tools.py'}}}\n")  # fmt: skip
+    config = load_config(str(config_file), ["limit=2", f"trace_dir={tmp_path / 'traces'}"])
+    calls = ['<tool_call>{"name": "calc_gsm8k_reward", "arguments": {"answer": "976"}}</tool_call>',
+             '<tool_call>{"name": "word_count", "arguments": {"text": "sixty one boxes"}}</tool_call>',
+             "The answer is 976."]  # fmt: skip
+    runner = run(config, ScriptedLLM(tokenizer, calls), tokenizer)
+    assert runner.stats.done == 2 and runner.stats.tool_calls == 4
+    with TraceStore(tmp_path / "traces") as store:
+        records = [store.get(t.id) for t in store.trajectories()]
+    for record in records:
+        assert record.num_tool_calls == 2
+        assert [s.attributes["tool.name"] for s in record.spans if s.kind == "tool"] == ["calc_gsm8k_reward",
+                                                                                          "word_count"]  # fmt: skip

@@ -18,6 +18,7 @@ from rollscope.tools import ToolConfigError, load_tools
 from rollscope.tools.observed import observe_tools
 from rollscope.tools.registry import load_function_tools
 from tests.agentloops.conftest import build_loop, call
+from tests.agentloops.user_loops import PortedToolAgentLoop
 from tests.fixtures.verl_tools.gsm8k_tool import Gsm8kTool
 
 VERL_TOOLS = Path(__file__).resolve().parent.parent / "fixtures" / "verl_tools"
@@ -30,10 +31,6 @@ REPLIES = [
     "The answer is 7.",
 ]
 TOOL_NAMES = ["get_current_temperature", "calc_gsm8k_reward", "word_count", "lookup_capital"]
-
-
-class PortedToolAgentLoop(TracedAgentLoop, VerlToolAgentLoop):
-    """verl's own ToolAgentLoop, ported as a user would: TracedAgentLoop as its base."""
 
 
 class OwnToolsLoop(TracedAgentLoop, VerlToolAgentLoop):
