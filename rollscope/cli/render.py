@@ -71,6 +71,8 @@ def show_trajectory(out: Console, record: TrajectoryRecord, *, full: bool = Fals
                   f"from position {drift['position']}; ids from {drift['window_start']}:\n"
                   f"  trained on: {' '.join(map(str, drift['rollout']))}\n"
                   f"  template:   {' '.join(map(str, drift['template']))}")  # fmt: skip
+        for line in drift_lines(drift):
+            out.print(f"  {escape(line)}")
     show_training(out, record)
     tree = Tree("[bold]spans[/bold]")
     for root in record.tree():
@@ -80,6 +82,23 @@ def show_trajectory(out: Console, record: TrajectoryRecord, *, full: bool = Fals
         for n, span in enumerate(s for s in record.spans if s.kind == "llm"):
             show_tokens(out, n, span)
         show_training_tokens(out, record)
+
+
+def drift_lines(drift: dict) -> list[str]:
+    """Each place the template's rendering differs from the trained-on tokens, with its cause and
+    both sides as text (a check stored before they were listed has only the first: no lines)."""
+    differences = drift.get("differences") if isinstance(drift.get("differences"), list) else []
+    lines = []
+    for d in differences:
+        if not isinstance(d, dict):
+            continue
+        ours = d.get("rollout_text", " ".join(map(str, d.get("rollout") or [])))
+        theirs = d.get("template_text", " ".join(map(str, d.get("template") or [])))
+        lines.append(f"at {d.get('position')} ({d.get('cause', 'ids')}): trained on {ours!r}, template {theirs!r}")
+    count = drift.get("difference_count")
+    if isinstance(count, int) and count > len(lines) > 0:
+        lines.append(f"... and {count - len(lines)} more")
+    return lines
 
 
 def show_training(out: Console, record: TrajectoryRecord) -> None:

@@ -105,3 +105,26 @@ def test_a_tokenizer_built_in_memory_is_checked_off_the_thread_too_and_failures_
     if "raise_exception" in deferred["template"]:
         assert check_request(deferred) is None  # the template refuses the conversation: nothing to compare
     assert check_request({**deferred, "tokenizer": str(tmp_path / "gone.json")}) is None
+
+
+def test_every_difference_is_found_each_with_its_cause(tokenizer):
+    """An early difference must not hide a later one: two places differ (a token changed, then a
+    space added), both are listed with both sides' text and their causes; the tail the template
+    adds past the rollout's end is none."""
+    messages = CONVERSATIONS[0]
+    rendered = list(tokenizer.apply_chat_template(messages, tokenize=True, return_dict=False))
+    space = tokenizer.encode(" ", add_special_tokens=False)
+    late = len(rendered) - 4
+    sampled = [*rendered[:5], rendered[5] + 1, *rendered[6:late], *space, *rendered[late:-1]]
+    found = check_request(loop_side.request(tokenizer, messages, None, sampled))
+    assert found["match"] is False and found["difference_count"] == 2 and found["position"] == 5
+    first, second = found["differences"]
+    assert (first["position"], first["rollout"], first["template"]) == (5, [rendered[5] + 1], [rendered[5]])
+    assert first["cause"] == "text" and first["template_text"] == tokenizer.decode([rendered[5]])
+    assert (second["position"], second["template"], second["cause"]) == (late, [], "whitespace")
+    assert second["rollout_text"] == " " and found["cause"] == "text"
+
+    from rollscope.cli.render import drift_lines
+
+    lines = drift_lines(found)
+    assert len(lines) == 2 and lines[1] == f"at {late} (whitespace): trained on ' ', template ''"

@@ -209,3 +209,35 @@ def test_one_store_serves_concurrent_requests_and_follows_new_and_compacted_segm
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_every_retokenization_difference_is_listed_as_text_with_its_cause(tmp_path):
+    """The run span's chat-template check with two differences: the banner lists both, each with
+    its cause and both sides as text (escaped: a template's text is markup)."""
+    from rollscope.store.summary import RETOKENIZATION
+
+    check = {"match": False, "rollout_length": 40, "template_length": 44, "position": 12, "window_start": 4,
+             "rollout": [1, 2], "template": [1, 3], "difference_count": 2, "cause": "text",
+             "differences": [
+                 {"position": 12, "template_position": 12, "rollout": [], "template": [7, 8], "rollout_text": "",
+                  "template_text": "<think>\n\n</think>\n\n", "cause": "text"},
+                 {"position": 30, "template_position": 34, "rollout": [9], "template": [10, 11],
+                  "rollout_text": '{"a":1}', "template_text": '{"a": 1}', "cause": "whitespace"}]}  # fmt: skip
+    tracing.init_tracing(trace_dir=str(tmp_path))
+    with tracing.rollout_trace_attr(step=0, sample_index=0), \
+            tracing.trace_span("Loop.run", kind="agent", **{RETOKENIZATION: check}):  # fmt: skip
+        pass
+    assert tracing.flush_tracing(30)
+    tracing.shutdown_tracing()
+    with TraceStore(tmp_path) as store:
+        [t] = store.trajectories()
+    httpd = make_server(str(tmp_path), port=0)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        page = get(f"http://127.0.0.1:{httpd.server_address[1]}", f"/t/{t.id}").text
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    items = re.findall(r"<li>at (\d+) \((\w+)\)", page)
+    assert items == [("12", "text"), ("30", "whitespace")]
+    assert "template <code>&lt;think&gt;" in page and "<think>" not in page
