@@ -175,3 +175,29 @@ def test_a_function_tool_file_that_fails_or_clashes_is_one_error(tmp_path):
         load_function_tools(VERL_TOOLS / "function_tools.py", taken=["word_count"])
     with pytest.raises(ToolConfigError, match="no such file"):
         load_function_tools(tmp_path / "absent.py")
+
+
+class SwitchWitness(Gsm8kTool):
+    """verl's Gsm8kTool, noting whether verl's own decorators would record (verl's switch, the first
+    thing its ``rollout_trace_op`` reads) while its decorated ``execute`` runs."""
+
+    seen: list = []
+
+    async def execute(self, instance_id, parameters, **kwargs):
+        from verl.utils.rollout_trace import _trace_enabled
+
+        self.seen.append(_trace_enabled.get())
+        return await super().execute(instance_id, parameters, **kwargs)
+
+
+def test_verls_own_decorator_records_nothing_where_rollscope_records_the_call(verl_config, tokenizer, trace_dir,
+                                                                             read_store):  # fmt: skip
+    [gsm8k] = load_tools(VERL_TOOLS / "gsm8k_tool_config.yaml")
+    witness = SwitchWitness(gsm8k.config, gsm8k.tool_schema)
+    tracing.init_tracing(trace_dir=str(trace_dir))
+    try:
+        run(ToolAgentLoop, verl_config, tokenizer, [witness], [call("calc_gsm8k_reward", answer="7"), "7"])
+        [t] = read_store().trajectories()
+    finally:
+        tracing.shutdown_tracing()
+    assert SwitchWitness.seen == [False] and t.num_tool_calls == 1  # recorded once: by rollscope
