@@ -64,6 +64,9 @@ def print_listing(records: list, rescored: dict[str, float | None] | None = None
     def safe(v: object) -> str:
         return terminal_safe("" if v is None else str(v), one_line=True)
 
+    def count(v: object) -> str:  # (a stored count that is not a number reads back as None)
+        return str(v) if type(v) is int else "?"
+
     beside = f" {'rescored':>8}" if rescored is not None else ""
     fixed = (f"{'id':<26} {'step':>5} {'sample':>6} {'roll':>4} {'val':>3} {'status':<7} {'reward':>7}{beside} "
              f"{'turns':>5} {'tools':>5} {'errspans':>8} {'secs':>6}")  # fmt: skip
@@ -89,9 +92,10 @@ def print_listing(records: list, rescored: dict[str, float | None] | None = None
         secs = "" if r.duration_s is None else f"{r.duration_s:.2f}"
         task = safe(r.attributes.get("task"))
         error = safe((r.error_message and f"{r.error_type}: {r.error_message}") or r.attributes.get("first_error"))
-        print(f"{r.id:<26} {safe(r.step):>5} {safe(r.sample_index):>6} {safe(r.rollout_n):>4} "
-              f"{'y' if r.validate else '':>3} {r.status:<7} {reward:>7} {r.num_llm_calls:>5} {r.num_tool_calls:>5} "
-              f"{r.num_errors:>8} {secs:>6} {cut(experiment, exp_w):<{exp_w}} {cut(task, task_w):<{task_w}} "
+        print(f"{safe(r.id):<26} {safe(r.step):>5} {safe(r.sample_index):>6} {safe(r.rollout_n):>4} "
+              f"{'y' if r.validate else '':>3} {safe(r.status):<7} {reward:>7} {count(r.num_llm_calls):>5} "
+              f"{count(r.num_tool_calls):>5} {count(r.num_errors):>8} {secs:>6} {cut(experiment, exp_w):<{exp_w}} "
+              f"{cut(task, task_w):<{task_w}} "
               f"{cut(error, err_w)}".rstrip())  # fmt: skip
 
 

@@ -22,8 +22,12 @@ from rollscope.store.schema import (
     SPAN_COLUMNS,
     TRAINING_COLUMNS,
     TRAJECTORY_COLUMNS,
+    UNREADABLE,
+    PayloadError,
+    check_shard,
     decode_payload,
     resolve_dir,
+    span_record,
 )
 from rollscope.store.segment_index import INDEX, SegmentIndex
 from rollscope.store.segments import LIVE, SEGMENTS, is_segmented, open_immutable, visible
@@ -44,6 +48,9 @@ _ORDER = {
 ORDERS = tuple(_ORDER)
 _SELECT_TRAJ = f"SELECT {', '.join(TRAJECTORY_COLUMNS)} FROM trajectories"
 log = logging.getLogger("rollscope.store")
+# A query on one shard runs at most this long (ROLLSCOPE_QUERY_TIMEOUT_S): then that shard is left out.
+QUERY_TIMEOUT_S = float(os.environ.get("ROLLSCOPE_QUERY_TIMEOUT_S") or 60)
+_COUNT_COLUMNS = ("num_llm_calls", "num_tool_calls", "num_tokens", "num_errors")
 _SELECT_TRAINING = f"SELECT {', '.join(TRAINING_COLUMNS)} FROM training"
 _SELECT_SPANS = f"SELECT {', '.join(SPAN_COLUMNS)} FROM spans WHERE trajectory_id = ? ORDER BY start_ns, id"
 
@@ -67,6 +74,8 @@ class TraceStore:
             raise FileNotFoundError(f"no trace store at {self.path} (set --dir or ROLLSCOPE_TRACE_DIR)")
         self._conns: dict[Path, sqlite3.Connection] = {}
         self.damaged: dict[Path, str] = {}  # shard -> what was wrong with it
+        self.unreadable: dict[Path, int] = {}  # shard -> rows and payloads read back marked
+        self._deadline = 0.0  # when the query running now is interrupted (``_over_time``)
         self._cache: dict[tuple, tuple[int, list[tuple]]] = {}  # (shard, query, params) -> (data_version, rows)
         self._immutable: set[Path] = set()  # published segments and live views (shared layout)
         self._sources: dict[Path, list] = {}  # compacted segment -> what it replaced
@@ -130,6 +139,14 @@ class TraceStore:
                 db = sqlite3.connect(f"{shard.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
                                      check_same_thread=False)  # fmt: skip
                 columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
+            try:
+                check_shard(db)
+            except sqlite3.DatabaseError:
+                db.close()
+                raise
+            # Every query on it is bounded in time (a shard is other people's writing): past the
+            # bound SQLite interrupts it, and the shard is left out as a damaged one is.
+            db.set_progress_handler(self._over_time, 10_000)
             if columns and any(c not in columns for c in ADDED_COLUMNS):
                 # An older shard: a view in this connection's own temp schema, which SQLite looks
                 # in first, gives its table the columns added since, with what they read as.
@@ -153,6 +170,7 @@ class TraceStore:
             if shard in self._immutable and shard not in self._conns and not shard.exists():
                 continue  # a live view replaced since the listing: its successor is read next time
             try:
+                self._deadline = time.monotonic() + QUERY_TIMEOUT_S
                 if cached:
                     parts.append((shard, self._cached_rows(shard, sql, params)))
                     continue
@@ -175,6 +193,19 @@ class TraceStore:
         result = combine([row for rows in parts for row in rows])
         self._derived[key] = (parts, result)  # (the parts held: an identity compared is never reused)
         return result
+
+    def _over_time(self) -> bool:
+        """SQLite's progress handler: True interrupts the query running past its bound."""
+        return time.monotonic() > self._deadline
+
+    def _unreadable(self, shard: Path, what: str) -> None:
+        """A row or payload that could not be read: marked where it is, counted per shard
+        (``unreadable``), said once per shard."""
+        first = shard not in self.unreadable
+        self.unreadable[shard] = self.unreadable.get(shard, 0) + 1
+        if first:
+            log.warning("trace store: %s in %s could not be read and is shown marked (%s); other rows are read",
+                        what.split(":", 1)[0], shard, what)  # fmt: skip
 
     def _skip(self, shard: Path, exc: Exception) -> None:
         """Leave a damaged shard out of every answer from now on, saying so once."""
@@ -369,21 +400,17 @@ class TraceStore:
             if s is None or s in self.damaged:
                 continue
             try:
+                self._deadline = time.monotonic() + QUERY_TIMEOUT_S
                 rows = self._conn(s).execute(_SELECT_SPANS, [trajectory_id]).fetchall()
             except sqlite3.DatabaseError as exc:
                 if not _not_yet(exc):
                     self._skip(s, exc)
                 continue
             for row in rows:
-                payload = decode_payload(row[10])
-                out.append(
-                    SpanRecord(
-                        *row[:10],
-                        inputs=payload.get("inputs"),
-                        outputs=payload.get("outputs"),
-                        attributes=payload.get("attributes") or {},
-                    )
-                )
+                span, problem = span_record(row[:10], row[10])
+                if problem is not None:
+                    self._unreadable(s, f"span {row[0]!r}: {problem}")
+                out.append(span)
         return out
 
     # ---- what training did (written by the trainer's process, in its own shard) ----
@@ -414,7 +441,14 @@ class TraceStore:
     def _record(self, shard: Path, row: tuple) -> TrajectoryRecord:
         values = dict(zip(TRAJECTORY_COLUMNS, row, strict=True))
         values["validate"] = bool(values["validate"])
-        values["attributes"] = json.loads(values["attributes"]) if values["attributes"] else {}
+        values["attributes"], problem = _attributes(values["attributes"])
+        for column in _COUNT_COLUMNS:  # (SQLite keeps any value in an INTEGER column)
+            if type(values[column]) is not int:
+                problem = problem or f"{column} is {str(values[column])[:40]!r}, not a number"
+                values[column] = None
+        if problem is not None:
+            values["attributes"][UNREADABLE] = problem
+            self._unreadable(shard, f"trajectory {values['id']!r}: {problem}")
         tid = values["id"]
         if shard is INDEX:
             shard = self._index.segment_of(tid) or shard
@@ -447,7 +481,24 @@ def _mtime_ns(folder: Path) -> int | None:
 
 def _training(row: tuple) -> TrainingRecord:
     *columns, payload = row
-    return TrainingRecord(*columns, values=decode_payload(payload) if payload else {})
+    try:
+        values = decode_payload(payload) if payload else {}
+    except PayloadError as exc:
+        values = {UNREADABLE: str(exc)}
+    return TrainingRecord(*columns, values=values)
+
+
+def _attributes(raw: Any) -> tuple[dict[str, Any], str | None]:
+    """A trajectory row's attributes, and what was wrong with them: a JSON object, or marked."""
+    if not raw:
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except (ValueError, TypeError, RecursionError) as exc:
+        return {}, f"its attributes are not JSON ({type(exc).__name__})"
+    if not isinstance(value, dict):
+        return {}, f"its attributes are a JSON {type(value).__name__}, not an object"
+    return value, None
 
 
 def _where(**filters: Any) -> tuple[str, list[Any]]:

@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import threading
+from collections.abc import Sequence
 from operator import attrgetter
 from pathlib import Path
 from typing import Any
 
 import orjson
 import zstandard
+
+from rollscope.store.records import SpanRecord
 
 SCHEMA_VERSION = 5  # 3: num_tokens, num_tool_errors; 4: the insight columns (num_truncated ... turn_limit), replay_of;
 # 5: the training table
@@ -227,10 +231,79 @@ def encode_payload(value: dict[str, Any]) -> bytes:
     return _zstd()[0].compress(raw) if len(raw) >= COMPRESS_MIN_BYTES else raw
 
 
+# What one stored payload may decode to: a shard is other people's writing (a shared filesystem),
+# and a zstd frame of a few KB can say it holds gigabytes. Far above what tracing stores (values
+# are cut at ``max_payload_chars``); ROLLSCOPE_MAX_PAYLOAD_BYTES sets another bound.
+MAX_PAYLOAD_BYTES = int(os.environ.get("ROLLSCOPE_MAX_PAYLOAD_BYTES") or 64 << 20)
+
+
+class PayloadError(ValueError):
+    """A stored payload that cannot be read back: not JSON, not an object, or past the bound."""
+
+
 def decode_payload(blob: bytes | None) -> dict[str, Any]:
-    """Plain JSON, or a zstd frame (told apart by zstd's magic number)."""
+    """Plain JSON, or a zstd frame (told apart by zstd's magic number), decoded within
+    ``MAX_PAYLOAD_BYTES``; anything else raises ``PayloadError``."""
     if not blob:
         return {}
-    if blob[:4] == _ZSTD_MAGIC:
-        blob = _zstd()[1].decompress(blob)
-    return orjson.loads(blob)
+    if not isinstance(blob, bytes | bytearray | memoryview):
+        raise PayloadError(f"a payload stored as {type(blob).__name__}, not bytes")
+    if bytes(blob[:4]) == _ZSTD_MAGIC:
+        blob = _decompressed(bytes(blob))
+    try:
+        value = orjson.loads(blob)
+    except orjson.JSONDecodeError as exc:
+        raise PayloadError(f"a payload that is not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise PayloadError(f"a payload that is a JSON {type(value).__name__}, not an object")
+    return value
+
+
+def check_shard(db: sqlite3.Connection) -> None:
+    """Refuse (``sqlite3.DatabaseError``) a file that holds more than rollscope writes: a view,
+    a trigger or a virtual table is code SQLite would run for a reader's query (a view over a
+    recursive query hangs every reader), and a table of rollscope's without its columns is not one
+    of its shards. A shard is other people's writing on a shared filesystem."""
+    for kind, name, sql in db.execute("SELECT type, name, sql FROM main.sqlite_master"):
+        if kind in ("view", "trigger") or (kind == "table" and str(sql or "").upper().startswith("CREATE VIRTUAL")):
+            raise sqlite3.DatabaseError(f"not a rollscope shard: it holds a {kind} ({name!r}) that rollscope "
+                                        "never writes")  # fmt: skip
+    columns = {row[1] for row in db.execute("PRAGMA main.table_info(trajectories)")}
+    missing = [c for c in ("id", "status", "start_ns", "attributes") if columns and c not in columns]
+    if missing:
+        raise sqlite3.DatabaseError(f"not a rollscope shard: its trajectories table has no {', '.join(missing)}")
+
+
+UNREADABLE = "rollscope.unreadable"  # on a span or trajectory whose stored payload could not be read
+
+
+def span_record(columns: Sequence[Any], payload: Any) -> tuple[SpanRecord, str | None]:
+    """A stored span (its columns, then its payload), and what was wrong with the payload if it
+    could not be read: then the span is kept, its payload replaced by that marker."""
+    try:
+        values = decode_payload(payload)
+    except PayloadError as exc:
+        return SpanRecord(*columns, attributes={UNREADABLE: str(exc)}), str(exc)
+    attributes = values.get("attributes")
+    return SpanRecord(*columns, inputs=values.get("inputs"), outputs=values.get("outputs"),
+                      attributes=attributes if isinstance(attributes, dict) else {}), None  # fmt: skip
+
+
+def _decompressed(frame: bytes) -> bytes:
+    try:
+        declared = zstandard.frame_content_size(frame)  # (-1: not said)
+    except zstandard.ZstdError:
+        declared = -1
+    if declared > MAX_PAYLOAD_BYTES:
+        raise PayloadError(f"a compressed payload that says it holds {declared:,} bytes "
+                           f"(more than {MAX_PAYLOAD_BYTES:,})")  # fmt: skip
+    out = bytearray()
+    try:
+        with _zstd()[1].stream_reader(frame) as reader:
+            while chunk := reader.read(1 << 20):
+                out += chunk
+                if len(out) > MAX_PAYLOAD_BYTES:
+                    raise PayloadError(f"a compressed payload of more than {MAX_PAYLOAD_BYTES:,} bytes")
+    except zstandard.ZstdError as exc:
+        raise PayloadError(f"a compressed payload that does not decompress ({exc})") from None
+    return bytes(out)

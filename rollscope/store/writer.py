@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 from rollscope.store.publish import DEFAULT_PUBLISH_INTERVAL_S, Publisher
-from rollscope.store.records import SpanRecord
 from rollscope.store.recovery import reconcile, recover
 from rollscope.store.retention import RetentionPolicy, at_sealing
 from rollscope.store.schema import (
@@ -22,7 +21,7 @@ from rollscope.store.schema import (
     TRAINING_COLUMNS,
     TRAINING_DDL,
     TRAJECTORY_COLUMNS,
-    decode_payload,
+    span_record,
 )
 from rollscope.store.summary import TrajectorySummary
 
@@ -163,9 +162,7 @@ class ShardWriter:
             "WHERE t.status = 'running' ORDER BY s.start_ns, s.id"
         )
         for *columns, payload in rows:
-            values = decode_payload(payload)
-            summaries[columns[1]].add(SpanRecord(*columns, inputs=values.get("inputs"), outputs=values.get("outputs"),
-                                                 attributes=values.get("attributes") or {}))  # fmt: skip
+            summaries[columns[1]].add(span_record(columns, payload)[0])
         return summaries
 
     def publish(self) -> None:

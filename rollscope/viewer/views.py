@@ -59,12 +59,19 @@ def table_row(r: TrajectoryRecord) -> Markup:
         f'<td class="status-{escape(r.status)}">{escape(r.status)}</td>',
         f"<td>{escape(fmt(r.reward))}</td>",
         f'<td class="task">{escape(cut(attributes.get("task"), 60))}</td>',
-        f"<td>{r.num_llm_calls}</td><td>{r.num_tool_calls}</td><td>{r.num_tokens}</td><td>{r.num_errors}</td>",
+        f"<td>{count(r.num_llm_calls)}</td><td>{count(r.num_tool_calls)}</td><td>{count(r.num_tokens)}</td>"
+        f"<td>{count(r.num_errors)}</td>",
         f'<td class="first-error">{escape(cut(r.error_message or attributes.get("first_error"), 60))}</td>',
         f"<td>{escape(fmt(r.duration_s))}</td>",
     )
     row_class = "row-error" if r.status == "error" or r.num_errors else ""
     return Markup(f'<tr class="{row_class}">{"".join(cells)}</tr>\n')
+
+
+def count(value: Any) -> str:
+    """A count column's cell: the number, or a marker for anything else a store or a remote source
+    put there (SQLite keeps text in an INTEGER column; a Weave project holds what its writers sent)."""
+    return str(value) if type(value) is int else "<span class=\"bad-value\" title=\"not a number\">?</span>"
 
 
 def shorten(text: str | None, limit: int | None) -> str | None:
