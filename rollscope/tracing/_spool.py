@@ -38,6 +38,8 @@ from pathlib import Path
 from typing import Any
 
 from rollscope.tracing import _wire as wire
+from rollscope.tracing._events import REWARD, SPAN_START, TRAINING, TRAJECTORY_END, TRAJECTORY_START
+from rollscope.tracing.spans import Span
 
 log = logging.getLogger("rollscope.tracing")
 
@@ -45,6 +47,10 @@ SEGMENT_BYTES = 16 * 1024 * 1024
 _HEADER = struct.Struct("<II")  # length, crc32 of the body
 _CURSOR = "cursor"
 _LOCK = "lock"
+DEAD_LETTERS = "dead-letters"  # beside a destination's spools: records that could not be read
+# A record is at most this long (one batch of shaped events is far less): a length past it is not
+# one that was written, and nothing of that size is allocated to read it.
+MAX_RECORD_BYTES = 256 * 1024 * 1024
 
 
 def spool_root() -> Path:
@@ -70,6 +76,7 @@ class _SpoolDir:
         self.confirmed = (self.read_segment, self.read_offset)
         self._file: Any = None
         self._file_segment = -1
+        self.dead = 0  # records that could not be read, kept in the dead letters
 
     def _load_cursor(self) -> tuple[int, int]:
         try:
@@ -86,7 +93,9 @@ class _SpoolDir:
         return self.path / f"{n:08d}.seg"
 
     def read(self) -> list[Any] | None:
-        """The next record's events (None: nothing more here now)."""
+        """The next record's events (None: nothing more here now). A spool may be another
+        process's (an orphan adopted): a record that does not decode to events is moved to the
+        dead letters beside the spools, counted (``dead``) and said, and reading goes on."""
         while True:
             f = self._reader()
             if f is not None:
@@ -94,14 +103,32 @@ class _SpoolDir:
                 header = f.read(_HEADER.size)
                 if len(header) == _HEADER.size:
                     length, crc = _HEADER.unpack(header)
-                    body = f.read(length)
+                    body = f.read(length) if length <= MAX_RECORD_BYTES else b""
                     if len(body) == length and zlib.crc32(body) == crc:
                         self.read_offset += _HEADER.size + length
-                        return wire.decode(body)
+                        try:
+                            return _events_of(wire.decode(body))
+                        except Exception as exc:  # crafted or corrupt: that record only
+                            self._dead_letter(body, exc)
+                            continue
+                    if length > MAX_RECORD_BYTES:
+                        self._dead_letter(header, ValueError(f"a record that says it has {length:,} bytes"))
             later = [s for s in self.segments() if s > self.read_segment]
             if not later:
                 return None
             self.read_segment, self.read_offset = later[0], 0  # a torn tail ends its segment
+
+    def _dead_letter(self, record: bytes, problem: Exception) -> None:
+        """Keep an unreadable record apart (``<destination>/dead-letters/``), count it, say it."""
+        folder = self.path.parent / DEAD_LETTERS
+        name = f"{self.path.name}-{self.read_segment:08d}-{self.read_offset}.record"
+        with contextlib.suppress(OSError):
+            folder.mkdir(exist_ok=True)
+            (folder / name).write_bytes(record)
+        self.dead += 1
+        log.warning("trace spool: a record in %s could not be read (%s: %s); kept in %s, the rest is sent",
+                    self.segment_path(self.read_segment), type(problem).__name__, str(problem)[:200],
+                    folder / name)  # fmt: skip
 
     def _reader(self) -> Any:
         """The open file of the segment being read (kept open: a record at a time is read)."""
@@ -170,7 +197,7 @@ class Spool:
         """Spools of this destination whose owner is gone (their lock is free), oldest first."""
         found = []
         for path in sorted(self.root.iterdir(), key=_mtime):
-            if path == self.own.path or not path.is_dir():
+            if path == self.own.path or not path.is_dir() or path.name == DEAD_LETTERS:
                 continue
             try:
                 fd = os.open(path / _LOCK, os.O_CREAT | os.O_RDWR, 0o600)
@@ -279,6 +306,21 @@ class Spool:
             d.close_reader()
             os.close(d.lock_fd)
         return str(self.own.path)
+
+
+def _events_of(decoded: Any) -> list[Any]:
+    """A record's events, checked for the shapes ``append`` writes: a list of spans and event
+    tuples of a known kind (anything else would fail the backend that reads it)."""
+    if type(decoded) is not list:
+        raise ValueError(f"a record of a {type(decoded).__name__}, not a list of events")
+    for event in decoded:
+        if type(event) is not Span and not (type(event) is tuple and event and event[0] in _EVENT_KINDS):
+            raise ValueError(f"an event of a {type(event).__name__} ({str(event)[:60]!r})")
+    return decoded
+
+
+# What ``append`` writes (a flush's marker and the sidecar's positions stay in memory).
+_EVENT_KINDS = frozenset({TRAJECTORY_START, SPAN_START, TRAJECTORY_END, REWARD, TRAINING})
 
 
 def _mtime(path: Path) -> float:

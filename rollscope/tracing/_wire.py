@@ -311,9 +311,25 @@ def _event(record: tuple) -> Any:
     return record
 
 
+def _exactly(kind: type) -> Callable[[Any], Any]:
+    """The builtin ``kind`` as the decoder calls it: only on a value that already is one (what the
+    encoder writes), so a crafted record cannot make it allocate (``bytes(10**9)``, ``list(b)``)."""
+
+    def build(value: Any = _MISSING) -> Any:
+        if type(value) is not kind:
+            raise pickle.UnpicklingError(f"trace wire refuses {kind.__name__}() of a {type(value).__name__}")
+        return value
+
+    return build
+
+
+_MISSING: Any = object()
+_DECODED = {**_ALLOWED, **{("builtins", c.__name__): _exactly(c) for c in (dict, list, str, int, float, bytes, bool)}}
+
+
 class _Decoder(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        found = _ALLOWED.get((module, name))
+        found = _DECODED.get((module, name))
         if found is None:
             raise pickle.UnpicklingError(f"trace wire refuses {module}.{name}")
         return found

@@ -15,6 +15,7 @@ import pytest
 from rollscope import tracing
 from rollscope.store import TraceStore
 from rollscope.tracing import _wire as wire
+from rollscope.tracing._events import REWARD
 from rollscope.tracing._spool import _HEADER, Spool, destination_dir, spool_root
 from tests.small_disk import small_tmpfs
 from tests.tracing.spool_backends import LedgerBackend
@@ -150,24 +151,76 @@ def test_a_killed_process_spool_is_sent_by_the_next_none_skipped_none_twice(tmp_
 def test_a_full_disk_loses_only_what_it_could_not_write_counted_exactly(tmp_path):
     with small_tmpfs(tmp_path / "small", "256k") as mount:
         spool = Spool("full-disk test", root=mount)
-        records = [[("event", i, os.urandom(2_000).hex())] for i in range(200)]  # ~800 kB for 256 kB
+        records = [[(REWARD, f"t{i}", float(i), {"pad": os.urandom(2_000).hex()})] for i in range(200)]  # ~800 kB
         spool.append(records)
         assert 0 < spool.written_events < 200
         assert spool.dropped == 200 - spool.written_events
         read = []
         while spool.pending:
             read += spool.read(10)
-        assert [e[1] for e in read] == list(range(spool.written_events))  # what was written reads back whole
+        assert [e[2] for e in read] == list(range(spool.written_events))  # what was written reads back whole
 
 
 def test_a_torn_record_at_a_dead_writers_end_is_skipped_and_the_rest_sent(tmp_path):
     writer = Spool("torn", root=tmp_path)
-    writer.append([[("e", 0)], [("e", 1)]])
+    writer.append([[(REWARD, "t0", 0.0, {})], [(REWARD, "t1", 1.0, {})]])
     segment = next(writer.own.path.glob("*.seg"))
     with open(segment, "ab") as f:
         f.write(b"\x40\x00\x00\x00garbage")  # a header promising 64 bytes, and the writer died
     writer.abandon()  # its lock goes with it, as with a dead process
     reader = Spool("torn", root=tmp_path)
-    assert reader.read(10) == [("e", 0)] and reader.read(10) == [("e", 1)]
+    assert reader.read(10) == [(REWARD, "t0", 0.0, {})] and reader.read(10) == [(REWARD, "t1", 1.0, {})]
     assert reader.read(10) == [] and not reader.adopted
     assert not writer.own.path.exists()  # read to its end: removed
+
+
+def crafted(body: bytes) -> bytes:
+    import zlib
+
+    return _HEADER.pack(len(body), zlib.crc32(body)) + body
+
+
+def test_a_crafted_record_in_an_orphaned_spool_costs_itself_and_delivery_goes_on(tmp_path, caplog):
+    """Records others could leave in a spool directory (a shared cache): a global the wire refuses,
+    a builtin asked to allocate (``list(bytes(10**9))`` in 43 bytes), a record that is no list of
+    events, one of an unknown or in-memory-only kind, a length past any record's: each is moved to
+    the dead letters and counted; the good records around them are delivered, in order."""
+    import pickle
+
+    writer = Spool("crafted", root=tmp_path)
+    writer.append([[(REWARD, "t0", 0.0, {})]])
+    segment = next(writer.own.path.glob("*.seg"))
+    bombs = [
+        b"cos\nsystem\n(S'true'\ntR.",  # os.system: refused by name
+        b"c__builtin__\nlist\n(c__builtin__\nbytes\n(J\x00\xca\x9a;tRtR.",  # list(bytes(10**9))
+        pickle.dumps(7),
+        pickle.dumps([("flush", 1)]),
+        pickle.dumps([(99, "t", 1.0)]),
+    ]
+    with open(segment, "ab") as f:
+        for bomb in bombs:
+            f.write(crafted(bomb))
+        f.write(crafted(wire.encode([(REWARD, "t1", 1.0, {})])))
+    writer.append([[(REWARD, "t2", 2.0, {})]])
+    writer.abandon()
+    reader = Spool("crafted", root=tmp_path)
+    events = []
+    while reader.adopted:
+        events += reader.read(10)
+    assert [e[1] for e in events] == ["t0", "t1", "t2"]
+    dead = sorted((destination_dir(tmp_path, "crafted") / "dead-letters").iterdir())
+    assert len(dead) == len(bombs)
+    assert sum("could not be read" in r.getMessage() for r in caplog.records) == len(bombs)
+    reader.close()
+
+
+def test_a_record_length_past_any_record_is_not_allocated(tmp_path):
+    writer = Spool("too-long", root=tmp_path)
+    writer.append([[(REWARD, "t0", 0.0, {})]])
+    segment = next(writer.own.path.glob("*.seg"))
+    with open(segment, "ab") as f:
+        f.write(_HEADER.pack(0xFFFFFFF0, 0) + b"x" * 64)
+    writer.abandon()
+    reader = Spool("too-long", root=tmp_path)
+    assert [e[1] for e in reader.read(10)] == ["t0"] and reader.read(10) == [] and not reader.adopted
+    assert len(list((destination_dir(tmp_path, "too-long") / "dead-letters").iterdir())) == 1
