@@ -267,7 +267,9 @@ class BackendWorker:
                 position = event[RECEIVED]
                 self.backend.mark_position(position)
             else:
-                self.exported += self._call(handlers[event[KIND]], *event[1:])  # its fields, as its handler takes them
+                handler = handlers.get(event[KIND])  # its fields, as its handler takes them
+                self.exported += (self._call(handler, *event[1:]) if handler is not None
+                                  else self._call(_unknown_kind, event[KIND]))  # (that event fails, no other)
             did_work = True
         if did_work:
             flushed = self._call(self.backend.flush)
@@ -408,6 +410,10 @@ class Exporter:
             backends.update(w.stats())
         unshapeable = self._shape.unshapeable if self._shape is not None else 0  # kept, payloads replaced
         return {"pending": len(self.ingest), "shape_errors": self.shape_errors + unshapeable, "backends": backends}
+
+
+def _unknown_kind(kind: Any) -> None:
+    raise ValueError(f"an event of unknown kind {kind!r}")
 
 
 def _ignore(*_: Any) -> None:
