@@ -25,7 +25,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def push_command(args: argparse.Namespace) -> int:
-    from rollscope.tracing.push import DESTINATIONS, push, resend_refused
+    from rollscope.tracing.push import DESTINATIONS, Skipped, push, resend_refused
 
     if args.refused:
         sent, refused, path = resend_refused(args.to, args.project)
@@ -37,13 +37,19 @@ def push_command(args: argparse.Namespace) -> int:
     filters = {"experiment": args.experiment, "step": args.step, "validate": args.validate}
     console = Console(stderr=True)
     pushed = total = 0
+    skipped = Skipped()
     with Progress(TextColumn(f"push to {args.to}"), BarColumn(), MofNCompleteColumn(), console=console,
                   disable=not console.is_terminal) as progress:  # fmt: skip
         task = progress.add_task("push", total=None)
         for pushed, total in push(args.to, args.dir, destination=destination, project=args.project,
-                                  endpoint=args.endpoint, **filters):  # fmt: skip
+                                  endpoint=args.endpoint, skipped=skipped, **filters):  # fmt: skip
             progress.update(task, completed=pushed, total=total)
+    pushed -= len(skipped)
     print(f"pushed {pushed} trajectories to {args.to}" + ("" if total else " (nothing new: all were pushed before)"))
+    if skipped:
+        print(f"left out {len(skipped)} that could not be read or written (first: {skipped[0][0]}: {skipped[0][1]}); "
+              "the next push tries them again")  # fmt: skip
+        return 1
     return 0
 
 

@@ -10,6 +10,7 @@ records by id (Weave: call ids derived from rollscope's ids) would not duplicate
 
 from __future__ import annotations
 
+import logging
 import os
 import sqlite3
 import time
@@ -19,6 +20,9 @@ from typing import Any, Protocol
 
 from rollscope.store import TraceStore
 from rollscope.store.records import TrajectoryRecord
+from rollscope.store.schema import UNREADABLE
+
+log = logging.getLogger("rollscope.push")
 
 LEDGER = "pushed.sqlite"
 
@@ -99,11 +103,19 @@ def ledger_key(to: str, project: str | None = None, endpoint: str | None = None)
     return to if not (project or endpoint) else f"{to} {endpoint or '-'} {project or '-'}"
 
 
+class Skipped(list):
+    """The trajectories a push left out, each with why: a row or payload the store could not read
+    back (marked ``rollscope.unreadable`` there), or one the destination's writer refused."""
+
+
 def push(to: str, directory: str | None = None, *, batch: int = 50, destination: Destination | None = None,
-         project: str | None = None, endpoint: str | None = None,
+         project: str | None = None, endpoint: str | None = None, skipped: Skipped | None = None,
          **filters: Any) -> Iterator[tuple[int, int]]:  # fmt: skip
     """Push the matching finished trajectories not yet pushed to ``to`` at ``endpoint`` in ``project``
-    (None: the destination's defaults); yields (pushed, total) after each confirmed batch."""
+    (None: the destination's defaults); yields (done, total) after each confirmed batch, ``done``
+    counting those left out too. A trajectory that cannot be read or written costs itself: it is
+    left out (``skipped``: (id, why)), said, and tried again by the next push."""
+    skipped = Skipped() if skipped is None else skipped
     if destination is None:
         if to not in DESTINATIONS:
             raise ValueError(f"--to {to}: unknown destination (available: {', '.join(DESTINATIONS)})")
@@ -116,9 +128,16 @@ def push(to: str, directory: str | None = None, *, batch: int = 50, destination:
             todo = [r for r in store.trajectories(**filters) if r.status != "running" and r.id not in done]
             pending: list[str] = []
             for n, record in enumerate(todo, 1):
-                record.spans  # noqa: B018  (load them now, from this store)
-                destination.write(record)
-                pending.append(record.id)
+                problem = _unreadable(record)
+                if problem is None:
+                    try:
+                        destination.write(record)
+                        pending.append(record.id)
+                    except Exception as exc:  # this trajectory only: the batch and the push go on
+                        problem = f"the destination's writer failed: {type(exc).__name__}: {exc}"
+                if problem is not None:
+                    skipped.append((record.id, problem))
+                    log.warning("push: trajectory %s left out (%s)", record.id, problem[:300])
                 if len(pending) == batch or n == len(todo):
                     destination.flush()
                     ledger.record(key, pending)
@@ -126,6 +145,14 @@ def push(to: str, directory: str | None = None, *, batch: int = 50, destination:
                     yield n, len(todo)
         finally:
             ledger.close()
+
+
+def _unreadable(record: TrajectoryRecord) -> str | None:
+    """What the store could not read back of this trajectory (its row or a span's payload), if any."""
+    found = (record.attributes or {}).get(UNREADABLE)
+    if found is None:
+        found = next((s.attributes[UNREADABLE] for s in record.spans if UNREADABLE in (s.attributes or {})), None)
+    return None if found is None else f"not readable in the store: {found}"
 
 
 def resend_refused(to: str, project: str | None = None) -> tuple[int, int, Path]:

@@ -114,3 +114,22 @@ def test_the_viewer_shows_a_hostile_count_as_a_marker(hostile):
         httpd.server_close()
     assert "<meta http-equiv" not in table and "<meta http-equiv" not in page
     assert 'class="bad-value"' in table and all(i in table for i in ids)
+
+
+def test_push_sends_every_readable_trajectory_and_says_which_it_left_out(hostile, tmp_path):
+    """MLflow (its real client, a SQLite tracking store): the readable trajectories land, each
+    marked one is left out and named, progress is recorded, and a second push sends nothing twice."""
+    import mlflow
+
+    trace_dir, ids, _ = hostile
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    command = [sys.executable, "-m", "rollscope.cli", "push", "--to", "mlflow", "--dir", str(trace_dir),
+               "--endpoint", uri, "--project", "hostile"]  # fmt: skip
+    first = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 1, first.stderr[-2000:]  # something was left out: said, and not a success
+    assert "pushed 1 trajectories to mlflow" in first.stdout and "left out 5" in first.stdout
+    again = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert "pushed 0 trajectories" in again.stdout and "left out 5" in again.stdout
+    mlflow.set_tracking_uri(uri)
+    experiment = mlflow.get_experiment_by_name("hostile")
+    assert len(mlflow.search_traces(experiment_ids=[experiment.experiment_id], return_type="list")) == 1
