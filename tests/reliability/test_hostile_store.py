@@ -122,6 +122,7 @@ def test_push_sends_every_readable_trajectory_and_says_which_it_left_out(hostile
     import mlflow
 
     trace_dir, ids, _ = hostile
+    readable = ids[5]
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     command = [sys.executable, "-m", "rollscope.cli", "push", "--to", "mlflow", "--dir", str(trace_dir),
                "--endpoint", uri, "--project", "hostile"]  # fmt: skip
@@ -132,4 +133,5 @@ def test_push_sends_every_readable_trajectory_and_says_which_it_left_out(hostile
     assert "pushed 0 trajectories" in again.stdout and "left out 5" in again.stdout
     mlflow.set_tracking_uri(uri)
     experiment = mlflow.get_experiment_by_name("hostile")
-    assert len(mlflow.search_traces(experiment_ids=[experiment.experiment_id], return_type="list")) == 1
+    [trace] = mlflow.search_traces(experiment_ids=[experiment.experiment_id], return_type="list")
+    assert readable in str(trace.info.tags) + str(trace.info.trace_metadata) + str(trace.data.spans[0].attributes)

@@ -462,3 +462,33 @@ def test_backlog_stays_bounded_however_busy_the_machine():
     assert bounded == [b"12345678", b"abcdefgh"] and b.bytes == 8  # the oldest went on at once
     b.close()
     assert bounded[-1] == b"ABCDEFGH"
+
+
+_HUNG_FLUSH = """
+import os, sys
+from rollscope import tracing
+import tests.tracing.spool_backends  # (the sidecar's ledger)
+tracing.init_tracing(backend="local,sidecar-ledger", trace_dir=sys.argv[1], ledger_path=sys.argv[2])
+for i in range(20):
+    with tracing.rollout_trace_attr(step=0, sample_index=i), tracing.trace_span("llm.generate", kind="llm"):
+        pass
+print("flushed", tracing.flush_tracing(1.0), flush=True)  # the sidecar is left waiting on its server
+os._exit(0)  # and its traced process is gone, without a close
+"""
+
+
+def test_a_sidecar_whose_backend_hangs_in_a_flush_exits_within_its_bound_and_says_what_is_left(tmp_path):
+    """A server that never answers a flush: the sidecar cannot even read that its traced process is
+    gone. It still exits ROLLSCOPE_SIDECAR_ORPHAN_S (+ a grace of 5 s) after that process ended,
+    saying how many events it did not deliver and where the spooled ones wait."""
+    lock = tmp_path / "sidecars.lock"
+    env = {**os.environ, "ROLLSCOPE_TEST_LEDGER_GATE": str(tmp_path / "never"), lease.ENV: str(lock),
+           "ROLLSCOPE_SIDECAR_ORPHAN_S": "2", "PYTHONPATH": os.getcwd()}  # fmt: skip
+    proc = subprocess.Popen([sys.executable, "-c", _HUNG_FLUSH, str(tmp_path / "traces"), str(tmp_path / "ledger")],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    out, err = proc.communicate(timeout=120)  # (returns once the sidecar, holding its stderr, has exited)
+    assert "flushed False" in out
+    assert lease.wait_released(lock, 0)
+    assert "ended 2 s ago and a backend has not finished" in err
+    assert "not confirmed delivered: {'sidecar-ledger': " in err and "'local'" not in err.split("delivered:")[1]
+    assert TraceStore(tmp_path / "traces").count() == 20  # the local store's copy was whole

@@ -5,10 +5,12 @@ and the positions its backends made durable. Started by ``process.SidecarProcess
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import logging
 import os
 import pickle
+import select
 import signal
 import struct
 import sys
@@ -52,7 +54,10 @@ GC_THRESHOLDS = (500_000, 50, 100)
 # How long the sidecar goes on once its traced process stopped waiting for it (it ended, or its
 # close timed out): what a remote backend has not sent by then stays in its spool, for the next
 # tracer sending to the same destination.
-ORPHAN_S = 30.0
+ORPHAN_S = float(os.environ.get("ROLLSCOPE_SIDECAR_ORPHAN_S") or 30.0)
+# Past ORPHAN_S, a backend still not done (one whose server hangs in a flush) is given this long to
+# notice, then the sidecar exits anyway: every wait of it is bounded, whatever its backends do.
+EXIT_GRACE_S = 5.0
 
 
 class _FrameLogHandler(logging.Handler):
@@ -82,6 +87,7 @@ def detach() -> None:
 def main() -> None:
     """The sidecar process's entry (started by ``process.SidecarProcess``): frames come in on
     stdin, replies go out on a private copy of stdout."""
+    traced = os.getppid()  # (before it leaves: then the traced process is no longer its parent)
     detach()
     lease.hold()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -111,7 +117,28 @@ def main() -> None:
         return
     gc.freeze()  # what the imports and the backends' setup made lives as long as the sidecar
     gc.set_threshold(*GC_THRESHOLDS)
+    threading.Thread(target=sidecar.exit_in_time, args=(traced,), name="rollscope-exit-bound", daemon=True).start()
     sidecar.serve(fd_in)
+
+
+def _wait_for_exit(pid: int) -> None:
+    """Return once process ``pid`` has ended (a pidfd where the kernel has them, else polling)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        fd = None
+    if fd is not None:
+        select.select([fd], [], [])
+        os.close(fd)
+        return
+    while True:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        except PermissionError:
+            pass
+        time.sleep(1.0)
 
 
 class Sidecar:
@@ -137,6 +164,26 @@ class Sidecar:
         for s in out.values():
             s["queued"] += self.backlog.events
         return out
+
+    def exit_in_time(self, traced: int) -> None:
+        """Once the traced process has ended, the sidecar has ORPHAN_S (and EXIT_GRACE_S) to finish;
+        if a backend still holds it then (its server hangs in a flush: ``serve`` cannot even read
+        that its process is gone), it says what it could not deliver and exits. What a remote
+        backend had spooled stays in its spool for the next tracer sending to the same destination;
+        what was only in memory is counted as lost."""
+        _wait_for_exit(traced)
+        time.sleep(ORPHAN_S + EXIT_GRACE_S)
+        # events received and not confirmed by a backend's flush (its position), the backlog's too
+        received = self.received + self.backlog.events
+        undelivered = {w.name: received - w.position for w in self.exporter.workers if received > w.position}
+        spooled = {w.name: str(w.spool.own.path) for w in self.exporter.workers if w.spool is not None}
+        message = (f"rollscope trace sidecar {os.getpid()}: its traced process {traced} ended {ORPHAN_S:g} s ago "
+                   f"and a backend has not finished; exiting with events not confirmed delivered: {undelivered}"
+                   + (f"; what was spooled stays in {spooled} for the next tracer of that destination" if spooled
+                      else ""))  # fmt: skip
+        with contextlib.suppress(OSError):
+            os.write(2, (message + "\n").encode())
+        os._exit(3)
 
     def positions(self) -> dict[str, int]:
         return {w.name: w.position for w in self.exporter.workers}
