@@ -21,6 +21,7 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import math
 import netrc
 import os
 import shutil
@@ -37,7 +38,14 @@ from rollscope.sources import SourceError
 from rollscope.store import rescorings
 from rollscope.store.reader import TraceStore
 from rollscope.store.records import SpanRecord
-from rollscope.store.schema import TRAJECTORY_COLUMNS, encode_json, encode_payload, span_row, training_row
+from rollscope.store.schema import (
+    TRAJECTORY_COLUMNS,
+    UNREADABLE,
+    encode_json,
+    encode_payload,
+    span_row,
+    training_row,  # fmt: skip
+)
 from rollscope.store.text import REPLAY
 from rollscope.store.writer import ShardWriter
 from rollscope.tracing.backends.records import TRAINING_SCALARS
@@ -224,39 +232,108 @@ def _query(filters: dict[str, Any], first_step: int | None, last_step: int | Non
 
 def root_row(call: Any) -> tuple:
     """A trajectories row from a root call: the row its summary carries; a root without one (not
-    written by rollscope) gives what its attributes and output hold, its counts zero."""
-    inputs, output, attributes = call.inputs or {}, call.output or {}, call.attributes or {}
-    row = dict(((call.summary or {}).get(ROLLSCOPE) or {}).get("row") or {})
+    written by rollscope) gives what its attributes and output hold, its counts zero. A project is
+    others' writing: a field of the wrong type is left empty on its own row and named there
+    (``rollscope.unreadable``); a call that cannot be read at all is a row saying so."""
+    try:
+        return _root_row(call)
+    except Exception as exc:  # (a shape no check foresaw: that row only)
+        found = {"id": str(getattr(call, "id", "?")), "status": "error", "start_ns": 0,
+                 "attributes": encode_json({UNREADABLE: f"the root call could not be read: {type(exc).__name__}: "
+                                                         f"{str(exc)[:200]}"}).decode()}  # fmt: skip
+        return tuple(found.get(c, 0 if c.startswith(("num_", "logprob_")) or c in _ZERO else None)
+                     for c in TRAJECTORY_COLUMNS)  # fmt: skip
+
+
+def _root_row(call: Any) -> tuple:
+    inputs, output, attributes = _mapping(call.inputs), _mapping(call.output), _mapping(call.attributes)
+    problems: list[str] = []
+    row = dict(_mapping(_mapping(_mapping(call.summary).get(ROLLSCOPE)).get("row")))
     if not row:
         row = {"experiment": attributes.get("experiment_name"), "step": attributes.get("step"),
                "sample_index": attributes.get("sample_index"), "rollout_n": attributes.get("rollout_n"),
                "validate": attributes.get("validate"), "agent_name": attributes.get("agent_name"),
                "status": output.get("status") or ("error" if call.exception else "ok"),
-               "reward": output.get("reward"), "start_ns": _ns(call.started_at),
-               "end_ns": _ns(call.ended_at)}  # fmt: skip
-    row["id"] = inputs.get("trajectory_id") or call.id
+               "reward": output.get("reward"), "start_ns": _ns(call.started_at, problems, "started_at"),
+               "end_ns": _ns(call.ended_at, problems, "ended_at")}  # fmt: skip
+    given = inputs.get("trajectory_id")
+    row["id"] = given if isinstance(given, str) and given else str(call.id)
     row["validate"] = int(bool(row.get("validate")))
-    row["attributes"] = encode_json(row["attributes"]).decode() if row.get("attributes") else None
-    defaults = {"status": "ok", "start_ns": 0}
-    return tuple(row.get(c, defaults.get(c, 0 if c.startswith(("num_", "logprob_")) else None))
+    extra = row.get("attributes")
+    if extra is not None and not isinstance(extra, dict):
+        problems.append(f"attributes: a {type(extra).__name__}, not an object")
+        extra = None
+    for column in TRAJECTORY_COLUMNS:
+        value = row.get(column)
+        if value is not None and column in _COLUMN_TYPES and not _of_type(value, _COLUMN_TYPES[column]):
+            problems.append(f"{column}: {str(value)[:60]!r} is not {_COLUMN_TYPES[column][1]}")
+            row[column] = None
+    if problems:
+        extra = {**(extra or {}), UNREADABLE: "; ".join(problems)}
+    row["attributes"] = encode_json(extra).decode() if extra else None
+    defaults = {"status": "ok" if not problems else row.get("status") or "error", "start_ns": 0}
+    return tuple(_present(row.get(c), defaults.get(c, 0 if c.startswith(("num_", "logprob_")) or c in _ZERO else None))
                  for c in TRAJECTORY_COLUMNS)  # fmt: skip
+
+
+def _present(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+# What a trajectories column holds (``store.schema``): (the types it takes, how a message names them)
+_INT, _TEXT = ((int,), "an integer"), ((str,), "text")
+_COLUMN_TYPES = {
+    **dict.fromkeys(("step", "rollout_n", "start_ns", "end_ns", "num_spans", "num_llm_calls", "num_tool_calls",
+                     "num_errors", "num_tokens", "num_tool_errors", "num_truncated", "num_repeated_calls",
+                     "logprob_count", "answer_chars", "turn_limit"), _INT),
+    **dict.fromkeys(("project", "experiment", "agent_name", "status", "error_type", "error_message", "replay_of",
+                     "id"), _TEXT),
+    "reward": ((int, float), "a finite number"), "logprob_sum": ((int, float), "a finite number"),
+    "sample_index": ((int, float, str), "a number or text"),
+}  # fmt: skip
+_ZERO = {"answer_chars", "turn_limit"}
+
+
+def _of_type(value: Any, spec: tuple[tuple[type, ...], str]) -> bool:
+    if type(value) is bool or not isinstance(value, spec[0]):
+        return False
+    return not (isinstance(value, float) and not math.isfinite(value) and spec[1] != "a number or text")
+
+
+def _mapping(value: Any) -> dict[str, Any]:
+    return value if isinstance(value, dict) else {}
 
 
 def span_record(call: Any, trajectory_id: str) -> SpanRecord:
     """A span from its call, as the local store keeps it: what the call's shape does not hold
     (its own id and parent, exact times, attributes kept off the filter columns, packed number
     lists) comes from the call's ``rollscope`` summary."""
-    summary = call.summary or {}
-    own = summary.get(ROLLSCOPE) or {}
-    packed = own.get("packed") or {}
+    try:
+        return _span_record(call, trajectory_id)
+    except Exception as exc:  # a call others wrote, of a shape no check foresaw: that span only, marked
+        return SpanRecord(id=str(getattr(call, "id", "?")), trajectory_id=trajectory_id,
+                          parent_id=str(getattr(call, "parent_id", None) or "") or None,
+                          name=str(getattr(call, "op_name", "?"))[:200], kind="", start_ns=0, end_ns=None,
+                          status="error", error_type=None, error_message=None,
+                          attributes={UNREADABLE: f"the call could not be read: {type(exc).__name__}: "
+                                                  f"{str(exc)[:200]}"})  # fmt: skip
+
+
+def _span_record(call: Any, trajectory_id: str) -> SpanRecord:
+    summary = _mapping(call.summary)
+    own = _mapping(summary.get(ROLLSCOPE))
+    packed = _mapping(own.get("packed"))
     inputs = unpack(call.inputs, packed.get("inputs") or [])
     if own.get("wrapped"):
-        inputs = (inputs or {}).get("inputs")
-    attributes = {k: (call.attributes or {}).get(k) for k in own.get("own", [])}
-    attributes.update(own.get("hidden") or {})
+        inputs = _mapping(inputs).get("inputs")
+    attributes = {k: _mapping(call.attributes).get(k) for k in own.get("own", [])}
+    attributes.update(_mapping(own.get("hidden")))
     if REPLAY in summary:
         attributes[REPLAY] = summary[REPLAY]
-    error = json.loads(call.exception) if call.exception else {}
+    try:
+        error = _mapping(json.loads(call.exception)) if call.exception else {}
+    except (ValueError, TypeError):
+        error = {"message": str(call.exception)[:2000]}  # (not rollscope's JSON: its text)
     return SpanRecord(
         id=own.get("span", call.id), trajectory_id=trajectory_id, parent_id=own.get("parent"),
         name=call.display_name or call.op_name, kind=own.get("kind") or (call.attributes or {}).get("kind", ""),
@@ -268,12 +345,18 @@ def span_record(call: Any, trajectory_id: str) -> SpanRecord:
     )  # fmt: skip
 
 
-def _ns(value: Any) -> int | None:
+def _ns(value: Any, problems: list[str] | None = None, field: str = "time") -> int | None:
+    """A call's time in nanoseconds; None (named in ``problems``) for one that is not a time."""
     if value is None:
         return None
-    if isinstance(value, str):
-        value = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
-    return int(value.timestamp() * 1_000_000) * 1000
+    try:
+        if isinstance(value, str):
+            value = datetime.datetime.fromisoformat(value.replace("Z", "+00:00"))
+        return int(value.timestamp() * 1_000_000) * 1000
+    except (ValueError, TypeError, AttributeError, OverflowError, OSError):
+        if problems is not None:
+            problems.append(f"{field}: {str(value)[:60]!r} is not a time")
+        return None
 
 
 def _server(project: str) -> Any:

@@ -30,7 +30,7 @@ from rollscope.store.text import with_text
 from rollscope.viewer.charts import Chart, charts, distribution, series_charts, sparkline
 from rollscope.viewer.chat import ground_truth, turns
 from rollscope.viewer.tokens import retokenization, token_view, training_token_view
-from rollscope.viewer.views import figures, first_user_message, fmt, main_text, table_row, tool_call
+from rollscope.viewer.views import bounded_tree, figures, first_user_message, fmt, main_text, table_row, tool_call
 
 PAGE_SIZE = 100
 STATIC = {"/static/style.css": ("style.css", "text/css; charset=utf-8")}
@@ -131,7 +131,7 @@ class Viewer:
 
         replays = self.store().trajectories(replay_of=record.id, order_by="start")
         original = self.store().get(record.replay_of).training if record.replay_of else None
-        return self._render("trajectory.html", title=record.id, t=record, roots=record.tree(), bar=bar,
+        return self._render("trajectory.html", title=record.id, t=record, roots=bounded_tree(record.tree()), bar=bar,
                             turns=turns(record), task=first_user_message(record), truth=ground_truth(record),
                             replays=replays, training=record.training, tv=training_token_view(record),
                             original=original, drift=retokenization(record),

@@ -74,6 +74,30 @@ def count(value: Any) -> str:
     return str(value) if type(value) is int else "<span class=\"bad-value\" title=\"not a number\">?</span>"
 
 
+MAX_DEPTH = 40  # span nesting drawn as nesting; deeper spans are drawn at this depth, in their order
+
+
+def bounded_tree(roots: list[SpanRecord], limit: int = MAX_DEPTH) -> list[SpanRecord]:
+    """The span tree with what is nested deeper than ``limit`` drawn at that depth (in order, each
+    marked ``nested_deeper``): a trajectory others wrote may nest thousands of spans, and the page
+    draws each level with a template macro, which recurses. Walked without recursion."""
+    stack = [(root, 1) for root in roots]
+    while stack:
+        span, depth = stack.pop()
+        if depth < limit:
+            stack.extend((child, depth + 1) for child in span.children)
+            continue
+        below, pending = [], list(reversed(span.children))
+        while pending:
+            node = pending.pop()
+            pending.extend(reversed(node.children))
+            node.children = []
+            node.attributes = {**(node.attributes or {}), "nested_deeper": True}
+            below.append(node)
+        span.children = below
+    return roots
+
+
 def shorten(text: str | None, limit: int | None) -> str | None:
     if text is None or limit is None or len(text) <= limit:
         return text

@@ -135,3 +135,27 @@ def test_push_sends_every_readable_trajectory_and_says_which_it_left_out(hostile
     experiment = mlflow.get_experiment_by_name("hostile")
     [trace] = mlflow.search_traces(experiment_ids=[experiment.experiment_id], return_type="list")
     assert readable in str(trace.info.tags) + str(trace.info.trace_metadata) + str(trace.data.spans[0].attributes)
+
+
+def test_a_trajectory_nested_thousands_deep_is_drawn_whole(tmp_path):
+    """2,000 spans each inside the last (the local store or a Weave project can hold such a tree):
+    the page answers, every span on it, the deepest drawn at the viewer's depth bound."""
+    import contextlib
+
+    tracing.init_tracing(trace_dir=str(tmp_path))
+    with tracing.rollout_trace_attr(step=0, sample_index=0), contextlib.ExitStack() as nest:
+        for i in range(2000):
+            nest.enter_context(tracing.trace_span(f"level{i}"))
+    assert tracing.flush_tracing(60)
+    tracing.shutdown_tracing()
+    with TraceStore(tmp_path) as store:
+        [t] = store.trajectories()
+    httpd = make_server(str(tmp_path), port=0)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        response = httpx.get(f"http://127.0.0.1:{httpd.server_address[1]}/t/{t.id}", timeout=120)
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+    assert response.status_code == 200
+    assert all(f">level{i}<" in response.text for i in (0, 39, 40, 1999))

@@ -188,3 +188,76 @@ def test_the_viewer_serves_the_same_pages_from_weave(same_run, capsys):
         assert status == 200, (target, page[:300])
         assert page == local.handle(target)[2], target
     local.store().close(), weave.store().close()
+
+
+HOSTILE_PROJECT = "ent/hostile"
+HTML = '<meta http-equiv="refresh" content="0;url=https://example.invalid/">'
+
+
+def _write_calls(calls):
+    """Calls written straight to W&B's own server, as anyone with access to a project could."""
+    import datetime
+
+    from rollscope.sources.weave import _server
+    from rollscope.tracing.backends.weave import send_calls
+
+    now = datetime.datetime.now(datetime.timezone.utc)
+    batch = [{"project_id": HOSTILE_PROJECT, "id": c["id"], "trace_id": c["trace"], "parent_id": c.get("parent"),
+              "op_name": c.get("op", "hostile.op"), "display_name": c.get("op", "hostile.op"), "started_at": now,
+              "ended_at": now, "attributes": c.get("attributes", {}), "inputs": c.get("inputs", {}),
+              "output": c.get("output"), "summary": c.get("summary", {}), "exception": c.get("exception")}
+             for c in calls]  # fmt: skip
+    return send_calls(_server(HOSTILE_PROJECT), batch)
+
+
+def test_a_hostile_project_costs_each_bad_call_only_itself(weave_trace_server):
+    """Root calls whose rows hold a dict reward, NaN, a time that is no time, HTML in a count; spans
+    whose exception is not JSON, whose packed numbers do not parse, 300 of them nested: each bad
+    field is left empty and named on its own row or span, the good trajectory reads as written,
+    and every page of the viewer answers, the hostile text drawn as text."""
+    import uuid
+
+    from rollscope.store.schema import UNREADABLE
+    from rollscope.viewer.server import Viewer
+
+    from rollscope.tracing.backends.weave import call_id
+
+    def root(tid, row):  # (ids as rollscope derives them: a trajectory's calls are found by its trace id)
+        return {"id": call_id(tid), "trace": call_id(tid), "inputs": {"trajectory_id": tid},
+                "summary": {"rollscope": {"row": {"status": "ok", "start_ns": 1, **row}}}}  # fmt: skip
+
+    good = root("good", {"reward": 1.0, "step": 3, "num_llm_calls": 2})
+    roots = [good, root("dict-reward", {"reward": {"a": 1}}), root("nan", {"reward": "NaN"}),
+             root("time", {"start_ns": "yesterday"}), root("html", {"num_llm_calls": HTML, "agent_name": HTML})]
+    deep = roots[0]
+    spans, parent = [], deep["id"]
+    for i in range(300):  # under the good root: nested 300 deep
+        span = {"id": str(uuid.uuid4()), "trace": deep["trace"], "parent": parent, "op": f"level{i}"}
+        spans.append(span)
+        parent = span["id"]
+    spans[5]["exception"] = "<b>not json</b>"
+    spans[6]["summary"] = {"rollscope": {"packed": {"output": [["ids"]]}}}
+    spans[6]["output"] = {"ids": "1 2 three"}
+    assert _write_calls(roots + spans) == []
+
+    with open_source(f"weave:{HOSTILE_PROJECT}") as source:
+        found = {t.id: t for t in source.trajectories()}
+        assert set(found) == {"good", "dict-reward", "nan", "time", "html"}
+        assert found["good"].reward == 1.0 and UNREADABLE not in found["good"].attributes
+        assert "reward:" in found["dict-reward"].attributes[UNREADABLE] and found["dict-reward"].reward is None
+        assert "reward:" in found["nan"].attributes[UNREADABLE] and found["nan"].reward is None
+        assert "start_ns:" in found["time"].attributes[UNREADABLE]
+        assert found["html"].num_llm_calls == 0 and "num_llm_calls:" in found["html"].attributes[UNREADABLE]
+        assert found["html"].agent_name == HTML  # text, kept as text
+        by_name = {s.name: s for s in source.get("good").spans}
+        assert len(by_name) == 300
+        assert by_name["level5"].error_message == "<b>not json</b>"
+        assert UNREADABLE in by_name["level6"].attributes and "level7" in by_name
+    viewer = Viewer(source=f"weave:{HOSTILE_PROJECT}")
+    for target in ("/", "/t/good", "/t/html", "/t/nan", "/insights", "/steps"):
+        status, _, body = viewer.handle(target)
+        page = body.decode()
+        assert status == 200, (target, page[:300])
+        assert "<meta http-equiv" not in page and "<b>not json" not in page, target
+    assert "level299" in viewer.handle("/t/good")[2].decode()
+    viewer.store().close()
