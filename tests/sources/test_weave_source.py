@@ -218,9 +218,8 @@ def test_a_hostile_project_costs_each_bad_call_only_itself(weave_trace_server):
     import uuid
 
     from rollscope.store.schema import UNREADABLE
-    from rollscope.viewer.server import Viewer
-
     from rollscope.tracing.backends.weave import call_id
+    from rollscope.viewer.server import Viewer
 
     def root(tid, row):  # (ids as rollscope derives them: a trajectory's calls are found by its trace id)
         return {"id": call_id(tid), "trace": call_id(tid), "inputs": {"trajectory_id": tid},
