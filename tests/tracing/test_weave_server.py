@@ -156,3 +156,35 @@ def test_each_op_page_shows_the_traced_functions_own_code(weave_trace_server):
     assert "math_run" not in sources["CodeLoop.run"]
     for call in weave_calls("ent/ops"):
         assert not any(key.startswith("code.") for key in call["attributes"]), call["attributes"]
+
+
+def test_push_publishes_no_file_a_stored_span_names_as_its_op_source(weave_trace_server, tmp_path):
+    """A shard is others' writing: a span whose code attributes name a file (a key file, a module's
+    line that defines no function) must not make that file's text an op's source in Weave when the
+    store is pushed; the calls are sent, their ops are stubs."""
+    import weave
+
+    from rollscope.tracing.push import push, weave_destination
+
+    secret = tmp_path / "id_rsa"
+    secret.write_text("-----BEGIN OPENSSH PRIVATE KEY----- not-for-weave\n")
+    module = tmp_path / "settings.py"
+    module.write_text('TOKEN = "not-for-weave-either"\n')
+    tracing.init_tracing(trace_dir=str(tmp_path / "traces"))
+    for i, (path, name) in enumerate([(secret, "Leak.run"), (module, "Settings.run")]):
+        code = {"code.file.path": str(path), "code.line.number": 1, "code.function.name": name.split(".")[0]}
+        with tracing.rollout_trace_attr(step=0, sample_index=i), tracing.trace_span(name, kind="agent", **code):
+            pass
+    assert tracing.flush_tracing(30)
+    tracing.shutdown_tracing()
+    client = weave.init("ent/pushed-ops")
+    assert list(push("weave", str(tmp_path / "traces"), destination=weave_destination(client=client)))[-1] == (2, 2)
+    filters = {"is_op": True, "latest_only": True, "object_ids": ["Leak.run", "Settings.run"]}
+    ops = client.server.objs_query({"project_id": client.project_id, "filter": filters, "limit": None, "offset": None,
+                                    "sort_by": None, "metadata_only": False, "include_storage_size": False,
+                                    "include_tags_and_aliases": False}).objs  # fmt: skip
+    assert sorted(op.object_id for op in ops) == ["Leak.run", "Settings.run"]
+    for op in ops:
+        source = client.server.file_content_read({"project_id": client.project_id,
+                                                  "digest": op.val["files"]["obj.py"]}).content.decode()  # fmt: skip
+        assert "not-for-weave" not in source and "Stands for an op recorded by rollscope" in source

@@ -241,17 +241,31 @@ def _op_name(client: Any, name: str, ops: dict[str, str], attributes: dict[str, 
 def _function_at(attributes: dict[str, Any]) -> Any:
     """A function whose source, as ``inspect`` reads it (and Weave with it), is the traced
     function's: a stub's code object pointed at the file and line the span names. Nothing of the
-    user's code is imported or run here (the file is read where the op is published)."""
+    user's code is imported or run here (the file is read where the op is published). Only where
+    that line of a ``.py`` file defines that function: a span's attributes may come from a spool
+    another process left, and a path and line must not make any other file's text the op's source."""
 
     def stub(*args: Any, **kwargs: Any) -> None:
         """Stands for an op recorded by rollscope (its calls are written, never made)."""
 
     path, line, qualname = (attributes.get(k) for k in (CODE_FILE, CODE_LINE, CODE_FUNCTION))
-    if isinstance(path, str) and isinstance(line, int) and isinstance(qualname, str) and os.path.isfile(path):
+    if isinstance(path, str) and isinstance(line, int) and isinstance(qualname, str) and _defines(path, line, qualname):
         short = qualname.rsplit(".", 1)[-1]
         stub.__code__ = stub.__code__.replace(co_filename=path, co_firstlineno=line, co_name=short)
         stub.__name__, stub.__qualname__ = short, qualname
     return stub
+
+
+def _defines(path: str, line: int, qualname: str) -> bool:
+    """Whether line ``line`` of the Python file ``path`` defines the function ``qualname``."""
+    if not path.endswith(".py") or not os.path.isfile(path) or line < 1:
+        return False
+    import linecache
+    import re
+
+    short = qualname.rsplit(".", 1)[-1]
+    text = linecache.getline(path, line)
+    return re.match(rf"\s*(?:@.*|(?:async\s+)?def\s+{re.escape(short)}\s*\()", text) is not None
 
 
 def _usage(span: Any) -> dict[str, Any] | None:
@@ -324,7 +338,8 @@ def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: d
         error = s.status == "error"
         calls.append({
             "project_id": project_id, "id": cid, "trace_id": root_id, "parent_id": ids.get(s.parent_id, root_id),
-            "op_name": _op_name(client, s.name, ops, s.attributes), "display_name": s.name, "started_at": started,
+            "op_name": _op_name(client, s.name, ops, s.attributes if type(s) is Span else None),
+            "display_name": s.name, "started_at": started,
             "attributes": span_attributes, "inputs": inputs, "ended_at": _time(s.end_ns or s.start_ns),
             "output": compact(s.outputs, packed_out), "summary": summary,
             "exception": _exception(s.error_type, s.error_message) if error else None})  # fmt: skip
