@@ -73,6 +73,13 @@ class NoRedaction:
         pass
 
 
+class CutText(str):
+    """A string cut before it crossed to the trace sidecar (``_wire.cut_before_crossing``): its
+    first part, and how long the whole was (``original``), so the truncation written counts it."""
+
+    original: int
+
+
 class PayloadShaper:
     """JSON conversion + truncation + redaction + token2text, in one pass over the value."""
 
@@ -119,10 +126,20 @@ class PayloadShaper:
             s = f"{s[: self.max_chars]}…[truncated {len(s) - self.max_chars} chars]"
         return s
 
+    def _cut_string(self, s: CutText) -> str:
+        """A string cut in the traced process, shaped as ``_string`` shapes the whole: redacted, at
+        most ``max_chars`` kept, the truncation counting what was left there too."""
+        text = str.__str__(s)
+        text = self.redactor.text(text if text.isascii() else encodable(text))
+        keep = len(text) if self.max_chars is None else min(len(text), self.max_chars)
+        return f"{text[:keep]}…[truncated {len(text) - keep + s.original - len(s)} chars]"
+
     def _convert(self, v: Any, depth: int, decoder: Any) -> Any:
         t = type(v)
         if t is str:
             return self._string(v)
+        if t is CutText:
+            return self._cut_string(v)
         if t is int:
             return v if -(2**63) <= v < 2**63 else str(v)  # JSON readers choke on bigger ints
         if v is None or t is bool:

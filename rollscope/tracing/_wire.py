@@ -30,7 +30,7 @@ from rollscope.tracing._events import (
     TRAJECTORY_END,
     TRAJECTORY_START,
 )
-from rollscope.tracing._payload import UNRECORDED, NoRedaction, PayloadShaper, unrecorded
+from rollscope.tracing._payload import UNRECORDED, CutText, NoRedaction, PayloadShaper, unrecorded
 from rollscope.tracing._values import CONVERTERS, UNKNOWN, converter_for, error_text, native
 from rollscope.tracing.spans import STATUS_OK, Span, SpanKind, Trajectory, new_id
 
@@ -113,9 +113,17 @@ def _trajectory_args(t: Trajectory) -> tuple:
     )  # fmt: skip
 
 
+def _cut_text(text: str, original: int) -> CutText:
+    if type(text) is not str or type(original) is not int or original < len(text):
+        raise pickle.UnpicklingError("trace wire refuses a malformed cut string")
+    cut = CutText(text)
+    cut.original = original
+    return cut
+
+
 _ALLOWED: dict[tuple[str, str], Any] = {
     **{("builtins", c.__name__): c for c in (dict, list, str, int, float, bytes, bool)},
-    **{(__name__, f.__name__): f for f in (_plain, _span, _trajectory)},
+    **{(__name__, f.__name__): f for f in (_plain, _span, _trajectory, _cut_text)},
 }
 _GLOBALS = {id(obj) for obj in _ALLOWED.values()}
 
@@ -123,6 +131,8 @@ _GLOBALS = {id(obj) for obj in _ALLOWED.values()}
 class _Encoder(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         t = type(obj)
+        if t is CutText:
+            return _cut_text, (str.__str__(obj), obj.original)
         if t is Span:
             return _span, _span_args(obj, obj.error_message, obj.inputs, obj.outputs, obj.attributes,
                                      _decoder_name(obj))  # fmt: skip
@@ -215,12 +225,55 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
             buffer.seek(0)
             buffer.truncate()
             pickler.dump(record)
+            if buffer.tell() > _cut.bytes:  # (rare: a huge value; what the sidecar would cut goes first)
+                buffer.seek(0)
+                buffer.truncate()
+                pickler.dump(_cut_long(record, _cut.chars))
             append(buffer.getvalue())
         except Exception:  # a payload the pickler cannot take
             del _LOCAL.pickler  # (its state after a failed dump is not to be trusted)
             _pack_plain(append, record)
     except Exception as exc:
         failed(exc)
+
+
+class _Cut:
+    bytes = 1 << 62  # records past this size are walked and cut (none until the tracer sets it)
+    chars = 0
+
+
+_cut = _Cut()
+
+
+def cut_before_crossing(max_payload_chars: int | None) -> None:
+    """The sidecar keeps ``max_payload_chars`` of a string (``PayloadShaper``): a record past a few
+    MB has its longer strings cut before it is pickled and piped whole, keeping that many and a
+    margin (a secret that spans the cut is still redacted whole in the sidecar)."""
+    if max_payload_chars is None:
+        _cut.bytes, _cut.chars = 1 << 62, 0
+    else:
+        _cut.chars = max_payload_chars + CUT_MARGIN_CHARS
+        _cut.bytes = max(4 << 20, 8 * _cut.chars)
+
+
+CUT_MARGIN_CHARS = 4096
+
+
+def _cut_long(value: Any, keep: int, depth: int = 0) -> Any:
+    """``value`` with every string longer than ``keep`` a ``CutText`` (depth-limited walk)."""
+    t = type(value)
+    if t is str:
+        return _cut_text(value[:keep], len(value)) if len(value) > keep else value
+    if depth > 64:
+        return value
+    if t is tuple or t is list:
+        return t(_cut_long(v, keep, depth + 1) for v in value)
+    if t is dict:
+        return {k: _cut_long(v, keep, depth + 1) for k, v in value.items()}
+    if t is Span:
+        return _span(*_span_args(value, value.error_message, _cut_long(value.inputs, keep, depth + 1),
+                                 _cut_long(value.outputs, keep, depth + 1), value.attributes, _decoder_name(value)))
+    return value
 
 
 def _new_pickler() -> tuple[io.BytesIO, pickle.Pickler]:

@@ -492,3 +492,39 @@ def test_a_sidecar_whose_backend_hangs_in_a_flush_exits_within_its_bound_and_say
     assert "ended 2 s ago and a backend has not finished" in err
     assert "not confirmed delivered: {'sidecar-ledger': " in err and "'local'" not in err.split("delivered:")[1]
     assert TraceStore(tmp_path / "traces").count() == 20  # the local store's copy was whole
+
+
+def test_a_huge_string_is_cut_before_it_crosses_to_the_sidecar_and_stored_as_if_whole(trace_dir):
+    """A 6 MB traced string: the record piped to the sidecar is cut to what the sidecar keeps (its
+    max_payload_chars and a margin), and what is stored is what shaping the whole string stores:
+    the secret near its start redacted, the truncation counting every character of the whole."""
+    from rollscope.tracing._payload import PayloadShaper
+    from rollscope.tracing._redaction import Redactor
+
+    from rollscope.tracing._wire import CUT_MARGIN_CHARS, CutText, _cut
+
+    tracing.init_tracing(trace_dir=str(trace_dir), max_payload_chars=1000)
+    worker = the_sidecar()
+    secret = "AKIA" + "Q" * 16
+    huge = "x" * 990 + f" key={secret} " + "y" * (6 << 20)
+    piped = []
+    send = worker.sender._send_frame
+
+    def measured(kind, body=b""):  # (the frames this process pipes, measured as they are written)
+        piped.append(len(body))
+        return send(kind, body)
+
+    try:
+        worker.sender._send_frame = measured
+        with tracing.rollout_trace_attr(step=0, sample_index=0), tracing.trace_span("big", inputs={"text": huge}):
+            pass
+        assert tracing.flush_tracing(60)
+    finally:
+        tracing.shutdown_tracing()
+    assert _cut.chars == 1000 + CUT_MARGIN_CHARS and issubclass(CutText, str)
+    assert piped and max(piped) < 64 << 10, piped  # (the whole would be a 6 MB frame)
+    [t] = TraceStore(trace_dir).trajectories()
+    [span] = TraceStore(trace_dir).get(t.id).spans
+    text = span.inputs["text"]
+    assert secret not in text and text.startswith("x" * 990)
+    assert text == PayloadShaper(Redactor(), 1000).shape(huge)

@@ -34,6 +34,7 @@ class SidecarWorker:
         self.names = [name for name, _, _ in config["backends"]]
         self.process = SidecarProcess(self.config)
         self.failover = Failover(self.config, self.process.resume, self.process.pid)
+        wire.cut_before_crossing(config.get("max_payload_chars"))  # (what the sidecar would cut is not piped)
         self.sender = Sender(self.process.send, self.failover, keep_for_replay=any(self.process.resume.values()),
                              token2text=bool(config.get("token2text")))  # fmt: skip
         self.pack = self.sender.pack
