@@ -500,7 +500,6 @@ def test_a_huge_string_is_cut_before_it_crosses_to_the_sidecar_and_stored_as_if_
     the secret near its start redacted, the truncation counting every character of the whole."""
     from rollscope.tracing._payload import PayloadShaper
     from rollscope.tracing._redaction import Redactor
-
     from rollscope.tracing._wire import CUT_MARGIN_CHARS, CutText, _cut
 
     tracing.init_tracing(trace_dir=str(trace_dir), max_payload_chars=1000)
