@@ -214,8 +214,9 @@ def test_a_template_that_changes_a_reply_is_found_at_the_exact_token(verl_config
     """A planted mismatch: the template re-renders the assistant's 391 as 392. The first differing
     position is the first token of the reply where the two texts' tokens part."""
     planted = copy.deepcopy(tokenizer)
-    planted.chat_template = tokenizer.chat_template.replace("{{ m['content'] }}",
-                                                            "{{ m['content'] | replace('391', '392') }}")  # fmt: skip
+    planted.chat_template = tokenizer.chat_template.replace("{{ content[ns.at:] }}",
+                                                            "{{ content[ns.at:] | replace('391', '392') }}")  # fmt: skip
+    assert planted.chat_template != tokenizer.chat_template
     out = run_loop(verl_config, planted, ["The answer is 391."], tools=[])
     said, rendered = tokenizer.encode("The answer is 391."), tokenizer.encode("The answer is 392.")
     parted = next(i for i, (x, y) in enumerate(zip(said, rendered, strict=False)) if x != y)
