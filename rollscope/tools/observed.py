@@ -18,6 +18,7 @@ call in verl's backend, so no call is recorded twice.
 from __future__ import annotations
 
 import functools
+import logging
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -30,6 +31,7 @@ from rollscope.tools.traced_tool import LIFECYCLE, begin_tool_span, describe_res
 from rollscope.tracing import rollout_trace_op
 from rollscope.tracing.instrument import current_frame, end_span, state
 
+log = logging.getLogger("rollscope.tools")
 _FLAG = "__rollscope_tool_traced__"
 _traced_classes: dict[type, type] = {}
 
@@ -59,6 +61,8 @@ def _traced_class(cls: type) -> type:
                 namespace[name] = _in_trajectory(rollout_trace_op(getattr(cls, name), kind=kind,
                                                                   name=f"{cls.__name__}.{name}"), getattr(cls, name))
     else:
+        log.warning("a tool of class %s.%s is neither a verl BaseTool nor a verl FunctionTool: rollscope cannot "
+                    "trace its calls (subclass TracedTool, or verl's BaseTool)", cls.__module__, cls.__qualname__)
         return cls
     namespace.update({_FLAG: True, "__module__": cls.__module__, "__qualname__": cls.__qualname__,
                       "__doc__": cls.__doc__})  # fmt: skip

@@ -201,3 +201,13 @@ def test_verls_own_decorator_records_nothing_where_rollscope_records_the_call(ve
     finally:
         tracing.shutdown_tracing()
     assert SwitchWitness.seen == [False] and t.num_tool_calls == 1  # recorded once: by rollscope
+
+
+def test_a_tool_that_cannot_be_traced_is_said_once(caplog):
+    class Duck:  # neither a BaseTool nor a FunctionTool: what could it run?
+        name = "duck"
+
+    with caplog.at_level("WARNING", logger="rollscope.tools"):
+        observe_tools([Duck(), Duck()])
+    said = [r.getMessage() for r in caplog.records if "cannot trace its calls" in r.getMessage()]
+    assert len(said) == 1 and "Duck" in said[0]
