@@ -94,7 +94,9 @@ def drift_lines(drift: dict) -> list[str]:
             continue
         ours = d.get("rollout_text", " ".join(map(str, d.get("rollout") or [])))
         theirs = d.get("template_text", " ".join(map(str, d.get("template") or [])))
-        lines.append(f"at {d.get('position')} ({d.get('cause', 'ids')}): trained on {ours!r}, template {theirs!r}")
+        said = f" — {d['said']}" if isinstance(d.get("said"), str) else ""
+        lines.append(f"at {d.get('position')} ({d.get('cause', 'ids')}): trained on {ours!r}, "
+                     f"template {theirs!r}{said}")
     count = drift.get("difference_count")
     if isinstance(count, int) and count > len(lines) > 0:
         lines.append(f"... and {count - len(lines)} more")

@@ -70,7 +70,9 @@ def first_difference(rollout_ids: list[int], template_ids: list[int], window: in
                                       "template": template_ids[j1:j2]}  # fmt: skip
         if decode is not None:
             ours, theirs = decode(rollout_ids[i1:i2]), decode(template_ids[j1:j2])
-            difference.update({"rollout_text": ours, "template_text": theirs, "cause": _cause(ours, theirs)})
+            cause = _cause(ours, theirs)
+            difference.update({"rollout_text": ours, "template_text": theirs, "cause": cause,
+                               "said": _said(cause, ours, theirs)})  # fmt: skip
         differences.append(difference)
     at = blocks[0][0]
     low = max(0, at - window)
@@ -114,6 +116,19 @@ def _cause(ours: str, theirs: str) -> str:
     if "".join(ours.split()) == "".join(theirs.split()):
         return WHITESPACE
     return "text"
+
+
+def _said(cause: str, ours: str, theirs: str) -> str:
+    """The difference in words: what the template does to the conversation there."""
+    if cause == SPLIT_ONLY:
+        return "the same text, in other tokens than its tokenizer makes of it (the model's split)"
+    if cause == WHITESPACE:
+        return "the template writes it with other spacing (a tool call's JSON re-rendered, say)"
+    if not ours:
+        return "the template adds text the model did not write"
+    if not theirs:
+        return "the template leaves out text the model wrote"
+    return "the template writes other text than the model did"
 
 
 def _same_text(rollout: str, template: str) -> bool:

@@ -82,6 +82,7 @@ def test_the_kept_messages_render_back_to_the_produced_tokens_where_the_template
     [difference] = check["differences"]
     assert difference["rollout_text"] == "" and difference["template_text"] == "<think>\n\n</think>\n\n"
     assert difference["cause"] == "text" and check["cause"] == "text"
+    assert difference["said"] == "the template adds text the model did not write"
     assert tokenizer.decode(run.outputs["response_ids"]).endswith(ANSWER + "<|im_end|>")
 
 

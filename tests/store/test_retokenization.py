@@ -127,4 +127,6 @@ def test_every_difference_is_found_each_with_its_cause(tokenizer):
     from rollscope.cli.render import drift_lines
 
     lines = drift_lines(found)
-    assert len(lines) == 2 and lines[1] == f"at {late} (whitespace): trained on ' ', template ''"
+    assert first["said"] == "the template writes other text than the model did"
+    assert len(lines) == 2 and lines[1] == (f"at {late} (whitespace): trained on ' ', template '' — the template "
+                                            "writes it with other spacing (a tool call's JSON re-rendered, say)")
