@@ -46,7 +46,12 @@ def observe_tools(tools: Iterable[Any] | None) -> None:
         if traced is None:
             traced = _traced_classes[cls] = _traced_class(cls)
         if traced is not cls:
-            tool.__class__ = traced
+            try:
+                tool.__class__ = traced
+            except TypeError as exc:  # an instance whose class cannot be switched (a native type)
+                _traced_classes[cls] = cls
+                log.warning("tool %r of class %s cannot be given a traced class (%s): its calls are not traced",
+                            getattr(tool, "name", "?"), cls.__qualname__, exc)  # fmt: skip
 
 
 def _traced_class(cls: type) -> type:
@@ -65,7 +70,7 @@ def _traced_class(cls: type) -> type:
                     "trace its calls (subclass TracedTool, or verl's BaseTool)", cls.__module__, cls.__qualname__)
         return cls
     namespace.update({_FLAG: True, "__module__": cls.__module__, "__qualname__": cls.__qualname__,
-                      "__doc__": cls.__doc__})  # fmt: skip
+                      "__doc__": cls.__doc__, "__slots__": ()})  # fmt: skip (no slot: the same layout)
     return type(cls.__name__, (cls,), namespace)
 
 
