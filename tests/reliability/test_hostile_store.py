@@ -5,7 +5,6 @@ CLI and the viewer, and with what could not be read marked where it is and count
 import sqlite3
 import subprocess
 import sys
-import threading
 import time
 
 import httpx
@@ -15,7 +14,7 @@ import zstandard
 from rollscope import tracing
 from rollscope.store import TraceStore
 from rollscope.store.schema import MAX_PAYLOAD_BYTES, UNREADABLE
-from rollscope.viewer.server import make_server
+from tests.viewer.conftest import serving
 
 pytestmark = pytest.mark.slow
 HOSTILE_HTML = '<meta http-equiv="refresh" content="0;url=https://example.invalid/">'
@@ -103,15 +102,9 @@ def test_the_cli_lists_and_shows_them_in_bounded_time(hostile):
 
 def test_the_viewer_shows_a_hostile_count_as_a_marker(hostile):
     trace_dir, ids, _ = hostile
-    httpd = make_server(str(trace_dir), port=0)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    url = f"http://127.0.0.1:{httpd.server_address[1]}"
-    try:
+    with serving(trace_dir) as url:
         table = httpx.get(url + "/", timeout=60).text
         page = httpx.get(f"{url}/t/{ids[0]}", timeout=60).text
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
     assert "<meta http-equiv" not in table and "<meta http-equiv" not in page
     assert 'class="bad-value"' in table and all(i in table for i in ids)
 
@@ -150,12 +143,7 @@ def test_a_trajectory_nested_thousands_deep_is_drawn_whole(tmp_path):
     tracing.shutdown_tracing()
     with TraceStore(tmp_path) as store:
         [t] = store.trajectories()
-    httpd = make_server(str(tmp_path), port=0)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        response = httpx.get(f"http://127.0.0.1:{httpd.server_address[1]}/t/{t.id}", timeout=120)
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(tmp_path) as url:
+        response = httpx.get(f"{url}/t/{t.id}", timeout=120)
     assert response.status_code == 200
     assert all(f">level{i}<" in response.text for i in (0, 39, 40, 1999))

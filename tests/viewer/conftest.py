@@ -1,6 +1,7 @@
 """A store recorded through the real tracing API: 3 steps x 2 samples x GRPO groups of 4, llm and
 tool spans with token counts, rewards, a failed tool call, and a tool result carrying HTML."""
 
+import contextlib
 import threading
 
 import pytest
@@ -51,6 +52,9 @@ def serve(store_dir):
     yield f"http://127.0.0.1:{httpd.server_address[1]}"
     httpd.shutdown()
     httpd.server_close()
+
+
+serving = contextlib.contextmanager(serve)  # ``with serving(store_dir) as url:`` inside a test
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ from rollscope.store import TraceStore
 from rollscope.store.compaction import compact
 from rollscope.store.segments import SEGMENTS
 from rollscope.viewer.server import make_server
-from tests.viewer.conftest import HOSTILE, record
+from tests.viewer.conftest import HOSTILE, record, serving
 
 
 def get(server, path):
@@ -231,13 +231,8 @@ def test_every_retokenization_difference_is_listed_as_text_with_its_cause(tmp_pa
     tracing.shutdown_tracing()
     with TraceStore(tmp_path) as store:
         [t] = store.trajectories()
-    httpd = make_server(str(tmp_path), port=0)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        page = get(f"http://127.0.0.1:{httpd.server_address[1]}", f"/t/{t.id}").text
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with serving(tmp_path) as url:
+        page = get(url, f"/t/{t.id}").text
     items = re.findall(r"<li>at (\d+) \((\w+)\)", page)
     assert items == [("12", "text"), ("30", "whitespace")]
     assert "template <code>&lt;think&gt;" in page and "<think>" not in page
