@@ -4,6 +4,9 @@ class, and with its methods wrapped as Ray wraps an actor's), verl's real ``LLMS
 backend: the local store, Weave (the real client, over HTTP to a W&B stand-in) and MLflow (a real
 SQLite store)."""
 
+from pathlib import Path
+
+import numpy as np
 import pytest
 import ray
 from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
@@ -183,3 +186,46 @@ def test_with_verls_tracing_off_rollscope_still_records_every_span(config_for, l
     for t in trajectories:
         [run] = t.tree()
         assert_complete_tree(run)
+
+
+VERL_TOOLS = Path(__file__).resolve().parent.parent / "fixtures" / "verl_tools"
+
+
+def test_verls_own_tools_in_verls_ported_loop_over_verls_client_and_ray(model_dir, load_balancer, tmp_path,
+                                                                         monkeypatch):  # fmt: skip
+    """What users bring, on verl's training path: verl's ToolAgentLoop ported to TracedAgentLoop,
+    verl's Gsm8kTool from verl's tool YAML and verl function tools from ``function_tool_path``,
+    verl's worker wrapped as a Ray actor, verl's real LLM client to a server actor over Ray, only
+    verl's ``trace.*`` keys set. Every tool call is a tool span; the counts are the calls."""
+    monkeypatch.setenv("ROLLSCOPE_TRACE_DIR", str(tmp_path / "traces"))  # (where the store is: no verl key)
+    loops = tmp_path / "agent_loops.yaml"
+    loops.write_text("- name: ported_tool_agent\n  _target_: tests.agentloops.user_loops.PortedToolAgentLoop\n")
+    RolloutTraceConfig.reset()
+    cfg = compose_config(model_dir, [
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={VERL_TOOLS / 'gsm8k_tool_config.yaml'}",
+        f"actor_rollout_ref.rollout.multi_turn.function_tool_path={VERL_TOOLS / 'function_tools.py'}",
+        "actor_rollout_ref.rollout.trace.backend=local", "actor_rollout_ref.rollout.calculate_log_probs=True",
+    ])  # fmt: skip
+    batch = grpo_batch(N_ROLLOUTS, STEP, agent_name="ported_tool_agent")
+    batch.non_tensor_batch["tools_kwargs"] = np.array(
+        [{"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": str(r["ground_truth"])}}}
+         for r in batch.non_tensor_batch["reward_model"]], dtype=object)  # fmt: skip
+    try:
+        run_worker(WORKERS["ray actor"], cfg, verl_llm_client(cfg, start_llm_servers(model_dir, "verl_tools")), batch)
+        assert tracing.flush_tracing(60)
+        store = TraceStore(tmp_path / "traces")
+        trajectories = [store.get(t.id) for t in store.trajectories()]
+    finally:
+        tracing.shutdown_tracing(60)
+        RolloutTraceConfig.reset()
+    assert len(trajectories) == SAMPLES * N_ROLLOUTS
+    for t in trajectories:
+        assert (t.num_llm_calls, t.num_tool_calls, t.num_errors, t.status) == (3, 2, 0, "ok")
+        [run] = t.tree()
+        assert run.name == "PortedToolAgentLoop.run"
+        tools = [c for c in run.children if c.kind == "tool"]
+        assert [(c.name, c.attributes["tool.name"]) for c in tools] == [
+            ("Gsm8kTool.execute", "calc_gsm8k_reward"), ("word_count", "word_count")]  # fmt: skip
+        assert tools[0].outputs["text"].endswith("reward=1.0")
+        assert [c.name for c in run.children if c.kind == "custom"] == ["Gsm8kTool.create", "Gsm8kTool.release"]

@@ -30,20 +30,37 @@ def arithmetic_reply(tokenizer):
     return reply
 
 
-def start_llm_servers(model_dir):
-    """A load-balancer actor and a scripted server actor, as verl's client expects them; returns the
-    load balancer's handle (call inside ``ray.init``)."""
+def verl_tools_reply(tokenizer):
+    """verl's Gsm8kTool called with the answer, then a verl function tool, then the answer (turns
+    read from the prompt: the tool responses it holds)."""
+
+    def reply(turn, prompt_ids):
+        text = tokenizer.decode(prompt_ids)
+        k = next(i for i, q in enumerate(QUESTIONS) if q in text)
+        calls = [call("calc_gsm8k_reward", answer=ANSWERS[k]), call("word_count", text=QUESTIONS[k])]
+        answered = text.count("<|im_start|>tool")
+        return calls[answered] if answered < len(calls) else f"The answer is {ANSWERS[k]}."
+
+    return reply
+
+
+REPLIES = {"arithmetic": arithmetic_reply, "verl_tools": verl_tools_reply}
+
+
+def start_llm_servers(model_dir, replies="arithmetic"):
+    """A load-balancer actor and a scripted server actor, as verl's client expects them, answering
+    with ``REPLIES[replies]``; returns the load balancer's handle (call inside ``ray.init``)."""
     import ray
 
     @ray.remote(num_cpus=0)
     class ScriptedServer:  # where verl's vLLM server replica runs
-        def __init__(self, model_dir):
+        def __init__(self, model_dir, replies):
             from transformers import AutoTokenizer
 
             from rollscope.llm import ScriptedLLM
 
             tokenizer = AutoTokenizer.from_pretrained(model_dir)
-            self.llm = ScriptedLLM(tokenizer, arithmetic_reply(tokenizer))
+            self.llm = ScriptedLLM(tokenizer, REPLIES[replies](tokenizer))
 
         async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, video_data=None,
                            **kwargs):  # fmt: skip
@@ -66,7 +83,7 @@ def start_llm_servers(model_dir):
         def release_server(self, server_id):
             return None
 
-    return LoadBalancer.remote(ScriptedServer.remote(str(model_dir)))
+    return LoadBalancer.remote(ScriptedServer.remote(str(model_dir), replies))
 
 
 def verl_llm_client(config, load_balancer):
