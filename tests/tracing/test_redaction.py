@@ -92,12 +92,23 @@ CODE = [
     "prompt_token_ids = [151644, 8948, 198]",
     "passwd = getpass.getpass(prompt)",
     "commit 8f3c2a1b9d4e5f60718293a4b5c6d7e8f9012345",
+    'secret_key = os.environ["HF_TOKEN"]',  # a lookup
+    "self.secret = secret  # the caller's",  # a name, and a comment after it
+    '"NuGetApiKey": 916,',  # a number of a few digits: an id
 ]
 
 
 @pytest.mark.parametrize("line", CODE)
 def test_code_that_only_names_a_secret_is_unchanged(redactor, line):
     assert redactor.text(line) == line
+
+
+def test_an_env_files_value_is_a_literal_and_its_comment_stays(redactor):
+    """``KEY=value`` in an environment file: the value is the secret even when it reads like a name,
+    and only it is replaced, the comment after it kept."""
+    assert redactor.text("REACT_APP_AUTH_PASSWORD=whiteduke    # some comment") == \
+        f"REACT_APP_AUTH_PASSWORD={REDACTED}    # some comment"  # fmt: skip
+    assert redactor.text("password = hunter2abc # set by ops") == f"password = {REDACTED} # set by ops"
 
 
 def test_only_the_secret_is_replaced_not_its_payload(redactor):

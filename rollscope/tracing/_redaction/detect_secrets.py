@@ -118,16 +118,34 @@ def _leading(items: list, c: Any) -> str:
 _KEYWORD_HINTS = ("pass", "pw", "secret", "key", "token", "auth", "private", "cred")
 _LINE = re.compile(r"[^\n]+")
 # What the keyword detector takes for a value but code reads as an expression: unquoted, a name, a
-# dotted name or a call without a digit in it (``password = password``, ``secret :=
-# maskSecret(f.Secret, percent)``, ``passwd = getpass.getpass(prompt)``), or a statement (``raise ...``).
-_CODE = re.compile(r"(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:\(.*)?|(?:raise|return|await|not)\b.*)", re.DOTALL)
+# dotted name, a call or a lookup without a digit before it (``password = password``, ``secret :=
+# maskSecret(f.Secret, percent)``, ``passwd = getpass.getpass(prompt)``, ``secret_key =
+# os.environ["HF_TOKEN"]``), or a statement (``raise ...``); a comment after it is no part of it
+# (``self.secret = secret  # ...``). A number of a few digits is a count or an id, not a secret
+# (``"NuGetApiKey": 916``).
+_CODE = re.compile(r"(?:[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*(?:[(\[].*)?|(?:raise|return|await|not)\b.*)", re.DOTALL)
+_TRAILING_COMMENT = re.compile(r"\s+(?:#|//).*$", re.DOTALL)
+_SHORT_NUMBER = re.compile(r"\d{1,4}")
+# An environment file's key (``export APP_PASSWORD=``): what follows is a literal value, never code.
+_ENV_KEY = re.compile(r"[ \t]*(?:export[ \t]+)?[A-Z][A-Z0-9_]*[ \t]*=[ \t]*")
 
 
 def _is_code(s: str, start: int, end: int) -> bool:
-    value = s[start:end]
+    value = _TRAILING_COMMENT.sub("", s[start:end])
     if start > 0 and s[start - 1] in "\"'`":
         return False
-    return _CODE.fullmatch(value) is not None and not any(c.isdigit() for c in value.split("(")[0])
+    if _ENV_KEY.fullmatch(s, s.rfind("\n", 0, start) + 1, start):  # ``DB_PASSWORD=hunter``: a literal
+        return False
+    if _SHORT_NUMBER.fullmatch(value):
+        return True
+    head = re.split(r"[(\[]", value, maxsplit=1)[0]
+    return _CODE.fullmatch(value) is not None and not any(c.isdigit() for c in head)
+
+
+def _value(s: str, start: int, end: int) -> tuple[int, int]:
+    """A matched value without the comment after it (the comment is kept as written)."""
+    comment = _TRAILING_COMMENT.search(s, start, end)
+    return (start, comment.start()) if comment is not None and comment.start() > start else (start, end)
 
 
 class DetectSecretsRules:
@@ -153,7 +171,8 @@ class DetectSecretsRules:
             for match in pattern.finditer(s):
                 groups = [i for i, g in enumerate(match.groups(), 1) if g]
                 found = [match.span(i) for i in groups or [0]]
-                spans.extend(found if gate is not None else [(a, b) for a, b in found if not _is_code(s, a, b)])
+                spans.extend(found if gate is not None else
+                             [_value(s, a, b) for a, b in found if not _is_code(s, a, b)])  # fmt: skip
         if hinted:
             for line in _LINE.finditer(s):
                 low = line.group().lower()
@@ -163,5 +182,5 @@ class DetectSecretsRules:
                         if match and match.group(group):
                             start, end = match.span(group)
                             if not _is_code(s, line.start() + start, line.start() + end):
-                                spans.append((line.start() + start, line.start() + end))
+                                spans.append(_value(s, line.start() + start, line.start() + end))
         return spans
