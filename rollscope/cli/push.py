@@ -47,7 +47,7 @@ def push_command(args: argparse.Namespace) -> int:
     pushed -= len(skipped)
     print(f"pushed {pushed} trajectories to {args.to}" + ("" if total else " (nothing new: all were pushed before)"))
     if skipped:
-        print(f"left out {len(skipped)} that could not be read or written (first: {skipped[0][0]}: {skipped[0][1]}); "
+        print(f"left out {len(skipped)} that could not be read (first: {skipped[0][0]}: {skipped[0][1]}); "
               "the next push tries them again")  # fmt: skip
         return 1
     return 0

@@ -105,7 +105,7 @@ def ledger_key(to: str, project: str | None = None, endpoint: str | None = None)
 
 class Skipped(list):
     """The trajectories a push left out, each with why: a row or payload the store could not read
-    back (marked ``rollscope.unreadable`` there), or one the destination's writer refused."""
+    back (marked ``rollscope.unreadable`` there)."""
 
 
 def push(to: str, directory: str | None = None, *, batch: int = 50, destination: Destination | None = None,
@@ -113,8 +113,8 @@ def push(to: str, directory: str | None = None, *, batch: int = 50, destination:
          **filters: Any) -> Iterator[tuple[int, int]]:  # fmt: skip
     """Push the matching finished trajectories not yet pushed to ``to`` at ``endpoint`` in ``project``
     (None: the destination's defaults); yields (done, total) after each confirmed batch, ``done``
-    counting those left out too. A trajectory that cannot be read or written costs itself: it is
-    left out (``skipped``: (id, why)), said, and tried again by the next push."""
+    counting those left out too. A trajectory the store cannot read back costs itself: it is left
+    out (``skipped``: (id, why)), said, and tried again by the next push."""
     skipped = Skipped() if skipped is None else skipped
     if destination is None:
         if to not in DESTINATIONS:
@@ -130,12 +130,9 @@ def push(to: str, directory: str | None = None, *, batch: int = 50, destination:
             for n, record in enumerate(todo, 1):
                 problem = _unreadable(record)
                 if problem is None:
-                    try:
-                        destination.write(record)
-                        pending.append(record.id)
-                    except Exception as exc:  # this trajectory only: the batch and the push go on
-                        problem = f"the destination's writer failed: {type(exc).__name__}: {exc}"
-                if problem is not None:
+                    destination.write(record)  # (a destination gone stops the push: the next resumes)
+                    pending.append(record.id)
+                else:
                     skipped.append((record.id, problem))
                     log.warning("push: trajectory %s left out (%s)", record.id, problem[:300])
                 if len(pending) == batch or n == len(todo):
