@@ -3,7 +3,6 @@ config composed from verl's own YAML, the loop from agent_loop_config_path, tool
 tool_config_path, a GRPO batch with n=2; only the LLM servers are a test double (ScriptedLLM)."""
 
 import asyncio
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +16,7 @@ from rollscope.llm import ScriptedLLM
 from rollscope.store import TraceStore
 from rollscope.testing import compose_config
 from tests.agentloops.conftest import call
+from tests.agentloops.verl_harness import assert_users_tools_traced, users_tools_config, verl_tools_reply
 
 QUESTIONS = ["What is 17 * 23?", "What is 12 * 12?", "What is 9 * 9?"]
 ANSWERS = ["391", "144", "81"]
@@ -171,8 +171,6 @@ def test_a_reward_that_fails_after_run_ends_each_trajectory_with_the_error(worke
     tracing.shutdown_tracing()
 
 
-VERL_TOOLS = Path(__file__).resolve().parent.parent / "fixtures" / "verl_tools"
-
 
 @pytest.mark.slow
 def test_verls_own_tools_and_loop_under_verls_plain_worker_with_only_trace_keys(model_dir, tokenizer, tmp_path,
@@ -182,29 +180,14 @@ def test_verls_own_tools_and_loop_under_verls_plain_worker_with_only_trace_keys(
     from ``function_tool_path``. Every call is a tool span, the counts equal the calls, and the
     tools' other methods are spans of their own."""
     monkeypatch.setenv("ROLLSCOPE_TRACE_DIR", str(tmp_path / "traces"))  # (the store's place: not a verl key)
-    loops = tmp_path / "agent_loops.yaml"
-    loops.write_text("- name: ported_tool_agent\n  _target_: tests.agentloops.user_loops.PortedToolAgentLoop\n")
-    RolloutTraceConfig.reset()
-    config = compose_config(model_dir, [
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
-        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={VERL_TOOLS / 'gsm8k_tool_config.yaml'}",
-        f"actor_rollout_ref.rollout.multi_turn.function_tool_path={VERL_TOOLS / 'function_tools.py'}",
-        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4",
-        "actor_rollout_ref.rollout.trace.backend=local",
-    ])  # fmt: skip
-
-    def reply(turn, prompt_ids):
-        k = next(i for i, q in enumerate(QUESTIONS) if q in tokenizer.decode(prompt_ids))
-        return [call("calc_gsm8k_reward", answer=ANSWERS[k]), call("word_count", text=QUESTIONS[k]),
-                f"The answer is {ANSWERS[k]}."][min(turn, 2)]  # fmt: skip
-
+    config = users_tools_config(model_dir, tmp_path, "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4")
     batch = grpo_batch(n=1, step=3)
     batch.non_tensor_batch["agent_name"] = np.array(["ported_tool_agent"] * 3, dtype=object)
     batch.non_tensor_batch["tools_kwargs"] = np.array(
         [{"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": a}}} for a in ANSWERS], dtype=object)
 
     async def main():
-        worker = AgentLoopWorker(config, ScriptedLLM(tokenizer, reply))
+        worker = AgentLoopWorker(config, ScriptedLLM(tokenizer, verl_tools_reply(tokenizer)))
         return await worker.generate_sequences(batch)
 
     try:
@@ -217,13 +200,6 @@ def test_verls_own_tools_and_loop_under_verls_plain_worker_with_only_trace_keys(
     assert len(trajectories) == 3
     for t in trajectories:
         assert t.agent_name == "ported_tool_agent" and t.attributes["opened_by"] == "verl"
-        assert (t.num_llm_calls, t.num_tool_calls, t.num_errors) == (3, 2, 0)
-        [run] = t.tree()
-        assert run.name == "PortedToolAgentLoop.run"
-        tools = [c for c in run.children if c.kind == "tool"]
-        assert [(c.name, c.attributes["tool.name"]) for c in tools] == [
-            ("Gsm8kTool.execute", "calc_gsm8k_reward"), ("word_count", "word_count")]
-        assert tools[0].outputs["text"].endswith("reward=1.0") and tools[1].outputs["text"] == str(
-            len(QUESTIONS[t.sample_index].split()))
+        tools = assert_users_tools_traced(t)
+        assert tools[1].outputs["text"] == str(len(QUESTIONS[t.sample_index].split()))
         assert [c.name for c in tools[0].children] == ["Gsm8kTool.calc_reward"]
-        assert [c.name for c in run.children if c.kind == "custom"] == ["Gsm8kTool.create", "Gsm8kTool.release"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
 
 import numpy as np
 
@@ -127,3 +128,41 @@ def run_worker(worker_cls, config, llm_client, batch, *args):
         return await worker.generate_sequences(batch)
 
     return asyncio.run(main())
+
+
+VERL_TOOLS = Path(__file__).resolve().parent.parent / "fixtures" / "verl_tools"
+
+
+def users_tools_config(model_dir, tmp_path, *overrides):
+    """verl's config for what users bring: verl's ToolAgentLoop ported to TracedAgentLoop (agent
+    ``ported_tool_agent``), verl's Gsm8kTool from verl's tool YAML and verl function tools from
+    ``function_tool_path``, tracing set by verl's ``trace.*`` keys alone (the store's place comes
+    from the environment: set ``ROLLSCOPE_TRACE_DIR``)."""
+    from verl.utils.rollout_trace import RolloutTraceConfig
+
+    from rollscope.testing import compose_config
+
+    loops = tmp_path / "agent_loops.yaml"
+    loops.write_text("- name: ported_tool_agent\n  _target_: tests.agentloops.user_loops.PortedToolAgentLoop\n")
+    RolloutTraceConfig.reset()
+    return compose_config(model_dir, [
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={VERL_TOOLS / 'gsm8k_tool_config.yaml'}",
+        f"actor_rollout_ref.rollout.multi_turn.function_tool_path={VERL_TOOLS / 'function_tools.py'}",
+        "actor_rollout_ref.rollout.trace.backend=local", *overrides,
+    ])  # fmt: skip
+
+
+def assert_users_tools_traced(trajectory):
+    """One trajectory of ``users_tools_config``'s loop answering as ``verl_tools_reply`` does: each
+    tool call a tool span (the counts are the calls), Gsm8kTool's other methods spans of their own.
+    Returns the tool spans."""
+    assert (trajectory.num_llm_calls, trajectory.num_tool_calls, trajectory.num_errors) == (3, 2, 0)
+    [run] = trajectory.tree()
+    assert run.name == "PortedToolAgentLoop.run"
+    tools = [c for c in run.children if c.kind == "tool"]
+    assert [(c.name, c.attributes["tool.name"]) for c in tools] == [
+        ("Gsm8kTool.execute", "calc_gsm8k_reward"), ("word_count", "word_count")]  # fmt: skip
+    assert tools[0].outputs["text"].endswith("reward=1.0")
+    assert [c.name for c in run.children if c.kind == "custom"] == ["Gsm8kTool.create", "Gsm8kTool.release"]
+    return tools
