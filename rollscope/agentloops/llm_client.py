@@ -18,7 +18,7 @@ from rollscope.tracing.instrument import (
     snapshot,
     state,
     trace_enabled,
-    traced_await,  # fmt: skip
+    traced_await,
 )
 from rollscope.tracing.spans import Span, Trajectory
 

@@ -241,8 +241,7 @@ def root_row(call: Any) -> tuple:
         found = {"id": str(getattr(call, "id", "?")), "status": "error", "start_ns": 0,
                  "attributes": encode_json({UNREADABLE: f"the root call could not be read: {type(exc).__name__}: "
                                                          f"{str(exc)[:200]}"}).decode()}  # fmt: skip
-        return tuple(found.get(c, 0 if c.startswith(("num_", "logprob_")) or c in _ZERO else None)
-                     for c in TRAJECTORY_COLUMNS)  # fmt: skip
+        return tuple(found.get(c, _empty(c)) for c in TRAJECTORY_COLUMNS)
 
 
 def _root_row(call: Any) -> tuple:
@@ -271,13 +270,13 @@ def _root_row(call: Any) -> tuple:
     if problems:
         extra = {**(extra or {}), UNREADABLE: "; ".join(problems)}
     row["attributes"] = encode_json(extra).decode() if extra else None
-    defaults = {"status": "ok" if not problems else row.get("status") or "error", "start_ns": 0}
-    return tuple(_present(row.get(c), defaults.get(c, 0 if c.startswith(("num_", "logprob_")) or c in _ZERO else None))
-                 for c in TRAJECTORY_COLUMNS)  # fmt: skip
+    defaults = {"status": "error" if problems else "ok", "start_ns": 0}
+    return tuple(row[c] if row.get(c) is not None else defaults.get(c, _empty(c)) for c in TRAJECTORY_COLUMNS)
 
 
-def _present(value: Any, default: Any) -> Any:
-    return default if value is None else value
+def _empty(column: str) -> Any:
+    """What a trajectories column holds when the call says nothing (the store's NOT NULL columns: 0)."""
+    return 0 if column.startswith(("num_", "logprob_")) or column in ("answer_chars", "turn_limit") else None
 
 
 # What a trajectories column holds (``store.schema``): (the types it takes, how a message names them)
@@ -291,7 +290,6 @@ _COLUMN_TYPES = {
     "reward": ((int, float), "a finite number"), "logprob_sum": ((int, float), "a finite number"),
     "sample_index": ((int, float, str), "a number or text"),
 }  # fmt: skip
-_ZERO = {"answer_chars", "turn_limit"}
 
 
 def _of_type(value: Any, spec: tuple[tuple[type, ...], str]) -> bool:
