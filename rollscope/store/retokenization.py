@@ -26,6 +26,7 @@ the trace sidecar, or the exporter's thread (``check_request``) — as transform
 
 from __future__ import annotations
 
+import difflib
 import functools
 import hashlib
 import logging
@@ -90,8 +91,6 @@ def first_difference(rollout_ids: list[int], template_ids: list[int], window: in
 def _differing_blocks(ours: list[int], theirs: list[int]) -> list[tuple[int, int, int, int]]:
     """(rollout start, end, template start, end) of each place the two sequences differ, in order;
     a tail only one sequence has is left out."""
-    import difflib
-
     shared = 0
     limit = min(len(ours), len(theirs))
     while shared < limit and ours[shared] == theirs[shared]:  # (the common case: equal for long)
