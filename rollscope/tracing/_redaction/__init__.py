@@ -1,10 +1,11 @@
 """Secret redaction, applied to every payload before any backend (the local store included) sees it.
 
-Four nets: the engine (``engine``: Kingfisher's scanner with ~1,250 rules — vendor formats from
-its and Betterleaks' catalogs, and rollscope's own rules for the shapes no vendor rule names:
-secret-sounding names in any syntax, command-line and URL credentials, Authorization headers,
-keys in prose; ``rollscope_rules.yml``); detect-secrets' detectors (``detect_secrets``: the bare
-formats Kingfisher leaves to entropy filters, and its keyword detector's assignments); values
+Four nets: the engine (``engine``: Kingfisher's scanner with ~1,300 rules in one scan — vendor
+formats from its and Betterleaks' catalogs; rollscope's own rules for the shapes no vendor rule
+names: secret-sounding names in any syntax, command-line and URL credentials, Authorization
+headers, keys in prose, ``rollscope_rules.yml``; detect-secrets' detectors, ``detect_secrets``: the
+bare formats Kingfisher leaves to entropy filters, and its keyword detector's assignments, read
+only on the lines the scan points at); values
 under secret-named keys (``{"api_key": ...}``, ``is_secret_key``, applied by the shaper); and the
 literal values of secret-looking environment variables of this process and of the traced one (so
 a key that leaks into a prompt or tool output is caught whatever its shape), with the user's
@@ -20,7 +21,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 
-from rollscope.tracing._redaction.detect_secrets import DetectSecretsRules
+from rollscope.tracing._redaction.detect_secrets import ASSIGNMENT, KEYWORD_POINTER, Keywords, is_code, value_span
 from rollscope.tracing._redaction.engine import SecretEngine, shared
 
 REDACTED = "[REDACTED]"
@@ -63,7 +64,7 @@ class Redactor:
         string does not wait for them; else at the first string (a traced process whose trace
         sidecar redacts never loads them: ~0.5 s of CPU, and detect-secrets' imports)."""
         self._engine: SecretEngine | None = None
-        self._detect_secrets: DetectSecretsRules | None = None
+        self._keywords: Keywords | None = None
         self._literals = secret_env_values() if include_environment else []
         self._environment = include_environment
         self._refreshed = time.monotonic()
@@ -82,9 +83,10 @@ class Redactor:
             self.preload()
 
     def preload(self) -> None:
-        """Load the rules, if not yet: Kingfisher's on a thread of its own, detect-secrets' here."""
+        """Load the rules, if not yet: the engine's on a thread of its own, detect-secrets' keyword
+        patterns here."""
         if self._engine is None:
-            self._detect_secrets = _detect_secrets()
+            self._keywords = _keywords()
             self._engine = shared()
 
     def text(self, s: str) -> str:
@@ -95,7 +97,7 @@ class Redactor:
                 return done
         if self._engine is None:
             self.preload()
-        spans = self._engine.spans(s) + self._detect_secrets.spans(s)  # type: ignore[union-attr]
+        spans = self._found(s)
         for value in self._literals:
             if value in s:
                 spans += _occurrences(s, value)
@@ -107,6 +109,20 @@ class Redactor:
                 self._done.clear()
             self._done[s] = out
         return out
+
+    def _found(self, s: str) -> list[tuple[int, int]]:
+        """What the engine's rules find in ``s``, the findings that need a second look checked."""
+        spans, pointers = [], []
+        for start, end, rule in self._engine.findings(s):  # type: ignore[union-attr]
+            if rule == KEYWORD_POINTER:
+                pointers.append((start, end))
+            elif not rule.startswith(ASSIGNMENT):
+                spans.append((start, end))
+            elif not is_code(s, start, end):
+                spans.append(value_span(s, start, end))
+        if pointers:
+            spans += self._keywords.spans(s, pointers)  # type: ignore[union-attr]
+        return spans
 
     @staticmethod
     def is_secret_key(key: str) -> bool:
@@ -130,14 +146,14 @@ class Redactor:
             self.add_literals(secret_env_values())
 
 
-_DETECT_SECRETS: list[DetectSecretsRules] = []
+_KEYWORDS: list[Keywords] = []
 
 
-def _detect_secrets() -> DetectSecretsRules:
-    """detect-secrets' rules, compiled once per process (~50 ms)."""
-    if not _DETECT_SECRETS:
-        _DETECT_SECRETS.append(DetectSecretsRules())
-    return _DETECT_SECRETS[0]
+def _keywords() -> Keywords:
+    """detect-secrets' keyword patterns, compiled once per process."""
+    if not _KEYWORDS:
+        _KEYWORDS.append(Keywords())
+    return _KEYWORDS[0]
 
 
 def _occurrences(s: str, value: str) -> list[tuple[int, int]]:

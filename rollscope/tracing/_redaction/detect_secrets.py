@@ -1,122 +1,73 @@
 """Yelp's detect-secrets (a maintained detector set, with its own test suite: tests/fixtures/
-detect_secrets) as the redactor's second engine: its regex detectors' patterns — the bare
-credential formats Kingfisher's rules leave to entropy filters (``AKIA…``, ``SK…``, ``AP…``) — and
-its keyword detector's assignment and comparison patterns for many languages and config formats,
-compiled once, each behind a cheap substring test.
+detect_secrets) inside the engine's one scan: its regex detectors — the bare credential formats
+Kingfisher's rules leave to entropy filters (``AKIA…``, ``SK…``, ``AP…``) — translated into
+Kingfisher rules (``rules_yaml``); its keyword detector, whose patterns need what the engine's
+regex dialect lacks (look-arounds, back-references), run in Python only on the lines where the
+engine found one of its key words (a pointer rule), never on the whole string.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+import yaml
+
+#: The rule ids this module gives the engine; findings of the first two are checked here (``Keywords``).
+ASSIGNMENT = "detect-secrets.assignment."  # a vendor's ``<name>_<key word> = value``: code or a literal?
+KEYWORD_POINTER = "detect-secrets.keyword-pointer"  # a line with a key word: the keyword detector's to read
+DETECTOR = "detect-secrets.detector."
 
 # detect-secrets' detectors that name no secret (a public IP address is not a credential)
 _NOT_SECRETS = frozenset({"IPPublicDetector"})
+# How detect-secrets' ``build_assignment_regex`` patterns begin, and what means the same without a look-behind
+_ASSIGNMENT_PREFIX = r"(?:(?<=\W)|(?<=^))"
+_BOUNDARY = r"(?:^|\W)"
+# the leading and trailing delimiters of Artifactory's patterns, kept out of what is redacted
+_LEAD = r'(?:\s|=|:|"|^)'
+_TRAIL = r'(?:\s|"|$)'
 
 
-def _detector_rules() -> tuple[list[tuple[re.Pattern[str], tuple[str, ...], bool]], list[tuple[re.Pattern[str], int]]]:
-    """detect-secrets' regex detectors' patterns, each with the substrings one of which it needs
-    (its gate: the pattern is run only on text holding one) and whether the gate is tested on the
-    lower-cased text; and its keyword detector's (pattern, group of the secret) pairs over every
-    file type it knows, each once."""
+def rules_yaml() -> str:
+    """detect-secrets' regex detectors as Kingfisher rules (each with one capture group: what is
+    redacted), and the keyword pointer."""
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
     from detect_secrets.plugins import keyword
     from detect_secrets.plugins.base import RegexBasedDetector
 
-    shapes: list[tuple[re.Pattern[str], tuple[str, ...], bool]] = []
+    rules, seen = [], set()
     for cls in get_mapping_from_secret_type_to_class().values():
         if not issubclass(cls, RegexBasedDetector) or cls.__name__ in _NOT_SECRETS:
             continue
         for pattern in cls().denylist:
-            if any(p is pattern for p, _, _ in shapes):
+            if pattern.pattern in seen:
                 continue
-            if pattern.pattern.startswith(_ASSIGNMENT_PREFIX):  # a vendor's `<name>_<key word> = value`
-                shapes.append((pattern, _KEYWORD_HINTS, True))
-            else:
-                lower = bool(pattern.flags & re.IGNORECASE)
-                gate = required_literals(pattern)
-                shapes.append((pattern, tuple(g.lower() for g in gate) if lower else gate, lower))
-    keywords: dict[re.Pattern[str], int] = {}
-    for table in (*keyword.REGEX_BY_FILETYPE.values(), keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP):
-        keywords.update(table)
-    return shapes, list(keywords.items())
+            seen.add(pattern.pattern)
+            assignment = pattern.pattern.startswith(_ASSIGNMENT_PREFIX)
+            rules.append({"name": f"detect-secrets {cls.__name__}",
+                          "id": f"{ASSIGNMENT if assignment else DETECTOR}{len(rules) + 1}",
+                          "pattern": translated(pattern), "min_entropy": 0, "confidence": "low"})  # fmt: skip
+    words = "|".join(keyword.DENYLIST)
+    rules.append({"name": "detect-secrets' key words (a line for its keyword detector)", "id": KEYWORD_POINTER,
+                  "pattern": f"(?i)(?:{words})", "min_entropy": 0, "confidence": "low", "visible": False})  # fmt: skip
+    return yaml.safe_dump({"rules": rules}, sort_keys=False, allow_unicode=True, width=1000)
 
 
-def _gate(literals: tuple[str, ...]) -> str | re.Pattern[str] | None:
-    """A detector's gate in its quickest test, run for every string against each of ~45
-    detectors: one literal as a string (``in``), several as one alternation (a single scan);
-    None for the key-word-hinted ones."""
-    if literals is _KEYWORD_HINTS:
-        return None
-    if len(literals) == 1:
-        return literals[0]
-    return re.compile("|".join(map(re.escape, literals)))
+def translated(pattern: re.Pattern[str]) -> str:
+    """A detect-secrets pattern in the engine's dialect, its secret the first capture group. The
+    engine has no look-around: a look-behind for a word's start becomes a non-word character
+    matched before it; a negative look-ahead (``(?!\w)``: the key ends there) is left out, so a
+    rule also finds a key's first characters in a longer run (redacting a little more)."""
+    text = pattern.pattern.replace(_ASSIGNMENT_PREFIX, _BOUNDARY)
+    text = re.sub(r"\(\?!(?:\\w|\[[^\]]+\])\)", "", text)
+    # a group that is only a prefix's alternatives (``(ghp|gho)_``) or optional is not the secret
+    text = re.sub(r"\((?!\?)((?:[\w-]+\|)+[\w-]+)\)", r"(?:\1)", text)
+    text = re.sub(r"\((?!\?)([^()]*)\)\?", r"(?:\1)?", text)
+    if re.compile(text).groups == 0:
+        lead = _LEAD if text.startswith(_LEAD) else ""
+        trail = _TRAIL if text.endswith(_TRAIL) else ""
+        text = f"{lead}({text[len(lead) : len(text) - len(trail)]}){trail}"
+    return ("(?i)" if pattern.flags & re.IGNORECASE else "") + text
 
 
-# How detect-secrets' ``build_assignment_regex`` patterns begin: each also needs a key word
-# (key, pass, pwd, pw, token, secret) in the text.
-_ASSIGNMENT_PREFIX = r"(?:(?<=\W)|(?<=^))"
-
-
-def required_literals(pattern: re.Pattern[str]) -> tuple[str, ...]:
-    """Substrings one of which every match of ``pattern`` contains: its longest run of literal
-    characters outside any optional or repeated part, or, for a leading alternation, each
-    branch's leading run. ``("",)`` (always true) when there is none."""
-    try:
-        from re import _parser as parser  # type: ignore[attr-defined]
-    except ImportError:  # Python 3.10
-        import sre_parse as parser  # type: ignore[no-redef]
-    try:
-        items = list(parser.parse(pattern.pattern, pattern.flags))
-    except Exception:
-        return ("",)
-    return _literals_of(items) or ("",)
-
-
-def _literals_of(items: list) -> tuple[str, ...]:
-    from re import _constants as c  # type: ignore[attr-defined]
-
-    best, run = "", ""
-    alternatives: tuple[str, ...] = ()
-    for op, arg in _flatten(items, c):
-        if op is c.LITERAL:
-            run += chr(arg)
-            continue
-        best, run = max(best, run, key=len), ""
-        if op is c.BRANCH and not best and not alternatives:
-            heads = tuple(_leading(list(branch), c) for branch in arg[1])
-            alternatives = heads if all(heads) else ()
-    best = max(best, run, key=len)
-    return (best,) if best else alternatives
-
-
-def _flatten(items: list, c: Any) -> list:
-    """A pattern's top-level items with plain groups opened (their contents are as mandatory)."""
-    out = []
-    for op, arg in items:
-        if op is c.SUBPATTERN:
-            inner = list(arg[-1])
-            if len(inner) == 1 and inner[0][0] is c.BRANCH:
-                out.append(inner[0])
-            else:
-                out.extend(_flatten(inner, c))
-        else:
-            out.append((op, arg))
-    return out
-
-
-def _leading(items: list, c: Any) -> str:
-    run = ""
-    for op, arg in _flatten(items, c):
-        if op is not c.LITERAL:
-            break
-        run += chr(arg)
-    return run
-
-# The words one of the keyword patterns needs (detect-secrets' DENYLIST, lower-cased): a line
-# without any is not looked at.
-_KEYWORD_HINTS = ("pass", "pw", "secret", "key", "token", "auth", "private", "cred")
-_LINE = re.compile(r"[^\n]+")
 # What the keyword detector takes for a value but code reads as an expression: unquoted, a name, a
 # dotted name, a call or a lookup without a digit before it (``password = password``, ``secret :=
 # maskSecret(f.Secret, percent)``, ``passwd = getpass.getpass(prompt)``, ``secret_key =
@@ -130,7 +81,9 @@ _SHORT_NUMBER = re.compile(r"\d{1,4}")
 _ENV_KEY = re.compile(r"[ \t]*(?:export[ \t]+)?[A-Z][A-Z0-9_]*[ \t]*=[ \t]*")
 
 
-def _is_code(s: str, start: int, end: int) -> bool:
+def is_code(s: str, start: int, end: int) -> bool:
+    """Whether ``s[start:end]``, found as a value assigned to a secret-sounding name, is code that
+    reads a secret from elsewhere rather than the secret."""
     value = _TRAILING_COMMENT.sub("", s[start:end])
     if start > 0 and s[start - 1] in "\"'`":
         return False
@@ -142,45 +95,54 @@ def _is_code(s: str, start: int, end: int) -> bool:
     return _CODE.fullmatch(value) is not None and not any(c.isdigit() for c in head)
 
 
-def _value(s: str, start: int, end: int) -> tuple[int, int]:
+def value_span(s: str, start: int, end: int) -> tuple[int, int]:
     """A matched value without the comment after it (the comment is kept as written)."""
     comment = _TRAILING_COMMENT.search(s, start, end)
     return (start, comment.start()) if comment is not None and comment.start() > start else (start, end)
 
 
-class DetectSecretsRules:
-    """Where detect-secrets' detectors find a secret in a string, as ``(start, end)`` spans."""
+class Keywords:
+    """detect-secrets' keyword detector's patterns (every file type it knows, each once), run where
+    the engine found one of its key words: anchored there, as each pattern begins with the key
+    word, but for the comparison written the other way round (``"value" == password``), read on
+    the line when it compares."""
 
     def __init__(self) -> None:
-        detectors, self._keywords = _detector_rules()
-        self._detectors = [(pattern, _gate(gate), lower) for pattern, gate, lower in detectors]
+        from detect_secrets.plugins import keyword
 
-    def spans(self, s: str) -> list[tuple[int, int]]:
+        patterns: dict[re.Pattern[str], int] = {}
+        for table in (*keyword.REGEX_BY_FILETYPE.values(), keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP):
+            patterns.update(table)
+        self._anchored = [(p, g) for p, g in patterns.items() if p.pattern.startswith("(")
+                          and not p.pattern.startswith(_QUOTE_FIRST)]  # fmt: skip
+        self._reversed = [(p, g) for p, g in patterns.items() if (p, g) not in self._anchored]
+
+    def spans(self, s: str, pointers: list[tuple[int, int]]) -> list[tuple[int, int]]:
+        """Secrets found from the key words at ``pointers``."""
         spans: list[tuple[int, int]] = []
-        lowered = s.lower()
-        hinted = any(h in lowered for h in _KEYWORD_HINTS)
-        for pattern, gate, lower in self._detectors:
-            if gate is None:  # a vendor's `<name>_<key word> = value`
-                if not hinted:
-                    continue
-            elif type(gate) is str:
-                if gate not in (lowered if lower else s):
-                    continue
-            elif gate.search(lowered if lower else s) is None:
-                continue
-            for match in pattern.finditer(s):
-                groups = [i for i, g in enumerate(match.groups(), 1) if g]
-                found = [match.span(i) for i in groups or [0]]
-                spans.extend(found if gate is not None else
-                             [_value(s, a, b) for a, b in found if not _is_code(s, a, b)])  # fmt: skip
-        if hinted:
-            for line in _LINE.finditer(s):
-                low = line.group().lower()
-                if any(h in low for h in _KEYWORD_HINTS):
-                    for pattern, group in self._keywords:
-                        match = pattern.search(line.group())
-                        if match and match.group(group):
-                            start, end = match.span(group)
-                            if not _is_code(s, line.start() + start, line.start() + end):
-                                spans.append(_value(s, line.start() + start, line.start() + end))
+        lines = {}
+        for at, _ in pointers:
+            lines.setdefault(_line_of(s, at), []).append(at)
+        for (start, end), words in lines.items():
+            line = s[start:end]
+            found = [pattern.match(line, at - start) for pattern, _ in self._anchored for at in words]
+            groups = [g for _, g in self._anchored for _ in words]
+            if "==" in line or "!=" in line:
+                found += [pattern.search(line) for pattern, _ in self._reversed]
+                groups += [g for _, g in self._reversed]
+            for match, group in zip(found, groups):
+                if match and match.group(group):
+                    a, b = start + match.start(group), start + match.end(group)
+                    if not is_code(s, a, b):
+                        spans.append(value_span(s, a, b))
         return spans
+
+
+# how the keyword pattern that finds ``"value" == password`` begins
+_QUOTE_FIRST = "([\\'\"`])"
+
+
+def _line_of(s: str, at: int) -> tuple[int, int]:
+    end = s.find("\n", at)
+    return s.rfind("\n", 0, at) + 1, len(s) if end == -1 else end
+

@@ -1,8 +1,9 @@
 """Kingfisher (MongoDB's secret scanner, Rust with vectorscan; PyPI ``kingfisher-secret-scanner``)
 as the redactor's engine: its built-in rules (the Betterleaks catalog), Kingfisher's own catalog
-(``kingfisher_rules.yml``, written by ``tests/fixtures/kingfisher/extract.py``) and rollscope's
-rules for the shapes no vendor rule names (``rollscope_rules.yml``), about 1,250 rules compiled
-into one database and run in one scan per string.
+(``kingfisher_rules.yml``, written by ``tests/fixtures/kingfisher/extract.py``), rollscope's
+rules for the shapes no vendor rule names (``rollscope_rules.yml``) and detect-secrets' detectors
+translated (``detect_secrets.rules_yaml``), about 1,300 rules compiled into one database and run
+in one scan per string.
 
 The database is compiled once per machine (~8 s; the SDK keeps it in its cache) and loaded in
 ~0.5 s of CPU, once per process (``shared``): on a thread of its own, started when a redactor
@@ -14,15 +15,21 @@ redacts). Rules that cannot be loaded are an error at that string, never a silen
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 from pathlib import Path
 from typing import Any
 
+from rollscope.tracing._redaction.detect_secrets import KEYWORD_POINTER, rules_yaml
+
 RULES = [Path(__file__).with_name("kingfisher_rules.yml"), Path(__file__).with_name("rollscope_rules.yml")]
+#: Rules that report no secret, only where a check in Python is to look.
+POINTERS = frozenset({KEYWORD_POINTER})
 
 
 class SecretEngine:
-    """Where a string holds a secret Kingfisher knows, as ``(start, end)`` indices of the string."""
+    """Where a string holds what a rule finds, as ``(start, end, rule id)`` with indices of the
+    string: every rule that reports on its own, and the pointers (rules that only say where to look)."""
 
     def __init__(self) -> None:
         self._scanner: Any = None
@@ -34,26 +41,30 @@ class SecretEngine:
         try:
             from kingfisher_sdk import Rules, Scanner
 
-            # every confidence: a trace loses a false positive safely, a missed key for good
-            self._scanner = Scanner(Rules(RULES, confidence="low"))
+            with tempfile.TemporaryDirectory() as tmp:
+                translated = Path(tmp) / "detect_secrets_rules.yml"
+                translated.write_text(rules_yaml())
+                # every confidence: a trace loses a false positive safely, a missed key for good
+                self._scanner = Scanner(Rules([*RULES, translated], confidence="low"))
         except BaseException as exc:  # surfaced at the first scan, in the thread that shapes
             self._error = exc
         finally:
             self._ready.set()
 
-    def spans(self, s: str) -> list[tuple[int, int]]:
+    def findings(self, s: str) -> list[tuple[int, int, str]]:
         if self._scanner is None:
             self._ready.wait()
             if self._error is not None:
                 raise RuntimeError(f"secret rules could not be loaded: {self._error}") from self._error
-        found = [f.location for f in self._scanner.scan(s) if f.visible]  # (others are parts of a rule)
+        # (a rule that is not visible supplies a part to another, unless it is a pointer)
+        found = [(f.location, f.rule_id) for f in self._scanner.scan(s) if f.visible or f.rule_id in POINTERS]
         if not found:
             return []
         if s.isascii():
-            return [(at["start_offset"], at["end_offset"]) for at in found]
+            return [(at["start_offset"], at["end_offset"], rule) for at, rule in found]
         data = s.encode("utf-8")  # the scanner's offsets count UTF-8 bytes
         index = _char_index(data)
-        return [(index(at["start_offset"]), index(at["end_offset"])) for at in found]
+        return [(index(at["start_offset"]), index(at["end_offset"]), rule) for at, rule in found]
 
 
 _SHARED: tuple[int, SecretEngine] | None = None
