@@ -36,8 +36,9 @@ TASK = ("Natalia sold clips to 48 of her friends in April, and then she sold hal
 
 
 def trajectory(i: int) -> list[str]:
-    prompt = (f"<|im_start|>system\n{SYSTEM * 4}<|im_end|>\n<|im_start|>user\n{TASK}{i}<|im_end|>\n"
-              "<|im_start|>assistant\n")
+    prompt = (
+        f"<|im_start|>system\n{SYSTEM * 4}<|im_end|>\n<|im_start|>user\n{TASK}{i}<|im_end|>\n<|im_start|>assistant\n"
+    )
     replies = ['<tool_call>{"name": "calculator", "arguments": {"expression": "48 / 2"}}</tool_call>',
                '<tool_call>{"name": "calculator", "arguments": {"expression": "48 + 24"}}</tool_call>',
                f"Natalia sold 72 clips altogether in April and May (run {i})."]  # fmt: skip

@@ -9,6 +9,7 @@ engine found one of its key words (a pointer rule), never on the whole string.
 from __future__ import annotations
 
 import re
+
 import yaml
 
 #: The rule ids this module gives the engine; findings of the first two are checked here (``Keywords``).
@@ -52,7 +53,7 @@ def rules_yaml() -> str:
 
 
 def translated(pattern: re.Pattern[str]) -> str:
-    """A detect-secrets pattern in the engine's dialect, its secret the first capture group. The
+    r"""A detect-secrets pattern in the engine's dialect, its secret the first capture group. The
     engine has no look-around: a look-behind for a word's start becomes a non-word character
     matched before it; a negative look-ahead (``(?!\w)``: the key ends there) is left out, so a
     rule also finds a key's first characters in a longer run (redacting a little more)."""
@@ -125,12 +126,10 @@ class Keywords:
             lines.setdefault(_line_of(s, at), []).append(at)
         for (start, end), words in lines.items():
             line = s[start:end]
-            found = [pattern.match(line, at - start) for pattern, _ in self._anchored for at in words]
-            groups = [g for _, g in self._anchored for _ in words]
+            found = [(p.match(line, at - start), group) for p, group in self._anchored for at in words]
             if "==" in line or "!=" in line:
-                found += [pattern.search(line) for pattern, _ in self._reversed]
-                groups += [g for _, g in self._reversed]
-            for match, group in zip(found, groups):
+                found += [(p.search(line), group) for p, group in self._reversed]
+            for match, group in found:
                 if match and match.group(group):
                     a, b = start + match.start(group), start + match.end(group)
                     if not is_code(s, a, b):
@@ -145,4 +144,3 @@ _QUOTE_FIRST = "([\\'\"`])"
 def _line_of(s: str, at: int) -> tuple[int, int]:
     end = s.find("\n", at)
     return s.rfind("\n", 0, at) + 1, len(s) if end == -1 else end
-
