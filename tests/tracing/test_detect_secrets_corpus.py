@@ -26,7 +26,8 @@ def test_every_secret_detect_secrets_flags_is_redacted():
 
 def test_false_positives_on_detect_secrets_negative_cases_are_few(capsys):
     """Most of detect-secrets' negative cases are values its heuristics take for fakes
-    (``password = "somefakekey"``, a key of the wrong length), which a trace loses safely; the
+    (``password = "somefakekey"``, a key of the wrong length, a token that looks generated but
+    fails a vendor's checksum), which a trace loses safely; the
     redactor's false positives on text that holds no secret are bounded by test_redaction.py's
     ordinary-text corpus (1 %)."""
     redactor = Redactor(include_environment=False)
@@ -35,7 +36,7 @@ def test_false_positives_on_detect_secrets_negative_cases_are_few(capsys):
     with capsys.disabled():
         print(f"\nredactor false positives on detect-secrets' negative cases: {sum(changed.values())} of "
               f"{len(negatives)} {dict(changed)}")
-    assert sum(changed.values()) <= 0.33 * len(negatives)
+    assert sum(changed.values()) <= 0.4 * len(negatives)
 
 
 # Secret kinds found leaking past the hand-written list before detect-secrets' rules were compiled

@@ -21,6 +21,7 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 
+from rollscope.tracing._redaction import named_tokens
 from rollscope.tracing._redaction.detect_secrets import ASSIGNMENT, KEYWORD_POINTER, Keywords, is_code, value_span
 from rollscope.tracing._redaction.engine import SecretEngine, shared
 
@@ -116,6 +117,10 @@ class Redactor:
         for start, end, rule in self._engine.findings(s):  # type: ignore[union-attr]
             if rule == KEYWORD_POINTER:
                 pointers.append((start, end))
+            elif rule.startswith(named_tokens.CANDIDATE):
+                spans += named_tokens.after_name(s, start, end)
+            elif rule == named_tokens.STANDALONE:
+                spans += named_tokens.standalone(s, start, end)
             elif not rule.startswith(ASSIGNMENT):
                 spans.append((start, end))
             elif not is_code(s, start, end):

@@ -1,7 +1,7 @@
 """Yelp's detect-secrets (a maintained detector set, with its own test suite: tests/fixtures/
 detect_secrets) inside the engine's one scan: its regex detectors — the bare credential formats
 Kingfisher's rules leave to entropy filters (``AKIA…``, ``SK…``, ``AP…``) — translated into
-Kingfisher rules (``rules_yaml``); its keyword detector, whose patterns need what the engine's
+Kingfisher rules (``rules``); its keyword detector, whose patterns need what the engine's
 regex dialect lacks (look-arounds, back-references), run in Python only on the lines where the
 engine found one of its key words (a pointer rule), never on the whole string.
 """
@@ -9,8 +9,6 @@ engine found one of its key words (a pointer rule), never on the whole string.
 from __future__ import annotations
 
 import re
-
-import yaml
 
 #: The rule ids this module gives the engine; findings of the first two are checked here (``Keywords``).
 ASSIGNMENT = "detect-secrets.assignment."  # a vendor's ``<name>_<key word> = value``: code or a literal?
@@ -27,14 +25,15 @@ _LEAD = r'(?:\s|=|:|"|^)'
 _TRAIL = r'(?:\s|"|$)'
 
 
-def rules_yaml() -> str:
+def rules() -> list[dict]:
     """detect-secrets' regex detectors as Kingfisher rules (each with one capture group: what is
     redacted), and the keyword pointer."""
     from detect_secrets.core.plugins.util import get_mapping_from_secret_type_to_class
     from detect_secrets.plugins import keyword
     from detect_secrets.plugins.base import RegexBasedDetector
 
-    rules, seen = [], set()
+    rules: list[dict] = []
+    seen = set()
     for cls in get_mapping_from_secret_type_to_class().values():
         if not issubclass(cls, RegexBasedDetector) or cls.__name__ in _NOT_SECRETS:
             continue
@@ -49,7 +48,7 @@ def rules_yaml() -> str:
     words = "|".join(keyword.DENYLIST)
     rules.append({"name": "detect-secrets' key words (a line for its keyword detector)", "id": KEYWORD_POINTER,
                   "pattern": f"(?i)(?:{words})", "min_entropy": 0, "confidence": "low", "visible": False})  # fmt: skip
-    return yaml.safe_dump({"rules": rules}, sort_keys=False, allow_unicode=True, width=1000)
+    return rules
 
 
 def translated(pattern: re.Pattern[str]) -> str:

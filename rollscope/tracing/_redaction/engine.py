@@ -2,8 +2,9 @@
 as the redactor's engine: its built-in rules (the Betterleaks catalog), Kingfisher's own catalog
 (``kingfisher_rules.yml``, written by ``tests/fixtures/kingfisher/extract.py``), rollscope's
 rules for the shapes no vendor rule names (``rollscope_rules.yml``) and detect-secrets' detectors
-translated (``detect_secrets.rules_yaml``), about 1,300 rules compiled into one database and run
-in one scan per string.
+translated (``detect_secrets``), and the pointers to the lines that a check in Python reads
+(``named_tokens``, detect-secrets' keyword patterns), about 1,300 rules compiled into one database
+and run in one scan per string.
 
 The database is compiled once per machine (~8 s; the SDK keeps it in its cache) and loaded in
 ~0.5 s of CPU, once per process (``shared``): on a thread of its own, started when a redactor
@@ -20,11 +21,13 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from rollscope.tracing._redaction.detect_secrets import KEYWORD_POINTER, rules_yaml
+import yaml
+
+from rollscope.tracing._redaction import detect_secrets, named_tokens
 
 RULES = [Path(__file__).with_name("kingfisher_rules.yml"), Path(__file__).with_name("rollscope_rules.yml")]
-#: Rules that report no secret, only where a check in Python is to look.
-POINTERS = frozenset({KEYWORD_POINTER})
+#: The ids of rules (their beginnings) that report no secret, only where a check in Python is to look.
+POINTERS = (detect_secrets.KEYWORD_POINTER, named_tokens.CANDIDATE, named_tokens.STANDALONE)
 
 
 class SecretEngine:
@@ -42,10 +45,10 @@ class SecretEngine:
             from kingfisher_sdk import Rules, Scanner
 
             with tempfile.TemporaryDirectory() as tmp:
-                translated = Path(tmp) / "detect_secrets_rules.yml"
-                translated.write_text(rules_yaml())
+                generated = Path(tmp) / "generated_rules.yml"
+                generated.write_text(yaml.safe_dump({"rules": generated_rules()}, sort_keys=False, width=100_000))
                 # every confidence: a trace loses a false positive safely, a missed key for good
-                self._scanner = Scanner(Rules([*RULES, translated], confidence="low"))
+                self._scanner = Scanner(Rules([*RULES, generated], confidence="low"))
         except BaseException as exc:  # surfaced at the first scan, in the thread that shapes
             self._error = exc
         finally:
@@ -57,7 +60,7 @@ class SecretEngine:
             if self._error is not None:
                 raise RuntimeError(f"secret rules could not be loaded: {self._error}") from self._error
         # (a rule that is not visible supplies a part to another, unless it is a pointer)
-        found = [(f.location, f.rule_id) for f in self._scanner.scan(s) if f.visible or f.rule_id in POINTERS]
+        found = [(f.location, f.rule_id) for f in self._scanner.scan(s) if f.visible or f.rule_id.startswith(POINTERS)]
         if not found:
             return []
         if s.isascii():
@@ -65,6 +68,12 @@ class SecretEngine:
         data = s.encode("utf-8")  # the scanner's offsets count UTF-8 bytes
         index = _char_index(data)
         return [(index(at["start_offset"]), index(at["end_offset"]), rule) for at, rule in found]
+
+
+def generated_rules() -> list[dict]:
+    """The rules written here: detect-secrets' detectors translated, and the pointers."""
+    names = named_tokens.vendor_names(RULES[:1])
+    return [*detect_secrets.rules(), *named_tokens.candidate_rules(names), named_tokens.standalone_rule()]
 
 
 _SHARED: tuple[int, SecretEngine] | None = None
