@@ -39,6 +39,10 @@ _SECRET_KEY = re.compile(
     r"token|dsn)$)|(?:(?:^|[_\-.])(?:secret|password|passwd)(?:$|[_\-.]))"
 )
 
+# Rules that find a value assigned to a secret-sounding name, unquoted or in any syntax: what they
+# find is a secret unless it reads as code (``credentials = includeCredentials``: another name).
+_READ_AS_CODE = (ASSIGNMENT, "rollscope.assignment.2")
+
 _SECRET_ENV = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)")
 _MIN_ENV_SECRET_LEN = 8
 
@@ -121,12 +125,14 @@ class Redactor:
                 spans += named_tokens.after_name(s, start, end)
             elif rule == named_tokens.STANDALONE:
                 spans += named_tokens.standalone(s, start, end)
-            elif not rule.startswith(ASSIGNMENT):
+            elif not rule.startswith(_READ_AS_CODE):
                 spans.append((start, end))
             elif not is_code(s, start, end):
                 spans.append(value_span(s, start, end))
         if pointers:
             spans += self._keywords.spans(s, pointers)  # type: ignore[union-attr]
+        if spans:
+            spans += named_tokens.beside(s, spans)
         return spans
 
     @staticmethod

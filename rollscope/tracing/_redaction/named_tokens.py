@@ -41,6 +41,11 @@ _NAME_TAIL = re.compile(r"[A-Za-z0-9_.-]{0,24}")  # the rest of the name's word 
 _TOKEN = re.compile(r"[^\s\"'`<>()\[\]{},;=]+")
 _EDGE = ".:/-|?!*&%$#@^~+"  # not part of a token at its start (nor, but for "=", at its end)
 
+# The names of a credential's other parts: an id, a user, a client or an account, as a word or
+# the end of a name (``CLIENT_ID``, ``censys_user``, ``<username>``).
+_PART_NAME = re.compile(r"(?i)(?:\b|_)(?:id|user|username|login|client|account|app|appid|clientid|userid)\b")
+_BESIDE_LINES = 2
+
 # A token with no name before it: as long as keys are, the candidates the engine reports (a digit
 # and a letter that is not hexadecimal: a hash or a UUID never is one; no "+" or "/": the pieces
 # of a base64 blob never are; "=" only as padding: ``NAME=value`` is two), a line of a base64 blob
@@ -108,6 +113,32 @@ def after_name(s: str, start: int, end: int) -> list[tuple[int, int]]:
         if looks_generated(s[a:b]):
             found.append((a, b))
     return found
+
+
+def beside(s: str, found: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The other parts of credentials whose secrets were ``found``: a generated-looking id, user or
+    client written within ``_BESIDE_LINES`` lines of one (``CLIENT_ID=…`` over ``CLIENT_SECRET=…``,
+    an XML ``<id>`` beside its ``<secret>``), which alone is no secret, but with it is the credential."""
+    parts: list[tuple[int, int]] = []
+    for start, end in _regions(s, found):
+        for m in _PART_NAME.finditer(s, start, end):
+            parts += after_name(s, m.start(), m.end())
+    return parts
+
+
+def _regions(s: str, found: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    regions: list[tuple[int, int]] = []
+    for a, b in sorted(found):
+        for _ in range(_BESIDE_LINES + 1):
+            a = s.rfind("\n", 0, a - 1) + 1 if a > 0 else 0
+        for _ in range(_BESIDE_LINES + 1):
+            b = s.find("\n", b + 1) if b < len(s) else len(s)
+            b = len(s) if b == -1 else b
+        if regions and a <= regions[-1][1]:
+            regions[-1] = (regions[-1][0], max(b, regions[-1][1]))
+        else:
+            regions.append((a, b))
+    return regions
 
 
 def standalone(s: str, start: int, end: int) -> list[tuple[int, int]]:
