@@ -11,8 +11,12 @@
   query          a 1,000,000-span store in 4 shards: trajectories(step=S), group(step, sample),
                  a first page of 100, medians over repeated queries
 
+``--text N``: every span's inputs and outputs also carry N characters of text (Python source and
+its docstrings, a different slice each span: what a code agent's prompts and tool results hold),
+in both the ingest and MLflow's; ``--no-query`` leaves the query part out.
+
 usage: python benchmarks/bench_store.py [--trajectories N] [--sidecars 2] [--mlflow-traces M] [--spans 1000000]
-                                        [--json OUT]
+                                        [--text N] [--no-query] [--json OUT]
 """
 
 from __future__ import annotations
@@ -31,6 +35,24 @@ from pathlib import Path
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 
 SPANS_PER_TRAJECTORY = 7
+TEXT_CHARS = int(os.environ.get("ROLLSCOPE_BENCH_TEXT", "0"))  # (``--text``, passed on to the children)
+
+
+def _text(i: int, part: int) -> str:
+    """``TEXT_CHARS`` characters of Python source, from a place that depends on ``i`` and ``part``."""
+    if not TEXT_CHARS:
+        return ""
+    import inspect
+    import json.decoder
+
+    global _SOURCE
+    if not _SOURCE:
+        _SOURCE = "".join(inspect.getsource(m) for m in (json.decoder, json.encoder, argparse, statistics))
+    at = (i * 7919 + part * 104729) % (len(_SOURCE) - TEXT_CHARS)
+    return _SOURCE[at : at + TEXT_CHARS]
+
+
+_SOURCE = ""
 
 
 # Traced and flushed before the clock starts, as MLflow's one trace is (``_mlflow``): every sidecar
@@ -63,10 +85,13 @@ def _trajectory(tracing, i: int, prompt: list[int]) -> None:
     with tracing.rollout_trace_attr(step=i // 64, sample_index=i % 64, rollout_n=0):
         with tracing.trace_span("agent_loop.run", inputs={"raw_prompt": "What is 17 * 23?"}) as run:
             for turn in range(3):
-                with tracing.trace_span("generate", kind="llm", inputs={"prompt_ids": prompt}) as g:
-                    g.outputs = {"token_ids": [1, 2, 3, 4, 5, 6, 7, 8], "stop_reason": "stop"}
-                with tracing.trace_span("calculator", kind="tool", inputs={"expression": "17*23"}) as c:
-                    c.outputs = {"text": "391", "turn": turn}
+                inputs = {"prompt_ids": prompt, "prompt_text": _text(i, turn)}
+                with tracing.trace_span("generate", kind="llm", inputs=inputs) as g:
+                    g.outputs = {"token_ids": [1, 2, 3, 4, 5, 6, 7, 8], "stop_reason": "stop",
+                                 "text": _text(i, 3 + turn)}  # fmt: skip
+                inputs = {"expression": "17*23", "code": _text(i, 6 + turn)}
+                with tracing.trace_span("calculator", kind="tool", inputs=inputs) as c:
+                    c.outputs = {"text": "391" + _text(i, 9 + turn), "turn": turn}
             run.outputs = {"answer": "391"}
         tracing.set_reward(1.0)
 
@@ -152,11 +177,11 @@ def _mlflow(n: int, tmp: str) -> dict:
             mlflow.set_trace_tag(root.trace_id, "step", str(i // 64))
             for turn in range(3):
                 with mlflow.start_span(name="generate") as g:
-                    g.set_inputs({"prompt_ids": list(range(200))})
-                    g.set_outputs({"token_ids": [1, 2, 3, 4, 5, 6, 7, 8]})
+                    g.set_inputs({"prompt_ids": list(range(200)), "prompt_text": _text(i, turn)})
+                    g.set_outputs({"token_ids": [1, 2, 3, 4, 5, 6, 7, 8], "text": _text(i, 3 + turn)})
                 with mlflow.start_span(name="calculator") as c:
-                    c.set_inputs({"expression": "17*23"})
-                    c.set_outputs({"text": "391", "turn": turn})
+                    c.set_inputs({"expression": "17*23", "code": _text(i, 6 + turn)})
+                    c.set_outputs({"text": "391" + _text(i, 9 + turn), "turn": turn})
 
     one(-1)
     mlflow.flush_trace_async_logging()
@@ -252,12 +277,17 @@ def main() -> None:
     ap.add_argument("--sidecars", type=int, default=2, help="the second ingest's trace sidecars")
     ap.add_argument("--mlflow-traces", type=int, default=30)
     ap.add_argument("--spans", type=int, default=1_000_000)
+    ap.add_argument("--text", type=int, default=0, help="characters of text in every span's inputs and outputs")
+    ap.add_argument("--no-query", action="store_true")
     ap.add_argument("--json")
     ap.add_argument("--child", help=argparse.SUPPRESS)
     ap.add_argument("--dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.child:
         return _child(args.child, args.trajectories, args.dir)
+    global TEXT_CHARS
+    TEXT_CHARS = args.text
+    os.environ["ROLLSCOPE_BENCH_TEXT"] = str(args.text)
     res: dict = {}
     with tempfile.TemporaryDirectory() as tmp:
         res["ingest_1proc"] = _result(_spawn("ingest", args.trajectories, f"{tmp}/one"))
@@ -278,9 +308,12 @@ def main() -> None:
         res["writer_only"] = _result(_spawn("writer", args.trajectories * 4, f"{tmp}/writer"))
         res["mlflow"] = _mlflow(args.mlflow_traces, tmp)
         res["ratio_ingest_vs_mlflow"] = res["ingest_1proc"]["spans_per_s"] / res["mlflow"]["spans_per_s"]
-        Path(f"{tmp}/q").mkdir()
-        res["query"] = _query(args.spans, f"{tmp}/q")
-    i1, i4, m, q = res["ingest_1proc"], res["ingest_4proc"], res["mlflow"], res["query"]
+        if not args.no_query:
+            Path(f"{tmp}/q").mkdir()
+            res["query"] = _query(args.spans, f"{tmp}/q")
+    i1, i4, m = res["ingest_1proc"], res["ingest_4proc"], res["mlflow"]
+    if args.text:
+        print(f"every span carries {args.text:,} characters of text in its inputs and outputs")
     for label, r in (("1 sidecar", i1), (f"{args.sidecars} sidecars", res["ingest_1proc_sidecars"])):
         print(f"ingest, 1 process, {label}: {r['spans_per_s']:>10,.0f} spans/s (caller {r['caller_s']:.2f}s, "
               f"to disk {r['total_s']:.2f}s for {r['spans']:,} spans)")  # fmt: skip
@@ -291,7 +324,9 @@ def main() -> None:
     print(f"writer only:         {res['writer_only']['spans_per_s']:>10,.0f} spans/s")
     print(f"mlflow sqlite:       {m['spans_per_s']:>10,.1f} spans/s ({m['spans_per_s'] / 7:.1f} traces/s)")
     print(f"rollscope / mlflow:  {res['ratio_ingest_vs_mlflow']:>10,.0f}x")
+    q = res.get("query")
     print(
+        "query: not measured (--no-query)" if q is None else
         f"query over {q['spans_in_store']:,} spans ({q['trajectories_in_store']:,} trajectories, 4 shards): "
         f"trajectories(step) {q['trajectories_step_ms']:.1f} ms for {q['trajectories_per_step']} rows, "
         f"group {q['group_ms']:.1f} ms, first page of 100 {q['first_page_100_ms']:.1f} ms, "

@@ -389,26 +389,28 @@ class Exporter:
         and said, the others go on. One pass: it runs once per event."""
         shape.refresh_secrets()
         batch = []
-        for event in events:
-            if type(event) is not Span:
-                kind = event[KIND]
-                if kind in (FLUSH, POSITION):
-                    batch.append(event)
-                    continue
-                if kind == LEAF_SPAN:
-                    event = span_from_leaf(event)
-            try:
-                batch.append(shape(event))
-            except Exception as exc:
-                self.shape_errors += 1
-                log.warning("could not shape trace event: %s: %s", type(exc).__name__, exc)
+        with shape.shaper.deferred():  # (the batch's long strings redacted in a few scans)
+            for event in events:
+                if type(event) is not Span:
+                    kind = event[KIND]
+                    if kind in (FLUSH, POSITION):
+                        batch.append(event)
+                        continue
+                    if kind == LEAF_SPAN:
+                        event = span_from_leaf(event)
+                try:
+                    batch.append(shape(event))
+                except Exception as exc:
+                    self.shape_errors += 1
+                    log.warning("could not shape trace event: %s: %s", type(exc).__name__, exc)
         return batch
 
     def stats(self) -> dict[str, Any]:
         backends: dict[str, dict[str, Any]] = {}
         for w in self.workers:
             backends.update(w.stats())
-        unshapeable = self._shape.unshapeable if self._shape is not None else 0  # kept, payloads replaced
+        # kept, payloads (or long values whose redaction failed) replaced
+        unshapeable = self._shape.unshapeable + self._shape.shaper.unredacted if self._shape is not None else 0
         return {"pending": len(self.ingest), "shape_errors": self.shape_errors + unshapeable, "backends": backends}
 
 

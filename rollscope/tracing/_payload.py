@@ -8,14 +8,18 @@ as is.
 
 from __future__ import annotations
 
+import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
 
 from rollscope.tracing._redaction import REDACTED, Redactor
 from rollscope.tracing._values import MAX_ITEMS, UNKNOWN, error_text, native
+
+log = logging.getLogger("rollscope.tracing")
 
 MAX_DEPTH = 24
 # No secret shape is shorter than this ('pwd=abcd'), so shorter strings skip the redaction regex.
@@ -65,6 +69,10 @@ class NoRedaction:
         return s
 
     @staticmethod
+    def texts(strings: list[str]) -> list[str]:
+        return strings
+
+    @staticmethod
     def is_secret_key(key: str) -> bool:
         return False
 
@@ -102,6 +110,40 @@ class PayloadShaper:
         self.token2text = token2text
         self.tokenizer = tokenizer
         self._path: set[int] = set()  # ids of the containers being walked, past _CYCLE_CHECK_DEPTH
+        self._pending: list[tuple[dict, str, str]] | None = None  # (``deferred``) long strings to redact
+        self.unredacted = 0  # values left as PENDING_REDACTION: their redaction failed
+
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Long string values shaped in this block are redacted together as it ends: one scan of the
+        secret engine for many strings (its fixed cost per scan, as much as a few KB of text cost,
+        paid once). Until then a value holds a marker, never its unredacted text."""
+        if self._pending is not None:
+            yield
+            return
+        self._pending = []
+        try:
+            yield
+        finally:
+            pending, self._pending = self._pending, None
+            self._redact_pending(pending)
+
+    def _redact_pending(self, pending: list[tuple[dict, str, str]]) -> None:
+        start = 0
+        while start < len(pending):
+            end, size = start + 1, len(pending[start][2])
+            while end < len(pending) and size + len(pending[end][2]) <= _DEFERRED_CHARS:
+                size += len(pending[end][2])
+                end += 1
+            group, start = pending[start:end], end
+            try:
+                texts = self.redactor.texts([p[2] for p in group])
+            except Exception as exc:  # (the values keep their marker: never their text unredacted)
+                self.unredacted += len(group)
+                log.warning("could not redact %d values, recorded as not recorded: %s", len(group), error_text(exc))
+                continue
+            for (out, key, _), text in zip(group, texts, strict=True):
+                out[key] = self._truncated(text)
 
     def shape(self, value: Any, tokenizer: Any = None) -> Any:
         decoder = (tokenizer or self.tokenizer) if self.token2text else None
@@ -122,8 +164,11 @@ class PayloadShaper:
             s = encodable(s)
         if len(s) >= MIN_SECRET_TEXT:
             s = self.redactor.text(s)
+        return self._truncated(s)
+
+    def _truncated(self, s: str) -> str:
         if self.max_chars is not None and len(s) > self.max_chars:
-            s = f"{s[: self.max_chars]}…[truncated {len(s) - self.max_chars} chars]"
+            return f"{s[: self.max_chars]}…[truncated {len(s) - self.max_chars} chars]"
         return s
 
     def _cut_string(self, s: CutText) -> str:
@@ -215,6 +260,9 @@ class PayloadShaper:
                     out[key] = REDACTED
                 elif len(val) < short and val.isascii():
                     out[key] = val
+                elif self._pending is not None and len(val) > _DEFERRED_MIN:
+                    out[key] = PENDING_REDACTION
+                    self._pending.append((out, key, val if val.isascii() else encodable(val)))
                 else:
                     out[key] = self._string(val)
                 continue
@@ -244,6 +292,10 @@ class PayloadShaper:
 
 
 _MAX_KEYS_REMEMBERED = 4096
+# What a long value holds until ``deferred`` redacts it (only if redaction itself failed, for good).
+PENDING_REDACTION = "<not recorded: its redaction did not finish>"
+_DEFERRED_MIN = 512  # (shorter strings repeat: the redactor remembers them one by one)
+_DEFERRED_CHARS = 6144  # text redacted in one scan, at most (the engine slows per byte on longer input)
 _NUMBER_TYPES = (int, float)
 _CYCLE_CHECK_DEPTH = 12
 

@@ -143,3 +143,39 @@ def test_token2text_with_a_tokenizer_built_in_memory_decodes_in_the_traced_proce
     assert tracing.flush_tracing(60)
     [span] = read_store().trajectories()[0].spans
     assert span.outputs["response_text"] == "the answer is 42"
+
+
+def test_long_values_shaped_in_a_deferred_block_are_redacted_together_and_truncated_after():
+    from rollscope.tracing._payload import PayloadShaper
+
+    class Counting(Redactor):
+        scans = 0
+
+        def texts(self, strings):
+            Counting.scans += 1
+            return super().texts(strings)
+
+    shaper = PayloadShaper(Counting(include_environment=False), max_payload_chars=2000)
+    prose = "The run went well and the reward was one. " * 30
+    events = [{"prompt": prose + f'api_key = "sk-proj-Zq3Zq3Zq3Zq3Zq3Zq3Zq3Zq{i}"', "reply": {"text": prose * 2}}
+              for i in range(5)]  # fmt: skip
+    with shaper.deferred():
+        shaped = [shaper.shape(e) for e in events]
+    assert Counting.scans == 1
+    for i, one in enumerate(shaped):
+        assert f"Zq3Zq{i}" not in one["prompt"] and one["prompt"].endswith(f'api_key = "{REDACTED}"')
+        assert one["reply"]["text"] == (prose * 2)[:2000] + f"…[truncated {len(prose) * 2 - 2000} chars]"
+    assert shaper.shape(events[0])["prompt"] == shaped[0]["prompt"]  # (the same, one string at a time)
+
+
+def test_a_long_value_whose_redaction_fails_is_marked_never_stored_as_it_was():
+    from rollscope.tracing._payload import PENDING_REDACTION, PayloadShaper
+
+    class Failing(Redactor):
+        def texts(self, strings):
+            raise RuntimeError("secret rules could not be loaded")
+
+    shaper = PayloadShaper(Failing(include_environment=False))
+    with shaper.deferred():
+        shaped = shaper.shape({"prompt": 'password = "hunter2hunter2" ' * 40, "n": 3})
+    assert shaped == {"prompt": PENDING_REDACTION, "n": 3} and shaper.unredacted == 1

@@ -16,6 +16,7 @@ wherever else it occurs too.
 
 from __future__ import annotations
 
+import bisect
 import os
 import re
 import time
@@ -29,6 +30,7 @@ REDACTED = "[REDACTED]"
 _GLOBAL_MIN = 8  # a found secret this long is redacted wherever it occurs, not only where found
 _REMEMBERED_LEN = 512  # strings up to this long are redacted once per redactor (``text``)
 _REMEMBERED = 8192
+_SEPARATOR = "\n\0\n"  # between strings scanned together: ends every line-bound rule's match
 
 # A key names a secret when it ends in one of these words (``aws_secret_access_key``, ``db_password``;
 # not ``max_tokens``), or has ``secret`` / ``password`` as a word anywhere in it.
@@ -102,23 +104,46 @@ class Redactor:
                 return done
         if self._engine is None:
             self.preload()
-        spans = self._found(s)
-        for value in self._literals:
-            if value in s:
-                spans += _occurrences(s, value)
-        for pattern in self._user:
-            spans += (m.span() for m in pattern.finditer(s))
-        out = _replaced(s, spans) if spans else s
+        out = self._redacted(s, self._engine.findings(s))  # type: ignore[union-attr]
         if short:
             if len(self._done) >= _REMEMBERED:
                 self._done.clear()
             self._done[s] = out
         return out
 
-    def _found(self, s: str) -> list[tuple[int, int]]:
-        """What the engine's rules find in ``s``, the findings that need a second look checked."""
+    def texts(self, strings: list[str]) -> list[str]:
+        """``text`` of each, the engine scanning them together: its fixed cost per scan (~17 µs,
+        as much as 6 KB of text costs) paid once for all."""
+        if len(strings) < 2:
+            return [self.text(s) for s in strings]
+        if self._engine is None:
+            self.preload()
+        joined = _SEPARATOR.join(strings)
+        starts, at = [], 0
+        for s in strings:
+            starts.append(at)
+            at += len(s) + len(_SEPARATOR)
+        found: list[list[tuple[int, int, str]]] = [[] for _ in strings]
+        for a, b, rule in self._engine.findings(joined):  # type: ignore[union-attr]
+            i = bisect.bisect_right(starts, a) - 1
+            end = min(b - starts[i], len(strings[i]))  # (a finding never reaches past its own string)
+            if a - starts[i] < end:
+                found[i].append((a - starts[i], end, rule))
+        return [self._redacted(s, f) for s, f in zip(strings, found, strict=True)]
+
+    def _redacted(self, s: str, findings: list[tuple[int, int, str]]) -> str:
+        spans = self._found(s, findings)
+        for value in self._literals:
+            if value in s:
+                spans += _occurrences(s, value)
+        for pattern in self._user:
+            spans += (m.span() for m in pattern.finditer(s))
+        return _replaced(s, spans) if spans else s
+
+    def _found(self, s: str, findings: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
+        """The secrets in ``s`` from what the engine's rules found, those that need a second look checked."""
         spans, pointers = [], []
-        for start, end, rule in self._engine.findings(s):  # type: ignore[union-attr]
+        for start, end, rule in findings:
             if rule == KEYWORD_POINTER:
                 pointers.append((start, end))
             elif rule.startswith(named_tokens.CANDIDATE):
