@@ -14,7 +14,7 @@ import zstandard
 from rollscope import tracing
 from rollscope.store import TraceStore
 from rollscope.store.schema import MAX_PAYLOAD_BYTES, UNREADABLE
-from tests.viewer.conftest import serving
+from tests.viewer.conftest import HOSTILE_TAGS, assert_drawn_as_text, serving
 
 pytestmark = pytest.mark.slow
 HOSTILE_HTML = '<meta http-equiv="refresh" content="0;url=https://example.invalid/">'
@@ -107,6 +107,22 @@ def test_the_viewer_shows_a_hostile_count_as_a_marker(hostile):
         page = httpx.get(f"{url}/t/{ids[0]}", timeout=60).text
     assert "<meta http-equiv" not in table and "<meta http-equiv" not in page
     assert 'class="bad-value"' in table and all(i in table for i in ids)
+
+
+def test_hostile_values_in_every_column_are_drawn_as_text_in_chromium(tmp_path, browser):
+    """Each tag a page's CSP does not stop, in the count columns (a marker) and in the text ones
+    (shown as the characters they are), on the listing and the trajectory page."""
+    trace_dir = tmp_path / "traces"
+    shard = record(trace_dir, n=2)
+    with sqlite3.connect(shard) as db:
+        [tid, _] = [r[0] for r in db.execute("SELECT id FROM trajectories ORDER BY sample_index")]
+        for column, tag in zip(("num_llm_calls", "num_tool_calls", "num_errors"), HOSTILE_TAGS, strict=True):
+            db.execute(f"UPDATE trajectories SET {column} = ? WHERE id = ?", [tag, tid])
+        db.execute("UPDATE trajectories SET agent_name = ?, experiment = ?, status = 'error', error_message = ? "
+                   "WHERE id = ?", [*HOSTILE_TAGS, tid])  # fmt: skip
+    with serving(trace_dir) as url:
+        assert_drawn_as_text(browser, url + "/", texts=HOSTILE_TAGS[:2], shot="hostile-store-list")
+        assert_drawn_as_text(browser, f"{url}/t/{tid}", texts=HOSTILE_TAGS[2:], shot="hostile-store-trajectory")
 
 
 def test_push_sends_every_readable_trajectory_and_says_which_it_left_out(hostile, tmp_path):

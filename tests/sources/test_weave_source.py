@@ -194,7 +194,7 @@ HOSTILE_PROJECT = "ent/hostile"
 HTML = '<meta http-equiv="refresh" content="0;url=https://example.invalid/">'
 
 
-def _write_calls(calls):
+def _write_calls(calls, project=HOSTILE_PROJECT):
     """Calls written straight to W&B's own server, as anyone with access to a project could."""
     import datetime
 
@@ -202,12 +202,12 @@ def _write_calls(calls):
     from rollscope.tracing.backends.weave import send_calls
 
     now = datetime.datetime.now(datetime.timezone.utc)
-    batch = [{"project_id": HOSTILE_PROJECT, "id": c["id"], "trace_id": c["trace"], "parent_id": c.get("parent"),
+    batch = [{"project_id": project, "id": c["id"], "trace_id": c["trace"], "parent_id": c.get("parent"),
               "op_name": c.get("op", "hostile.op"), "display_name": c.get("op", "hostile.op"), "started_at": now,
               "ended_at": now, "attributes": c.get("attributes", {}), "inputs": c.get("inputs", {}),
               "output": c.get("output"), "summary": c.get("summary", {}), "exception": c.get("exception")}
              for c in calls]  # fmt: skip
-    return send_calls(_server(HOSTILE_PROJECT), batch)
+    return send_calls(_server(project), batch)
 
 
 def test_a_hostile_project_costs_each_bad_call_only_itself(weave_trace_server):
@@ -260,3 +260,21 @@ def test_a_hostile_project_costs_each_bad_call_only_itself(weave_trace_server):
         assert "<meta http-equiv" not in page and "<b>not json" not in page, target
     assert "level299" in viewer.handle("/t/good")[2].decode()
     viewer.store().close()
+
+
+def test_a_hostile_projects_values_are_drawn_as_text_in_chromium(weave_trace_server, browser):
+    """Each tag a page's CSP does not stop, in a root call's counts and names as the project holds
+    them, read through ``--source weave:`` and drawn by Chromium as text."""
+    from rollscope.tracing.backends.weave import call_id
+    from tests.viewer.conftest import HOSTILE_TAGS, assert_drawn_as_text, serving_source
+
+    project = "ent/hostile-drawn"
+    tags = dict(zip(("num_llm_calls", "num_tool_calls", "num_errors"), HOSTILE_TAGS, strict=True))
+    row = {"status": "error", "start_ns": 1, "reward": 0.0, **tags, "agent_name": HOSTILE_TAGS[0],
+           "experiment": HOSTILE_TAGS[1], "error_message": HOSTILE_TAGS[2]}  # fmt: skip
+    root = {"id": call_id("drawn"), "trace": call_id("drawn"), "inputs": {"trajectory_id": "drawn"},
+            "summary": {"rollscope": {"row": row}}, "output": {"text": HOSTILE_TAGS[1]}}  # fmt: skip
+    assert _write_calls([root], project) == []
+    with serving_source(f"weave:{project}") as url:
+        assert_drawn_as_text(browser, url + "/", texts=HOSTILE_TAGS[:2], shot="hostile-weave-list")
+        assert_drawn_as_text(browser, f"{url}/t/drawn", texts=HOSTILE_TAGS[2:], shot="hostile-weave-trajectory")

@@ -57,6 +57,48 @@ def serve(store_dir):
 serving = contextlib.contextmanager(serve)  # ``with serving(store_dir) as url:`` inside a test
 
 
+@contextlib.contextmanager
+def serving_source(source):
+    """The viewer of ``--source SOURCE`` on a free port of 127.0.0.1, in a thread."""
+    httpd = make_server(None, port=0, source=source)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+# What a hostile value tries in a page the browser draws: leave it, post a form elsewhere, change
+# where its links go. The CSP stops scripts; these it does not.
+HOSTILE_TAGS = ('<meta http-equiv="refresh" content="0;url=https://example.invalid/">',
+                '<form action="https://example.invalid/login"><input name="password"></form>',
+                '<base href="https://example.invalid/">')  # fmt: skip
+
+
+def assert_drawn_as_text(browser, url, texts=(), shot=None):
+    """``url`` as Chromium draws it: still there a moment later (no refresh went elsewhere), no
+    element a hostile value tried to make, and each of ``texts`` shown as the characters it is;
+    saved as test-artifacts/screenshots/SHOT.png."""
+    import time
+    from pathlib import Path
+
+    from selenium.webdriver.common.by import By
+
+    browser.get(url)
+    time.sleep(1.5)  # (a refresh of 0 s would have left by now)
+    assert browser.current_url == url
+    for selector in ("meta[http-equiv]", "form[action*='example.invalid']", "base", "input[name=password]"):
+        assert not browser.find_elements(By.CSS_SELECTOR, selector), (url, selector)
+    body = browser.find_element(By.TAG_NAME, "body").text
+    for text in texts:
+        assert text in body, (url, text)
+    if shot:
+        shots = Path(__file__).parents[2] / "test-artifacts" / "screenshots"
+        shots.mkdir(parents=True, exist_ok=True)
+        assert browser.save_screenshot(str(shots / f"{shot}.png"))
+
+
 @pytest.fixture(scope="module")
 def server(store_dir):
     yield from serve(store_dir)
