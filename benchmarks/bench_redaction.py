@@ -4,7 +4,15 @@ catches, what it alters that is no secret, and what it costs per trajectory.
 Corpora (tests/fixtures, each with its source and license):
   kingfisher       every example of Kingfisher's rules whose rule reports on its own (1,375)
   detect-secrets   the lines detect-secrets' own tests say it must flag (400)
-  ordinary         prose, code, JSON and tool output holding no secret (640 lines): altered = a false positive
+  trufflehog       TruffleHog's detector tests, the half of its vendors no rule was tuned on: keys
+                   leaked (an independent corpus: rollscope uses none of TruffleHog's rules)
+  ordinary         prose, code, JSON, tool output and JSON, base64 images, chat turns holding no
+                   secret (1,120 lines): altered = a false positive
+
+Throughput: MB/s of one redactor on one core over 2 KB pieces of text as traces carry it: Python
+source, its docstrings, packages' metadata as JSON, a tool's output, chat turns, a base64 image in
+a data URI; and the ordinary corpus's code (lines chosen for naming passwords and tokens: the
+keyword patterns' worst case).
 
 Cost: what a 3-turn tool loop's spans hand the redactor (a ChatML prompt growing each turn, three
 replies, two tool calls and their results: ~3.5 KB in 10 strings, no secret in it — the common
@@ -12,11 +20,13 @@ case), per trajectory, the variants alternating round by round. ``--baseline REV
 redactor of git revision REV (a temporary worktree, its own interpreter) on the same corpora.
 
 usage: python benchmarks/bench_redaction.py [--trajectories 200] [--rounds 3] [--baseline REV] [--json OUT]
+                                           [--only-redactor]
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import statistics
@@ -26,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -102,19 +113,74 @@ def variants() -> dict[str, Callable[[str], str]]:
     }
 
 
+def _trufflehog() -> Any:
+    """tests/fixtures/trufflehog/corpus.py of this tree (a baseline's run reads the same corpus)."""
+    spec = importlib.util.spec_from_file_location("trufflehog_corpus", FIXTURES / "trufflehog" / "corpus.py")
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def throughput_texts() -> dict[str, str]:
+    """Text as traces carry it, by kind (see the module's docstring)."""
+    import argparse as argparse_module
+    import base64
+    import email.message
+    import http.client
+    import importlib.metadata
+    import inspect
+    import json.decoder
+    import logging
+    import statistics as statistics_module
+
+    modules = [http.client, json.decoder, argparse_module, statistics_module, email.message, logging]
+    ordinary = json.loads((FIXTURES / "ordinary_text" / "lines.json").read_text())["lines"]
+    images = b"".join(p.read_bytes() for p in sorted(Path(json.__file__).parents[1].rglob("*.png"))[:20])
+    metadata = [{"name": d.metadata["Name"], "version": d.version, "summary": d.metadata.get("Summary"),
+                 "requires": d.requires} for d in importlib.metadata.distributions()]  # fmt: skip
+    docs = [inspect.getdoc(o) or "" for m in modules for _, o in inspect.getmembers(m) if callable(o)]
+    return {"code": "".join(inspect.getsource(m) for m in modules),
+            "prose": "\n\n".join(docs),
+            "JSON": "\n".join(json.dumps(m) for m in metadata),
+            "tool output": "\n".join(x["line"] for x in ordinary if x["kind"] == "tool output") * 4,
+            "chat": "\n".join(x["line"] for x in ordinary if x["kind"] == "chat") * 4,
+            "base64 image": "data:image/png;base64," + base64.b64encode(images or b"\0" * 65536).decode(),
+            "code naming secrets": "\n".join(x["line"] for x in ordinary if x["kind"] == "code") * 4}  # fmt: skip
+
+
+def throughput(redact: Callable[[str], str], texts: dict[str, str], rounds: int) -> dict[str, float]:
+    """MB/s by kind: the best of ``rounds`` passes over (at most 200) 2 KB pieces."""
+    out = {}
+    for kind, text in texts.items():
+        pieces = [text[i : i + 2048] for i in range(0, max(1, len(text) - 2048), 2048)][:200]
+        best = min(_timed(redact, pieces) for _ in range(rounds))
+        out[kind] = sum(map(len, pieces)) / best / 1e6
+    return out
+
+
+def _timed(redact: Callable[[str], str], pieces: list[str]) -> float:
+    t0 = time.perf_counter()
+    for piece in pieces:
+        redact(piece)
+    return time.perf_counter() - t0
+
+
 def corpora() -> dict[str, list[dict]]:
     kingfisher = json.loads((FIXTURES / "kingfisher" / "examples.json").read_text())["examples"]
     detect_secrets = json.loads((FIXTURES / "detect_secrets" / "cases.json").read_text())["cases"]
     ordinary = json.loads((FIXTURES / "ordinary_text" / "lines.json").read_text())["lines"]
     return {"kingfisher": [{"text": e["text"], "secret": None} for e in kingfisher if e["visible"]],
             "detect-secrets": [{"text": c["line"], "secret": c["secret"]} for c in detect_secrets if c["flag"]],
+            "trufflehog": _trufflehog().cases("held_out"),
             "ordinary": [{"text": line["line"]} for line in ordinary]}  # fmt: skip
 
 
 def measure(redact: Callable[[str], str], cases: dict[str, list[dict]]) -> dict[str, int]:
     caught = {name: sum(1 for c in cases[name] if _caught(redact(c["text"]), c)) for name in ("kingfisher",
               "detect-secrets")}  # fmt: skip
-    return {**caught, "ordinary altered": sum(1 for c in cases["ordinary"] if redact(c["text"]) != c["text"])}
+    leaked = _trufflehog().leaked
+    return {**caught, "trufflehog leaked": sum(leaked(c, redact(c["input"])) == "key" for c in cases["trufflehog"]),
+            "ordinary altered": sum(1 for c in cases["ordinary"] if redact(c["text"]) != c["text"])}  # fmt: skip
 
 
 def _caught(out: str, case: dict) -> bool:
@@ -161,7 +227,8 @@ def main() -> None:
         redact = Redactor(include_environment=False).text
         redact("warm up")
         cost = statistics.median(per_trajectory(redact, payloads) for _ in range(args.rounds))
-        print(json.dumps({**measure(redact, cases), "us_per_trajectory": cost}))
+        print(json.dumps({**measure(redact, cases), "us_per_trajectory": cost,
+                          "mb_per_s": throughput(redact, throughput_texts(), args.rounds)}))  # fmt: skip
         return
     chosen = variants()
     for redact in chosen.values():
@@ -172,14 +239,21 @@ def main() -> None:
             times[name].append(per_trajectory(redact, payloads))
     results = {name: {**measure(redact, cases), "us_per_trajectory": statistics.median(times[name])}
                for name, redact in chosen.items()}  # fmt: skip
+    texts = throughput_texts()
+    results["rollscope's redactor"]["mb_per_s"] = throughput(chosen["rollscope's redactor"], texts, args.rounds)
     if args.baseline:
         results[f"rollscope's redactor at {args.baseline}"] = run_baseline(args.baseline, args)
     sizes = {name: len(c) for name, c in cases.items()}
-    print(f"{'':44} {'kingfisher':>11} {'detect-secrets':>15} {'ordinary altered':>17} {'µs/trajectory':>14}")
+    print(f"{'':44} {'kingfisher':>11} {'detect-secrets':>15} {'trufflehog leaked':>18} {'ordinary altered':>17}"
+          f" {'µs/trajectory':>14}")  # fmt: skip
     for name, r in results.items():
         print(f"{name:44} {r['kingfisher']:>5}/{sizes['kingfisher']:<5} {r['detect-secrets']:>8}/"
-              f"{sizes['detect-secrets']:<6} {r['ordinary altered']:>10}/{sizes['ordinary']:<6}"
-              f" {r['us_per_trajectory']:>14.0f}")  # fmt: skip
+              f"{sizes['detect-secrets']:<6} {r.get('trufflehog leaked', '-'):>11}/{sizes['trufflehog']:<6}"
+              f" {r['ordinary altered']:>10}/{sizes['ordinary']:<6} {r['us_per_trajectory']:>14.0f}")  # fmt: skip
+    print("\nthroughput, MB/s on one core:")
+    for name, r in results.items():
+        if "mb_per_s" in r:
+            print(f"  {name}: " + ", ".join(f"{kind} {v:.1f}" for kind, v in r["mb_per_s"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps({"sizes": sizes, "results": results}, indent=2))
 

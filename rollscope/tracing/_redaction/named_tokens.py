@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
+from itertools import permutations
 from pathlib import Path
 
 CANDIDATE = "rollscope.named-token"
@@ -21,7 +22,7 @@ STANDALONE = "rollscope.standalone-token"
 
 # Words that name a credential as a word or as the end of a name (``bulksmsKey``).
 _CREDENTIAL_WORDS = ("key", "token", "secret", "passwd", "password", "pwd", "credential", "credentials",
-                     "auth", "apikey", "sig", "signature", "bearer", "access", "license")  # fmt: skip
+                     "auth", "apikey", "sig", "signature", "bearer")  # fmt: skip
 # Vendor names that are also words of ordinary text or code (``line``, ``close``, ``reply``), or
 # too general to mean the vendor.
 _NOT_NAMES = frozenset(
@@ -51,8 +52,10 @@ _BESIDE_LINES = 2
 # of a base64 blob never are; "=" only as padding: ``NAME=value`` is two), a line of a base64 blob
 # left alone.
 _CHARS = r"[A-Za-z0-9_\-.~]"
-_STANDALONE_PATTERN = (rf"""(?:^|[\s"'`{{(<>=:,\[])({_CHARS}*(?:[0-9]{_CHARS}*[g-zG-Z]|[g-zG-Z]{_CHARS}*[0-9])"""
-                       rf"""{_CHARS}*={{0,2}})(?:[\s"'`}})<>,;\]]|$)""")  # fmt: skip
+_STANDALONE_PATTERN = (r"""(?:^|[\s"'`{(<>=:,\[])("""
+                       + "|".join(f"{_CHARS}*{a}{_CHARS}*{b}{_CHARS}*{c}{_CHARS}*" for a, b, c in permutations(
+                           ("[0-9]", "[A-Z]", "[a-z]")))  # a digit, a capital and a small letter, in any order
+                       + r"""={0,2})(?:[\s"'`})<>,;\]]|$)""")
 _STANDALONE_LENGTH = range(12, 201)
 _BLOB_LINES = (64, 76)  # PEM's and MIME's base64 lines
 # ids that LLM APIs write into tool calls and responses (OpenAI, vLLM, Anthropic): not credentials
@@ -78,12 +81,19 @@ def vendor_names(rule_files: list[Path]) -> list[str]:
 
 
 def candidate_rules(names: list[str]) -> list[dict]:
-    """The engine's rules for a name: a credential word (never inside a word: ``keyboard``,
-    ``assign``) or a vendor name (starting a word), each a literal: one alternation of hundreds of
-    names is slow to confirm, a literal each is what the engine matches fastest."""
-    words = "|".join(sorted(_CREDENTIAL_WORDS, key=len, reverse=True))
-    rules = [{"name": "A credential word", "id": f"{CANDIDATE}.words", "pattern": f"(?i)({words})(?:[^a-z]|$)"}]
-    rules += [{"name": f"The name {name}", "id": f"{CANDIDATE}.{name}", "pattern": f"(?i)\\b({name})"}
+    """The engine's rules for a name: a credential word as a word (``api_key``, never ``keyboard``,
+    ``tiktoken``) or capitalized at the end of a name (``bulksmsKey``, ``APIKEY``), or a vendor
+    name as a word before a value (``mixpanel M0UX…``, ``"groq": "…"``; not ``openai>=2.0``, whose
+    ``openai_key =`` the credential word finds), each a literal: one alternation of hundreds of names is slow to confirm,
+    a literal each is what the engine matches fastest."""
+    longest_first = sorted(_CREDENTIAL_WORDS, key=len, reverse=True)
+    words = "|".join(longest_first)
+    capitalized = "|".join(w for word in longest_first for w in (word.title(), word.upper()))
+    rules = [{"name": "A credential word", "id": f"{CANDIDATE}.words",
+              "pattern": f"(?i)(?:^|[^a-z0-9])({words})(?:[^a-z]|$)"},
+             {"name": "A credential word ending a name", "id": f"{CANDIDATE}.words-ending",
+              "pattern": f"[a-z0-9]({capitalized})(?:[^a-z]|$)"}]  # fmt: skip
+    rules += [{"name": f"The name {name}", "id": f"{CANDIDATE}.{name}", "pattern": f"(?i)\\b({name})[\\s:=\"'({{\\[]"}
               for name in names if name not in _CREDENTIAL_WORDS]  # fmt: skip
     return [{**rule, "min_entropy": 0, "confidence": "low", "visible": False} for rule in rules]
 
