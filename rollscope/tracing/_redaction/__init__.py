@@ -1,17 +1,15 @@
 """Secret redaction, applied to every payload before any backend (the local store included) sees it.
 
-Four nets: the engine (``engine``: Kingfisher's scanner with ~1,300 rules in one scan — vendor
+Four nets: the engine (``engine``: Kingfisher's scanner, ~1,850 rules in one scan — vendor
 formats from its and Betterleaks' catalogs; rollscope's own rules for the shapes no vendor rule
-names: secret-sounding names in any syntax, command-line and URL credentials, Authorization
-headers, keys in prose, ``rollscope_rules.yml``; detect-secrets' detectors, ``detect_secrets``: the
-bare formats Kingfisher leaves to entropy filters, and its keyword detector's assignments, read
-only on the lines the scan points at); values
-under secret-named keys (``{"api_key": ...}``, ``is_secret_key``, applied by the shaper); and the
-literal values of secret-looking environment variables of this process and of the traced one (so
-a key that leaks into a prompt or tool output is caught whatever its shape), with the user's
-``redact_patterns``. Only what a net reports is
-replaced, never the whole string; a found secret long enough not to be a word is replaced
-wherever else it occurs too.
+names, ``rollscope_rules.yml``; detect-secrets' detectors, ``detect_secrets``; and the candidates
+that a check here decides: detect-secrets' keyword patterns on the lines the scan points at, keys
+only their neighbourhood or look gives away, ``named_tokens``); values under secret-named keys
+(``{"api_key": ...}``, ``is_secret_key``, applied by the shaper); the literal values of
+secret-looking environment variables of this process and of the traced one (so a key that leaks
+into a prompt or tool output is caught whatever its shape); and the user's ``redact_patterns``.
+Only what a net reports is replaced, never the whole string; a found secret long enough not to be
+a word is replaced wherever else it occurs too.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Kingfisher (MongoDB's secret scanner, Rust with vectorscan; PyPI ``kingfisher-secret-scanner``)
 as the redactor's engine: its built-in rules (the Betterleaks catalog), Kingfisher's own catalog
 (``kingfisher_rules.yml``, written by ``tests/fixtures/kingfisher/extract.py``), rollscope's
-rules for the shapes no vendor rule names (``rollscope_rules.yml``) and detect-secrets' detectors
-translated (``detect_secrets``), and the pointers to the lines that a check in Python reads
-(``named_tokens``, detect-secrets' keyword patterns), about 1,300 rules compiled into one database
-and run in one scan per string.
+rules for the shapes no vendor rule names (``rollscope_rules.yml``), detect-secrets' detectors
+translated (``detect_secrets``), and the candidates a check in Python decides (``named_tokens``,
+detect-secrets' keyword patterns): about 1,850 rules compiled into one database and run in one
+scan per string (or per few strings: ``Redactor.texts``).
 
 The database is compiled once per machine (~8 s; the SDK keeps it in its cache) and loaded in
 ~0.5 s of CPU, once per process (``shared``): on a thread of its own, started when a redactor

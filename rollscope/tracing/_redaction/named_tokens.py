@@ -84,8 +84,8 @@ def candidate_rules(names: list[str]) -> list[dict]:
     """The engine's rules for a name: a credential word as a word (``api_key``, never ``keyboard``,
     ``tiktoken``) or capitalized at the end of a name (``bulksmsKey``, ``APIKEY``), or a vendor
     name as a word before a value (``mixpanel M0UX…``, ``"groq": "…"``; not ``openai>=2.0``, whose
-    ``openai_key =`` the credential word finds), each a literal: one alternation of hundreds of names is slow to confirm,
-    a literal each is what the engine matches fastest."""
+    ``openai_key =`` the credential word finds), each a literal: one alternation of hundreds of
+    names is slow to confirm, a literal each is what the engine matches fastest."""
     longest_first = sorted(_CREDENTIAL_WORDS, key=len, reverse=True)
     words = "|".join(longest_first)
     capitalized = "|".join(w for word in longest_first for w in (word.title(), word.upper()))
