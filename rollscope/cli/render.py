@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.markup import escape as _escape_markup
@@ -13,9 +14,10 @@ from rollscope.store.diff import TrajectoryDiff, turn_text
 from rollscope.store.grpo import GroupMember
 from rollscope.store.history import PromptStep
 from rollscope.store.records import SpanRecord, TrajectoryRecord
+from rollscope.tracing.spans import STACKTRACE
 from rollscope.viewer.chat import ground_truth
 from rollscope.viewer.tokens import retokenization, token_view, training_token_view
-from rollscope.viewer.views import figures, first_user_message, fmt, main_text, shorten
+from rollscope.viewer.views import as_text, figures, first_user_message, fmt, main_text, shorten
 
 TEXT_LIMIT = 600
 KIND_STYLE = {"agent": "bold cyan", "llm": "green", "tool": "yellow", "reward": "magenta", "custom": "dim"}
@@ -59,6 +61,7 @@ def show_trajectory(out: Console, record: TrajectoryRecord, *, full: bool = Fals
     out.print(head)
     if record.error_message:
         out.print(f"[red]error: {escape(record.error_type or '')}: {escape(record.error_message)}[/red]")
+        _traceback(out.print, record.attributes, full)
     task = first_user_message(record)
     if task:
         out.print(f"[bold]task:[/bold] {escape(shorten(task, limit) or '')}")
@@ -82,6 +85,17 @@ def show_trajectory(out: Console, record: TrajectoryRecord, *, full: bool = Fals
         for n, span in enumerate(s for s in record.spans if s.kind == "llm"):
             show_tokens(out, n, span)
         show_training_tokens(out, record)
+
+
+def _traceback(add: Callable[[str], object], attributes: dict | None, full: bool) -> None:
+    """The stored traceback of an error, with ``--full``; else the line that says it is there."""
+    text = (attributes or {}).get(STACKTRACE)
+    if not isinstance(text, str):
+        return
+    if full:
+        add(f"[dim]{escape(text.rstrip())}[/dim]")
+    else:
+        add("[dim](traceback stored: --full shows it)[/dim]")
 
 
 def drift_lines(drift: dict) -> list[str]:
@@ -173,9 +187,14 @@ def _add_span(parent: Tree, span: SpanRecord, limit: int | None) -> None:
     node = parent.add(label)
     if span.error_message:
         node.add(f"[red]{escape(span.error_type or 'error')}: {escape(shorten(span.error_message, limit))}[/red]")
+        _traceback(node.add, span.attributes, limit is None)
     text = main_text(span)
     if text:
         node.add(escape(shorten(text, limit)))
+    elif span.kind == "custom":  # a span of the user's own: what it was given and what it gave
+        for key, value in (("in", span.inputs), ("out", span.outputs)):
+            if value not in (None, {}, [], ""):
+                node.add(f"[dim]{key}:[/dim] {escape(shorten(as_text(value), limit))}")
     for child in span.children:
         _add_span(node, child, limit)
 

@@ -11,12 +11,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib
+import importlib.util
 import inspect
 import json
 import logging
 import os
 import sys
+import sysconfig
 import time
+import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -27,6 +30,7 @@ from rollscope.llm.base import LLMServerError
 from rollscope.runner.config import RunConfig, RunConfigError
 from rollscope.runner.dataset import load_rows, loop_kwargs
 from rollscope.runner.trainer_config import trainer_config
+from rollscope.store.schema import resolve_dir
 from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward, trace_span
 
 
@@ -56,6 +60,7 @@ class Outcome:
     errors: int = 0
     response_tokens: int = 0
     error: str | None = None
+    where: str | None = None  # the line of the user's code the error came from (``user_line``)
 
 
 @dataclass
@@ -94,6 +99,40 @@ class RunStats:
     @property
     def elapsed(self) -> float:
         return time.monotonic() - self.started
+
+
+def user_line(error: BaseException) -> str | None:
+    """``file:line, in function`` of the innermost frame of the user's own code that ``error``
+    (or what caused it) passed through: not rollscope's, verl's, the standard library's or an
+    installed package's; an installed package's when the user's code is one."""
+    frames = []
+    seen: set[int] = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        frames = traceback.extract_tb(error.__traceback__) + frames
+        error = error.__cause__ or error.__context__  # type: ignore[assignment]
+    for library in (_LIBRARIES + _INSTALLED, _LIBRARIES):
+        for frame in reversed(frames):
+            if not frame.filename.startswith(library) and not frame.filename.startswith("<"):
+                return f"{_shown(frame.filename)}:{frame.lineno}, in {frame.name}"
+    return None
+
+
+def _shown(path: str) -> str:
+    """A path as the user would type it: relative to where they are, when it is under it."""
+    relative = os.path.relpath(path)
+    return path if relative.startswith("..") else relative
+
+
+def _package_dir(name: str) -> tuple[str, ...]:
+    spec = importlib.util.find_spec(name)
+    return tuple(p.rstrip(os.sep) + os.sep for p in (spec.submodule_search_locations or ())) if spec else ()
+
+
+_INSTALLED = tuple({sysconfig.get_paths()[k] + os.sep for k in ("purelib", "platlib")})
+_LIBRARIES = (*_package_dir("rollscope"), *_package_dir("verl"),
+              *{path for path in (sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib"))
+                if not any(p.startswith(path) for p in _INSTALLED)})  # (a venv's lib holds its site-packages)
 
 
 def resolve_agent(name: str) -> dict[str, Any]:
@@ -272,7 +311,13 @@ class Runner:
             reasons = {o.error for o in self.outcomes}
             if len(reasons) == 1:
                 which = f"all {done} trajectories" if done == self.stats.total else f"the first {done} trajectories"
-                raise RunFailed(f"{which} failed the same way, so the run stopped: {reasons.pop()}")
+                first = self.outcomes[0]
+                where = f"\n  at {first.where}" if first.where else ""
+                show = ""
+                if first.trajectory_id and "local" in self.config.backend.split(","):
+                    show = (f"\n  the trajectory and its traceback: rollscope traces show {first.trajectory_id} --full "
+                            f"--dir {resolve_dir(self.config.trace_dir)}")  # fmt: skip
+                raise RunFailed(f"{which} failed the same way, so the run stopped: {reasons.pop()}{where}{show}")
 
     async def run_one(self, job: Job) -> Outcome:
         kwargs = loop_kwargs(job.row, job.position)
@@ -305,6 +350,7 @@ class Runner:
             raise
         except Exception as exc:  # one broken trajectory must not end the run; its trace has the error
             outcome.error = f"{type(exc).__name__}: {exc}"
+            outcome.where = user_line(exc)
         finally:
             loop_agent_name.reset(token)
         return outcome

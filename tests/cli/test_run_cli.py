@@ -171,14 +171,22 @@ def test_one_error_span_is_counted_once_everywhere(tmp_path):
 
 def test_a_run_whose_trajectories_all_fail_alike_stops_early_with_the_reason(tmp_path, replies):
     """A setting no trajectory can run with (here a reward function reading a field the rows lack)
-    stops the run after the first few, exit 3, the reason in one line; what was traced is kept."""
+    stops the run after the first few, exit 3, with the reason, the line of the user's code it
+    came from, and the command that shows the trajectory and its traceback; what was traced is
+    kept."""
     traces = tmp_path / "traces"
     result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--limit", "40", "--dir",
                        str(traces), "reward=tests.runner.agents:missing_field_reward")  # fmt: skip
     assert result.returncode == 3, result.stderr
-    line = result.stderr.strip().splitlines()[-1]
-    assert line.startswith("rollscope: error: the first 4 trajectories failed the same way, so the run stopped: ")
-    assert "KeyError: 'expected_answer'" in line
+    reason, where, show = result.stderr.strip().splitlines()[-3:]
+    assert reason.startswith("rollscope: error: the first 4 trajectories failed the same way, so the run stopped: ")
+    assert "KeyError: 'expected_answer'" in reason
+    assert re.fullmatch(r"  at tests/runner/agents\.py:\d+, in missing_field_reward", where), where
+    command = show.split(": ", 1)[1].split()
+    assert command[:3] == ["rollscope", "traces", "show"] and "--full" in command, show
+    shown = rollscope(*command[1:])
+    assert shown.returncode == 0 and "Traceback (most recent call last)" in shown.stdout, shown.stdout[-2000:]
+    assert "missing_field_reward" in shown.stdout and "KeyError" in shown.stdout
     listed = json.loads(rollscope("traces", "ls", "--dir", str(traces), "--json").stdout)
     assert 4 <= len(listed) < 40 and {t["status"] for t in listed} == {"error"}
 

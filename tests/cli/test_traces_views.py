@@ -125,3 +125,32 @@ def test_a_group_never_mixes_experiments(store_dir, tmp_path):
     assert "second: step 1, sample 0: 2 rollouts" in text and "viewer: step 1, sample 0: 4 rollouts" in text
     one = json.loads(cli("group", "1", "0", "--dir", str(both), "--experiment", "second", "--json").stdout)
     assert one["experiment"] == "second" and len(one["rollouts"]) == 2
+
+
+def test_show_prints_a_custom_spans_inputs_and_output_and_with_full_the_stored_traceback(tmp_path):
+    """A span of the user's own shows what it was given and gave without ``--json``; a raised
+    error's traceback, stored with it, is said to be there and shown with ``--full``."""
+    from rollscope import tracing
+
+    trace_dir = tmp_path / "traces"
+    tracing.init_tracing(experiment="custom", trace_dir=str(trace_dir))
+
+    def parse_answer(text):
+        return int(text.split("=")[1])
+
+    with tracing.rollout_trace_attr(step=0, sample_index=0):
+        with tracing.trace_span("lookup_docs", inputs={"query": "verl tool config", "k": 3}) as span:
+            span.outputs = {"hits": ["docs/tools.md", "docs/verl.md"]}
+        with pytest.raises(ValueError), tracing.trace_span("parse_answer", inputs={"text": "x=abc"}):
+            parse_answer("x=abc")
+    assert tracing.flush_tracing(30)
+    tracing.shutdown_tracing()
+    [tid] = ids(trace_dir)
+    short = cli("show", tid, "--dir", str(trace_dir))
+    assert short.returncode == 0, short.stderr
+    for text in ('in: {"query": "verl tool config", "k": 3}', 'out: {"hits": ["docs/tools.md", "docs/verl.md"]}',
+                 "ValueError: invalid literal for int()", "(traceback stored: --full shows it)"):  # fmt: skip
+        assert text in short.stdout, (text, short.stdout)
+    assert "Traceback (most recent call last)" not in short.stdout
+    full = cli("show", tid, "--dir", str(trace_dir), "--full").stdout
+    assert "Traceback (most recent call last)" in full and "in parse_answer" in full
