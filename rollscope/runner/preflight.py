@@ -1,23 +1,32 @@
 """What ``rollscope run`` checks before it imports verl, torch or a model: the dataset rows, the tool
-file's shape, the ``--llm`` spec and ``--model`` directory, the agent and reward names. A mistake in
-any of them is one line, within a second, instead of after the heavy imports.
+file's shape, the ``--llm`` spec, ``--model`` directory and that the server answers the phone, the
+agent, reward and tool names (their modules found and read, never run). A mistake in any of them
+is one line, within a second or two, instead of after the heavy imports.
 
-Only what can be checked without importing the user's code: a tool class or reward function that
-does not import is still reported, in one line, once it is loaded.
+What reading cannot tell (a module that defines names at run time, an import inside the user's
+code that fails) is still reported, in one line, once it is loaded.
 """
 
 from __future__ import annotations
 
+import ast
+import difflib
+import importlib.util
 import re
+import socket
+import sys
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import yaml
 
+from rollscope.llm.base import LLMServerError
 from rollscope.runner.config import RunConfig, RunConfigError
 from rollscope.runner.dataset import load_rows
 
 LLM_KINDS = ("embedded", "scripted", "sglang")
+CONNECT_TIMEOUT_S = 2.0
 _DOTTED = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*([.:][A-Za-z_]\w*)$")
 
 
@@ -26,13 +35,20 @@ def check(config: RunConfig) -> list[dict[str, Any]]:
     if config.dataset is None:
         raise RunConfigError(f"{config.name}: no dataset (set dataset=PATH)")
     rows = load_rows(config.resolve(config.dataset), config.limit)
+    base = getattr(config, "_base", None)
+    if base and base not in sys.path:
+        sys.path.insert(0, base)  # (as the runner will: a user's module beside the config imports by name)
     if config.tools:
         check_tool_file(config.resolve(config.tools))
     check_llm(config.llm, config.resolve(config.model) if config.model else None)
-    if config.reward is not None and not _DOTTED.match(config.reward):
-        raise RunConfigError(f"reward {config.reward!r}: expected 'module:function'")
-    if "." in config.agent and not _DOTTED.match(config.agent):
-        raise RunConfigError(f"agent {config.agent!r}: expected a registered loop name or 'module.Class'")
+    if config.reward is not None:
+        if not _DOTTED.match(config.reward) and ".py:" not in config.reward:
+            raise RunConfigError(f"reward {config.reward!r}: expected 'module:function'")
+        check_defined(config.reward, "reward")
+    if "." in config.agent:
+        if not _DOTTED.match(config.agent):
+            raise RunConfigError(f"agent {config.agent!r}: expected a registered loop name or 'module.Class'")
+        check_defined(config.agent, "agent")
     return rows
 
 
@@ -55,6 +71,88 @@ def check_tool_file(path: str) -> None:
                                  f"'function: package.module:function', got {target!r}")  # fmt: skip
         if not isinstance(entry.get("config") or {}, dict):
             raise RunConfigError(f"{path}: tools[{i}] ({target}): config must be a mapping")
+        check_defined(target, f"{path}: tools[{i}]")
+
+
+def check_defined(target: str, what: str) -> None:
+    """That ``target`` (``package.module.Name``, ``module:name`` or ``path/file.py:name``) is a
+    module on the path that defines ``Name`` at its top level: its source found and read, never
+    run (a module that defines names at run time, or is no Python source, is left to the import)."""
+    module, sep, name = target.rpartition(":")
+    if not sep:
+        module, _, name = target.rpartition(".")
+    path = Path(module) if module.endswith(".py") else _module_file(module)
+    if path is None or (module.endswith(".py") and not path.is_file()):
+        missing = f"no file {module}" if module.endswith(".py") else f"no module {module!r} on the path"
+        raise RunConfigError(f"{what}: {target!r}: {missing} (run from {Path.cwd()})")
+    names = _top_level_names(path) if path.suffix == ".py" else None
+    if names is not None and name not in names:
+        close = difflib.get_close_matches(name, sorted(names), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        raise RunConfigError(f"{what}: {target!r}: {path} defines no {name!r}{hint}")
+
+
+def _module_file(dotted: str) -> Path | None:
+    """Where module ``dotted`` is, found as the import would find it but without importing any of
+    its packages (their ``__init__`` may be heavy): its source file, or a path that is no Python
+    source (an extension module, a namespace package, a built-in); None if there is none."""
+    top, *rest = dotted.split(".")
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    if not rest or spec.origin in ("built-in", "frozen"):  # (a frozen one is read by no one: left to the import)
+        return Path(spec.origin) if spec.origin and spec.origin not in ("built-in", "frozen") else Path(top)
+    dirs = [Path(d) for d in (spec.submodule_search_locations or ())]
+    parent = Path(spec.origin) if spec.origin and spec.origin.endswith(".py") else None
+    for i, part in enumerate(rest):
+        last = i == len(rest) - 1
+        found = next((d / part for d in dirs if (d / part).is_dir()), None)
+        if last and found is None:
+            found = next((f for d in dirs for f in (d / f"{part}.py", *d.glob(f"{part}.*.so")) if f.is_file()), None)
+            if found is not None:
+                return found
+        if found is None:  # not on disk: a module that makes it an attribute (``os.path``) leaves it to the import
+            mentioned = parent is not None and part in parent.read_text(encoding="utf-8", errors="replace")
+            return Path(part) if mentioned else None
+        if last:
+            return found / "__init__.py" if (found / "__init__.py").is_file() else found
+        dirs, parent = [found], found / "__init__.py" if (found / "__init__.py").is_file() else None
+    return None
+
+
+def _top_level_names(path: Path) -> set[str] | None:
+    """The names a module's source binds at its top level (also in its top-level ``if`` and
+    ``try`` blocks); None where it may bind others at run time (``import *``, ``__getattr__``,
+    ``globals()``) or does not parse."""
+    try:
+        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    names: set[str] = set()
+    body = list(tree.body)
+    while body:
+        node = body.pop()
+        if isinstance(node, (ast.If, ast.Try, ast.With)):
+            body += [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", []),
+                     *(n for h in getattr(node, "handlers", []) for n in h.body)]  # fmt: skip
+        elif isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.name == "__getattr__":
+                return None
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for alias in node.names:
+                if alias.name == "*":
+                    return None
+                names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.Expr) and "globals" in ast.dump(node):
+            return None
+    return names
 
 
 def check_llm(spec: str, model: str | None) -> None:
@@ -74,3 +172,23 @@ def check_llm(spec: str, model: str | None) -> None:
             raise RunConfigError(f"--model {model}: no such directory (a Hugging Face model or tokenizer directory)")
         if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer_config.json", "tokenizer.model")):
             raise RunConfigError(f"--model {model}: no tokenizer there (tokenizer.json or tokenizer_config.json)")
+    if server or kind == "sglang":  # (last: the local mistakes first, then the network)
+        check_reachable(rest if kind == "sglang" else spec)
+
+
+def check_reachable(url: str) -> None:
+    """That something accepts connections at ``url``'s host and port, within ``CONNECT_TIMEOUT_S``
+    (whether it is an LLM server is the client's first request's to say)."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError as exc:
+        raise RunConfigError(f"--llm {url}: not a URL: {exc}") from None
+    if not parts.hostname:
+        raise RunConfigError(f"--llm {url}: not a URL (http://HOST:PORT)")
+    try:
+        socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT_S).close()
+    except OSError as exc:
+        reason = exc.strerror or type(exc).__name__
+        raise LLMServerError(f"--llm {url}: cannot reach the server: nothing answers at {parts.hostname}:{port} "
+                             f"({reason}); is it running, and on that port?") from None

@@ -200,6 +200,7 @@ class Runner:
         self.stats = RunStats()
         self.outcomes: list[Outcome] = []
         self.rows: list[dict[str, Any]] | None = None  # read in setup unless given (already checked)
+        self._llm_checked = False
 
     def setup(self) -> None:
         from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap
@@ -288,8 +289,7 @@ class Runner:
             async with limit:
                 return await self.run_one(job)
 
-        if hasattr(self.llm, "check"):
-            await self.llm.check()
+        await self.check_llm()
         tasks = [asyncio.ensure_future(bounded(job)) for job in jobs]
         try:
             for task in asyncio.as_completed(tasks):
@@ -304,6 +304,12 @@ class Runner:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
         return self.outcomes
+
+    async def check_llm(self) -> None:
+        """Ask the LLM whether it can answer (once): a server that cannot stops the run here."""
+        if not self._llm_checked and hasattr(self.llm, "check"):
+            await self.llm.check()
+        self._llm_checked = True
 
     def _stop_if_all_fail_alike(self) -> None:
         done = self.stats.done

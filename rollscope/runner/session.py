@@ -38,10 +38,16 @@ async def run_local(config: RunConfig, *, console: Console, show_progress: bool 
 
 
 async def run_traced(runner: Runner, on_outcome: Callable[[Outcome], None] | None = None) -> RunStats:
-    """Every job of ``runner`` (set up already), traced: tracing starts here and is shut down,
-    everything stored, on return, whatever happened on the way."""
+    """Every job of ``runner`` (set up already), traced: tracing starts here, once the LLM has said
+    it can answer (a run that never starts leaves no store), and is shut down, everything stored,
+    on return, whatever happened on the way."""
     from rollscope.tracing import shutdown_tracing
 
+    try:
+        await runner.check_llm()
+    except BaseException:
+        await runner.close()
+        raise
     runner.start_tracing()
     try:
         await runner.run(on_outcome=on_outcome)

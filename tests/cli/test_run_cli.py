@@ -76,13 +76,43 @@ def test_unreadable_dataset_row(tmp_path, replies):
 
 
 def test_server_down(tmp_path, replies):
+    """Nothing listening at --llm: one line, exit 3, and no store for a run that never started."""
     from rollscope.testing import make_model_dir
 
     model = make_model_dir(tmp_path / "model")
     url = f"http://127.0.0.1:{free_port()}"
     result = rollscope("run", "gsm8k-calculator", "--llm", url, "--model", str(model), "--trace-dir",
                        str(tmp_path / "t"))  # fmt: skip
-    assert_one_line_error(result, 3, f"{url}/v1/models: cannot reach the server")
+    assert_one_line_error(result, 3, f"--llm {url}: cannot reach the server: nothing answers at 127.0.0.1:")
+    assert not (tmp_path / "t").exists()
+
+
+def test_a_server_that_hangs_up_leaves_no_store(tmp_path):
+    """A port that accepts connections and closes them unanswered (a test double for a server
+    that is not ready): one line, exit 3, no store (tracing starts once the LLM said it can answer)."""
+    import socket
+    import threading
+
+    from rollscope.testing import make_model_dir
+
+    model = make_model_dir(tmp_path / "model")
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def hang_up():
+        while True:
+            try:
+                listener.accept()[0].close()
+            except OSError:
+                return
+
+    threading.Thread(target=hang_up, daemon=True).start()
+    try:
+        result = rollscope("run", "gsm8k-calculator", "--llm", f"http://127.0.0.1:{listener.getsockname()[1]}",
+                           "--model", str(model), "--trace-dir", str(tmp_path / "t"))  # fmt: skip
+    finally:
+        listener.close()
+    assert_one_line_error(result, 3, "cannot reach the server")
+    assert not (tmp_path / "t").exists()
 
 
 def test_server_answering_garbage_keeps_what_was_traced(tmp_path):
@@ -123,6 +153,10 @@ def test_mistakes_are_reported_before_the_heavy_imports(tmp_path, replies):
     verl, torch or a model are imported: the process never loads them."""
     bad_tools = tmp_path / "tools.yaml"
     bad_tools.write_text("tools:\n  - config: {timeout: 3}\n")
+    misspelled = tmp_path / "misspelled.yaml"
+    misspelled.write_text("tools:\n  - class_name: rollscope.tools.builtin.calculator.CalculatorToll\n")
+    wrong_module = tmp_path / "wrong_module.yaml"
+    wrong_module.write_text("tools:\n  - class_name: my_tolls.WeatherTool\n")
     probe = ("import sys, runpy; sys.argv = ['rollscope', *sys.argv[1:]]\n"
              "try:\n    runpy.run_module('rollscope.cli', run_name='__main__')\n"
              "finally:\n    print('HEAVY' if {'verl', 'torch', 'transformers'} & set(sys.modules) else 'LIGHT',"
@@ -134,6 +168,9 @@ def test_mistakes_are_reported_before_the_heavy_imports(tmp_path, replies):
         (("--llm", "http://127.0.0.1:9"), "--llm http://127.0.0.1:9: needs --model DIR"),
         (("--llm", "http://127.0.0.1:9", "--model", str(tmp_path / "nope")), f"--model {tmp_path / 'nope'}: no such directory"),
         (("--llm", "scripted:/no/such/file"), "--llm scripted:/no/such/file: no replies file at /no/such/file"),
+        ((f"tools={misspelled}", "--llm", f"scripted:{replies}"), "defines no 'CalculatorToll'; did you mean 'CalculatorTool'?"),
+        ((f"tools={wrong_module}", "--llm", f"scripted:{replies}"), "'my_tolls.WeatherTool': no module 'my_tolls' on the path"),
+        (("reward=tests.runner.agents:missing_feld_reward", "--llm", f"scripted:{replies}"), "did you mean 'missing_field_reward'?"),
     ]  # fmt: skip
     for args, fragment in cases:
         result = subprocess.run([sys.executable, "-c", probe, "run", "gsm8k-calculator", *args], capture_output=True,
