@@ -70,7 +70,7 @@ def summary(stats: RunStats, *, name: str, trace_dir: str, experiment: str, back
         ("tool calls", str(stats.tool_calls)),
         ("error spans", str(stats.span_errors)),
         ("model tokens", f"{stats.tokens} ({stats.tokens / max(elapsed, 1e-9):.1f}/s)"),
-        ("wall time", f"{elapsed:.1f} s ({60 * stats.done / max(elapsed, 1e-9):.1f} trajectories/min)"),
+        ("rollout time", f"{elapsed:.1f} s ({60 * stats.done / max(elapsed, 1e-9):.1f} trajectories/min)"),
         ("traces", f"{trace_dir} (backend: {backend}, experiment: {experiment})"),
         ("open them", f"rollscope traces ls --dir {trace_dir} --experiment {experiment}"),
     ]

@@ -76,8 +76,10 @@ class RunStats:
     reward_sum: float = 0.0
     rewarded: int = 0
     started: float = field(default_factory=time.monotonic)
+    finished: float | None = None  # when the last trajectory so far ended
 
     def add(self, outcome: Outcome) -> None:
+        self.finished = time.monotonic()
         self.done += 1
         self.failed += outcome.error is not None
         self.tool_calls += outcome.tool_calls
@@ -91,6 +93,7 @@ class RunStats:
         for name in ("total", "done", "failed", "tool_calls", "span_errors", "tokens", "rewarded"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.reward_sum += other.reward_sum
+        self.finished = time.monotonic()
 
     @property
     def mean_reward(self) -> float | None:
@@ -98,7 +101,10 @@ class RunStats:
 
     @property
     def elapsed(self) -> float:
-        return time.monotonic() - self.started
+        """Seconds from the first trajectory's start to the last one's end (to now, before any
+        ended): every rate shown, live or in the summary, is over this one span of time, never
+        over the tracing shutdown after it."""
+        return (self.finished if self.finished is not None else time.monotonic()) - self.started
 
 
 def user_line(error: BaseException) -> str | None:
