@@ -233,15 +233,21 @@ def _turn_cell(span: SpanRecord | None, limit: int | None) -> str:
 
 def show_group(out: Console, step: int, sample: object, mean: float | None, std: float | None,
                members: list[GroupMember], experiment: str | None = None) -> None:  # fmt: skip
+    """A GRPO group, one rollout a row, readable at 80 columns: ids whole, no column cut (short
+    headers, no rules; the duration left out when it will not fit)."""
     table = Table(title=f"{escape(experiment or '-')}: step {step}, sample {escape(str(sample))}: {len(members)} "
-                        f"rollouts, mean reward {fmt(mean)}, std {fmt(std)}", title_justify="left")  # fmt: skip
-    columns = ("rollout", "id", "status", "reward", "advantage", "adv/std", "turns", "tools", "error spans", "secs")
+                        f"rollouts, mean reward {fmt(mean)}, std {fmt(std)}", title_justify="left",
+                  box=None, padding=(0, 1), pad_edge=False, header_style="bold")  # fmt: skip
+    columns = ["n", "id", "status", "reward", "adv", "adv/std", "turns", "tools", "errs", "secs"]
+    if out.width < 84:
+        columns.remove("secs")
     for column in columns:
-        table.add_column(column, justify="left" if column in ("id", "status") else "right")
+        table.add_column(column, justify="left" if column in ("id", "status") else "right", no_wrap=True)
     for m in members:
         r = m.record
-        adv = "-" if m.advantage is None else f"{m.advantage:+.3f}"
-        table.add_row(fmt(r.rollout_n), r.id, r.status, fmt(r.reward), adv,
-                      "-" if m.normalized is None else f"{m.normalized:+.2f}", str(r.num_llm_calls),
-                      str(r.num_tool_calls), str(r.num_errors), fmt(r.duration_s))  # fmt: skip
+        cells = {"n": fmt(r.rollout_n), "id": r.id, "status": r.status, "reward": fmt(r.reward),
+                 "adv": "-" if m.advantage is None else f"{m.advantage:+.3f}",
+                 "adv/std": "-" if m.normalized is None else f"{m.normalized:+.2f}", "turns": str(r.num_llm_calls),
+                 "tools": str(r.num_tool_calls), "errs": str(r.num_errors), "secs": fmt(r.duration_s)}  # fmt: skip
+        table.add_row(*(cells[c] for c in columns))
     out.print(table)

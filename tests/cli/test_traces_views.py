@@ -154,3 +154,15 @@ def test_show_prints_a_custom_spans_inputs_and_output_and_with_full_the_stored_t
     assert "Traceback (most recent call last)" not in short.stdout
     full = cli("show", tid, "--dir", str(trace_dir), "--full").stdout
     assert "Traceback (most recent call last)" in full and "in parse_answer" in full
+
+
+def test_group_reads_whole_at_80_columns(store_dir):
+    """Every id whole and no column cut in a terminal of 80 columns (the duration left out)."""
+    result = subprocess.run([sys.executable, "-m", "rollscope.cli", "traces", "group", "1", "0", "--dir",
+                             str(store_dir)], capture_output=True, text=True, timeout=60,
+                            env={"COLUMNS": "80", "PATH": "/usr/bin:/bin"})  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.rstrip().splitlines()
+    assert all(len(line) <= 80 for line in lines) and "…" not in result.stdout, result.stdout
+    assert all(i in result.stdout for i in ids(store_dir, step=1, sample_index=0))
+    assert lines[1].split() == ["n", "id", "status", "reward", "adv", "adv/std", "turns", "tools", "errs"]
