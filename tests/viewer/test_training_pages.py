@@ -99,3 +99,16 @@ def test_a_replay_shows_the_originals_advantage_and_version_beside_its_own_rewar
     diff = TraceStore(trained_store).diff(original.id, r.id)
     assert diff.fields["training.advantage"] == (original.training.advantage, None)
     assert diff.fields["training.policy_version"] == (0, None)
+
+
+def test_the_insights_page_names_a_flagged_step_as_a_step_with_a_link_to_it(trained_store):
+    """The step a signal is flagged at reads as a step, never as a count: ``step 1``, a link to
+    that step's trajectories."""
+    viewer = Viewer(str(trained_store))
+    status, _, body = viewer.handle("/insights?experiment=trained")
+    viewer.store().close()
+    page = body.decode()
+    assert status == 200 and "<th>flagged at</th>" in page
+    row = page[page.index('id="signal-logprob_mismatch"'):]
+    cell = row[row.index('class="flagged-steps"'):row.index("</td>", row.index('class="flagged-steps"'))]
+    assert 'href="/?step=1&experiment=trained"' in cell and ">step 1</a>" in cell, cell
