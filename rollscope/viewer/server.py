@@ -30,7 +30,16 @@ from rollscope.store.text import with_text
 from rollscope.viewer.charts import Chart, charts, distribution, series_charts, sparkline
 from rollscope.viewer.chat import ground_truth, turns
 from rollscope.viewer.tokens import retokenization, token_view, training_token_view
-from rollscope.viewer.views import bounded_tree, figures, first_user_message, fmt, main_text, table_row, tool_call
+from rollscope.viewer.views import (
+    bounded_tree,
+    figures,
+    first_user_message,
+    fmt,
+    main_text,
+    span_facts,
+    table_row,
+    tool_call,
+)
 
 PAGE_SIZE = 100
 STATIC = {"/static/style.css": ("style.css", "text/css; charset=utf-8")}
@@ -56,7 +65,7 @@ class Viewer:
         self.env = Environment(loader=PackageLoader("rollscope.viewer", "templates"), trim_blocks=True,
                                lstrip_blocks=True, autoescape=select_autoescape(default=True))  # fmt: skip
         self.env.globals.update(figures=figures, main_text=main_text, tool_call=tool_call, turn_text=turn_text,
-                                fmt=fmt, quote=quote, token_view=token_view,
+                                fmt=fmt, quote=quote, token_view=token_view, span_facts=span_facts,
                                 table_row=table_row)  # fmt: skip
         self.routes: dict[str, Callable[[dict[str, str], list[str]], str]] = {
             "/": self.index, "/compare": self.compare, "/group": self.group, "/steps": self.steps,

@@ -149,6 +149,29 @@ def main_text(span: SpanRecord) -> str | None:
     return turn_text(span) if span.kind == "llm" else None
 
 
+# Shown elsewhere on the page, or too long for a table of facts.
+_NOT_FACTS = frozenset({"exception.stacktrace", "rollscope.retokenization", "rollscope.unreadable"})
+FACT_CHARS = 300
+
+
+def span_facts(span: SpanRecord) -> list[tuple[str, str]]:
+    """What a span was run with, as Weave's call page lists it: an llm span's sampling settings
+    (temperature, top_p, stop strings, max tokens…) and whether its tool calls were constrained to
+    their schemas, then every attribute, each value as text (long ones cut)."""
+    facts: list[tuple[str, str]] = []
+    inputs = span.inputs if isinstance(span.inputs, dict) else {}
+    sampling = inputs.get("sampling_params")
+    if isinstance(sampling, dict):
+        facts += [(f"sampling · {k}", as_text(v)) for k, v in sampling.items() if k != "constrained_tool_schemas"]
+    attributes = span.attributes or {}
+    if span.kind == "llm":
+        constrained = attributes.get("rollscope.constrained")
+        facts.append(("tool calls constrained", f"yes ({constrained})" if constrained else "no"))
+    facts += [(k, as_text(v)) for k, v in sorted(attributes.items())
+              if k not in _NOT_FACTS and k != "rollscope.constrained"]  # fmt: skip
+    return [(k, v if len(v) <= FACT_CHARS else v[:FACT_CHARS] + "…") for k, v in facts]
+
+
 def first_user_message(record: TrajectoryRecord) -> str | None:
     """The task the trajectory started from (the last user message of the run's raw prompt)."""
     for span in record.spans:

@@ -236,3 +236,24 @@ def test_every_retokenization_difference_is_listed_as_text_with_its_cause(tmp_pa
     items = re.findall(r"<li>at (\d+) \((\w+)\)", page)
     assert items == [("12", "text"), ("30", "whitespace")]
     assert "template <code>&lt;think&gt;" in page and "<think>" not in page
+
+
+def test_each_span_lists_its_attributes_and_an_llm_turn_its_sampling(recorded):
+    """What Weave's call page shows, span by span: an llm span's sampling settings (temperature,
+    top_p) and whether its tool calls were constrained, and every span's attributes."""
+    from rollscope.viewer.server import Viewer
+
+    traces, _ = recorded
+    with TraceStore(traces) as store:
+        tid = store.trajectories(limit=1)[0].id
+    viewer = Viewer(str(traces))
+    status, _, body = viewer.handle(f"/t/{tid}")
+    viewer.store().close()
+    page = body.decode()
+    assert status == 200
+    panels = page.split('<details class="facts-panel">')[1:]
+    llm = [p for p in panels if p.startswith("<summary>attributes · sampling")]
+    assert llm and len(panels) > len(llm)  # (the tool spans have theirs)
+    first = llm[0]
+    for key in ("sampling · temperature", "sampling · top_p", "tool calls constrained", "gen_ai.usage.input_tokens"):
+        assert f'<th class="mono">{key}</th>' in first, (key, first[:800])
