@@ -160,7 +160,9 @@ class Viewer:
             # what was said and done, per-call ids aside (they differ between any two rollouts)
             texts = [None if s is None else (s.name, without_ids(turn_text(s)), s.status) for s in cells]
             rows.append((i, cells, [t != texts[0] for t in texts]))
-        return self._render("compare.html", title="compare", records=records, rows=rows)
+        # what each was asked and the right answer: a reward of 1 beside one of 0 says why
+        tasks = [(first_user_message(r), ground_truth(r)) for r in records]
+        return self._render("compare.html", title="compare", records=records, rows=rows, tasks=tasks)
 
     def group(self, q: dict[str, str], _: list[str]) -> str:
         step = _int(q, "step", None)

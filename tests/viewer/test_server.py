@@ -257,3 +257,20 @@ def test_each_span_lists_its_attributes_and_an_llm_turn_its_sampling(recorded):
     first = llm[0]
     for key in ("sampling · temperature", "sampling · top_p", "tool calls constrained", "gen_ai.usage.input_tokens"):
         assert f'<th class="mono">{key}</th>' in first, (key, first[:800])
+
+
+def test_compare_shows_each_trajectorys_task_and_ground_truth(recorded):
+    """Rewards of 1 and 0 side by side come with what each was asked and the right answer."""
+    from rollscope.viewer.server import Viewer
+
+    traces, truth = recorded
+    with TraceStore(traces) as store:
+        group = store.trajectories(step=2, sample_index=0)
+    viewer = Viewer(str(traces))
+    status, _, body = viewer.handle("/compare?" + "&".join(f"id={t.id}" for t in group[:2]))
+    viewer.store().close()
+    page = body.decode()
+    assert status == 200
+    row = page[page.index('<tr class="task">'):page.index("</tr>", page.index('<tr class="task">'))]
+    [answer] = [a for q, a in truth.items() if q in row]  # (its question is in the row, once)
+    assert row.count(f'<span class="mono ground-truth">{answer}</span>') == 2, row
