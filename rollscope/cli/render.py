@@ -71,11 +71,12 @@ def show_trajectory(out: Console, record: TrajectoryRecord, *, full: bool = Fals
     drift = retokenization(record)
     if drift is not None:
         out.print(f"[yellow]retokenization drift:[/yellow] the chat template renders the messages to other tokens "
-                  f"from position {drift['position']}; ids from {drift['window_start']}:\n"
-                  f"  trained on: {' '.join(map(str, drift['rollout']))}\n"
-                  f"  template:   {' '.join(map(str, drift['template']))}")  # fmt: skip
+                  f"from position {drift['position']}:")  # fmt: skip
         for line in drift_lines(drift):
             out.print(f"  {escape(line)}")
+        out.print(f"[dim]  token ids from {drift['window_start']}:\n"
+                  f"  trained on: {' '.join(map(str, drift['rollout']))}\n"
+                  f"  template:   {' '.join(map(str, drift['template']))}[/dim]")  # fmt: skip
     show_training(out, record)
     tree = Tree("[bold]spans[/bold]")
     for root in record.tree():
