@@ -14,11 +14,17 @@ from dataclasses import dataclass
 from rollscope.store.diff import turn_text
 from rollscope.store.records import SpanRecord, TrajectoryRecord
 
+# Each family: a turn's start, its role, its text up to its end marker, or up to the next turn's
+# start where a template leaves the end out (the bundled Gemma template's tool calls end the
+# model's turn at ``</tool_call>``, the tool's response following at once).
 _TEMPLATES = (
-    (re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|\Z)", re.S), "<|im_end|>"),
-    (re.compile(r"<start_of_turn>(\w+)\n(.*?)(?:<end_of_turn>|\Z)", re.S), "<end_of_turn>"),
-    (re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n\n(.*?)(?:<\|eot_id\|>|\Z)", re.S), "<|eot_id|>"),
+    (re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|(?=<\|im_start\|>)|\Z)", re.S), "<|im_end|>"),
+    (re.compile(r"<start_of_turn>(\w+)\n(.*?)(?:<end_of_turn>|(?=<start_of_turn>)|\Z)", re.S), "<end_of_turn>"),
+    (re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n\n(.*?)(?:<\|eot_id\|>|(?=<\|start_header_id\|>)|\Z)",
+                re.S), "<|eot_id|>"),
 )
+# A user turn that only carries a tool's response (templates with no tool role write it so).
+_TOOL_RESPONSE = re.compile(r"\s*<tool_response>.*</tool_response>\s*", re.S)
 _ROLES = {"model": "assistant", "ipython": "tool"}  # Gemma's and Llama 3's names for them
 
 
@@ -34,11 +40,16 @@ def messages(prompt_text: str) -> list[Message] | None:
     for pattern, _ in _TEMPLATES:
         found = pattern.findall(prompt_text)
         if found:
-            out = [Message(_ROLES.get(role, role), content.strip("\n")) for role, content in found]
+            out = [Message(_role(role, content), content.strip("\n")) for role, content in found]
             if out and out[-1].role == "assistant" and not out[-1].content:
                 out.pop()
             return out
     return None
+
+
+def _role(role: str, content: str) -> str:
+    role = _ROLES.get(role, role)
+    return "tool" if role == "user" and _TOOL_RESPONSE.fullmatch(content) else role
 
 
 def conversation(span: SpanRecord) -> list[Message] | None:

@@ -4,6 +4,7 @@ does not continue the conversation so far shows whole."""
 
 import html
 import re
+from pathlib import Path
 
 import httpx
 import pytest
@@ -63,11 +64,33 @@ def test_each_turn_shows_only_what_is_new_and_the_page_reads_as_one_conversation
     turns = chats(page)
     assert turns[0] == [("system", "You are a calculator."), ("user", "What is 6 * 7, then plus 8?"),
                         ("assistant", REPLIES[0])]  # fmt: skip
-    assert turns[1] == [("user", "<tool_response>\n42\n</tool_response>"), ("assistant", REPLIES[1])]
-    assert turns[2] == [("user", "<tool_response>\n50\n</tool_response>"), ("assistant", REPLIES[2])]
+    assert turns[1] == [("tool", "<tool_response>\n42\n</tool_response>"), ("assistant", REPLIES[1])]  # (its own bubble)
+    assert turns[2] == [("tool", "<tool_response>\n50\n</tool_response>"), ("assistant", REPLIES[2])]
     # top to bottom, every message once: the conversation as the model lived it
     flat = [m for turn in turns[:3] for m in turn]
     assert len(flat) == len(set(flat)) == 7
     assert page.count("earlier messages, above") == 2 and "… 3 earlier messages" in page and "… 5 earlier" in page
     assert page.count('<details class="full-prompt">') == 4  # the full prompt one click away, every turn
     assert turns[3] == [("system", "You are a calculator."), ("user", "A new task"), ("assistant", "ok")]
+
+
+def test_the_embedded_models_few_shot_prompt_reads_as_turns_with_tool_responses_of_their_own():
+    """The bundled Gemma template (rollscope/configs/gemma_tools.jinja) ends a model turn at its
+    ``</tool_call>`` and writes the tool's response as a user turn: each worked example reads as
+    user, assistant (the call), tool (the response), assistant (the answer), no marker left in a
+    message."""
+    from jinja2 import Environment
+
+    from rollscope.configs import path
+    from rollscope.viewer.chat import messages
+
+    schema = {"type": "function", "function": {"name": "calculator", "description": "arithmetic",
+                                               "parameters": {"properties": {"expression": {}}}}}  # fmt: skip
+    prompt = Environment().from_string(Path(path("gemma_tools.jinja")).read_text()).render(
+        bos_token="<bos>", tools=[schema], messages=[{"role": "user", "content": "What is 2 + 2?"}],
+        add_generation_prompt=True)  # fmt: skip
+    found = messages(prompt)
+    assert [m.role for m in found[1:5]] == ["user", "assistant", "tool", "assistant"]
+    assert found[2].content.startswith("<tool_call>") and found[3].content == "<tool_response>\n55\n</tool_response>"
+    assert found[-1].role == "user" and found[-1].content == "What is 2 + 2?"
+    assert not [m for m in found if "<start_of_turn>" in m.content or "<end_of_turn>" in m.content]
