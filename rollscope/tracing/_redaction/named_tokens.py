@@ -56,7 +56,7 @@ _STANDALONE_PATTERN = (r"""(?:^|[\s"'`{(<>=:,\[])("""
                        + "|".join(f"{_CHARS}*{a}{_CHARS}*{b}{_CHARS}*{c}{_CHARS}*" for a, b, c in permutations(
                            ("[0-9]", "[A-Z]", "[a-z]")))  # a digit, a capital and a small letter, in any order
                        + r"""={0,2})(?:[\s"'`})<>,;\]]|$)""")
-_STANDALONE_LENGTH = range(12, 201)
+_STANDALONE_LENGTH = range(20, 201)  # (shorter: class names of ML code, GSM8KAgent.run, Wav2Vec2ForCTC)
 _BLOB_LINES = (64, 76)  # PEM's and MIME's base64 lines
 # ids that LLM APIs write into tool calls and responses (OpenAI, vLLM, Anthropic): not credentials
 _API_IDS = ("call_", "chatcmpl-", "cmpl-", "req_", "run_", "msg_", "toolu_", "resp_", "file-", "asst_", "thread_")
@@ -66,6 +66,7 @@ _ADDRESS = re.compile(r"(?i)(?:[a-z][a-z0-9+.-]*://|www\.|[\w.+-]+@[\w-]+\.)")
 _HEX = re.compile(r"[0-9a-fA-F-]+")
 _RUN = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")  # a word of an identifier in any casing
 _VOWELS = re.compile(r"[aeiouy]")
+_SYLLABLE = re.compile(r"[B-DF-HJ-NP-TV-Z][aeiou][b-df-hj-np-tv-z]")  # For, Vec, Pre: a capitalized word of three
 _CONSONANTS = re.compile(r"[^aeiouy]{5}")  # what words seldom have in a row
 
 
@@ -197,9 +198,11 @@ def looks_generated(token: str, strict: bool = False) -> bool:
 
 
 def _readable(token: str) -> float:
-    """The share of ``token``'s letters in runs of four or more that read as words: a vowel in
-    five, no five consonants together (a generated string's runs are short, or unsayable). A
-    constant's name (``TLS_AES_256_GCM``: capitals joined by underscores) reads as a whole."""
+    """The share of ``token``'s letters in runs that read as words: four letters or more with a
+    vowel in five and no five consonants together, or a capitalized word of three with a
+    vowel in the middle (``Wav2Vec2ForPreTraining``): a generated string's runs are short, or
+    unsayable. A constant's name (``TLS_AES_256_GCM``: capitals joined by underscores) reads as
+    a whole."""
     if "_" in token and not any(map(str.islower, token)):
         return 1.0
     letters = readable = 0
@@ -208,6 +211,8 @@ def _readable(token: str) -> float:
         low = run.lower()
         if len(run) >= 4 and not _CONSONANTS.search(low) and len(_VOWELS.findall(low)) >= len(run) / 5:
             readable += len(run)
+        elif _SYLLABLE.fullmatch(run):
+            readable += 3
     return readable / letters if letters else 0.0
 
 
