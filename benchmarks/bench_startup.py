@@ -34,7 +34,8 @@ def cases(tmp: Path) -> dict[str, list[str]]:
     wrong_module.write_text("tools:\n  - class_name: my_tolls.WeatherTool\n")
     model = tmp / "model"
     if not model.exists():
-        build = f"from rollscope.testing import make_model_dir; make_model_dir({str(model)!r})"
+        build = ("from pathlib import Path; from rollscope.testing import make_model_dir; "
+                 f"make_model_dir(Path({str(model)!r}))")
         subprocess.run([sys.executable, "-c", build], check=True, cwd=ROOT)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
