@@ -29,7 +29,7 @@ from rollscope.store.reader import ORDERS
 from rollscope.store.text import with_text
 from rollscope.viewer.charts import Chart, charts, distribution, series_charts, sparkline
 from rollscope.viewer.chat import ground_truth, turns
-from rollscope.viewer.tokens import retokenization, token_view, training_token_view
+from rollscope.viewer.tokens import drift_span, retokenization, token_view, training_token_view
 from rollscope.viewer.views import (
     bounded_tree,
     figures,
@@ -140,10 +140,11 @@ class Viewer:
 
         replays = self.store().trajectories(replay_of=record.id, order_by="start")
         original = self.store().get(record.replay_of).training if record.replay_of else None
+        drift = retokenization(record)
         return self._render("trajectory.html", title=record.id, t=record, roots=bounded_tree(record.tree()), bar=bar,
                             turns=turns(record), task=first_user_message(record), truth=ground_truth(record),
                             replays=replays, training=record.training, tv=training_token_view(record),
-                            original=original, drift=retokenization(record),
+                            original=original, drift=drift, drift_at=drift_span(record, drift),
                             threshold=Thresholds().logprob_delta)  # fmt: skip
 
     def compare(self, q: dict[str, str], ids: list[str]) -> str:

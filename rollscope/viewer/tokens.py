@@ -143,6 +143,28 @@ def training_token_view(record: TrajectoryRecord, worst: int = DEFAULT_WORST) ->
     return TrainingTokenView(tokens, scored[:worst], sum(1 for m in mask if not m), bool(texts))
 
 
+def drift_span(record: TrajectoryRecord, drift: dict | None) -> str | None:
+    """The id of the span whose tokens the drift starts in: the llm turn whose reply covers its
+    position (a turn's prompt is everything before it, so its reply starts at its input tokens),
+    else the first tool call after the last turn that ends before it (its response is there)."""
+    position = drift.get("position") if drift else None
+    if not isinstance(position, int):
+        return None
+    before = None
+    for span in sorted((s for s in record.spans if s.kind == "llm"), key=lambda s: s.start_ns):
+        start = (span.attributes or {}).get("gen_ai.usage.input_tokens")
+        length = (span.attributes or {}).get("gen_ai.usage.output_tokens")
+        if isinstance(start, int) and isinstance(length, int):
+            if start <= position < start + length:
+                return span.id
+            if start + length <= position:
+                before = span
+    if before is None:
+        return None
+    after = [s for s in record.spans if s.kind == "tool" and s.start_ns >= (before.end_ns or before.start_ns)]
+    return min(after, key=lambda s: s.start_ns).id if after else None
+
+
 def retokenization(record: TrajectoryRecord) -> dict | None:
     """The run span's chat-template check (``agentloops.retokenization``) when it found the template
     rendering the conversation to other tokens: position, both id windows, lengths."""

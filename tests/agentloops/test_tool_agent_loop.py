@@ -2,6 +2,7 @@
 
 import asyncio
 import copy
+import re
 
 import pytest
 
@@ -232,3 +233,6 @@ def test_a_template_that_changes_a_reply_is_found_at_the_exact_token(verl_config
     page = Viewer(str(trace_dir)).handle(f"/t/{t.id}")[2].decode()
     assert f"from position <b>{check['position']}</b>" in page
     assert "trained on: " + " ".join(map(str, check["rollout"])) in page
+    # the span it starts in is marked, and the banner links to it: the one llm turn's reply
+    assert page.count('id="drift-here"') == 1 and 'href="#drift-here"' in page
+    assert re.search(r'<li class="span kind-llm\s+drift-here" id="drift-here">', page), page[:3000]
