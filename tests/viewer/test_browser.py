@@ -193,3 +193,26 @@ def test_trained_on_tokens_and_advantage_boxes_as_drawn(trained_server, trained_
     assert len(boxes) == 3 and xs == sorted(xs) and xs[0] < xs[-1]
     assert all(b.rect["height"] > 0 and b.rect["width"] > 0 for b in boxes)
     shot(browser, "11-advantage-boxes")
+
+
+def test_a_spans_attributes_and_the_compared_task_as_chromium_draws_them(rich_server, rich_store, browser):
+    """The attributes panel of an llm turn opens to a table (constrained or not, token counts,
+    latency); the compare page of a reward of 1 beside one of 0 shows what both were asked and
+    the right answer above the turns."""
+    from selenium.webdriver.common.by import By
+
+    from rollscope.store import TraceStore
+
+    browser.get(f"{rich_server}/t/{_first(rich_store)}")
+    panel = browser.find_element(By.CSS_SELECTOR, "li.kind-llm details.facts-panel")
+    panel.find_element(By.TAG_NAME, "summary").click()
+    table = panel.find_element(By.CSS_SELECTOR, "table.attributes")
+    assert table.is_displayed() and "tool calls constrained" in table.text and "latency_s" in table.text
+    browser.execute_script("arguments[0].scrollIntoView()", panel)
+    shot(browser, "9-span-attributes")
+    with TraceStore(rich_store) as store:
+        pair = store.trajectories(experiment="alpha")
+    browser.get(f"{rich_server}/compare?id={pair[0].id}&id={pair[1].id}")
+    task = browser.find_element(By.CSS_SELECTOR, "#compare-table tr.task")
+    assert task.text.count("What is 6 * 7?") == 2 and task.text.count("42") >= 2, task.text
+    shot(browser, "10-compare-task")
