@@ -131,7 +131,10 @@ def _shown(path: str) -> str:
 
 
 def _package_dir(name: str) -> tuple[str, ...]:
-    spec = importlib.util.find_spec(name)
+    try:
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):  # (not installed, said so by an import hook)
+        return ()
     return tuple(p.rstrip(os.sep) + os.sep for p in (spec.submodule_search_locations or ())) if spec else ()
 
 
