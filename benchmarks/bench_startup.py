@@ -25,6 +25,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+
+from bench_budget import worktree  # noqa: E402
 
 
 def cases(tmp: Path) -> dict[str, list[str]]:
@@ -64,9 +67,7 @@ def main() -> None:
     ap.add_argument("--json")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
-        base = Path(tmp) / "baseline"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(base), args.baseline], check=True,
-                       capture_output=True)  # fmt: skip
+        base = worktree(args.baseline, Path(tmp))
         try:
             work = Path(tmp) / "work"
             work.mkdir()

@@ -14,9 +14,8 @@ from rollscope import tracing
 from rollscope.configs import path as config_path
 from rollscope.llm import ScriptedLLM
 from rollscope.store import TraceStore
-from rollscope.testing import compose_config
 from tests.agentloops.conftest import call
-from tests.agentloops.verl_harness import assert_users_tools_traced, users_tools_config, verl_tools_reply
+from tests.agentloops.verl_harness import assert_users_tools_traced, loop_config, users_tools_config, verl_tools_reply
 
 QUESTIONS = ["What is 17 * 23?", "What is 12 * 12?", "What is 9 * 9?"]
 ANSWERS = ["391", "144", "81"]
@@ -24,11 +23,7 @@ ANSWERS = ["391", "144", "81"]
 
 @pytest.fixture
 def worker_config(model_dir, tmp_path):
-    loops = tmp_path / "agent_loops.yaml"
-    loops.write_text("- name: gsm8k_agent\n  _target_: tests.agentloops.user_loops.GSM8KAgent\n")
-    RolloutTraceConfig.reset()
-    yield compose_config(model_dir, [
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
+    yield loop_config(model_dir, tmp_path, "gsm8k_agent", "tests.agentloops.user_loops.GSM8KAgent", [
         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={config_path('gsm8k_tools.yaml')}",
         "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4",
         "actor_rollout_ref.rollout.calculate_log_probs=True",

@@ -133,20 +133,25 @@ def run_worker(worker_cls, config, llm_client, batch, *args):
 VERL_TOOLS = Path(__file__).resolve().parent.parent / "fixtures" / "verl_tools"
 
 
-def users_tools_config(model_dir, tmp_path, *overrides):
-    """verl's config for what users bring: verl's ToolAgentLoop ported to TracedAgentLoop (agent
-    ``ported_tool_agent``), verl's Gsm8kTool from verl's tool YAML and verl function tools from
-    ``function_tool_path``, tracing set by verl's ``trace.*`` keys alone (the store's place comes
-    from the environment: set ``ROLLSCOPE_TRACE_DIR``)."""
+def loop_config(model_dir, tmp_path, name, target, overrides):
+    """verl's trainer config with the one agent loop ``name`` (class ``target``) in its
+    agent_loop_config_path, and ``overrides``; verl's trace config reset so it is read anew."""
     from verl.utils.rollout_trace import RolloutTraceConfig
 
     from rollscope.testing import compose_config
 
     loops = tmp_path / "agent_loops.yaml"
-    loops.write_text("- name: ported_tool_agent\n  _target_: tests.agentloops.user_loops.PortedToolAgentLoop\n")
+    loops.write_text(f"- name: {name}\n  _target_: {target}\n")
     RolloutTraceConfig.reset()
-    return compose_config(model_dir, [
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
+    return compose_config(model_dir, [f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}", *overrides])
+
+
+def users_tools_config(model_dir, tmp_path, *overrides):
+    """verl's config for what users bring: verl's ToolAgentLoop ported to TracedAgentLoop (agent
+    ``ported_tool_agent``), verl's Gsm8kTool from verl's tool YAML and verl function tools from
+    ``function_tool_path``, tracing set by verl's ``trace.*`` keys alone (the store's place comes
+    from the environment: set ``ROLLSCOPE_TRACE_DIR``)."""
+    return loop_config(model_dir, tmp_path, "ported_tool_agent", "tests.agentloops.user_loops.PortedToolAgentLoop", [
         f"actor_rollout_ref.rollout.multi_turn.tool_config_path={VERL_TOOLS / 'gsm8k_tool_config.yaml'}",
         f"actor_rollout_ref.rollout.multi_turn.function_tool_path={VERL_TOOLS / 'function_tools.py'}",
         "actor_rollout_ref.rollout.trace.backend=local", *overrides,
