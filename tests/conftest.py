@@ -201,3 +201,13 @@ def vllm_server(tmp_path_factory, vllm_model):
     server = VLLMServer(vllm_model, tmp_path_factory.mktemp("vllm-server") / "server.log")
     yield server
     server.close()
+
+
+@pytest.fixture(scope="module")
+def sglang_server(tmp_path_factory, vllm_model):
+    """SGLang's server of the same model on the CPU, one per test module (tests.engines)."""
+    from tests.engines import SGLangServer
+
+    server = SGLangServer(vllm_model, tmp_path_factory.mktemp("sglang-server") / "server.log")
+    yield server
+    server.close()

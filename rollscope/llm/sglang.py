@@ -20,7 +20,7 @@ from rollscope.llm.http_client import JSONEndpoint
 
 class SGLangLLM:
     def __init__(self, base_url: str, *, max_tokens: int = 512, timeout_s: float = 600.0) -> None:
-        self.endpoint = JSONEndpoint(base_url, timeout_s=timeout_s)
+        self.endpoint = JSONEndpoint(base_url, timeout_s=timeout_s, server="SGLang")
         self.max_tokens = max_tokens
 
     async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],

@@ -15,7 +15,7 @@ from rollscope.llm.base import LLMServerError
 from rollscope.llm.embedded import CHUNK, EmbeddedLLM
 from rollscope.llm.openai_compat import OpenAICompatibleLLM
 from rollscope.tools.builtin.calculator import SCHEMA as CALCULATOR
-from tests.llm.test_server_clients import free_port
+from tests.engines import free_port
 
 pytestmark = pytest.mark.slow
 GREEDY = {"temperature": 0.0, "max_tokens": 40, "stop": ["</tool_call>"]}

@@ -1,15 +1,15 @@
 """The server clients' side of vLLM's and SGLang's wire formats, against local stand-ins that answer
-in those formats (vLLM's real server: tests/llm/test_vllm_server.py; SGLang cannot run here:
-docs/llm-clients.md), and their errors when a server is down or answers garbage."""
+in those formats (the real servers: tests/llm/test_vllm_server.py, test_sglang_server.py), and
+their errors when a server is down or answers garbage."""
 
 import asyncio
-import socket
 
 import pytest
 
 from rollscope.llm.base import LLMServerError
 from rollscope.llm.openai_compat import OpenAICompatibleLLM
 from rollscope.llm.sglang import SGLangLLM
+from tests.engines import free_port
 from tests.llm.stand_in import StandInServer
 
 PARAMS = {"temperature": 0.5, "top_p": 0.9, "top_k": 20, "max_tokens": 7, "stop": ["</tool_call>"]}
@@ -80,12 +80,6 @@ def test_sglang_client_holds_tool_calls_to_their_schemas_with_a_structural_tag()
     assert structure["begin"] == '<tool_call>{"name": "calculator", "arguments": ' and structure["end"] == "}</tool_call>"
     assert structure["schema"]["properties"]["expression"]["pattern"] == SCHEMA["function"]["parameters"]["properties"]["expression"]["pattern"]
     assert structure["schema"]["additionalProperties"] is False
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("client", [OpenAICompatibleLLM, SGLangLLM])

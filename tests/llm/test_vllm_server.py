@@ -5,40 +5,14 @@ pass of the same weights at the same temperature; the model's hermes tool calls 
 schemas, calls go as vLLM's structured outputs and every one of them parses."""
 
 import asyncio
-import json
-import os
-import subprocess
-import sys
 
 import pytest
-import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 from rollscope.llm.openai_compat import OpenAICompatibleLLM
-from rollscope.store import TraceStore
+from tests.llm.engine_runs import QUESTION, call_problems, cut_in_a_call, hf_log_probs, stored_runs
 
 pytestmark = pytest.mark.slow
-QUESTION = [{"role": "user", "content": "What is 17 * 23?"}]
-
-
-@pytest.fixture(scope="module")
-def hf(vllm_model):
-    return AutoModelForCausalLM.from_pretrained(vllm_model, torch_dtype=torch.float32).eval()
-
-
-def hf_log_probs(model, prompt_ids, token_ids, temperature):
-    """log softmax(logits / T) of each token of ``token_ids`` after ``prompt_ids`` (what vLLM's
-    ``processed_logprobs`` and verl's actor compute)."""
-    ids = torch.tensor([list(prompt_ids) + list(token_ids)])
-    with torch.no_grad():
-        logits = model(ids).logits[0, len(prompt_ids) - 1 : -1] / temperature
-    return torch.log_softmax(logits, -1).gather(1, torch.tensor(token_ids)[:, None])[:, 0].tolist()
-
-
-def run_cli(*args):
-    env = {**os.environ, "WANDB_ERROR_REPORTING": "false", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "rollscope.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=600)  # fmt: skip
 
 
 def test_the_client_gets_vllms_token_ids_and_the_sampled_distributions_log_probs(vllm_server, hf):
@@ -63,28 +37,8 @@ def test_the_client_gets_vllms_token_ids_and_the_sampled_distributions_log_probs
 
 @pytest.fixture(scope="module")
 def runs(vllm_server, tmp_path_factory):
-    """``rollscope run gsm8k-calculator`` on the training demo's problems (the model's own task)
-    against the server, sampled at temperature 1, with the tools' constraint off and on."""
-    from rollscope.trainer import demo_task
-
-    data = tmp_path_factory.mktemp("vllm-data") / "problems.jsonl"
-    data.write_text("".join(json.dumps(row) + "\n" for row in demo_task.dataset_rows(demo_task.problems(), "test")))
-    found = {}
-    for constrained in (False, True):
-        traces = tmp_path_factory.mktemp(f"vllm-run-{constrained}")
-        result = run_cli("run", "gsm8k-calculator", "--llm", vllm_server.url, "--model", str(vllm_server.model),
-                         "--limit", "8", "--n", "2", "--dir", str(traces), "--quiet", f"dataset={data}",
-                         "reward=rollscope.bundled.rewards:calculator_drill", "sampling.temperature=1.0",
-                         "sampling.max_tokens=64", f"sampling.constrain_tool_calls={str(constrained).lower()}")  # fmt: skip
-        assert result.returncode == 0, result.stderr
-        with TraceStore(traces) as store:
-            found[constrained] = [(t, t.spans) for t in store.trajectories(limit=None)]
-    return found
-
-
-def call_problems(spans):
-    """The kinds of the calls that could not run (``tool_call_error.*`` spans)."""
-    return [s.attributes.get("tool.error_kind") for s in spans if s.name.startswith("tool_call_error.")]
+    """``rollscope run gsm8k-calculator`` against the server with the tools' constraint off and on."""
+    return stored_runs(vllm_server.url, vllm_server.model, tmp_path_factory)
 
 
 def test_rollscope_run_stores_the_tokens_log_probs_and_finish_reasons_vllm_returned(runs, hf):
@@ -118,12 +72,3 @@ def test_held_to_their_schemas_every_call_parses_and_the_span_says_so(runs):
     problems = call_problems(spans)
     assert problems.count("malformed_call") <= cut and "unknown_tool" not in problems and "bad_arguments" not in problems
 
-
-def cut_in_a_call(span):
-    """A reply cut while a call was open: at max_tokens, or at one of the example's stop strings
-    ("\n") written as JSON whitespace inside the call — the schema holds what the model writes,
-    not where the sampler stops it (xgrammar's JSON allows a newline there, and its
-    ``max_whitespace_cnt`` cannot be 0)."""
-    text = span.outputs["response_text"]
-    opened = text.rfind("<tool_call>") > text.rfind("</tool_call>")
-    return span.outputs["extra_fields"]["finish_reason"] == "length" or (opened and text.endswith("\n"))

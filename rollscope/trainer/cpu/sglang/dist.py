@@ -1,0 +1,33 @@
+"""The wheel ``make sglang`` installs beside SGLang (``rollscope.trainer.cpu.sglang`` says why):
+``sgl_kernel`` (the stub), ``_rollscope_sglang_cpu`` (``startup``) and the ``.pth`` line that runs it.
+
+    python -m rollscope.trainer.cpu.sglang.dist OUT_DIR   # prints the wheel's path
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from rollscope.trainer.cpu.wheel import write_wheel
+
+NAME, VERSION = "rollscope_sglang_cpu", "1.0"
+STARTUP = "_rollscope_sglang_cpu"
+_HERE = Path(__file__).parent
+
+
+def wheel(out: Path) -> Path:
+    """Write the wheel into ``out``; return its path."""
+    files = {
+        "sgl_kernel/__init__.py": (_HERE / "sgl_kernel_stub.py").read_text(),
+        f"{STARTUP}.py": (_HERE / "startup.py").read_text(),
+        f"{NAME}.pth": f"import {STARTUP}; {STARTUP}.install()\n",
+    }
+    return write_wheel(out, NAME, VERSION, "sgl_kernel's stand-in and two fixes for SGLang on a CPU "
+                       "(rollscope)", files)  # fmt: skip
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        raise SystemExit("usage: python -m rollscope.trainer.cpu.sglang.dist OUT_DIR")
+    print(wheel(Path(sys.argv[1])))

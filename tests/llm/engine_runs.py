@@ -1,0 +1,68 @@
+"""What the real-engine tests (test_vllm_server.py, test_sglang_server.py) share: the Hugging Face
+reference for log-probs, ``rollscope run`` as a subprocess, and the two runs of the bundled
+calculator example against an engine, with the tools' constraint off and on."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+from rollscope.store import TraceStore
+
+QUESTION = [{"role": "user", "content": "What is 17 * 23?"}]
+
+
+def hf_log_probs(model, prompt_ids, token_ids, temperature):
+    """log softmax(logits / T) of each token of ``token_ids`` after ``prompt_ids`` (what vLLM's
+    ``processed_logprobs``, SGLang's log-probs and verl's actor compute)."""
+    ids = torch.tensor([list(prompt_ids) + list(token_ids)])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt_ids) - 1 : -1] / temperature
+    return torch.log_softmax(logits, -1).gather(1, torch.tensor(token_ids)[:, None])[:, 0].tolist()
+
+
+def run_cli(*args):
+    env = {**os.environ, "WANDB_ERROR_REPORTING": "false", "COLUMNS": "200"}
+    return subprocess.run([sys.executable, "-m", "rollscope.cli", *args], capture_output=True, text=True, env=env,
+                          timeout=600)  # fmt: skip
+
+
+def stored_runs(llm: str, model: Path, tmp_path_factory) -> dict[bool, list]:
+    """``rollscope run gsm8k-calculator --llm LLM`` on the training demo's problems (the model's own
+    task), sampled at temperature 1, with the tools' constraint off and on: constrained -> [(the
+    trajectory, its spans)]."""
+    from rollscope.trainer import demo_task
+
+    data = tmp_path_factory.mktemp("engine-data") / "problems.jsonl"
+    data.write_text("".join(json.dumps(row) + "\n" for row in demo_task.dataset_rows(demo_task.problems(), "test")))
+    found = {}
+    for constrained in (False, True):
+        traces = tmp_path_factory.mktemp(f"engine-run-{constrained}")
+        result = run_cli("run", "gsm8k-calculator", "--llm", llm, "--model", str(model),
+                         "--limit", "8", "--n", "2", "--dir", str(traces), "--quiet", f"dataset={data}",
+                         "reward=rollscope.bundled.rewards:calculator_drill", "sampling.temperature=1.0",
+                         "sampling.max_tokens=64", f"sampling.constrain_tool_calls={str(constrained).lower()}")  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        with TraceStore(traces) as store:
+            found[constrained] = [(t, t.spans) for t in store.trajectories(limit=None)]
+    return found
+
+
+def call_problems(spans):
+    """The kinds of the calls that could not run (``tool_call_error.*`` spans)."""
+    return [s.attributes.get("tool.error_kind") for s in spans if s.name.startswith("tool_call_error.")]
+
+
+def cut_in_a_call(span):
+    """A reply cut while a call was open: at max_tokens, or at one of the example's stop strings
+    ("\\n") written as JSON whitespace inside the call — the schema holds what the model writes,
+    not where the sampler stops it (xgrammar's JSON allows a newline there, and its
+    ``max_whitespace_cnt`` cannot be 0)."""
+    text = span.outputs["response_text"]
+    opened = text.rfind("<tool_call>") > text.rfind("</tool_call>")
+    return span.outputs["extra_fields"]["finish_reason"] == "length" or (opened and text.endswith("\n"))
