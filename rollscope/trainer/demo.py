@@ -1,12 +1,13 @@
 """``make demo-train``: verl's own GRPO trainer on CPU teaches a tiny policy to use the calculator.
 
-    python -m rollscope.trainer.demo [--steps 12] [--rollout hf_cpu|vllm] [--dir rollscope_traces]
+    python -m rollscope.trainer.demo [--steps 12] [--rollout hf_cpu|vllm|sglang] [--dir rollscope_traces]
                                      [--work .rollscope-demo]
 
 Builds the task and the warm-started model (``demo_task``, seconds, kept for the next run), runs
 ``python -m verl.trainer.main_ppo`` with rollscope's tool loop and calculator named through verl's
 own keys and ``trace.backend=local`` (the rollout: rollscope's ``hf_cpu`` server, or verl's own vLLM
-server on vLLM's CPU build with ``--rollout vllm``), then prints the per-step mean reward and calculator use from
+server on vLLM's CPU build with ``--rollout vllm``, or verl's own SGLang server with ``--rollout
+sglang``), then prints the per-step mean reward and calculator use from
 the trace store, and the commands that open the run.
 """
 
@@ -23,7 +24,7 @@ from rollscope.bundled import rewards
 from rollscope.store import TraceStore, resolve_dir
 from rollscope.trainer import demo_task
 from rollscope.trainer.cpu import ROLLOUT_NAME, UnsupportedOnCPU
-from rollscope.trainer.launch import ROLLOUT_KEY, VLLM, TrainerFailed, check_overrides, run_main_ppo
+from rollscope.trainer.launch import ENGINES, ROLLOUT_KEY, TrainerFailed, check_overrides, run_main_ppo
 
 EXPERIMENT = "demo-train"
 PROJECT = "rollscope-demo"
@@ -78,22 +79,24 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rollscope.trainer.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=12, help="GRPO steps (default 12)")
     p.add_argument("--dir", default=None, help="trace store (default $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
-    p.add_argument("--rollout", choices=[ROLLOUT_NAME, VLLM], default=ROLLOUT_NAME,
-                   help="the rollout server: rollscope's hf_cpu (default) or verl's own vLLM (vLLM's CPU build)")
+    p.add_argument("--rollout", choices=[ROLLOUT_NAME, *ENGINES], default=ROLLOUT_NAME,
+                   help="the rollout server: rollscope's hf_cpu (default), or verl's own vLLM (vLLM's CPU build) "
+                        "or SGLang server")  # fmt: skip
     p.add_argument("--work", default=".rollscope-demo", help="where the model, data and verl's log go")
     args = p.parse_args(argv)
     work, trace_dir = Path(args.work).resolve(), resolve_dir(args.dir).resolve()
-    engine = [f"{ROLLOUT_KEY}={args.rollout}"]
+    rollout = [f"{ROLLOUT_KEY}={args.rollout}"]
     try:
-        check_overrides(engine)  # (before the model is built: vLLM's CPU build missing is one line)
+        check_overrides(rollout)  # (before the model is built: an engine not installed is one line)
     except UnsupportedOnCPU as exc:
         print(exc, file=sys.stderr)
         return 2
     started = time.monotonic()
     task = demo_task.problems()
-    model_dir = work / ("model" if args.rollout == ROLLOUT_NAME else f"model-{args.rollout}")
+    on_engine = args.rollout in ENGINES  # (vLLM's CPU attention takes heads 32 wide)
+    model_dir = work / ("model-engine" if on_engine else "model")
     print(f"building the task ({len(task)} problems) and warm-starting the model in {model_dir} ...", flush=True)
-    model = demo_task.build_model(model_dir, task, sizes=demo_task.VLLM_MODEL_SIZES if args.rollout == VLLM else None)
+    model = demo_task.build_model(model_dir, task, sizes=demo_task.ENGINE_MODEL_SIZES if on_engine else None)
     train, val = demo_task.write_dataset(work / "data", task)
     print(f"verl main_ppo on CPU: GRPO, {args.steps} steps x {PROMPTS_PER_STEP} prompts x {ROLLOUTS} rollouts "
           f"(Ray starts first, about a minute); log: {work / 'main_ppo.log'}", flush=True)  # fmt: skip
@@ -104,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  step {m.group(1)}/{args.steps}: mean reward {float(m.group(2)):.3f}", flush=True)
 
     try:
-        run_main_ppo([*overrides(model, train, val, trace_dir, args.steps), *engine], log_path=work / "main_ppo.log",
+        run_main_ppo([*overrides(model, train, val, trace_dir, args.steps), *rollout], log_path=work / "main_ppo.log",
                      cwd=work, on_line=progress, silence_s=SILENCE_S)  # fmt: skip
     except TrainerFailed as exc:
         print(exc, file=sys.stderr)

@@ -31,8 +31,9 @@ CHAT_TEMPLATE = (
 TOOL_SHARE = 0.25  # of the warm-start demonstrations that call the calculator
 MODEL_SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                    num_key_value_heads=2, max_position_embeddings=512)  # fmt: skip
-# vLLM's CPU attention takes head sizes 32, 64, 80, ... only: the same model with 2 heads of 32
-VLLM_MODEL_SIZES = {**MODEL_SIZES, "num_attention_heads": 2, "num_key_value_heads": 1}
+# vLLM's CPU attention takes head sizes 32, 64, 80, ... only: the same model with 2 heads of 32, which
+# the demo and the tests serve on both engines (vLLM and SGLang)
+ENGINE_MODEL_SIZES = {**MODEL_SIZES, "num_attention_heads": 2, "num_key_value_heads": 1}
 WARM_START_STEPS = 400
 MODEL_VERSION = 4  # part of the cache key: bump when the task or the warm start changes
 

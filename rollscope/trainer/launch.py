@@ -22,10 +22,11 @@ from typing import TextIO
 
 from rollscope.tracing import SIDECAR_LOCK_ENV, wait_for_sidecars
 from rollscope.trainer.cpu import ROLLOUT_NAME, UnsupportedOnCPU
+from rollscope.trainer.cpu import sglang as sglang_cpu
 
 PLUGIN = "rollscope.trainer.cpu.plugin"
 ROLLOUT_KEY = "actor_rollout_ref.rollout.name"
-VLLM = "vllm"
+VLLM, SGLANG = "vllm", "sglang"
 
 # What makes verl's trainer run on a CPU (see docs/verl.md, "verl without a GPU").
 CPU_OVERRIDES = (
@@ -58,6 +59,15 @@ VLLM_ENVIRONMENT = {
     "VLLM_CPU_KVCACHE_SPACE": "1",  # GiB of KV cache (2M tokens of the demo's model)
     "VLLM_HOST_IP": "127.0.0.1",  # vLLM's own message queues on loopback
 }
+# verl's own SGLang rollout on the CPU (docs/verl.md, "SGLang on CPU"): SGLang's CPU switches as
+# verl's engine_kwargs (rollscope.trainer.cpu.sglang.ENGINE_KWARGS), and a KV cache sized in tokens
+# (SGLang sizes it from free GPU memory otherwise).
+SGLANG_OVERRIDES = (
+    *(f"+actor_rollout_ref.rollout.engine_kwargs.sglang.{key}={value}"  # (Hydra reads True/False as booleans)
+      for key, value in {**sglang_cpu.ENGINE_KWARGS, "max_total_tokens": 16384}.items()),
+    "actor_rollout_ref.rollout.enforce_eager=True",  # (no CUDA graphs)
+)  # fmt: skip
+ENGINES = {VLLM: (VLLM_OVERRIDES, VLLM_ENVIRONMENT), SGLANG: (SGLANG_OVERRIDES, sglang_cpu.ENVIRONMENT)}
 # what vLLM and verl leave in /dev/shm when Ray ends their actors before they unlink it
 _SHARED_MEMORY = ("psm_", "verl_weights_")
 
@@ -65,7 +75,7 @@ _SHARED_MEMORY = ("psm_", "verl_weights_")
 _FIXED = {
     "trainer.n_gpus_per_node": ("1", "one CPU process trains (gloo, world size 1)"),
     "trainer.nnodes": ("1", "the CPU trainer runs on one machine"),
-    ROLLOUT_KEY: ((ROLLOUT_NAME, VLLM), "SGLang needs a GPU; the CPU rollouts are hf_cpu and vllm (vLLM's CPU build)"),
+    ROLLOUT_KEY: ((ROLLOUT_NAME, VLLM, SGLANG), "the CPU rollouts are hf_cpu, vllm (vLLM's CPU build) and sglang"),
     "actor_rollout_ref.rollout.enable_sleep_mode": ("False", "vLLM's CPU platform has no sleep mode"),
     "actor_rollout_ref.rollout.tensor_model_parallel_size": ("1", "the CPU rollout is one process"),
     "actor_rollout_ref.rollout.data_parallel_size": ("1", "the CPU rollout is one process"),
@@ -99,6 +109,8 @@ def check_overrides(overrides: Iterable[str]) -> None:
                                    f"it must be {' or '.join(allowed)}")  # fmt: skip
     if rollout == VLLM:
         check_vllm()
+    elif rollout == SGLANG:
+        check_sglang()
 
 
 def rollout_name(overrides: Iterable[str]) -> str:
@@ -123,13 +135,24 @@ def check_vllm() -> None:
                                f"name; {found}): `make vllm` installs them (docs/verl.md, \"vLLM on CPU\")")
 
 
+def check_sglang() -> None:
+    """SGLang is installed with what it needs on this CPU (``make sglang``: its ``sgl_kernel`` stand-in)."""
+    try:
+        version = importlib.metadata.version(SGLANG)
+    except importlib.metadata.PackageNotFoundError:
+        version = None
+    if version is None or importlib.util.find_spec("sgl_kernel") is None:
+        found = "not installed" if version is None else f"sglang {version} without sgl_kernel"
+        raise UnsupportedOnCPU(f"{ROLLOUT_KEY}=sglang needs SGLang and rollscope's CPU fixes for it ({found}): "
+                               "`make sglang` installs them (docs/verl.md, \"SGLang on CPU\")")
+
+
 def cpu_environment(base: Mapping[str, str] | None = None, rollout: str = ROLLOUT_NAME) -> dict[str, str]:
     """The environment verl's processes need on CPU: the plugin loaded everywhere, the ``cpu``
-    platform, no torch.compile, and no network reports (and vLLM's settings for its rollout)."""
+    platform, no torch.compile, and no network reports (and an engine's settings for its rollout)."""
     env = dict(os.environ if base is None else base)
-    if rollout == VLLM:
-        for key, value in VLLM_ENVIRONMENT.items():
-            env.setdefault(key, value)
+    for key, value in ENGINES.get(rollout, ((), {}))[1].items():
+        env.setdefault(key, value)
     modules = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m and m != PLUGIN]
     env["VERL_USE_EXTERNAL_MODULES"] = ",".join([PLUGIN, *modules])
     env["VERL_PLATFORM"] = "cpu"
@@ -159,11 +182,11 @@ def _split(item: str) -> tuple[str, str, str]:
 
 
 def main_ppo_command(overrides: Iterable[str]) -> list[str]:
-    """``python -m verl.trainer.main_ppo`` with the CPU overrides (and vLLM's, for its rollout), then
-    the caller's (which win)."""
+    """``python -m verl.trainer.main_ppo`` with the CPU overrides (and an engine's, for its rollout),
+    then the caller's (which win)."""
     overrides = list(overrides)
     check_overrides(overrides)
-    engine = VLLM_OVERRIDES if rollout_name(overrides) == VLLM else ()
+    engine = ENGINES.get(rollout_name(overrides), ((), {}))[0]
     return [sys.executable, "-m", "verl.trainer.main_ppo", *merge_overrides(CPU_OVERRIDES, engine, overrides)]
 
 

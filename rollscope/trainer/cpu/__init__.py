@@ -9,9 +9,12 @@ is set (``rollscope.trainer.launch.cpu_environment`` sets it with the rest). It 
 - ``rollout``: the ``hf_cpu`` rollout (``actor_rollout_ref.rollout.name=hf_cpu``): a Ray actor
   that generates with Hugging Face ``generate`` and takes the actor's weights at every sync;
 - ``vllm_weights``: for verl's own vLLM rollout on vLLM's CPU build (``rollout.name=vllm``), the
-  linear layers keep their weights so that verl's weight sync can load new ones.
+  linear layers keep their weights so that verl's weight sync can load new ones;
+- ``sglang_weights``: for verl's own SGLang rollout (``rollout.name=sglang``), verl's weight sync
+  sends CPU tensors through shared memory instead of failing in SGLang's CUDA-only pickling.
 
-``vllm_dist`` writes the ``vllm`` distribution name an install of vLLM's CPU build lacks (``make vllm``).
+``vllm_dist`` writes the ``vllm`` distribution name an install of vLLM's CPU build lacks (``make vllm``);
+``sglang`` holds what an install of SGLang needs beside it on a CPU (``make sglang``).
 
 Importing this package or its modules changes nothing; only the plugin does.
 """

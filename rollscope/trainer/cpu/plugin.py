@@ -1,6 +1,7 @@
 """What verl imports in each of its processes (``VERL_USE_EXTERNAL_MODULES``): the CPU platform, the
 ``hf_cpu`` rollout named where verl looks rollouts up (its worker-side registry and its replicas'),
-and vLLM's CPU linear layers keeping their weights for verl's weight sync (``vllm_weights``). The
+vLLM's CPU linear layers keeping their weights for verl's weight sync (``vllm_weights``), and verl's
+weight sync into SGLang sending CPU tensors (``sglang_weights``). The
 rollout module is named, not imported: verl imports it when it needs it, and a Ray actor process
 that imports it first (to build the server) imports verl, and so this plugin, from it.
 """
@@ -10,7 +11,7 @@ import importlib
 from verl.workers.rollout import base as verl_rollout_base
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-from rollscope.trainer.cpu import ROLLOUT_NAME, platform, vllm_weights
+from rollscope.trainer.cpu import ROLLOUT_NAME, platform, sglang_weights, vllm_weights
 
 _ROLLOUT_MODULE = "rollscope.trainer.cpu.rollout"
 
@@ -21,5 +22,6 @@ def _replica_class() -> type:
 
 platform.install()
 vllm_weights.install()
+sglang_weights.install()
 verl_rollout_base._ROLLOUT_REGISTRY[(ROLLOUT_NAME, "async")] = f"{_ROLLOUT_MODULE}.HFCPUServerAdapter"
 RolloutReplicaRegistry.register(ROLLOUT_NAME, _replica_class)

@@ -15,11 +15,10 @@ is imported — vLLM's worker, before it loads the model — and makes no other 
 
 from __future__ import annotations
 
-import importlib.abc
-import importlib.util
-import sys
 from types import ModuleType
 from typing import Any
+
+from rollscope.trainer.cpu.after_import import after_import
 
 LINEAR = "vllm.model_executor.layers.linear"
 _KEEPS = "_rollscope_keeps_cpu_weights"
@@ -45,29 +44,6 @@ def keep_weights(linear: ModuleType) -> None:
     setattr(method, _KEEPS, True)
 
 
-class _AfterImport(importlib.abc.MetaPathFinder):
-    """Runs ``keep_weights`` on vLLM's linear module right after it is first executed."""
-
-    def find_spec(self, name: str, path: Any, target: Any = None) -> Any:
-        if name != LINEAR:
-            return None
-        sys.meta_path.remove(self)  # (find the real spec below without finding ourselves)
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None:
-            return spec
-        execute = spec.loader.exec_module
-
-        def exec_module(module: ModuleType) -> None:
-            execute(module)
-            keep_weights(module)
-
-        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
-        return spec
-
-
 def install() -> None:
-    """Apply it now if vLLM's linear module is loaded, else when it is (once per process)."""
-    if LINEAR in sys.modules:
-        keep_weights(sys.modules[LINEAR])
-    elif not any(isinstance(finder, _AfterImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport())
+    """Apply it where vLLM's linear module is loaded, now or later (once per process)."""
+    after_import(LINEAR, keep_weights)
