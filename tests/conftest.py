@@ -27,6 +27,7 @@ RAY_MODULES = frozenset({
     "tests/agentloops/test_verl_training_path.py", "tests/agentloops/test_verl_worker.py",
     "tests/runner/test_distributed.py", "tests/tracing/test_sidecar_ray.py", "tests/trainer/test_main_ppo_local.py",
     "tests/trainer/test_main_ppo_vllm.py", "tests/trainer/test_main_ppo_weave.py", "tests/trainer/test_main_ppo_sglang.py",
+    "tests/trainer/test_main_ppo_sglang_refused.py",
 })  # fmt: skip
 
 

@@ -198,9 +198,11 @@ def run_main_ppo(overrides: Iterable[str], *, log_path: Path, env: Mapping[str, 
                  cwd: Path | None = None, on_line: Callable[[str], None] | None = None,
                  timeout: float | None = None, silence_s: float | None = None) -> Path:  # fmt: skip
     """Run verl's trainer to the end, its output into ``log_path`` (each line also to ``on_line``:
-    progress). Raises ``TrainerFailed`` with the log's tail when verl fails, outlives ``timeout``
-    seconds or prints nothing for ``silence_s`` (a rollout engine that died mid-sync leaves verl
-    waiting for ever): then its processes are killed and the first error an engine logged is named."""
+    progress). Raises ``TrainerFailed`` when verl fails, outlives ``timeout`` seconds or prints
+    nothing for ``silence_s`` (a rollout engine that died mid-sync leaves verl waiting for ever; then
+    its processes are killed), its first line naming the first error any process logged (an
+    engine's own, such as SGLang refusing a weight sync, comes before verl's retries), then the
+    log's tail."""
     overrides = list(overrides)
     command = main_ppo_command(overrides)
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -230,11 +232,10 @@ def run_main_ppo(overrides: Iterable[str], *, log_path: Path, env: Mapping[str, 
             sidecars.unlink(missing_ok=True)
     if code != 0:
         tail = "".join(log_path.read_text(encoding="utf-8", errors="replace").splitlines(True)[-40:])
-        if watch.why is None:
-            raise TrainerFailed(f"verl's main_ppo exited with {code} (log: {log_path}):\n{tail}")
         error = engine_error(log_path, started)
         cause = f"; the first error logged: {error}" if error else ""
-        raise TrainerFailed(f"verl's main_ppo {watch.why} and was killed{cause} (log: {log_path}):\n{tail}")
+        what = f"exited with {code}" if watch.why is None else f"{watch.why} and was killed"
+        raise TrainerFailed(f"verl's main_ppo {what}{cause} (log: {log_path}):\n{tail}")
     return log_path
 
 

@@ -12,6 +12,7 @@ from rollscope.trainer.launch import (
     CPU_OVERRIDES,
     PLUGIN,
     ROLLOUT_KEY,
+    SGLANG_OVERRIDES,
     VLLM_OVERRIDES,
     cpu_environment,
     main_ppo_command,
@@ -21,7 +22,7 @@ from rollscope.trainer.launch import (
 
 @pytest.mark.parametrize(("override", "named"), [
     ("trainer.n_gpus_per_node=8", "trainer.n_gpus_per_node=8 is not possible in verl on CPU: one CPU process"),
-    ("actor_rollout_ref.rollout.name=sglang", "SGLang needs a GPU; the CPU rollouts are hf_cpu and vllm"),
+    ("actor_rollout_ref.rollout.name=trtllm", "the CPU rollouts are hf_cpu, vllm .* and sglang; it must be"),
     ("actor_rollout_ref.rollout.tensor_model_parallel_size=2", "must be 1"),
     ("actor_rollout_ref.actor.strategy=fsdp", "FSDP1 refuses CPU parameters"),
     ("+actor_rollout_ref.rollout.gpu_memory_utilization=0.5", "a vLLM/SGLang option; remove it"),
@@ -48,6 +49,22 @@ def test_vllms_rollout_is_taken_with_what_it_needs_on_cpu_and_refused_without_it
     monkeypatch.setattr(importlib.metadata, "version", not_installed)  # an install without vLLM
     with pytest.raises(UnsupportedOnCPU, match=r"needs vLLM's CPU build .*not installed\): `make vllm` installs"):
         main_ppo_command(["actor_rollout_ref.rollout.name=vllm"])
+
+
+def test_sglangs_rollout_is_taken_with_its_cpu_switches_and_refused_without_sglang(monkeypatch):
+    import importlib.metadata
+
+    command = main_ppo_command(["actor_rollout_ref.rollout.name=sglang"])
+    assert set(SGLANG_OVERRIDES) <= set(command) and "+actor_rollout_ref.rollout.enable_sleep_mode=False" not in command
+    assert "+actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend=torch_native" in command
+    assert cpu_environment({}, "sglang")["SGLANG_USE_CPU_ENGINE"] == "1" and "SGLANG_USE_CPU_ENGINE" not in cpu_environment({})
+
+    def not_installed(name):
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", not_installed)  # an install without SGLang
+    with pytest.raises(UnsupportedOnCPU, match=r"needs SGLang .*\(not installed\): `make sglang` installs"):
+        main_ppo_command(["actor_rollout_ref.rollout.name=sglang"])
 
 
 def test_the_callers_overrides_win_and_each_key_is_given_once():
