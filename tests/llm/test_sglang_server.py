@@ -101,3 +101,20 @@ def test_a_run_sglang_refuses_stops_naming_sglangs_error_and_keeps_the_trajector
         failed = store.trajectories(limit=None)
     assert failed and {t.status for t in failed} == {"error"}
     assert all("longer than the model's context length" in (t.error_message or "") for t in failed)
+
+
+@pytest.mark.parametrize("example", ["gsm8k-calculator", "search-qa", "python-tasks"])
+def test_each_bundled_example_runs_end_to_end_on_sglang(sglang_server, tmp_path, example):
+    """The bundled examples, their own data, tools and rewards, with the model SGLang serves (the
+    demo's, which knows none of these tasks: what is checked is that every trajectory runs and is
+    stored with SGLang's tokens, not what it earns)."""
+    traces = tmp_path / "traces"
+    result = run_cli("run", example, "--llm", f"sglang:{sglang_server.url}", "--model", str(sglang_server.model),
+                     "--limit", "2", "--dir", str(traces), "--quiet")  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    with TraceStore(traces) as store:
+        stored = [(t, t.spans) for t in store.trajectories(limit=None)]
+    assert len(stored) == 2 and all(t.status == "ok" and t.reward is not None for t, _ in stored)
+    for _, spans in stored:
+        turns = [s for s in spans if s.kind == "llm"]
+        assert turns and all(len(s.outputs["token_ids"]) == len(s.outputs["log_probs"]) > 0 for s in turns)
