@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from markupsafe import Markup, escape
+
 from rollscope.store.diff import turn_text
 from rollscope.store.records import SpanRecord, TrajectoryRecord
 
@@ -26,6 +28,24 @@ _TEMPLATES = (
 # A user turn that only carries a tool's response (templates with no tool role write it so).
 _TOOL_RESPONSE = re.compile(r"\s*<tool_response>.*</tool_response>\s*", re.S)
 _ROLES = {"model": "assistant", "ipython": "tool"}  # Gemma's and Llama 3's names for them
+
+
+# Special tokens left in a message's text (a BOS, an end-of-text, ``<|eot_id|>``, a tool-call tag):
+# ``<|word|>`` (ChatML, Llama 3), Gemma's and sentencepiece's named ones, the hermes tool and
+# reasoning tags.
+_SPECIAL = re.compile(r"<\|[A-Za-z0-9_.:-]{1,40}\|>|</?(?:bos|eos|s|pad|unk|start_of_turn|end_of_turn|tool_call|"
+                      r"tool_response|tools|think)>")
+
+
+def with_markers(text: str) -> Markup:
+    """``text`` escaped for the page, each special token in it drawn as a marker (a boxed token
+    that cannot be read as the model's words)."""
+    out, last = [], 0
+    for found in _SPECIAL.finditer(text):
+        out += [escape(text[last:found.start()]), Markup('<span class="special-token">%s</span>') % found.group()]
+        last = found.end()
+    out.append(escape(text[last:]))
+    return Markup("").join(out)
 
 
 @dataclass

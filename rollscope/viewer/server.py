@@ -28,7 +28,7 @@ from rollscope.store.live import running
 from rollscope.store.reader import ORDERS
 from rollscope.store.text import with_text
 from rollscope.viewer.charts import Chart, charts, distribution, series_charts, sparkline
-from rollscope.viewer.chat import ground_truth, turns
+from rollscope.viewer.chat import ground_truth, turns, with_markers
 from rollscope.viewer.tokens import drift_span, retokenization, token_view, training_token_view
 from rollscope.viewer.views import (
     bounded_tree,
@@ -66,7 +66,7 @@ class Viewer:
                                lstrip_blocks=True, autoescape=select_autoescape(default=True))  # fmt: skip
         self.env.globals.update(figures=figures, main_text=main_text, tool_call=tool_call, turn_text=turn_text,
                                 fmt=fmt, quote=quote, token_view=token_view, span_facts=span_facts,
-                                table_row=table_row)  # fmt: skip
+                                table_row=table_row, with_markers=with_markers)  # fmt: skip
         self.routes: dict[str, Callable[[dict[str, str], list[str]], str]] = {
             "/": self.index, "/compare": self.compare, "/group": self.group, "/steps": self.steps,
             "/insights": self.insights, "/prompt": self.prompt, "/live": self.live, "/rescorings": self.rescorings,

@@ -49,11 +49,14 @@ def chat_server(tmp_path_factory):
         yield url, t.id
 
 
+MARKER = re.compile(r'<span class="special-token">(.*?)</span>')
+
+
 def chats(page: str) -> list[list[tuple[str, str]]]:
-    """Each llm turn's shown messages as (role, text)."""
+    """Each llm turn's shown messages as (role, text), special tokens read as the text they mark."""
     out = []
     for block in re.findall(r'<div class="chat">(.*?)</div></div>', page, re.S):
-        out.append([(role, html.unescape(text)) for role, text in
+        out.append([(role, html.unescape(MARKER.sub(r"\1", text))) for role, text in
                     re.findall(r'<div class="msg role-(\w+)"><span class="role">\w+</span><pre>(.*?)</pre>', block, re.S)])
     return out
 
@@ -72,6 +75,40 @@ def test_each_turn_shows_only_what_is_new_and_the_page_reads_as_one_conversation
     assert page.count("earlier messages, above") == 2 and "… 3 earlier messages" in page and "… 5 earlier" in page
     assert page.count('<details class="full-prompt">') == 4  # the full prompt one click away, every turn
     assert turns[3] == [("system", "You are a calculator."), ("user", "A new task"), ("assistant", "ok")]
+
+
+def test_special_tokens_in_a_message_are_drawn_as_markers_not_as_the_models_words(chat_server):
+    url, trajectory = chat_server
+    page = httpx.get(f"{url}/t/{trajectory}", timeout=30).text
+    [first_turn, *_] = re.findall(r'<div class="chat">(.*?)</div></div>', page, re.S)
+    assert MARKER.findall(first_turn) == ["&lt;tool_call&gt;", "&lt;/tool_call&gt;"]
+    assert '{&#34;name&#34;: &#34;calc&#34;' in first_turn  # (the call itself stays text)
+
+
+@pytest.mark.slow
+def test_special_tokens_as_chromium_draws_them(chat_server, browser):
+    """Boxed apart from the model's words, with the text of the token (screenshot 11)."""
+    from selenium.webdriver.common.by import By
+
+    from tests.viewer.test_browser import shot
+
+    url, trajectory = chat_server
+    browser.get(f"{url}/t/{trajectory}")
+    first = browser.find_elements(By.CSS_SELECTOR, ".chat")[0]
+    markers = first.find_elements(By.CSS_SELECTOR, ".msg pre .special-token")
+    assert [m.text for m in markers] == ["<tool_call>", "</tool_call>"]
+    assert {m.value_of_css_property("border-top-style") for m in markers} == {"solid"}
+    reply = first.find_elements(By.CSS_SELECTOR, ".msg pre")[-1].text
+    assert reply == REPLIES[0]  # (read whole, markers and call, as the model wrote it)
+    shot(browser, "11-chat-special-tokens")
+
+
+def test_markers_cover_the_families_special_tokens_and_escape_everything_else():
+    from rollscope.viewer.chat import with_markers
+
+    shown = str(with_markers("<bos>a <|endoftext|> <b>x</b> </s><|eot_id|><think>"))
+    assert MARKER.findall(shown) == ["&lt;bos&gt;", "&lt;|endoftext|&gt;", "&lt;/s&gt;", "&lt;|eot_id|&gt;", "&lt;think&gt;"]
+    assert "&lt;b&gt;x&lt;/b&gt;" in shown and "<b>" not in shown
 
 
 def test_the_embedded_models_few_shot_prompt_reads_as_turns_with_tool_responses_of_their_own():
