@@ -1,4 +1,5 @@
 import asyncio
+import fcntl
 import os
 import re
 
@@ -8,6 +9,7 @@ os.environ.setdefault("WANDB_SILENT", "true")
 import shutil
 import tempfile
 from collections import Counter
+from pathlib import Path
 
 # Remote backends' spools (tracing._spool) of this test session: never the user's cache.
 # (kept when set: the tests' own subprocesses share their parent's)
@@ -26,7 +28,7 @@ from tests.wandb_stand_in import wandb  # noqa: F401  (a fixture: W&B's endpoint
 RAY_MODULES = frozenset({
     "tests/agentloops/test_verl_training_path.py", "tests/agentloops/test_verl_worker.py",
     "tests/runner/test_distributed.py", "tests/tracing/test_sidecar_ray.py", "tests/trainer/test_main_ppo_local.py",
-    "tests/trainer/test_main_ppo_vllm.py", "tests/trainer/test_main_ppo_weave.py", "tests/trainer/test_main_ppo_sglang.py",
+    "tests/trainer/test_main_ppo_engines.py", "tests/trainer/test_main_ppo_weave.py",
     "tests/trainer/test_main_ppo_sglang_refused.py",
 })  # fmt: skip
 
@@ -184,31 +186,42 @@ def weave_trace_server(tmp_path_factory):
     server.close()
 
 
-@pytest.fixture(scope="session")
-def vllm_model(tmp_path_factory):
-    """The training demo's warm-started model with heads vLLM's CPU attention takes (32 wide), half
-    its demonstrations calling the calculator."""
+def shared_model(tmp_path_factory, name: str, **options) -> Path:
+    """The training demo's warm-started model (``demo_task.build_model(**options)``, a minute or more
+    of training on a busy machine), built once per test session in a folder xdist's workers share:
+    the first to take the lock builds it, the others find it built."""
     from rollscope.trainer import demo_task
 
-    return demo_task.build_model(tmp_path_factory.mktemp("vllm_model"), demo_task.problems(), tool_share=0.5,
-                                 sizes=demo_task.ENGINE_MODEL_SIZES)  # fmt: skip
+    folder = tmp_path_factory.getbasetemp().parent / name
+    with open(folder.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return demo_task.build_model(folder, demo_task.problems(), **options)
+
+
+@pytest.fixture(scope="session")
+def engine_model(tmp_path_factory):
+    """The model the engines (vLLM, SGLang) serve: the training demo's, with heads vLLM's CPU
+    attention takes (32 wide), half its demonstrations calling the calculator."""
+    from rollscope.trainer import demo_task
+
+    return shared_model(tmp_path_factory, "engine-model", tool_share=0.5, sizes=demo_task.ENGINE_MODEL_SIZES)
 
 
 @pytest.fixture(scope="module")
-def vllm_server(tmp_path_factory, vllm_model):
+def vllm_server(tmp_path_factory, engine_model):
     """``vllm serve`` of that model, one per test module (tests.engines)."""
     from tests.engines import VLLMServer
 
-    server = VLLMServer(vllm_model, tmp_path_factory.mktemp("vllm-server") / "server.log")
+    server = VLLMServer(engine_model, tmp_path_factory.mktemp("vllm-server") / "server.log")
     yield server
     server.close()
 
 
 @pytest.fixture(scope="module")
-def sglang_server(tmp_path_factory, vllm_model):
+def sglang_server(tmp_path_factory, engine_model):
     """SGLang's server of the same model on the CPU, one per test module (tests.engines)."""
     from tests.engines import SGLangServer
 
-    server = SGLangServer(vllm_model, tmp_path_factory.mktemp("sglang-server") / "server.log")
+    server = SGLangServer(engine_model, tmp_path_factory.mktemp("sglang-server") / "server.log")
     yield server
     server.close()

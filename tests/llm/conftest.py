@@ -3,8 +3,8 @@ import torch
 
 
 @pytest.fixture(scope="module")
-def hf(vllm_model):
+def hf(engine_model):
     """The engines' model as Hugging Face runs it, in fp32: the reference for their log-probs."""
     from transformers import AutoModelForCausalLM
 
-    return AutoModelForCausalLM.from_pretrained(vllm_model, dtype=torch.float32).eval()
+    return AutoModelForCausalLM.from_pretrained(engine_model, dtype=torch.float32).eval()

@@ -53,6 +53,70 @@ def stored_runs(llm: str, model: Path, tmp_path_factory) -> dict[bool, list]:
     return found
 
 
+def check_the_client(make_client, model_dir, hf) -> list:
+    """The token ids and log-probs of a client (``make_client()``) for a chat prompt at two
+    temperatures are the sampled distribution's, ``log_softmax(logits / T)`` of a Hugging Face
+    forward pass, within 1e-4; returns the two outputs."""
+    import asyncio
+
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    prompt = list(tokenizer.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=True)["input_ids"])
+
+    async def sample(temperature):
+        client = make_client()
+        try:
+            return await client.generate("r", prompt_ids=prompt, sampling_params={"temperature": temperature,
+                                                                                  "max_tokens": 40})  # fmt: skip
+        finally:
+            await client.close()
+
+    outputs = []
+    for temperature in (1.0, 0.7):
+        out = asyncio.run(sample(temperature))
+        assert out.extra_fields["finish_reason"] in ("stop", "length")
+        assert len(out.log_probs) == len(out.token_ids) > 0
+        expected = hf_log_probs(hf, prompt, out.token_ids, temperature)
+        assert max(abs(a - b) for a, b in zip(out.log_probs, expected, strict=True)) < 1e-4
+        outputs.append(out)
+    return outputs
+
+
+def check_stored_as_returned(runs, hf) -> list:
+    """Every unconstrained trajectory ok, each llm span's finish reason the engine's and its
+    log-probs those of a Hugging Face forward pass at T=1 within 1e-4; returns the llm spans."""
+    assert len(runs[False]) == 16
+    checked = []
+    for record, spans in runs[False]:
+        assert record.status == "ok"
+        for span in (s for s in spans if s.kind == "llm"):
+            prompt, tokens = span.inputs["prompt_ids"], span.outputs["token_ids"]
+            assert span.outputs["extra_fields"]["finish_reason"] in ("stop", "length")
+            expected = hf_log_probs(hf, prompt, tokens, 1.0)
+            assert max(abs(a - b) for a, b in zip(span.outputs["log_probs"], expected, strict=True)) < 1e-4
+            checked.append(span)
+    assert len(checked) >= 16
+    return checked
+
+
+def check_the_calls_run(runs) -> None:
+    tools = [s for _, spans in runs[False] for s in spans if s.kind == "tool"]
+    assert any(s.name == "CalculatorTool.execute" and s.status == "ok" for s in tools), [s.name for s in tools]
+
+
+def check_every_held_call_parses(runs) -> None:
+    """Held to its tool's schema by the engine's structural tag, no call fails to parse or names a
+    tool that does not exist, as unconstrained ones may; every llm span says it was constrained."""
+    spans = [s for _, spans in runs[True] for s in spans]
+    llm_spans = [s for s in spans if s.kind == "llm"]
+    assert llm_spans and all(s.attributes.get("rollscope.constrained") == "tool_schemas" for s in llm_spans)
+    assert any(s.kind == "tool" and s.name == "CalculatorTool.execute" for s in spans)
+    cut = sum(cut_in_a_call(s) for s in llm_spans)
+    problems = call_problems(spans)
+    assert problems.count("malformed_call") <= cut and "unknown_tool" not in problems and "bad_arguments" not in problems
+
+
 def call_problems(spans):
     """The kinds of the calls that could not run (``tool_call_error.*`` spans)."""
     return [s.attributes.get("tool.error_kind") for s in spans if s.name.startswith("tool_call_error.")]

@@ -9,70 +9,36 @@ import asyncio
 import json
 
 import pytest
-from transformers import AutoTokenizer
 
 from rollscope.llm.base import LLMServerError
 from rollscope.llm.sglang import SGLangLLM
 from rollscope.store import TraceStore
-from tests.llm.engine_runs import QUESTION, call_problems, cut_in_a_call, hf_log_probs, run_cli, stored_runs
+from tests.llm import engine_runs
 
 pytestmark = pytest.mark.slow
 
 
 def test_the_client_gets_sglangs_token_ids_and_the_sampled_distributions_log_probs(sglang_server, hf):
-    tokenizer = AutoTokenizer.from_pretrained(sglang_server.model)
-    prompt = list(tokenizer.apply_chat_template(QUESTION, add_generation_prompt=True, tokenize=True)["input_ids"])
-
-    async def sample(temperature):
-        client = SGLangLLM(sglang_server.url)
-        try:
-            return await client.generate("r", prompt_ids=prompt, sampling_params={"temperature": temperature,
-                                                                                  "max_tokens": 40})  # fmt: skip
-        finally:
-            await client.close()
-
-    for temperature in (1.0, 0.7):
-        out = asyncio.run(sample(temperature))
-        assert out.extra_fields["finish_reason"] in ("stop", "length")
-        assert len(out.log_probs) == len(out.token_ids) > 0
-        expected = hf_log_probs(hf, prompt, out.token_ids, temperature)
-        assert max(abs(a - b) for a, b in zip(out.log_probs, expected, strict=True)) < 1e-4
+    engine_runs.check_the_client(lambda: SGLangLLM(sglang_server.url), sglang_server.model, hf)
 
 
 @pytest.fixture(scope="module")
 def runs(sglang_server, tmp_path_factory):
     """``rollscope run gsm8k-calculator`` against the server with the tools' constraint off and on."""
-    return stored_runs(f"sglang:{sglang_server.url}", sglang_server.model, tmp_path_factory)
+    return engine_runs.stored_runs(f"sglang:{sglang_server.url}", sglang_server.model, tmp_path_factory)
 
 
 def test_rollscope_run_stores_the_tokens_log_probs_and_finish_reasons_sglang_returned(runs, hf):
-    checked = 0
-    assert len(runs[False]) == 16
-    for record, spans in runs[False]:
-        assert record.status == "ok"
-        for span in (s for s in spans if s.kind == "llm"):
-            prompt, tokens = span.inputs["prompt_ids"], span.outputs["token_ids"]
-            assert span.outputs["extra_fields"]["finish_reason"] in ("stop", "length")
-            assert span.attributes.get("rollscope.constrained") is None
-            expected = hf_log_probs(hf, prompt, tokens, 1.0)
-            assert max(abs(a - b) for a, b in zip(span.outputs["log_probs"], expected, strict=True)) < 1e-4
-            checked += 1
-    assert checked >= 16
+    spans = engine_runs.check_stored_as_returned(runs, hf)
+    assert all(s.attributes.get("rollscope.constrained") is None for s in spans)
 
 
 def test_the_models_hermes_tool_calls_run(runs):
-    tools = [s for _, spans in runs[False] for s in spans if s.kind == "tool"]
-    assert any(s.name == "CalculatorTool.execute" and s.status == "ok" for s in tools), [s.name for s in tools]
+    engine_runs.check_the_calls_run(runs)
 
 
 def test_held_to_their_schemas_by_sglangs_structural_tag_every_call_parses_and_the_span_says_so(runs):
-    spans = [s for _, spans in runs[True] for s in spans]
-    llm_spans = [s for s in spans if s.kind == "llm"]
-    assert llm_spans and all(s.attributes.get("rollscope.constrained") == "tool_schemas" for s in llm_spans)
-    assert any(s.kind == "tool" and s.name == "CalculatorTool.execute" for s in spans)
-    cut = sum(cut_in_a_call(s) for s in llm_spans)
-    problems = call_problems(spans)
-    assert problems.count("malformed_call") <= cut and "unknown_tool" not in problems and "bad_arguments" not in problems
+    engine_runs.check_every_held_call_parses(runs)
 
 
 def test_what_sglang_refuses_is_its_own_message_in_one_line(sglang_server):
@@ -93,7 +59,7 @@ def test_a_run_sglang_refuses_stops_naming_sglangs_error_and_keeps_the_trajector
     data.write_text(json.dumps({"prompt": [{"role": "user", "content": "What is 1 + 1? " * 120}],
                                 "reward_model": {"ground_truth": "2"}}) + "\n")  # fmt: skip
     traces = tmp_path / "traces"
-    result = run_cli("run", "gsm8k-calculator", "--llm", f"sglang:{sglang_server.url}", "--model",
+    result = engine_runs.run_cli("run", "gsm8k-calculator", "--llm", f"sglang:{sglang_server.url}", "--model",
                      str(sglang_server.model), "--limit", "1", "--n", "2", "--dir", str(traces), f"dataset={data}")  # fmt: skip
     assert result.returncode == 3, result.stderr
     [line] = result.stderr.strip().splitlines()
@@ -110,7 +76,7 @@ def test_each_bundled_example_runs_end_to_end_on_sglang(sglang_server, tmp_path,
     demo's, which knows none of these tasks: what is checked is that every trajectory runs and is
     stored with SGLang's tokens, not what it earns)."""
     traces = tmp_path / "traces"
-    result = run_cli("run", example, "--llm", f"sglang:{sglang_server.url}", "--model", str(sglang_server.model),
+    result = engine_runs.run_cli("run", example, "--llm", f"sglang:{sglang_server.url}", "--model", str(sglang_server.model),
                      "--limit", "2", "--dir", str(traces), "--quiet")  # fmt: skip
     assert result.returncode == 0, result.stderr
     with TraceStore(traces) as store:

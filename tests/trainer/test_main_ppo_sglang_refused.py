@@ -17,12 +17,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def refused(tmp_path_factory, vllm_model):
+def refused(tmp_path_factory, engine_model):
     root = tmp_path_factory.mktemp("main_ppo_sglang_refused")
     env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "tests.trainer.sglang_sync_refused",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}  # fmt: skip
     with pytest.raises(TrainerFailed) as caught:
-        train(root, vllm_model, "actor_rollout_ref.rollout.name=sglang", env=env)
+        train(root, engine_model, "actor_rollout_ref.rollout.name=sglang", env=env)
     return root, str(caught.value)
 
 
