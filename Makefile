@@ -123,9 +123,10 @@ demo: $(VENV)/.demo
 	$(BIN)/rollscope run gsm8k-calculator --limit 8
 
 # verl's own GRPO trainer on CPU (docs/verl.md, "verl without a GPU"): 12 steps, a few minutes.
-# ROLLOUT=vllm: verl's own vLLM rollout on vLLM's CPU build instead of rollscope's hf_cpu server.
+# ROLLOUT=vllm or sglang: verl's own vLLM rollout (vLLM's CPU build) or SGLang rollout instead of
+# rollscope's hf_cpu server.
 ROLLOUT ?= hf_cpu
-demo-train: $(VENV)/.demo $(if $(filter vllm,$(ROLLOUT)),$(VENV)/.vllm)
+demo-train: $(VENV)/.demo $(if $(filter vllm,$(ROLLOUT)),$(VENV)/.vllm) $(if $(filter sglang,$(ROLLOUT)),$(VENV)/.sglang)
 	$(BIN)/python -m rollscope.trainer.demo --rollout $(ROLLOUT)
 
 lint: install
