@@ -8,6 +8,11 @@ side's own ``rollscope`` first on the path), alternating, medians of ``--rounds`
   server down        ``--llm http://127.0.0.1:PORT`` with nothing listening
   quickstart 1       README's first command (the scripted model, 2 tasks x 2 rollouts)
 
+and, in the same rounds, the floor quickstart 1 is held to: importing verl's agent-loop module
+(``verl.experimental.agent_loop.agent_loop``, which a standalone run builds its loops from), timed
+inside a process of its own, so neither interpreter start nor teardown counts (goal: quickstart 1
+within that import plus 1 s).
+
 usage: python benchmarks/bench_startup.py [--baseline REV] [--rounds 3] [--json OUT]
 """
 
@@ -60,6 +65,15 @@ def timed(tree: Path, args: list[str]) -> tuple[float, int]:
     return time.perf_counter() - t0, done.returncode
 
 
+def verl_import_s() -> float:
+    """Seconds ``import verl.experimental.agent_loop.agent_loop`` takes, timed in a fresh process."""
+    probe = ("import time; t = time.perf_counter(); import verl.experimental.agent_loop.agent_loop; "
+             "print(time.perf_counter() - t)")  # fmt: skip
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=600,
+                          env={**os.environ, "WANDB_ERROR_REPORTING": "false"})  # fmt: skip
+    return float(done.stdout.split()[-1])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--baseline", default="c814196")
@@ -74,7 +88,9 @@ def main() -> None:
             runs = cases(work)
             times: dict[str, dict[str, list[float]]] = {name: {"baseline": [], "this tree": []} for name in runs}
             codes: dict[str, dict[str, int]] = {name: {} for name in runs}
+            floor: list[float] = []
             for _ in range(args.rounds):
+                floor.append(verl_import_s())
                 for name, command in runs.items():
                     for side, tree in (("baseline", base), ("this tree", ROOT)):
                         seconds, code = timed(tree, command)
@@ -88,6 +104,11 @@ def main() -> None:
         b, t = (statistics.median(times[name][side]) for side in ("baseline", "this tree"))
         results[name] = {"baseline_s": b, "this_tree_s": t, "codes": codes[name]}
         print(f"  {name:16} {b:6.2f} s ({codes[name]['baseline']}) / {t:6.2f} s ({codes[name]['this tree']})")
+    verl_s = statistics.median(floor)
+    quickstart = results["quickstart 1"]["this_tree_s"]
+    print(f"  importing verl's agent-loop module alone: {verl_s:.2f} s; quickstart 1 is that "
+          f"{quickstart - verl_s:+.2f} s (goal: +1.00 at most)")  # fmt: skip
+    results["verl agent-loop import"] = {"seconds": verl_s}
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

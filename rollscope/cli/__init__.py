@@ -7,7 +7,11 @@ with one line naming what and where, and a non-zero exit code; no traceback.
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
+import os
 import sys
+import threading
 from collections.abc import Callable
 
 from rollscope._extras import MissingExtra
@@ -78,5 +82,21 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def entry() -> None:
+    """The console command: ``main``, then the process ends as the interpreter would end it, less
+    its teardown. After verl, torch and transformers were imported, tearing their modules down took
+    1.6 s of a 10 s ``rollscope run``; every exit handler has run by then (tracing's shutdown,
+    Ray's, logging's), and what a file buffers is flushed. A thread still running (one not a
+    daemon) is waited for as the interpreter would, through its usual exit."""
+    code = main()
+    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+        sys.exit(code)
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):  # (a closed pipe: nothing more can reach it)
+            stream.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -1,5 +1,3 @@
-import sys
+from rollscope.cli import entry
 
-from rollscope.cli import main
-
-sys.exit(main())
+entry()

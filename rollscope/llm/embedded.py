@@ -32,11 +32,11 @@ from typing import Any
 import numpy as np
 from verl.workers.rollout.replica import TokenOutput
 
+from rollscope._cache import cache_dir
 from rollscope.configs import path as config_path
 from rollscope.llm.base import LLMServerError, max_new_tokens, stop_list, stop_reason
 from rollscope.llm.constrained import CALL_CLOSE, CALL_OPEN, TOOL_SCHEMAS, tool_call_grammar
 
-CACHE = Path.home() / ".cache" / "rollscope"
 CHAT_TEMPLATE = "gemma_tools.jinja"
 END_OF_TURN = "<end_of_turn>"
 CHUNK = 64  # prompt evaluation batch, aligned to absolute positions (see _prefill)
@@ -76,7 +76,7 @@ def gguf_tokenizer(llama: Any, model_path: Path, chat_template: str | None = Non
     from transformers import PreTrainedTokenizerFast
 
     digest = hashlib.sha256(f"{model_path.resolve()}:{model_path.stat().st_size}".encode()).hexdigest()[:16]
-    cached = CACHE / "tokenizers" / f"{model_path.stem}-{digest}.json"
+    cached = cache_dir() / "tokenizers" / f"{model_path.stem}-{digest}.json"
     if not cached.exists():
         cached.parent.mkdir(parents=True, exist_ok=True)
         partial = cached.with_suffix(f".{os.getpid()}.tmp")

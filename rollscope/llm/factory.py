@@ -14,10 +14,9 @@ from typing import Any
 
 import yaml
 
+from rollscope._cache import cache_dir
 from rollscope._extras import require
 from rollscope.llm.base import LLMClient, LLMServerError
-
-CACHE = Path.home() / ".cache" / "rollscope"
 
 
 def hf_tokenizer(model: str | None, spec: str, chat_template: str | None = None) -> Any:
@@ -69,7 +68,7 @@ def _scripted(path: str, model: str | None, chat_template: str | None, max_token
     if model is None:
         from rollscope.llm.tokenizer_dir import make_model_dir, model_dir_version
 
-        model_dir = CACHE / f"scripted-model-{model_dir_version()}"  # (one made by another version is not reused)
+        model_dir = cache_dir() / f"scripted-model-{model_dir_version()}"  # (one made by another version is not reused)
         if not (model_dir / "tokenizer.json").exists():
             make_model_dir(model_dir)
         model = str(model_dir)

@@ -28,13 +28,18 @@ def run(config: RunConfig, *, console: Console, show_progress: bool = True, rows
 
 async def run_local(config: RunConfig, *, console: Console, show_progress: bool = True,
                     rows: list[dict[str, Any]] | None = None) -> RunStats:  # fmt: skip
-    """One runner in this process, set up behind a spinner, run with a progress bar."""
+    """One runner in this process, set up behind a spinner (the trace sidecar starting meanwhile),
+    run with a progress bar."""
+    from rollscope.tracing import early_sidecar
+
     runner = Runner(config)
     runner.rows = rows
-    with console.status(f"loading {config.llm} and {config.agent}…", spinner="dots"):
-        runner.setup()
-    with RunProgress(runner.stats, config.name, console, total=len(runner.jobs()), enabled=show_progress) as progress:
-        return await run_traced(runner, on_outcome=progress.update)
+    with early_sidecar(config.backend, trace_dir=config.trace_dir):
+        with console.status(f"loading {config.llm} and {config.agent}…", spinner="dots"):
+            runner.setup()
+        with RunProgress(runner.stats, config.name, console, total=len(runner.jobs()),
+                         enabled=show_progress) as progress:  # fmt: skip
+            return await run_traced(runner, on_outcome=progress.update)
 
 
 async def run_traced(runner: Runner, on_outcome: Callable[[Outcome], None] | None = None) -> RunStats:

@@ -13,6 +13,7 @@ Typical use::
 
 from rollscope.tracing._api import current_span, rollout_trace_attr, rollout_trace_op, set_reward, trace_span
 from rollscope.tracing._context import current_trajectory
+from rollscope.tracing._pipeline import early_sidecar
 from rollscope.tracing._runtime import (
     Tracer,
     flush_tracing,
@@ -40,6 +41,7 @@ __all__ = [
     "available_backends",
     "current_span",
     "current_trajectory",
+    "early_sidecar",
     "flush_tracing",
     "get_tracer",
     "get_trajectory_info",

@@ -21,9 +21,10 @@ and where events are shaped. The ``Tracer`` captures; this module lays out the r
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +32,7 @@ from rollscope.tracing._exporter import BackendWorker, Exporter
 from rollscope.tracing._payload import PayloadShaper
 from rollscope.tracing._shaping import EventShaper
 from rollscope.tracing._sidecar import SidecarError, SidecarPool, SidecarWorker
+from rollscope.tracing._sidecar.process import discard_spare, prestart
 from rollscope.tracing._wire import tokenizer_name
 from rollscope.tracing.backends import TraceBackend, parse_backend_names, resolve_backends
 
@@ -82,9 +84,29 @@ def build_pipeline(backend: str | list[str], backend_options: dict[str, Any], *,
             w.close(5.0)
         raise
     workers += [BackendWorker(b, max_queue) for b in backends]
+    discard_spare()  # (one started early that no backend here needed)
     shapes_here = bool(here or unnamed)
     exporter = Exporter(workers, EventShaper(shaper) if shapes_here else None)
     return Pipeline(exporter, backends, any(cls.wants_span_start for _, cls, _ in resolved), shapes_here)
+
+
+@contextlib.contextmanager
+def early_sidecar(backend: str | list[str], **backend_options: Any) -> Iterator[None]:
+    """Within it, the trace sidecar that ``init_tracing(backend, **backend_options)`` would start
+    is started already, ahead of its configuration (``process.prestart``): a command that spends
+    seconds importing before it traces (``rollscope run``) finds it ready. Nothing is stored until
+    ``init_tracing``; one left unconfigured ends with the block."""
+    try:
+        resolved = resolve_backends(parse_backend_names(backend), backend_options)
+        wanted = sidecar_count(None) > 0 and any(_can_run_outside(cls, o) for _, cls, o in resolved)
+    except Exception:  # (init_tracing says what is wrong with them)
+        wanted = False
+    if wanted:
+        prestart()
+    try:
+        yield
+    finally:
+        discard_spare()
 
 
 _SWITCH = {"false": 0, "off": 0, "no": 0, "true": 1, "on": 1, "yes": 1}

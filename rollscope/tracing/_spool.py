@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from rollscope._cache import cache_dir
 from rollscope.tracing import _wire as wire
 from rollscope.tracing._events import REWARD, SPAN_START, TRAINING, TRAJECTORY_END, TRAJECTORY_START
 from rollscope.tracing.spans import Span
@@ -58,8 +59,7 @@ def spool_root() -> Path:
     configured = os.environ.get("ROLLSCOPE_SPOOL_DIR")
     if configured:
         return Path(configured)
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(cache) / "rollscope" / "spool"
+    return cache_dir() / "spool"
 
 
 def destination_dir(root: Path, destination: str) -> Path:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rollscope.store import TraceStore
 from tests.llm.stand_in import StandInServer
 from tests.llm.test_server_clients import free_port
 
@@ -157,10 +158,10 @@ def test_mistakes_are_reported_before_the_heavy_imports(tmp_path, replies):
     misspelled.write_text("tools:\n  - class_name: rollscope.tools.builtin.calculator.CalculatorToll\n")
     wrong_module = tmp_path / "wrong_module.yaml"
     wrong_module.write_text("tools:\n  - class_name: my_tolls.WeatherTool\n")
-    probe = ("import sys, runpy; sys.argv = ['rollscope', *sys.argv[1:]]\n"
-             "try:\n    runpy.run_module('rollscope.cli', run_name='__main__')\n"
-             "finally:\n    print('HEAVY' if {'verl', 'torch', 'transformers'} & set(sys.modules) else 'LIGHT',"
-             " file=sys.stderr)\n")  # fmt: skip
+    probe = ("import atexit, runpy, sys; sys.argv = ['rollscope', *sys.argv[1:]]\n"
+             "atexit.register(lambda: print('HEAVY' if {'verl', 'torch', 'transformers'} & set(sys.modules)"
+             " else 'LIGHT', file=sys.stderr))\n"
+             "runpy.run_module('rollscope.cli', run_name='__main__')\n")  # fmt: skip
     cases = [
         ((f"dataset={tmp_path}/none.jsonl", "--llm", f"scripted:{replies}"), f"{tmp_path}/none.jsonl: dataset not found"),
         ((f"tools={bad_tools}", "--llm", f"scripted:{replies}"), "tools[0]: needs 'class_name: package.module.Class'"),
@@ -179,6 +180,23 @@ def test_mistakes_are_reported_before_the_heavy_imports(tmp_path, replies):
         assert result.returncode == 2, result.stderr
         assert lines[-1] == "LIGHT", (args, result.stderr)
         assert lines[-2].startswith("rollscope: error: ") and fragment in lines[-2], (args, lines[-2])
+
+
+def test_the_command_ends_after_its_exit_handlers_with_everything_printed_and_stored(tmp_path, replies):
+    """``rollscope`` ends without the interpreter's teardown of verl's and torch's modules (1.6 s),
+    never without what the teardown would keep: every exit handler runs, the output is whole, the
+    trajectories are stored."""
+    probe = ("import atexit, runpy, sys; sys.argv = ['rollscope', *sys.argv[1:]]\n"
+             "atexit.register(lambda: print('exit handlers ran', file=sys.stderr))\n"
+             "runpy.run_module('rollscope.cli', run_name='__main__')\n")  # fmt: skip
+    result = subprocess.run([sys.executable, "-c", probe, "run", "gsm8k-calculator", "--limit", "2", "--llm",
+                             f"scripted:{replies}", "--trace-dir", str(tmp_path / "t"), "--quiet"],
+                            capture_output=True, text=True, env=ENV, timeout=300)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert result.stderr.strip().splitlines()[-1] == "exit handlers ran"
+    assert "rollscope traces ls" in result.stdout and result.stdout.endswith("\n")
+    with TraceStore(tmp_path / "t") as store:
+        assert store.count(status="ok") == 2
 
 
 def test_run_honours_the_trace_dir_environment_variable(tmp_path, replies):

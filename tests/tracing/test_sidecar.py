@@ -11,6 +11,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -260,6 +261,79 @@ def test_sidecar_off_keeps_every_backend_here(trace_dir, monkeypatch):
     tracer = tracing.init_tracing(trace_dir=str(trace_dir))
     assert [b.name for b in tracer.backends] == ["local"]
     assert not any(isinstance(w, sidecar.SidecarWorker) for w in tracer.exporter.workers)
+
+
+# ---- a sidecar started early (``tracing.early_sidecar``: rollscope run starts one before importing verl) ----
+def _holders(path):
+    """The pids of the processes holding ``path`` open (a sidecar holds the launcher's lock file)."""
+    pids = []
+    for fd_dir in Path("/proc").glob("[0-9]*/fd"):
+        try:
+            if any(os.readlink(fd) == str(path) for fd in fd_dir.iterdir()):
+                pids.append(int(fd_dir.parent.name))
+        except OSError:  # (a process gone meanwhile, or not ours)
+            continue
+    return pids
+
+
+def test_a_sidecar_started_early_is_the_one_tracing_uses_and_stores_nothing_before(trace_dir, monkeypatch):
+    """Started before its configuration, the spare makes no store; ``init_tracing`` greets it (no
+    second process), and a secret exported after the spare started is redacted all the same."""
+    with tracing.early_sidecar("local", trace_dir=str(trace_dir)):
+        spare = sidecar_process._spare
+        assert spare is not None
+        monkeypatch.setenv("EARLY_TEST_SECRET_TOKEN", "s3cr3t-exported-later-123")  # (no ROLLSCOPE_ setting)
+        assert not trace_dir.exists()
+        tracing.init_tracing(trace_dir=str(trace_dir), experiment="early")
+        assert sidecar_process._spare is None and the_sidecar().process._pipes[0] is spare.launcher.stdin
+        rollouts(3, secret="s3cr3t-exported-later-123")
+        assert tracing.shutdown_tracing(30)
+    with TraceStore(trace_dir) as store:
+        assert store.count(experiment="early") == 3
+        assert {store.spans(t.id)[0].inputs["note"] for t in store.trajectories()} == {"[REDACTED]"}
+
+
+def test_a_sidecar_started_early_and_never_configured_ends_with_its_block(trace_dir, tmp_path, monkeypatch):
+    lock = tmp_path / "sidecars.lock"
+    monkeypatch.setenv(lease.ENV, str(lock))
+    with tracing.early_sidecar("local", trace_dir=str(trace_dir)):
+        assert sidecar_process._spare is not None
+    assert sidecar_process._spare is None
+    assert lease.wait_released(lock, 60)  # it read the end of its stdin and exited
+    assert not trace_dir.exists()
+
+
+def test_a_sidecar_started_early_that_died_or_no_longer_fits_is_replaced(trace_dir, tmp_path, monkeypatch, caplog):
+    """One killed before its greeting, or started with ``ROLLSCOPE_`` settings that changed since
+    (a child reads them as it starts), is not used: tracing starts another, nothing lost."""
+    lock = tmp_path / "sidecars.lock"
+    monkeypatch.setenv(lease.ENV, str(lock))
+    with tracing.early_sidecar("local", trace_dir=str(trace_dir)):
+        deadline = time.monotonic() + 60
+        while not (pids := _holders(lock)) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (pid,) = pids
+        os.kill(pid, signal.SIGKILL)
+        with caplog.at_level(logging.INFO, logger="rollscope"):
+            tracing.init_tracing(trace_dir=str(trace_dir))
+        assert "did not start" in caplog.text and "starting another" in caplog.text
+        assert the_sidecar().process.pid != pid
+        rollouts(2)
+        assert tracing.shutdown_tracing(30)
+    with tracing.early_sidecar("local", trace_dir=str(trace_dir)):
+        spare = sidecar_process._spare
+        monkeypatch.setenv("ROLLSCOPE_SIDECAR_BACKLOG_MB", "8")
+        tracing.init_tracing(trace_dir=str(trace_dir))
+        assert spare.launcher.stdin.closed and the_sidecar().process._pipes[0] is not spare.launcher.stdin
+        rollouts(2, start=2)
+        assert tracing.shutdown_tracing(30)
+    assert TraceStore(trace_dir).count() == 4
+
+
+def test_no_sidecar_is_started_early_for_backends_that_stay_here(trace_dir, monkeypatch):
+    monkeypatch.setenv("ROLLSCOPE_TRACE_SIDECAR", "0")
+    with tracing.early_sidecar("local", trace_dir=str(trace_dir)):
+        assert sidecar_process._spare is None
 
 
 # ---- the wire ----

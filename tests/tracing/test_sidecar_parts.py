@@ -13,6 +13,7 @@ from rollscope.store import TraceStore
 from rollscope.tracing import _events as ev
 from rollscope.tracing import _wire as wire
 from rollscope.tracing._exporter import Marker
+from rollscope.tracing._redaction import secret_env_values
 from rollscope.tracing._runtime import Tracer
 from rollscope.tracing._sidecar.failover import Failover
 from rollscope.tracing._sidecar.process import SidecarError, greet
@@ -137,7 +138,8 @@ def test_a_greeting_gone_wrong_is_one_clear_error(pipes, answer, raised, said):
 def test_events_go_out_numbered_and_a_flush_returns_when_the_child_passed_it(tmp_path, pipe):
     r, w = pipe
     failover = Failover(config_for((*LOCAL, {"trace_dir": str(tmp_path / "t")})), {"local": {"resume_shard": "s"}}, 0)
-    sender = Sender(lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=True, token2text=False)
+    sender = Sender(lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=True, token2text=False,
+                    secrets=secret_env_values())
     events = [e for t in trajectories(tmp_path, range(3)) for e in t]
     marker = Marker(1)
     sender.submit([*events, ev.flush(marker)])
@@ -166,7 +168,8 @@ def test_when_the_child_is_gone_its_flushes_return_and_what_follows_goes_to_the_
     r, w = pipe
     store = tmp_path / "t"
     failover = Failover(config_for((*LOCAL, {"trace_dir": str(store)})), {"local": None}, 0)
-    sender = Sender(lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=False, token2text=False)
+    sender = Sender(lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=False, token2text=False,
+                    secrets=secret_env_values())
     before, after = trajectories(tmp_path, range(2)), trajectories(tmp_path, range(2, 5))
     waiting = Marker(1)
     sender.submit([*before[0], *before[1], ev.flush(waiting)])
@@ -188,7 +191,8 @@ def test_a_batch_the_child_never_read_is_not_lost(tmp_path, pipe):
     os.close(r)  # the child's end closes: the next write fails
     store = tmp_path / "t"
     failover = Failover(config_for((*LOCAL, {"trace_dir": str(store)})), {"local": None}, 0)
-    sender = Sender(lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=False, token2text=False)
+    sender = Sender(lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=False, token2text=False,
+                    secrets=secret_env_values())
     done = Marker(1)
     sender.submit([*(e for t in trajectories(tmp_path, range(4)) for e in t), ev.flush(done)])
     assert done.done.wait(30)

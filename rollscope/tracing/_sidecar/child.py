@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import importlib
 import logging
 import os
 import pickle
@@ -23,6 +24,7 @@ from rollscope.tracing import _wire as wire
 from rollscope.tracing._backlog import DEFAULT_MAX_BYTES, Backlog
 from rollscope.tracing._events import position
 from rollscope.tracing._exporter import Exporter
+from rollscope.tracing._redaction import Redactor
 from rollscope.tracing._sidecar import lease
 from rollscope.tracing._sidecar.protocol import (
     CLOSE,
@@ -55,6 +57,10 @@ GC_THRESHOLDS = (500_000, 50, 100)
 # close timed out): what a remote backend has not sent by then stays in its spool, for the next
 # tracer sending to the same destination.
 ORPHAN_S = float(os.environ.get("ROLLSCOPE_SIDECAR_ORPHAN_S") or 30.0)
+# What a spare (``main(warm=True)``) imports while it waits: the local store's backend, and the chat
+# template renderer that the first llm span's retokenization check needs (transformers' utilities:
+# ~0.6 s, the longest wait of a short run's last flush before).
+WARM_IMPORTS = ("rollscope.tracing.backends.local", "transformers.utils.chat_template_utils")
 # Past ORPHAN_S, a backend still not done (one whose server hangs in a flush) is given this long to
 # notice, then the sidecar exits anyway: every wait of it is bounded, whatever its backends do.
 EXIT_GRACE_S = 5.0
@@ -84,9 +90,11 @@ def detach() -> None:
     os.setsid()
 
 
-def main() -> None:
+def main(warm: bool = False) -> None:
     """The sidecar process's entry (started by ``process.SidecarProcess``): frames come in on
-    stdin, replies go out on a private copy of stdout."""
+    stdin, replies go out on a private copy of stdout. ``warm`` (a spare, ``process.prestart``):
+    the secret rules start loading and the local store's modules are imported while the
+    configuration is still to come."""
     traced = os.getppid()  # (before it leaves: then the traced process is no longer its parent)
     detach()
     lease.hold()
@@ -105,6 +113,11 @@ def main() -> None:
     root = logging.getLogger("rollscope")
     root.addHandler(_FrameLogHandler(send))
     root.propagate = False
+    if warm:  # (in the order a redactor loads them: detect-secrets is imported by one thread at a time)
+        Redactor(include_environment=False)
+        for module in WARM_IMPORTS:
+            with contextlib.suppress(ImportError):  # (the light install has no transformers)
+                importlib.import_module(module)
     frame = read_frame(fd_in)
     if frame is None or frame[0] != CONFIG:
         return

@@ -3,7 +3,13 @@ each backend's resume options, or FAILED with the error its backends raised), wr
 from, and ended. Nothing here knows what the frames mean beyond the greeting (``protocol``).
 
 The process started here forks the sidecar and exits at once (``child.detach``): the sidecar is
-not this process's child, so it is waited for through a pidfd (its pid's), not ``wait``."""
+not this process's child, so it is waited for through a pidfd (its pid's), not ``wait``.
+
+``prestart`` starts one ahead of its configuration, a spare: its interpreter, imports and secret
+rules (about a second of CPU) load on another core while the traced process does its own start-up
+(``rollscope run`` importing verl), and the next ``SidecarProcess`` greets it instead of starting
+one. Nothing is stored before the greeting, and a spare never greeted exits with the process that
+started it (its stdin closes)."""
 
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from rollscope.tracing import _wire as wire
+from rollscope.tracing._redaction import secret_env_values
 from rollscope.tracing._sidecar.protocol import (
     CONFIG,
     FAILED,
@@ -31,6 +38,7 @@ from rollscope.tracing._sidecar.protocol import (
 log = logging.getLogger("rollscope.tracing")
 
 START_TIMEOUT_S = 60.0
+_CHILD = "from rollscope.tracing._sidecar.child import main; main(warm={})"
 
 
 class SidecarError(RuntimeError):
@@ -43,7 +51,10 @@ def greet(out_fd: int, in_fd: int, config: dict[str, Any],
     continuing it in this process (``TraceBackend.resume_options``). The backends' own errors (a
     trace directory that cannot be created) are raised as they are; no answer or a garbled one is
     a SidecarError."""
-    write_frame(out_fd, CONFIG, pickle.dumps(config))
+    try:
+        write_frame(out_fd, CONFIG, pickle.dumps(config))
+    except OSError as exc:  # (a child that died before reading it)
+        raise SidecarError(f"its pipe closed: {exc}") from exc
     deadline = time.monotonic() + timeout
     reply = read_frame_timeout(in_fd, timeout)
     while reply is not None and reply[0] == LOG:  # what the child warned of while it started (an adopted spool)
@@ -59,17 +70,22 @@ def greet(out_fd: int, in_fd: int, config: dict[str, Any],
 
 
 class SidecarProcess:
-    """The child, started and greeted: ``pid`` is the sidecar's, ``resume`` what ``greet`` returned."""
+    """The child, started and greeted: ``pid`` is the sidecar's, ``resume`` what ``greet`` returned,
+    ``secrets`` the secret values its environment started with (``sender`` tells it of newer ones)."""
 
     def __init__(self, config: dict[str, Any]) -> None:
-        try:
-            launcher = subprocess.Popen(
-                [sys.executable, "-c", "from rollscope.tracing._sidecar.child import main; main()"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
-            )  # fmt: skip
-        except OSError as exc:
-            raise SidecarError(f"cannot start the trace sidecar: {exc}") from exc
-        self.pid, self._pidfd = launcher.pid, None
+        spare = _take_spare()
+        if spare is not None:
+            try:
+                self._greet(spare, config)
+                return
+            except SidecarError as exc:
+                log.info("%s; starting another", exc)
+        self._greet(_Launch(warm=False), config)
+
+    def _greet(self, launch: _Launch, config: dict[str, Any]) -> None:
+        launcher = launch.launcher
+        self.pid, self._pidfd, self.secrets = launcher.pid, None, launch.secrets
         self._pipes = (launcher.stdin, launcher.stdout)
         self.out_fd, self.in_fd = launcher.stdin.fileno(), launcher.stdout.fileno()
         try:
@@ -136,6 +152,67 @@ class SidecarProcess:
                     os.close(fd)
             except OSError:
                 pass
+
+
+class _Launch:
+    """A started launcher (which forks the sidecar and exits) and what its environment held."""
+
+    def __init__(self, warm: bool) -> None:
+        """``warm``: the child loads its secret rules and imports before its configuration comes."""
+        self.started_in = os.getpid()
+        self.settings = _settings()
+        self.secrets = secret_env_values()
+        try:
+            self.launcher = subprocess.Popen(
+                [sys.executable, "-c", _CHILD.format(warm)],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
+            )  # fmt: skip
+        except OSError as exc:
+            raise SidecarError(f"cannot start the trace sidecar: {exc}") from exc
+
+    def discard(self) -> None:
+        """Let the child go unconfigured: it reads the end of its stdin and exits."""
+        for pipe in (self.launcher.stdin, self.launcher.stdout):
+            pipe.close()
+        self.launcher.wait()
+
+
+_spare: _Launch | None = None
+
+
+def prestart() -> None:
+    """Start a sidecar now for the next ``SidecarProcess`` to configure (none if one waits already;
+    where none can start, the next one tries again and says why)."""
+    global _spare
+    if _spare is None or _spare.started_in != os.getpid():
+        try:
+            _spare = _Launch(warm=True)
+        except SidecarError:
+            _spare = None
+
+
+def discard_spare() -> None:
+    """End a spare no tracer took (every backend ran in the traced process)."""
+    spare = _take_spare()
+    if spare is not None:
+        spare.discard()
+
+
+def _take_spare() -> _Launch | None:
+    """The spare, if this process started it and its ``ROLLSCOPE_`` settings still hold (a child
+    reads them as it starts); one that no longer fits is discarded."""
+    global _spare
+    spare, _spare = _spare, None
+    if spare is None or spare.started_in != os.getpid():
+        return None  # (a forked child's copy: the pipes are its parent's)
+    if spare.settings != _settings():
+        spare.discard()
+        return None
+    return spare
+
+
+def _settings() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith("ROLLSCOPE_")}
 
 
 def _pidfd(pid: int) -> int | None:

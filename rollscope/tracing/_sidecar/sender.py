@@ -38,7 +38,8 @@ class Sender:
     flush markers in flight and whether the ``Failover`` has taken over."""
 
     def __init__(self, send: Callable[[int, bytes], None], failover: Failover, *, keep_for_replay: bool,
-                 token2text: bool) -> None:  # fmt: skip
+                 token2text: bool, secrets: list[str]) -> None:  # fmt: skip
+        """``secrets``: the secret values the child's environment started with."""
         self.outbox: deque = deque()  # packed records (bytes) and flush events, in order
         self.pack = functools.partial(wire.pack_into, self.outbox.append, self._pack_failed, token2text)
         self.failover = failover
@@ -50,7 +51,7 @@ class Sender:
         self._acked: dict[str, int] = {}  # per backend: how many sent events the child reported flushed
         self._pending: dict[int, Marker] = {}  # flush id -> the marker the child has not passed yet
         self._next_flush = 0
-        self._secrets = secret_env_values()  # what the child's own environment started with
+        self._secrets = secrets
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = False
