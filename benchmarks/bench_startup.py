@@ -10,8 +10,8 @@ side's own ``rollscope`` first on the path), alternating, medians of ``--rounds`
 
 and, in the same rounds, the floor quickstart 1 is held to: importing verl's agent-loop module
 (``verl.experimental.agent_loop.agent_loop``, which a standalone run builds its loops from), timed
-inside a process of its own, so neither interpreter start nor teardown counts (goal: quickstart 1
-within that import plus 1 s).
+inside a process of its own right after quickstart 1, so neither interpreter start nor teardown
+counts (goal: quickstart 1 within that import plus 1 s).
 
 usage: python benchmarks/bench_startup.py [--baseline REV] [--rounds 3] [--json OUT]
 """
@@ -90,12 +90,12 @@ def main() -> None:
             codes: dict[str, dict[str, int]] = {name: {} for name in runs}
             floor: list[float] = []
             for _ in range(args.rounds):
-                floor.append(verl_import_s())
                 for name, command in runs.items():
                     for side, tree in (("baseline", base), ("this tree", ROOT)):
                         seconds, code = timed(tree, command)
                         times[name][side].append(seconds)
                         codes[name][side] = code
+                floor.append(verl_import_s())  # (beside quickstart 1, the round's last case)
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(base)], capture_output=True)
     print(f"seconds to the answer, medians of {args.rounds} (exit code): {args.baseline} / this tree")

@@ -5,6 +5,7 @@ and prints."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from typing import Any
 
@@ -35,11 +36,20 @@ async def run_local(config: RunConfig, *, console: Console, show_progress: bool 
     runner = Runner(config)
     runner.rows = rows
     with early_sidecar(config.backend, trace_dir=config.trace_dir):
-        with console.status(f"loading {config.llm} and {config.agent}…", spinner="dots"):
+        with _loading(console, f"loading {config.llm} and {config.agent}…"):
             runner.setup()
         with RunProgress(runner.stats, config.name, console, total=len(runner.jobs()),
                          enabled=show_progress) as progress:  # fmt: skip
             return await run_traced(runner, on_outcome=progress.update)
+
+
+def _loading(console: Console, what: str) -> contextlib.AbstractContextManager:
+    """A spinner while the run loads, on a terminal. Its thread redraws it between the imports'
+    steps and takes the interpreter from them each time: 5 times a second is enough to look alive,
+    and a console that is not a terminal (a log, a pipe) shows no spinner at all."""
+    if not console.is_terminal:
+        return contextlib.nullcontext()
+    return console.status(what, spinner="dots", refresh_per_second=5)
 
 
 async def run_traced(runner: Runner, on_outcome: Callable[[Outcome], None] | None = None) -> RunStats:
