@@ -68,6 +68,7 @@ SGLANG_OVERRIDES = (
     "actor_rollout_ref.rollout.enforce_eager=True",  # (no CUDA graphs)
 )  # fmt: skip
 ENGINES = {VLLM: (VLLM_OVERRIDES, VLLM_ENVIRONMENT), SGLANG: (SGLANG_OVERRIDES, sglang_cpu.ENVIRONMENT)}
+_NO_ENGINE = ((), {})  # (rollscope's hf_cpu rollout: nothing of an engine's to add)
 # what vLLM and verl leave in /dev/shm when Ray ends their actors before they unlink it
 _SHARED_MEMORY = ("psm_", "verl_weights_")
 
@@ -151,7 +152,7 @@ def cpu_environment(base: Mapping[str, str] | None = None, rollout: str = ROLLOU
     """The environment verl's processes need on CPU: the plugin loaded everywhere, the ``cpu``
     platform, no torch.compile, and no network reports (and an engine's settings for its rollout)."""
     env = dict(os.environ if base is None else base)
-    for key, value in ENGINES.get(rollout, ((), {}))[1].items():
+    for key, value in ENGINES.get(rollout, _NO_ENGINE)[1].items():
         env.setdefault(key, value)
     modules = [m for m in env.get("VERL_USE_EXTERNAL_MODULES", "").split(",") if m and m != PLUGIN]
     env["VERL_USE_EXTERNAL_MODULES"] = ",".join([PLUGIN, *modules])
@@ -186,7 +187,7 @@ def main_ppo_command(overrides: Iterable[str]) -> list[str]:
     then the caller's (which win)."""
     overrides = list(overrides)
     check_overrides(overrides)
-    engine = ENGINES.get(rollout_name(overrides), ((), {}))[0]
+    engine = ENGINES.get(rollout_name(overrides), _NO_ENGINE)[0]
     return [sys.executable, "-m", "verl.trainer.main_ppo", *merge_overrides(CPU_OVERRIDES, engine, overrides)]
 
 
