@@ -12,9 +12,13 @@ from typing import Any
 
 from rollscope.tracing import SpanKind
 from rollscope.tracing.instrument import (
+    Context,
     begin_span,
     current_frame,
     end_span,
+    new_id,
+    prompt_inputs,
+    replied,
     snapshot,
     state,
     trace_enabled,
@@ -57,31 +61,40 @@ class TracedLLMClient:
             return call
         # The containers the loop mutates later are copied (``snapshot``, inlined for the usual
         # types); kwargs is this call's own dict (its None entries are dropped where it is shaped).
-        inputs = {
-            "request_id": request_id,
-            "prompt_ids": prompt_ids.copy() if type(prompt_ids) is list else snapshot(prompt_ids),
-            "sampling_params": sampling_params.copy() if type(sampling_params) is dict else snapshot(sampling_params),
-            "kwargs": kwargs,
-        }
+        # Inside a trajectory, a prompt that continues its last turn is recorded as what it adds.
+        inputs: dict[str, Any] = {"request_id": request_id}
         parent = current_frame.get()
+        if parent is not None and type(prompt_ids) is list:
+            span_id = new_id()
+            context = prompt_inputs(parent.trajectory, span_id, prompt_ids, inputs)
+        else:
+            span_id = context = None
+            inputs["prompt_ids"] = prompt_ids.copy() if type(prompt_ids) is list else snapshot(prompt_ids)
+        inputs["sampling_params"] = sampling_params.copy() if type(sampling_params) is dict else snapshot(sampling_params)
+        inputs["kwargs"] = kwargs
         if parent is None:  # outside any trajectory: the span opens one
             return traced_await(call, LLM_SPAN_NAME, SpanKind.LLM, inputs, decoder=self.tokenizer)
-        return self._leaf(call, inputs, parent)
+        return self._leaf(call, inputs, parent, span_id, context)
 
-    async def _leaf(self, call: Awaitable[Any], inputs: dict[str, Any], parent: Span | Trajectory) -> Any:
+    async def _leaf(self, call: Awaitable[Any], inputs: dict[str, Any], parent: Span | Trajectory,
+                    span_id: str | None, context: Context | None) -> Any:  # fmt: skip
         start_ns = time.time_ns()
         try:
             output = await call
         except BaseException as exc:
             span = Span(LLM_SPAN_NAME, SpanKind.LLM, parent.trajectory, parent.id, inputs, None)
             span.start_ns, span.decoder = start_ns, self.tokenizer
+            if span_id is not None:
+                span.id = span_id
             if state.tracer is not None:
                 state.tracer.end_span(span, None, exc)
             raise
+        if context is not None:
+            replied(parent.trajectory, context, output)
         tracer = state.tracer
         if tracer is not None:  # (unless tracing was shut down while the call ran)
             tracer.leaf_span(parent, LLM_SPAN_NAME, SpanKind.LLM, start_ns, inputs, output, None,
-                             self.tokenizer)  # fmt: skip
+                             self.tokenizer, span_id)  # fmt: skip
         return output
 
 

@@ -29,6 +29,7 @@ from rollscope.store.schema import (
     resolve_dir,
     span_record,
 )
+from rollscope.store.turns import resolve_prompts
 from rollscope.store.segment_index import INDEX, SegmentIndex
 from rollscope.store.segments import LIVE, SEGMENTS, is_segmented, open_immutable, visible
 
@@ -411,6 +412,7 @@ class TraceStore:
                 if problem is not None:
                     self._unreadable(s, f"span {row[0]!r}: {problem}")
                 out.append(span)
+        resolve_prompts(out)  # (each llm turn stored as what it adds: every prompt read whole)
         return out
 
     # ---- what training did (written by the trainer's process, in its own shard) ----

@@ -11,7 +11,7 @@ ints costs a third of comparing enum members, on every event.
 | TRAJECTORY_START  | (kind, Trajectory)                                       | ``Tracer.open_trajectory``      |
 | SPAN_START        | (kind, Span)  (only for backends that show running spans)| ``begin_span``                  |
 | LEAF_SPAN         | (kind, parent, name, SpanKind, start_ns, end_ns, inputs, | ``Tracer.leaf_span``            |
-|                   |  outputs, attributes, decoder)                           |                                 |
+|                   |  outputs, attributes, decoder, span id or None)          |                                 |
 | TRAJECTORY_END    | (kind, Trajectory)                                       | ``Tracer.close_trajectory``     |
 | REWARD            | (kind, trajectory id, reward, details)                   | ``Tracer.reward``               |
 | TRAINING          | (kind, trajectory id, record): what training did with it | ``Tracer.training``             |
@@ -90,9 +90,11 @@ def is_control(event: Any) -> bool:
 def span_from_leaf(event: tuple) -> Span:
     """The Span a LEAF_SPAN event stands for, built where the event is shaped (the sidecar, or the
     exporter's thread), never on the rollout's thread."""
-    _, parent, name, kind, start_ns, end_ns, inputs, outputs, attributes, decoder = event
+    _, parent, name, kind, start_ns, end_ns, inputs, outputs, attributes, decoder, span_id = event
     span = Span(name, kind, parent.trajectory, parent.id, inputs, attributes)
     span.start_ns, span.decoder = start_ns, decoder
+    if span_id is not None:
+        span.id = span_id
     span.finish(outputs)
     span.end_ns = end_ns
     return span

@@ -216,10 +216,10 @@ class PayloadShaper:
         if t is dict:
             return self._mapping(v, depth, decoder)
         if t is list or t is tuple:
+            if v and len(v) <= MAX_NUMBERS and type(v[0]) in _NUMBER_TYPES and _plain_numbers(v):
+                return v  # token ids and log-probabilities: the big lists, checked in C, kept whole
             if len(v) > MAX_ITEMS:
                 return [*self._convert(v[:MAX_ITEMS], depth, decoder), f"…[truncated {len(v) - MAX_ITEMS} items]"]
-            if v and type(v[0]) in _NUMBER_TYPES and _plain_numbers(v):
-                return v  # token ids and log-probabilities: the big lists, checked in C
             return [self._convert(x, depth + 1, decoder) for x in v]
         if hasattr(v, "__pydantic_fields_set__") or hasattr(v, "__dataclass_fields__"):  # pydantic / dataclass, first:
             converted = native(v)  # the ABC checks below cost more than this
@@ -297,6 +297,7 @@ PENDING_REDACTION = "<not recorded: its redaction did not finish>"
 _DEFERRED_MIN = 512  # (shorter strings repeat: the redactor remembers them one by one)
 _DEFERRED_CHARS = 6144  # text redacted in one scan, at most (the engine slows per byte on longer input)
 _NUMBER_TYPES = (int, float)
+MAX_NUMBERS = 1 << 20  # a list of plain numbers (a context's token ids) is kept whole up to this length
 _CYCLE_CHECK_DEPTH = 12
 
 

@@ -113,13 +113,15 @@ class Tracer:
 
     def leaf_span(
         self, parent: Span | Trajectory, name: str, kind: SpanKind, start_ns: int, inputs: Any, outputs: Any,
-        attributes: dict[str, Any] | None = None, decoder: Any = None,
+        attributes: dict[str, Any] | None = None, decoder: Any = None, span_id: str | None = None,
     ) -> None:  # fmt: skip
         """A span that ended without error and had nothing nested in it, recorded in one event
-        (``_events.LEAF_SPAN``): for the calls of every turn (``llm_client``)."""
+        (``_events.LEAF_SPAN``): for the calls of every turn (``llm_client``). ``span_id``: its
+        id, where a later turn refers to it; else it is given one where it is unpacked."""
         counts = parent.trajectory.counts
         counts[kind] = counts.get(kind, 0) + 1
-        self.submit((ev.LEAF_SPAN, parent, name, kind, start_ns, time.time_ns(), inputs, outputs, attributes, decoder))
+        self.submit((ev.LEAF_SPAN, parent, name, kind, start_ns, time.time_ns(), inputs, outputs, attributes, decoder,
+                     span_id))  # fmt: skip
 
     def reward(self, trajectory_id: str, reward: float | None, details: dict[str, Any]) -> None:
         self.submit((ev.REWARD, trajectory_id, reward, details))

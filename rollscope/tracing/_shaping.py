@@ -14,9 +14,11 @@ from typing import Any
 
 from rollscope.store.retokenization import REQUEST as RETOKENIZATION_REQUEST
 from rollscope.store.retokenization import RETOKENIZATION, check_request
+from rollscope.store.turns import ADDED_IDS, ADDED_TEXT, BASE, is_continuation
 from rollscope.tracing import _events as ev
 from rollscope.tracing._callargs import CallArgs
 from rollscope.tracing._payload import UNRECORDED, PayloadShaper, unrecorded
+from rollscope.tracing._turns import TurnTexts
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 log = logging.getLogger("rollscope.tracing")
@@ -31,6 +33,7 @@ class EventShaper:
         self.load_tokenizer = load_tokenizer
         self.unshapeable = 0  # spans kept with their payloads replaced (``_span_or_placeholder``)
         self.said_unnamed = False
+        self.turns = TurnTexts()  # what a continuing llm turn's added tokens are decoded after
 
     def refresh_secrets(self) -> None:
         """Environment secrets set since tracing started are redacted from now on."""
@@ -46,6 +49,8 @@ class EventShaper:
             self._span_or_placeholder(event[ev.SPAN], ended=False)
         elif kind == ev.TRAJECTORY_START or kind == ev.TRAJECTORY_END:
             t: Trajectory = event[ev.TRAJECTORY]
+            if kind == ev.TRAJECTORY_END:
+                self.turns.forget(t.id)
             # plain columns too: a secret in an experiment or agent name is as stored as one in a payload
             t.experiment, t.agent_name, t.project = shape(t.experiment), shape(t.agent_name), shape(t.project)
             if t.attributes:
@@ -92,6 +97,10 @@ class EventShaper:
             if llm:
                 _input_usage(raw, attributes)
                 raw = _without_unset_kwargs(raw)
+                if is_continuation(raw) and span.decoder is not None and self.shaper.token2text:
+                    raw = self._with_added_text(span, raw)
+                if ended:
+                    self.turns.remember(span.trajectory_id, span.id, raw, span.outputs)
             span.inputs = shape(raw, span.decoder)
             span.shaped = True
         if ended:
@@ -105,6 +114,21 @@ class EventShaper:
             if span.error_message is not None:
                 span.error_message = shape(span.error_message)
         span.attributes = shape(attributes) if attributes else {}
+
+
+    def _with_added_text(self, span: Span, raw: dict[str, Any]) -> dict[str, Any]:
+        """A continuing turn's inputs with the text it adds (token2text), decoded in its context;
+        where the turn it continues is not known here (a sidecar that took over mid-trajectory)
+        the text is left out and said, and its ids still make the prompt whole when read."""
+        try:
+            found = self.turns.added_text(span.trajectory_id, raw, span.decoder.decode)
+        except Exception as exc:  # a tokenizer that cannot decode these ids: they stay ids
+            return {**raw, ADDED_TEXT: f"<not decoded: {type(exc).__name__}>"}
+        if found is None:
+            return {**raw, ADDED_TEXT: "<not decoded: the turn this prompt continues was not seen here>"}
+        text, cut = found
+        base = raw[BASE] if not cut else {**raw[BASE], "text_cut": cut}
+        return {**raw, BASE: base, ADDED_TEXT: text}
 
 
 # An llm span's usage attributes (OpenTelemetry GenAI names), derived here from its raw inputs and
@@ -134,6 +158,10 @@ def _input_usage(inputs: Any, attributes: dict[str, Any]) -> None:
     prompt_ids = _field(inputs, "prompt_ids")
     if isinstance(prompt_ids, list | tuple):
         attributes.setdefault(INPUT_TOKENS, len(prompt_ids))
+    elif is_continuation(inputs):
+        base, added = inputs[BASE], inputs.get(ADDED_IDS)
+        if type(base) is dict and type(added) is list:
+            attributes.setdefault(INPUT_TOKENS, base.get("tokens", 0) + base.get("reply", 0) + len(added))
     sampling = _field(inputs, "sampling_params")
     if isinstance(sampling, dict) and sampling.get(_TOOL_SCHEMAS):
         attributes.setdefault(CONSTRAINED, "tool_schemas")

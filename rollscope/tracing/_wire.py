@@ -207,12 +207,12 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
             record: Any = (SPAN_END, *_span_args(event, event.error_message, inputs, outputs, event.attributes,
                                                  decoder))  # fmt: skip
         elif event[KIND] == LEAF_SPAN:
-            _, parent, name, span_kind, start_ns, end_ns, inputs, outputs, attributes, decoder = event
+            _, parent, name, span_kind, start_ns, end_ns, inputs, outputs, attributes, decoder, span_id = event
             if type(outputs) not in _PLAIN_TYPES:
                 outputs = _fields_of(outputs)
             record = (LEAF_SPAN, parent.trajectory.id, parent.id, name, _KIND_VALUE[span_kind], start_ns, end_ns,
                       inputs, outputs, attributes, tokenizer_name(decoder) if token2text and decoder is not None
-                      else None)  # fmt: skip
+                      else None, span_id)  # fmt: skip
         elif event[KIND] == TRAJECTORY_START or event[KIND] == TRAJECTORY_END:
             record = (event[KIND], *_trajectory_args(event[TRAJECTORY]))
         else:  # a reward, a training record, a running span
@@ -355,10 +355,11 @@ def _event(record: tuple) -> Any:
     kind = record[KIND]
     if kind == SPAN_END:
         return _span(*record[1:])
-    if kind == LEAF_SPAN:  # its id is given here, where it is unpacked
-        trajectory_id, parent_id, name, span_kind, start_ns, end_ns, inputs, outputs, attributes, decoder = record[1:]
-        return _span(new_id(), trajectory_id, parent_id, name, span_kind, start_ns, end_ns, STATUS_OK, None, None,
-                     inputs, outputs, attributes, False, decoder)  # fmt: skip
+    if kind == LEAF_SPAN:  # its id, unless the traced process gave it one, is given here
+        (trajectory_id, parent_id, name, span_kind, start_ns, end_ns, inputs, outputs, attributes, decoder,
+         span_id) = record[1:]  # fmt: skip
+        return _span(span_id if type(span_id) is str else new_id(), trajectory_id, parent_id, name, span_kind,
+                     start_ns, end_ns, STATUS_OK, None, None, inputs, outputs, attributes, False, decoder)  # fmt: skip
     if kind in (TRAJECTORY_START, TRAJECTORY_END):
         return (kind, _trajectory(*record[1:]))
     return record

@@ -13,6 +13,8 @@ names here are the ones the hot path needs, each cheap enough for every turn of 
   change, no Span object): the LLM client's turns.
 - ``current_frame``/``trace_enabled``: the task's innermost open span or trajectory, and whether
   tracing is on in this task (``rollout_trace_attr(trace=False)`` turns it off).
+- ``prompt_inputs``/``replied``: an llm turn's prompt recorded as what it adds to the
+  trajectory's last turn (``_turns``), and that turn's reply added to what the next is compared to.
 - ``snapshot``/``native``: copies of what the caller mutates later; plain values of rich objects.
 - ``verl_context``: whether verl allows tracing here, and the trajectory verl opened, if any.
 - ``plan_samples``/``has_plan``: which samples of a step are traced (deterministic, whole groups).
@@ -27,16 +29,21 @@ from rollscope.tracing._api import begin_span, end_span, snapshot
 from rollscope.tracing._context import current_frame, current_trajectory, trace_enabled, verl_context
 from rollscope.tracing._payload import native
 from rollscope.tracing._runtime import state
-from rollscope.tracing.spans import SpanKind
+from rollscope.tracing._turns import Context, prompt_inputs, replied
+from rollscope.tracing.spans import SpanKind, new_id
 
 __all__ = [
+    "Context",
     "begin_span",
     "current_frame",
     "current_trajectory",
     "end_span",
     "has_plan",
     "native",
+    "new_id",
     "plan_samples",
+    "prompt_inputs",
+    "replied",
     "snapshot",
     "state",
     "trace_enabled",

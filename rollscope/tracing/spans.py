@@ -175,6 +175,7 @@ class Trajectory(_Timed):
         "rollout_n",
         "sample_index",
         "step",
+        "turns",
         "validate",
     )
 
@@ -206,6 +207,7 @@ class Trajectory(_Timed):
         self.agent_name = agent_name
         self.attributes = attributes if attributes is not None else {}
         self.reward: float | None = None
+        self.turns: Any = None  # the last llm turn, as the next one is compared to it (``tracing._turns``)
 
     def finish(self, error: BaseException | None = None) -> None:
         self._finish(error)

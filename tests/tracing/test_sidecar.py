@@ -427,8 +427,8 @@ def test_packed_events_come_back_in_order_whichever_way_they_were_packed():
     loop = Span("cyclic", SpanKind.CUSTOM, t, t.id, {"loop": cyclic})
     loop.finish(None)
     # leaf spans (an LLM turn): one by marshal, one whose inputs marshal refuses (then pickled)
-    leaf = (LEAF_SPAN, plain, "leaf", SpanKind.LLM, 10, 20, {"prompt_ids": [1]}, Reply(text="t", ids=[3]), None, None)
-    rich_leaf = (LEAF_SPAN, t, "rich_leaf", SpanKind.LLM, 30, 40, {"r": Reply(text="i", ids=[])}, {"ok": 1}, None, None)
+    leaf = (LEAF_SPAN, plain, "leaf", SpanKind.LLM, 10, 20, {"prompt_ids": [1]}, Reply(text="t", ids=[3]), None, None, None)
+    rich_leaf = (LEAF_SPAN, t, "rich_leaf", SpanKind.LLM, 30, 40, {"r": Reply(text="i", ids=[])}, {"ok": 1}, None, None, None)
     sent = [(0, t), plain, rich, (4, t.id, 0.5, {"why": "ok"}), loop, leaf, rich_leaf, (3, t)]
     records = [wire.pack(e) for e in sent]
     assert wire.join([]) == b""

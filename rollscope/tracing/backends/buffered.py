@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rollscope.store.turns import resolve_prompts
 from rollscope.tracing.backends.base import TraceBackend
 from rollscope.tracing.backends.records import REWARD_DETAILS
 from rollscope.tracing.spans import Span, Trajectory
@@ -43,6 +44,7 @@ class TrajectoryBackend(TraceBackend):
 
     def on_trajectory_end(self, trajectory: Trajectory) -> None:
         started, spans = self._open.pop(trajectory.id, (trajectory, []))
+        resolve_prompts(spans)  # every llm call whole, as these backends show each call on its own
         details = (started.attributes or {}).get(REWARD_DETAILS)
         if details and started is not trajectory:  # the end event is its own copy (the sidecar's wire)
             trajectory.attributes = {**(trajectory.attributes or {}), REWARD_DETAILS: details}

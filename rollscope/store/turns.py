@@ -1,0 +1,115 @@
+"""An LLM turn stored as what it adds: the vocabulary of a prompt recorded as a continuation of an
+earlier turn, and the one function that makes every such prompt whole again.
+
+A multi-turn loop sends its whole context at every turn: the previous prompt, the reply, the
+tool's answer. Recorded whole, each turn would store the context again, and a trajectory's trace
+would grow with the square of its length. So an llm span whose prompt continues an earlier turn of
+its trajectory holds, instead of ``prompt_ids`` (and ``prompt_text``):
+
+- ``prompt_base``: ``{"span": id, "tokens": n, "reply": r}``: the prompt starts with the first
+  ``n`` tokens of span ``id``'s prompt (all of it) and the first ``r`` tokens of its reply
+  (``outputs.token_ids``); ``"text_cut": c`` when the text below replaces the last ``c``
+  characters of that span's prompt text (a character whose bytes the boundary split);
+- ``prompt_ids_added``: the tokens after those;
+- ``prompt_text_added`` (with token2text): the text of the reply's ``r`` tokens and the added
+  ones, decoded in their context.
+
+``resolve_prompts`` turns these back into ``prompt_ids`` and ``prompt_text``, exactly as the loop
+passed them: the store's reader calls it for every trajectory it reads, and so does every backend
+that writes whole calls (Weave, MLflow, OpenTelemetry), so nobody above sees a continuation.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+BASE = "prompt_base"
+ADDED_IDS = "prompt_ids_added"
+ADDED_TEXT = "prompt_text_added"
+PROMPT_IDS = "prompt_ids"
+PROMPT_TEXT = "prompt_text"
+# On an llm span whose prompt was made whole: the turn it continues, how many of its tokens (and
+# characters of its text) come from there; a reader shows what follows them as what the turn added.
+CONTINUES = "rollscope.prompt_continues"
+# On an llm span whose prompt could not be made whole (the turn it continues is not in the trace).
+UNRESOLVED = "rollscope.prompt_unresolved"
+
+
+def is_continuation(inputs: Any) -> bool:
+    return type(inputs) is dict and BASE in inputs
+
+
+def resolve_prompts(spans: list[Any]) -> int:
+    """Makes the prompt of every continuing llm span among ``spans`` (one trajectory's, stored or
+    live; anything with ``id``, ``kind``, ``inputs``, ``outputs`` and ``attributes``) whole, in
+    place; returns how many could not be (the turn they continue is missing or was not recorded
+    as expected): those keep what they added, and say why under ``UNRESOLVED``. Linear in the
+    spans' tokens: each turn's prompt is built once, from its base's."""
+    llm = {s.id: s for s in spans if s.kind == "llm" and type(s.inputs) is dict}
+    pending = [s for s in llm.values() if BASE in s.inputs]
+    if not pending:
+        return 0
+    whole: dict[str, tuple[list[int], str | None]] = {}  # span id -> its prompt ids and text, whole
+    failed = 0
+    for span in pending:
+        chain = []  # the continuations from ``span`` down to a prompt already whole
+        s: Any = span
+        while s is not None and BASE in s.inputs and s.id not in whole:
+            chain.append(s)
+            base = s.inputs[BASE]
+            s = llm.get(base.get("span")) if type(base) is dict else None
+            if s is not None and s in chain:  # (a cycle: only a crafted store holds one)
+                s = None
+        for c in reversed(chain):
+            problem = _make_whole(c, llm, whole)
+            if problem is not None:
+                failed += 1
+                c.attributes = {**(c.attributes or {}), UNRESOLVED: problem}
+    return failed
+
+
+def _make_whole(span: Any, llm: dict[str, Any], whole: dict[str, tuple[list[int], str | None]]) -> str | None:
+    inputs = span.inputs
+    base = inputs.get(BASE)
+    added = inputs.get(ADDED_IDS)
+    if type(base) is not dict or type(added) is not list:
+        return f"a malformed {BASE}"
+    source = llm.get(base.get("span"))
+    if source is None:
+        return f"the turn it continues ({str(base.get('span'))[:40]}) is not in the trace"
+    if source.id in whole:
+        ids, text = whole[source.id]
+    elif BASE not in source.inputs:
+        ids, text = source.inputs.get(PROMPT_IDS), source.inputs.get(PROMPT_TEXT)
+    else:
+        return f"the turn it continues ({source.id}) could not be made whole"
+    tokens, reply = base.get("tokens"), base.get("reply", 0)
+    if type(ids) is not list or type(tokens) is not int or len(ids) != tokens or type(reply) is not int:
+        return f"the turn it continues ({source.id}) does not hold the {tokens} prompt tokens it starts with"
+    reply_ids = _field(source.outputs, "token_ids") if reply else []
+    if type(reply_ids) is not list or len(reply_ids) < reply:
+        return f"the turn it continues ({source.id}) does not hold the {reply} reply tokens it starts with"
+    prompt = ids + reply_ids[:reply] + added
+    new_text = inputs.get(ADDED_TEXT)
+    cut = base.get("text_cut", 0)
+    full_text = None
+    if isinstance(new_text, str) and isinstance(text, str) and type(cut) is int and 0 <= cut <= len(text):
+        full_text = text[: len(text) - cut] + new_text
+    whole[span.id] = (prompt, full_text)
+    shared = len(ids) + reply
+    span.attributes = {**(span.attributes or {}), CONTINUES: {
+        "span": source.id, "tokens": shared, "chars": len(text) - cut if full_text is not None else None}}
+    rebuilt: dict[str, Any] = {}
+    for key, value in inputs.items():  # the inputs as they were recorded whole, in their order
+        if key == BASE:
+            rebuilt[PROMPT_IDS] = prompt
+            if full_text is not None:
+                rebuilt[PROMPT_TEXT] = full_text
+        elif key not in (ADDED_IDS, ADDED_TEXT):
+            rebuilt[key] = value
+    span.inputs = rebuilt
+    return None
+
+
+def _field(value: Any, name: str) -> Any:
+    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)

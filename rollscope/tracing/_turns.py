@@ -1,0 +1,145 @@
+"""An LLM turn recorded as what it adds (the vocabulary: ``rollscope.store.turns``), in two halves:
+
+- on the rollout's thread (``prompt_inputs``, ``replied``): whether a turn's prompt continues the
+  trajectory's previous turn, found with one comparison in C against the trajectory's own copy of
+  its context, which grows by the new tokens only: no copy, pickle, hash or decode of the whole
+  context per turn. A prompt that does not continue it (a loop that truncates, summarises or
+  rewrites its context) is recorded whole, and becomes the context the next turn is compared to;
+- where events are shaped (``TurnTexts``): the added tokens decoded in their context, with the
+  last few tokens of the prompt they follow, so a character whose bytes were split between turns
+  reads as it does in the whole text.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from rollscope.store.turns import ADDED_IDS, BASE, PROMPT_IDS
+from rollscope.tracing.spans import Trajectory
+
+
+class Context:
+    """A trajectory's last recorded turn, as the rollout's thread compares the next prompt to it:
+    its span, its prompt's length, and the rollout's own copy of the prompt and (once the turn
+    returned) its reply."""
+
+    __slots__ = ("ids", "prompt_len", "span_id")
+
+    def __init__(self, span_id: str, ids: list[int], prompt_len: int) -> None:
+        self.span_id, self.ids, self.prompt_len = span_id, ids, prompt_len
+
+
+def prompt_inputs(trajectory: Trajectory, span_id: str, prompt: list[int], inputs: dict[str, Any]) -> Context:
+    """Puts the prompt into ``inputs`` as what it adds to the trajectory's last turn, or whole;
+    returns the context the next turn is compared to (``replied`` adds the reply to it)."""
+    last: Context | None = trajectory.turns
+    if last is not None:
+        ids, k = last.ids, len(last.ids)
+        if len(prompt) >= k:
+            added = prompt[k:]
+            ids += added
+            if ids == prompt:  # (in C; the items are mostly the same int objects: a pointer check each)
+                inputs[BASE] = {"span": last.span_id, "tokens": last.prompt_len, "reply": k - last.prompt_len}
+                inputs[ADDED_IDS] = added
+                context = trajectory.turns = Context(span_id, ids, len(prompt))
+                return context
+            del ids[k:]
+        p = last.prompt_len
+        if k > p and len(prompt) >= p and ids[:p] == prompt[:p]:  # the prompt, without the reply
+            added = prompt[p:]
+            del ids[p:]
+            ids += added
+            inputs[BASE] = {"span": last.span_id, "tokens": p, "reply": 0}
+            inputs[ADDED_IDS] = added
+            context = trajectory.turns = Context(span_id, ids, len(prompt))
+            return context
+    inputs[PROMPT_IDS] = prompt.copy()
+    context = trajectory.turns = Context(span_id, prompt.copy(), len(prompt))
+    return context
+
+
+def replied(trajectory: Trajectory, context: Context, output: Any) -> None:
+    """The turn's reply joins the context, unless another turn of the trajectory started since."""
+    if trajectory.turns is not context:
+        return
+    token_ids = output.get("token_ids") if isinstance(output, dict) else getattr(output, "token_ids", None)
+    if type(token_ids) is list:
+        context.ids += token_ids
+    elif token_ids is not None:
+        try:
+            context.ids += [int(t) for t in token_ids]
+        except (TypeError, ValueError):  # not ids: the next prompt is compared to the prompt alone
+            pass
+
+
+_WINDOW = 8  # tokens of context before added ones: more than one character's bytes or a word's piece
+
+
+class TurnTexts:
+    """Where spans are shaped: per trajectory, the last tokens of each llm turn's prompt and its
+    reply, so the next turn's added tokens decode as they read in the whole context. Bounded: a
+    trajectory is forgotten when it ends, and at most ``MAX_TRAJECTORIES`` are held (a trajectory
+    forgotten early has its later turns' text decoded without that context)."""
+
+    MAX_TRAJECTORIES = 4096
+    MAX_TURNS = 16  # a turn continues the trajectory's last one, or one a few back (calls in parallel)
+
+    def __init__(self) -> None:
+        self._turns: OrderedDict[str, OrderedDict[str, tuple[list[int], list[int]]]] = OrderedDict()
+
+    def forget(self, trajectory_id: str) -> None:
+        self._turns.pop(trajectory_id, None)
+
+    def remember(self, trajectory_id: str, span_id: str, inputs: Any, outputs: Any) -> None:
+        """After an llm span is shaped from its raw ``inputs``: its prompt's last tokens and its reply."""
+        if type(inputs) is not dict:
+            return
+        if BASE in inputs:
+            base, added = inputs[BASE], inputs.get(ADDED_IDS)
+            before = self.context(trajectory_id, base)
+            if before is None or type(added) is not list:
+                return
+            tail = (before + added)[-_WINDOW:]
+        elif type(inputs.get(PROMPT_IDS)) is list:
+            tail = inputs[PROMPT_IDS][-_WINDOW:]
+        else:
+            return
+        reply = outputs.get("token_ids") if isinstance(outputs, dict) else getattr(outputs, "token_ids", None)
+        turns = self._turns.get(trajectory_id)
+        if turns is None:
+            turns = self._turns[trajectory_id] = OrderedDict()
+            if len(self._turns) > self.MAX_TRAJECTORIES:
+                self._turns.popitem(last=False)
+        turns[span_id] = (tail, reply if type(reply) is list else [])
+        if len(turns) > self.MAX_TURNS:
+            turns.popitem(last=False)
+
+    def context(self, trajectory_id: str, base: Any) -> list[int] | None:
+        """The last tokens before a continuation's added ones (its base's prompt tail and the reply
+        tokens it includes), or None when its base is not known here."""
+        turns = self._turns.get(trajectory_id)
+        known = turns.get(base.get("span")) if turns is not None and type(base) is dict else None
+        if known is None:
+            return None
+        tail, reply = known
+        return tail + reply[: base.get("reply", 0)]
+
+    def added_text(self, trajectory_id: str, inputs: dict[str, Any], decode: Any) -> tuple[str, int] | None:
+        """The text a continuation adds (its reply tokens and added ones, decoded after the last
+        tokens of the prompt it follows) and how many characters of that prompt's text it replaces
+        at the end (a split character, now whole); None when its base is not known here."""
+        base, added = inputs[BASE], inputs.get(ADDED_IDS)
+        known = self._turns.get(trajectory_id)
+        entry = known.get(base.get("span")) if known is not None and type(base) is dict else None
+        if entry is None or type(added) is not list:
+            return None
+        tail, reply = entry
+        piece = reply[: base.get("reply", 0)] + added
+        before = decode(tail)
+        after = decode(tail + piece)
+        same = 0
+        limit = min(len(before), len(after))
+        while same < limit and before[same] == after[same]:
+            same += 1
+        return after[same:], len(before) - same

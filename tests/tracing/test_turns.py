@@ -1,0 +1,152 @@
+"""Long trajectories: each llm turn stored as what it adds to the turn before, every prompt read
+back whole (rollscope/tracing/_turns.py, rollscope/store/turns.py), with Qwen's real vocabulary."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from rollscope import tracing
+from rollscope.agentloops.llm_client import TracedLLMClient
+from rollscope.store.reader import TraceStore
+from rollscope.store.schema import decode_payload
+from rollscope.store.turns import ADDED_IDS, BASE, CONTINUES, UNRESOLVED
+from rollscope.tracing.backends import register_backend
+from rollscope.tracing.backends.buffered import TrajectoryBackend
+from tests.agentloops.real_models import model_dir
+
+
+@pytest.fixture(scope="module")
+def qwen(tmp_path_factory):
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_dir("qwen2.5", tmp_path_factory.mktemp("qwen")))
+
+
+class Server:
+    """The LLM server, a test double: a reply of random tokens of the real vocabulary, with
+    log-probs, optionally ending in the first bytes of a character whose rest the loop adds."""
+
+    def __init__(self, seed: int = 0, tail: list[int] | None = None) -> None:
+        self.rng, self.tail = random.Random(seed), tail or []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params):
+        ids = [self.rng.randrange(200, 150_000) for _ in range(30)] + self.tail
+        return {"token_ids": ids, "log_probs": [round(-self.rng.random(), 4) for _ in ids], "stop_reason": "stop"}
+
+
+def run_loop(client, qwen, turns: int, rewrite_at: set[int] = frozenset(), mutate: bool = False,
+             split: list[int] | None = None) -> list[list[int]]:  # fmt: skip
+    """A multi-turn loop as verl's ToolAgentLoop runs one: the prompt list extended in place by
+    the reply and a tool's answer; at ``rewrite_at`` its context is cut (a loop that summarises);
+    ``split``: the rest of a character the reply began. Returns each turn's prompt as passed."""
+    passed: list[list[int]] = []
+
+    async def main():
+        with tracing.rollout_trace_attr(step=0, sample_index=0):
+            prompt = qwen.encode("<|im_start|>system\nYou are a careful agent. é 🦜<|im_end|>\n")
+            for turn in range(turns):
+                passed.append(list(prompt))
+                out = await client.generate(f"r{turn}", prompt_ids=prompt, sampling_params={"temperature": 1.0})
+                if mutate:
+                    prompt[0] = 7  # after the call: the recorded prompt is what was passed
+                prompt += out["token_ids"]
+                prompt += (split or []) + qwen.encode(f"<|im_start|>user\n<tool_response>{turn} ✓ 温度</tool_response>")
+                if turn in rewrite_at:
+                    prompt[:] = prompt[:5] + prompt[-40:]
+
+    asyncio.run(main())
+    return passed
+
+
+def llm_spans(trace_dir):
+    [t] = TraceStore(trace_dir).trajectories()
+    return sorted((s for s in t.spans if s.kind == "llm"), key=lambda s: s.start_ns)
+
+
+def stored_inputs(trace_dir) -> list[dict]:
+    """The llm spans' inputs as the shard holds them (not resolved by the reader)."""
+    out = []
+    for shard in Path(trace_dir).rglob("*.rstrace"):
+        db = sqlite3.connect(shard)
+        rows = db.execute("SELECT payload FROM spans WHERE kind = 'llm' ORDER BY start_ns").fetchall()
+        out += [decode_payload(r[0])["inputs"] for r in rows]
+    return out
+
+
+def test_every_prompt_of_a_long_trajectory_reads_back_whole_with_its_text_exact(trace_dir, qwen):
+    """40 turns, the context cut twice mid-way, a character split between a reply and the tool
+    answer after it: each turn's ids and text read back exactly as passed; each continuing turn is
+    stored as its added tokens, so a late turn's row is no bigger than an early one's."""
+    tracing.init_tracing(trace_dir=str(trace_dir), token2text=True)
+    char = qwen.encode("🦜")
+    assert len(char) > 1  # (bytes of one character over several tokens)
+    passed = run_loop(TracedLLMClient(Server(tail=char[:1]), qwen), qwen, 40, rewrite_at={14, 27},
+                      split=char[1:])  # fmt: skip
+    assert tracing.flush_tracing(60)
+    spans = llm_spans(trace_dir)
+    assert len(spans) == 40
+    for span, prompt in zip(spans, passed, strict=True):
+        assert span.inputs["prompt_ids"] == prompt
+        assert span.inputs["prompt_text"] == qwen.decode(prompt)
+        assert span.attributes["gen_ai.usage.input_tokens"] == len(prompt)
+        assert BASE not in span.inputs and ADDED_IDS not in span.inputs
+    assert "🦜" in spans[-1].inputs["prompt_text"].split("<tool_response>")[-2]  # (the split character, whole)
+    stored = stored_inputs(trace_dir)
+    whole = [i for i, s in enumerate(stored) if BASE not in s]
+    assert whole == [0, 15, 28]  # the first turn and the two after a cut
+    sizes = [len(str(s)) for s in stored]
+    assert sizes[39] < 2 * sizes[5]
+    assert spans[39].attributes[CONTINUES]["span"] == spans[38].id
+
+
+def test_a_prompt_changed_after_the_call_is_recorded_as_it_was_at_the_call(trace_dir, qwen):
+    tracing.init_tracing(trace_dir=str(trace_dir), token2text=True, sidecar=False)
+    passed = run_loop(TracedLLMClient(Server(), qwen), qwen, 6, mutate=True)
+    assert tracing.flush_tracing(60)
+    spans = llm_spans(trace_dir)
+    assert [s.inputs["prompt_ids"] for s in spans] == passed
+    assert passed[1][0] == 7 and spans[0].inputs["prompt_ids"][0] != 7
+
+
+class Collected(TrajectoryBackend):
+    """A backend that writes whole trajectories, as Weave's, MLflow's and OpenTelemetry's do."""
+
+    name = "collected"
+    written: list = []
+
+    def write(self, trajectory, spans):
+        Collected.written.append((trajectory, spans))
+
+
+def test_a_backend_writing_whole_calls_gets_every_prompt_whole(trace_dir, qwen):
+    register_backend("collected", Collected)
+    Collected.written.clear()
+    tracing.init_tracing(backend=["local", "collected"], trace_dir=str(trace_dir), token2text=True, sidecar=False)
+    passed = run_loop(TracedLLMClient(Server(), qwen), qwen, 12, rewrite_at={6})
+    assert tracing.flush_tracing(60)
+    tracing.shutdown_tracing()
+    [(_, spans)] = Collected.written
+    llm = sorted((s for s in spans if s.kind == "llm"), key=lambda s: s.start_ns)
+    assert [s.inputs["prompt_ids"] for s in llm] == passed
+    assert [s.inputs["prompt_text"] for s in llm] == [qwen.decode(p) for p in passed]
+
+
+def test_a_turn_whose_base_is_missing_keeps_what_it_added_and_says_why(trace_dir, qwen):
+    tracing.init_tracing(trace_dir=str(trace_dir), token2text=True)
+    passed = run_loop(TracedLLMClient(Server(), qwen), qwen, 4)
+    assert tracing.flush_tracing(60)
+    tracing.shutdown_tracing()
+    second = llm_spans(trace_dir)[1].id
+    for shard in Path(trace_dir).rglob("*.rstrace"):
+        with sqlite3.connect(shard) as db:
+            db.execute("DELETE FROM spans WHERE id = ?", (second,))
+    spans = llm_spans(trace_dir)
+    assert spans[0].inputs["prompt_ids"] == passed[0]
+    for span in spans[1:]:  # the third continues the second, the fourth the third
+        assert "prompt_ids" not in span.inputs and span.inputs[ADDED_IDS]
+        assert "not in the trace" in span.attributes[UNRESOLVED] or "could not be made whole" in span.attributes[UNRESOLVED]
