@@ -188,3 +188,45 @@ def test_push_publishes_no_file_a_stored_span_names_as_its_op_source(weave_trace
         source = client.server.file_content_read({"project_id": client.project_id,
                                                   "digest": op.val["files"]["obj.py"]}).content.decode()  # fmt: skip
         assert "not-for-weave" not in source and "Stands for an op recorded by rollscope" in source
+
+
+def test_a_128k_token_trajectory_arrives_whole_and_nothing_of_its_batch_is_refused(weave_trace_server):
+    """Each llm turn is stored as what it adds; Weave shows each call on its own, so the backend
+    makes every prompt whole again before it writes (a 128k-token context: under the server's
+    payload limit as packed ids), and the trajectory traced beside it arrives too."""
+    import asyncio
+    import random
+
+    from rollscope.agentloops.llm_client import TracedLLMClient
+
+    rng = random.Random(0)
+
+    class Server:  # the LLM server, a test double: 200 tokens a reply
+        async def generate(self, request_id, *, prompt_ids, sampling_params):
+            return {"token_ids": [rng.randrange(150_000) for _ in range(200)], "stop_reason": "stop"}
+
+    passed = []
+
+    async def loop(sample, turns, added):
+        client = TracedLLMClient(Server())
+        with tracing.rollout_trace_attr(step=0, sample_index=sample):
+            prompt = [rng.randrange(150_000) for _ in range(2000)]
+            for _ in range(turns):
+                passed.append((sample, list(prompt)))
+                out = await client.generate("r", prompt_ids=prompt, sampling_params={})
+                prompt += out["token_ids"] + [rng.randrange(150_000) for _ in range(added)]
+
+    tracing.init_tracing(backend="weave", weave_project="ent/long")
+    asyncio.run(loop(0, 16, 8000))
+    asyncio.run(loop(1, 3, 100))
+    assert tracing.flush_tracing(300)
+    assert all(s["errors"] == 0 and s["dropped"] == 0 for s in tracing.stats()["backends"].values())
+    tracing.shutdown_tracing(300)
+    assert len(passed[15][1]) > 128_000 - 8200
+    calls = [c for c in weave_calls("ent/long") if c["display_name"] == "llm.generate"]
+    by_trace: dict = {}
+    for c in sorted(calls, key=lambda c: c["started_at"]):
+        by_trace.setdefault(c["trace_id"], []).append(c["inputs"]["prompt_ids"])
+    short, long_ = sorted(by_trace.values(), key=len)  # the 3-turn trajectory, then the 16-turn one
+    assert short == [_in_weave(p) for s, p in passed if s == 1]
+    assert long_ == [_in_weave(p) for s, p in passed if s == 0]
