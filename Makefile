@@ -167,6 +167,7 @@ bench: install
 	$(BIN)/python benchmarks/bench_insights.py --json benchmarks/out/insights.json
 	$(BIN)/python benchmarks/bench_replay.py --json benchmarks/out/replay.json
 	$(BIN)/python benchmarks/bench_segments.py --json benchmarks/out/segments.json
+	$(BIN)/python benchmarks/bench_long_trajectories.py --json benchmarks/out/long_trajectories.json
 
 clean:
 	rm -rf $(VENV) $(PHOENIX) $(WEAVE_SERVER) rollscope_traces .rollscope-demo

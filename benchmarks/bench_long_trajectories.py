@@ -123,11 +123,14 @@ def measure(turns: int, repeat: int, model: str) -> dict:
     from rollscope import tracing
     from rollscope.agentloops.llm_client import TracedLLMClient
     from rollscope.store.reader import TraceStore
+    from rollscope.tracing._redaction import Redactor
 
     tokenizer = AutoTokenizer.from_pretrained(model)
     first = corpus_ids(tokenizer, FIRST_PROMPT, 0)
-    tools = [corpus_ids(tokenizer, TOOL, 100 + i) for i in range(8)]
-    replies = [corpus_ids(tokenizer, REPLY, 200 + i) for i in range(8)]
+    # every turn's text its own (a context that repeats would compress beyond what users' do)
+    text = corpus_ids(tokenizer, turns * (TOOL + REPLY), 1)
+    tools = [text[i * TOOL:(i + 1) * TOOL] for i in range(turns)]
+    replies = [text[turns * TOOL + i * REPLY:turns * TOOL + (i + 1) * REPLY] for i in range(turns)]
     store_dir = Path(tempfile.mkdtemp(prefix="long-"))
     tracing.init_tracing(trace_dir=str(store_dir), token2text=True)
     plain = InstantLLM(replies)
@@ -160,7 +163,9 @@ def measure(turns: int, repeat: int, model: str) -> dict:
         first_record = store.get(records[0].id)
         llm = sorted((s for s in first_record.spans if s.kind == "llm"), key=lambda s: s.start_ns)
         exact = sum(s.inputs.get("prompt_ids") == p for s, p in zip(llm, passed, strict=True))
-        text_exact = sum(s.inputs.get("prompt_text") == tokenizer.decode(p) for s, p in zip(llm, passed, strict=True))
+        redact = Redactor().text  # (the text is stored redacted: Python's sources name passwords)
+        text_exact = sum(s.inputs.get("prompt_text") == redact(tokenizer.decode(p))
+                         for s, p in zip(llm, passed, strict=True))  # fmt: skip
     viewer = Viewer(str(store_dir))
     viewer.handle("/")
     t0 = time.perf_counter()

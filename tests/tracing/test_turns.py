@@ -102,6 +102,14 @@ def test_every_prompt_of_a_long_trajectory_reads_back_whole_with_its_text_exact(
     sizes = [len(str(s)) for s in stored]
     assert sizes[39] < 2 * sizes[5]
     assert spans[39].attributes[CONTINUES]["span"] == spans[38].id
+    from rollscope.viewer.server import Viewer
+
+    [t] = TraceStore(trace_dir).trajectories()
+    status, _, body = Viewer(str(trace_dir)).handle(f"/t/{t.id}")
+    page = body.decode() if isinstance(body, bytes) else body
+    assert status == 200  # each continuing turn shows what it added, not the whole context again
+    assert page.count("tokens of an earlier turn") == 37
+    assert page.count("You are a careful agent") < 40  # (the system prompt: drawn with the 3 whole prompts, not 40)
 
 
 def test_a_prompt_changed_after_the_call_is_recorded_as_it_was_at_the_call(trace_dir, qwen):
