@@ -188,6 +188,46 @@ def measure(turns: int, repeat: int, model: str) -> dict:
     }  # fmt: skip
 
 
+def volume(turns: int, model: str) -> dict:
+    """The volume controls at this size: one step of 4 samples x 2 rollouts of ``turns`` turns,
+    traced whole; with ``max_samples_per_step_per_worker=1``; and the whole one after
+    ``traces compact --retain anomalous,sample=0.25,seed=0`` (``store.retention.retain``)."""
+    from transformers import AutoTokenizer
+
+    from rollscope import tracing
+    from rollscope.agentloops.llm_client import TracedLLMClient
+    from rollscope.store.retention import parse_policy, retain
+
+    tokenizer = AutoTokenizer.from_pretrained(model)
+    first = corpus_ids(tokenizer, FIRST_PROMPT, 0)
+    text = corpus_ids(tokenizer, turns * (TOOL + REPLY), 1)
+    tools = [text[i * TOOL:(i + 1) * TOOL] for i in range(turns)]
+    replies = [text[turns * TOOL + i * REPLY:turns * TOOL + (i + 1) * REPLY] for i in range(turns)]
+
+    async def step(client):
+        for sample in range(4):
+            for n in range(2):
+                with tracing.rollout_trace_attr(step=1, sample_index=sample, rollout_n=n):
+                    prompt = list(first)
+                    for turn in range(turns):
+                        out = await client.generate("r", prompt_ids=prompt, sampling_params={})
+                        prompt += out["token_ids"] + tools[turn]
+                    tracing.set_reward(float((sample + n) % 2 if sample else 1.0))
+
+    out = {}
+    for name, options in (("all", {}), ("max_samples_per_step_per_worker=1", {"max_samples_per_step_per_worker": 1})):
+        store_dir = Path(tempfile.mkdtemp(prefix="long-volume-"))
+        tracing.init_tracing(trace_dir=str(store_dir), token2text=True, **options)
+        asyncio.run(step(TracedLLMClient(InstantLLM(replies), tokenizer)))
+        tracing.shutdown_tracing(600)
+        out[name] = stored_bytes(store_dir)
+        if name == "all":
+            done = retain(store_dir, parse_policy("anomalous,sample=0.25,seed=0"))
+            out["after compact --retain anomalous,sample=0.25"] = stored_bytes(store_dir)
+            out["retained groups"] = f"{done.summary['kept_groups']} of {done.summary['groups']}"
+    return out
+
+
 def model_dir() -> str:
     sys.path.insert(0, str(ROOT))
     from tests.agentloops.real_models import model_dir as make
@@ -214,9 +254,13 @@ def main() -> None:
     parser.add_argument("--json")
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
+    parser.add_argument("--volume", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         print(json.dumps(measure(args.child, args.repeat, args.model)))
+        return
+    if args.volume:
+        print(json.dumps(volume(args.volume, args.model)))
         return
     model = model_dir()
     sides = {"this tree": ROOT}
@@ -249,6 +293,12 @@ def main() -> None:
     print(f"{long_} turns against {short}: cost per turn x{summary['cost_ratio']} (goal <= 1.5), bytes per context "
           f"token x{summary['bytes_per_token_ratio']} (goal <= 1.5); at most {summary['max_vs_floor']}x the floor "
           "(goal <= 2)")  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_ERROR_REPORTING": "false"}
+    proc = subprocess.run([sys.executable, __file__, "--volume", "20", "--model", model], capture_output=True,
+                          text=True, env=env, cwd=ROOT, timeout=3600, check=True)  # fmt: skip
+    summary["volume"] = json.loads(proc.stdout.strip().splitlines()[-1])
+    print("one step of 4 samples x 2 rollouts, 20 turns each, bytes stored: "
+          + ", ".join(f"{k}: {v:,}" if isinstance(v, int) else f"{k}: {v}" for k, v in summary["volume"].items()))
     if args.json:
         Path(args.json).write_text(json.dumps({"results": results, "summary": summary}, indent=1))
 

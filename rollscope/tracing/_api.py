@@ -269,6 +269,8 @@ def set_reward(reward: float | None, trajectory_id: str | None = None, **details
     if trajectory_id is None:
         frame = current_frame.get()
         if frame is None:
+            if not trace_enabled.get():  # a trajectory not traced (sampled out, trace=False): nothing to record
+                return
             raise RuntimeError("set_reward() outside a trajectory needs trajectory_id=")
         frame.trajectory.reward = reward
         trajectory_id = frame.trajectory.id

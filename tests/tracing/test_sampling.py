@@ -58,3 +58,14 @@ def test_two_worker_processes_choose_the_same_samples(tmp_path):
         assert all(rollouts == {0, 1, 2, 3} for rollouts in groups.values())  # whole GRPO groups
         assert set(groups) == select_samples(range(100 + step, 108 + step), step, 3, seed=42)
     assert {s: set(g) for s, g in chosen[0].items()} == {s: set(g) for s, g in chosen[1].items()}
+
+
+def test_a_reward_set_in_a_trajectory_not_chosen_is_not_recorded_and_raises_nothing(trace_dir, read_store):
+    tracing.init_tracing(trace_dir=str(trace_dir), max_samples_per_step_per_worker=1)
+    for sample in range(4):
+        with tracing.rollout_trace_attr(step=1, sample_index=sample):
+            tracing.set_reward(float(sample))
+    [traced] = read_store().trajectories()
+    assert traced.reward == float(traced.sample_index)
+    with pytest.raises(RuntimeError, match="trajectory_id="):  # outside any trajectory: still said
+        tracing.set_reward(1.0)
