@@ -180,7 +180,8 @@ def measure(turns: int, repeat: int, model: str) -> dict:
     return {
         "turns": turns, "final_context_tokens": final_context,
         "cost_per_turn_us": round(costs[len(costs) // 2] * 1e6, 1),
-        "bytes_per_trajectory": int(per_trajectory), "bytes_per_context_token": round(per_trajectory / final_context, 2),
+        "bytes_per_trajectory": int(per_trajectory),
+        "bytes_per_context_token": round(per_trajectory / final_context, 2),
         "floor_bytes": floor, "vs_floor": round(per_trajectory / floor, 2),
         "ingest_tokens_per_s": int(context_tokens / ingest_s),
         "viewer_ms": round(viewer_ms, 1), "show_ms": round(show_ms, 1), "page_bytes": len(body),

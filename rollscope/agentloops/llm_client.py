@@ -70,7 +70,8 @@ class TracedLLMClient:
         else:
             span_id = context = None
             inputs["prompt_ids"] = prompt_ids.copy() if type(prompt_ids) is list else snapshot(prompt_ids)
-        inputs["sampling_params"] = sampling_params.copy() if type(sampling_params) is dict else snapshot(sampling_params)
+        params = sampling_params
+        inputs["sampling_params"] = params.copy() if type(params) is dict else snapshot(params)
         inputs["kwargs"] = kwargs
         if parent is None:  # outside any trajectory: the span opens one
             return traced_await(call, LLM_SPAN_NAME, SpanKind.LLM, inputs, decoder=self.tokenizer)

@@ -29,9 +29,9 @@ from rollscope.store.schema import (
     resolve_dir,
     span_record,
 )
-from rollscope.store.turns import resolve_prompts
 from rollscope.store.segment_index import INDEX, SegmentIndex
 from rollscope.store.segments import LIVE, SEGMENTS, is_segmented, open_immutable, visible
+from rollscope.store.turns import resolve_prompts
 
 # order name -> SQL sort terms; every order ends with id, so equal keys page deterministically
 _ORDER = {
