@@ -117,7 +117,7 @@ def stored_bytes(store_dir: Path) -> int:
     return total
 
 
-def measure(turns: int, repeat: int, model: str) -> dict:
+def measure(turns: int, repeat: int, model: str, token2text: bool = True) -> dict:
     from transformers import AutoTokenizer
 
     from rollscope import tracing
@@ -132,7 +132,7 @@ def measure(turns: int, repeat: int, model: str) -> dict:
     tools = [text[i * TOOL:(i + 1) * TOOL] for i in range(turns)]
     replies = [text[turns * TOOL + i * REPLY:turns * TOOL + (i + 1) * REPLY] for i in range(turns)]
     store_dir = Path(tempfile.mkdtemp(prefix="long-"))
-    tracing.init_tracing(trace_dir=str(store_dir), token2text=True)
+    tracing.init_tracing(trace_dir=str(store_dir), token2text=token2text)
     plain = InstantLLM(replies)
     traced = TracedLLMClient(InstantLLM(replies), tokenizer)
     trajectory(plain, first, tools, 2, tracing, False)  # warm both
@@ -164,7 +164,7 @@ def measure(turns: int, repeat: int, model: str) -> dict:
         llm = sorted((s for s in first_record.spans if s.kind == "llm"), key=lambda s: s.start_ns)
         exact = sum(s.inputs.get("prompt_ids") == p for s, p in zip(llm, passed, strict=True))
         redact = Redactor().text  # (the text is stored redacted: Python's sources name passwords)
-        text_exact = sum(s.inputs.get("prompt_text") == redact(tokenizer.decode(p))
+        text_exact = sum(s.inputs.get("prompt_text") == (redact(tokenizer.decode(p)) if token2text else None)
                          for s, p in zip(llm, passed, strict=True))  # fmt: skip
     viewer = Viewer(str(store_dir))
     viewer.handle("/")
@@ -237,9 +237,10 @@ def model_dir() -> str:
     return str(path if (path / "tokenizer.json").is_file() else make("qwen2.5", path))
 
 
-def in_child(tree: Path, turns: int, repeat: int, model: str) -> dict:
+def in_child(tree: Path, turns: int, repeat: int, model: str, token2text: bool = True) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree), "WANDB_ERROR_REPORTING": "false"}
-    proc = subprocess.run([sys.executable, __file__, "--child", str(turns), "--repeat", str(repeat), "--model", model],
+    proc = subprocess.run([sys.executable, __file__, "--child", str(turns), "--repeat", str(repeat), "--model", model,
+                           *([] if token2text else ["--ids-only"])],
                           capture_output=True, text=True, env=env, cwd=tree, timeout=3600)  # fmt: skip
     if proc.returncode != 0:
         raise RuntimeError(f"{turns} turns on {tree} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
@@ -256,9 +257,10 @@ def main() -> None:
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--volume", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--ids-only", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(measure(args.child, args.repeat, args.model)))
+        print(json.dumps(measure(args.child, args.repeat, args.model, not args.ids_only)))
         return
     if args.volume:
         print(json.dumps(volume(args.volume, args.model)))
@@ -294,6 +296,10 @@ def main() -> None:
     print(f"{long_} turns against {short}: cost per turn x{summary['cost_ratio']} (goal <= 1.5), bytes per context "
           f"token x{summary['bytes_per_token_ratio']} (goal <= 1.5); at most {summary['max_vs_floor']}x the floor "
           "(goal <= 2)")  # fmt: skip
+    ids_only = in_child(ROOT, long_, args.repeat, model, token2text=False)
+    summary["ids_only_vs_floor"] = ids_only["vs_floor"]
+    print(f"{long_} turns with token2text off (ids only): {ids_only['bytes_per_trajectory']:,} B, "
+          f"{ids_only['vs_floor']}x the floor, {ids_only['cost_per_turn_us']:,.1f} us/turn")
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_ERROR_REPORTING": "false"}
     proc = subprocess.run([sys.executable, __file__, "--volume", "20", "--model", model], capture_output=True,
                           text=True, env=env, cwd=ROOT, timeout=3600, check=True)  # fmt: skip

@@ -11,8 +11,11 @@ its trajectory holds, instead of ``prompt_ids`` (and ``prompt_text``):
   (``outputs.token_ids``); ``"text_cut": c`` when the text below replaces the last ``c``
   characters of that span's prompt text (a character whose bytes the boundary split);
 - ``prompt_ids_added``: the tokens after those;
-- ``prompt_text_added`` (with token2text): the text of the reply's ``r`` tokens and the added
-  ones, decoded in their context.
+- with token2text, the text of the reply's ``r`` tokens and the added ones, decoded after the
+  last tokens of the prompt they follow (``text_after``): where that text is exactly what the ids
+  decode to (nothing in it was redacted or cut), ``prompt_base`` says ``"text": "ids"`` and names
+  the tokenizer (``"decoder"``), and the text is decoded again where the trace is read: storing it
+  would double what the turn costs; else it is stored, as shaped, under ``prompt_text_added``.
 
 ``resolve_prompts`` turns these back into ``prompt_ids`` and ``prompt_text``, exactly as the loop
 passed them: the store's reader calls it for every trajectory it reads, and so does every backend
@@ -21,7 +24,10 @@ that writes whole calls (Weave, MLflow, OpenTelemetry), so nobody above sees a c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
+
+from rollscope.store.text import load_decoder
 
 BASE = "prompt_base"
 ADDED_IDS = "prompt_ids_added"
@@ -39,12 +45,31 @@ def is_continuation(inputs: Any) -> bool:
     return type(inputs) is dict and BASE in inputs
 
 
-def resolve_prompts(spans: list[Any]) -> int:
+WINDOW = 8  # tokens before added ones that their text is decoded after: more than a character's bytes
+
+
+def text_after(decode: Callable[[list[int]], str], before: list[int], piece: list[int]) -> tuple[str, int]:
+    """The text ``piece`` adds after the tokens ``before`` (their last ``WINDOW``), and how many
+    characters at the end of ``before``'s text it replaces: a character whose bytes the boundary
+    split reads whole, and a tokenizer that drops a leading space at the start of a decode does
+    not drop it here."""
+    tail = before[-WINDOW:]
+    alone = decode(tail)
+    joined = decode(tail + piece)
+    same, limit = 0, min(len(alone), len(joined))
+    while same < limit and alone[same] == joined[same]:
+        same += 1
+    return joined[same:], len(alone) - same
+
+
+def resolve_prompts(spans: list[Any], decoder: Callable[[str], Any] = load_decoder) -> int:
     """Makes the prompt of every continuing llm span among ``spans`` (one trajectory's, stored or
     live; anything with ``id``, ``kind``, ``inputs``, ``outputs`` and ``attributes``) whole, in
     place; returns how many could not be (the turn they continue is missing or was not recorded
     as expected): those keep what they added, and say why under ``UNRESOLVED``. Linear in the
-    spans' tokens: each turn's prompt is built once, from its base's."""
+    spans' tokens: each turn's prompt is built once, from its base's. ``decoder``: the tokenizer
+    a continuation's text is decoded with where only its ids were stored (by name); without it
+    here the prompt's ids are whole and its text absent, as with token2text off."""
     llm = {s.id: s for s in spans if s.kind == "llm" and type(s.inputs) is dict}
     pending = [s for s in llm.values() if BASE in s.inputs]
     if not pending:
@@ -61,14 +86,15 @@ def resolve_prompts(spans: list[Any]) -> int:
             if s is not None and s in chain:  # (a cycle: only a crafted store holds one)
                 s = None
         for c in reversed(chain):
-            problem = _make_whole(c, llm, whole)
+            problem = _make_whole(c, llm, whole, decoder)
             if problem is not None:
                 failed += 1
                 c.attributes = {**(c.attributes or {}), UNRESOLVED: problem}
     return failed
 
 
-def _make_whole(span: Any, llm: dict[str, Any], whole: dict[str, tuple[list[int], str | None]]) -> str | None:
+def _make_whole(span: Any, llm: dict[str, Any], whole: dict[str, tuple[list[int], str | None]],
+                decoder: Callable[[str], Any]) -> str | None:  # fmt: skip
     inputs = span.inputs
     base = inputs.get(BASE)
     added = inputs.get(ADDED_IDS)
@@ -92,6 +118,8 @@ def _make_whole(span: Any, llm: dict[str, Any], whole: dict[str, tuple[list[int]
     prompt = ids + reply_ids[:reply] + added
     new_text = inputs.get(ADDED_TEXT)
     cut = base.get("text_cut", 0)
+    if new_text is None and base.get("text") == "ids" and isinstance(text, str):
+        new_text, cut = _decoded(decoder, base.get("decoder"), ids, reply_ids[:reply] + added)
     full_text = None
     if isinstance(new_text, str) and isinstance(text, str) and type(cut) is int and 0 <= cut <= len(text):
         full_text = text[: len(text) - cut] + new_text
@@ -109,6 +137,17 @@ def _make_whole(span: Any, llm: dict[str, Any], whole: dict[str, tuple[list[int]
             rebuilt[key] = value
     span.inputs = rebuilt
     return None
+
+
+def _decoded(decoder: Callable[[str], Any], name: Any, before: list[int], piece: list[int]) -> tuple[str | None, int]:
+    """``text_after`` with the tokenizer named ``name``; (None, 0) where it is not here."""
+    tokenizer = decoder(name) if isinstance(name, str) else None
+    if tokenizer is None:
+        return None, 0
+    try:
+        return text_after(lambda ids: tokenizer.decode(ids, skip_special_tokens=False), before, piece)
+    except Exception:  # ids this tokenizer cannot decode: the prompt's ids stay whole, its text absent
+        return None, 0
 
 
 def _field(value: Any, name: str) -> Any:

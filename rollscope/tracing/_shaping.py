@@ -17,8 +17,9 @@ from rollscope.store.retokenization import RETOKENIZATION, check_request
 from rollscope.store.turns import ADDED_IDS, ADDED_TEXT, BASE, is_continuation
 from rollscope.tracing import _events as ev
 from rollscope.tracing._callargs import CallArgs
-from rollscope.tracing._payload import UNRECORDED, PayloadShaper, unrecorded
+from rollscope.tracing._payload import UNRECORDED, PayloadShaper, encodable, unrecorded
 from rollscope.tracing._turns import TurnTexts
+from rollscope.tracing._wire import tokenizer_name
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 log = logging.getLogger("rollscope.tracing")
@@ -117,17 +118,28 @@ class EventShaper:
 
 
     def _with_added_text(self, span: Span, raw: dict[str, Any]) -> dict[str, Any]:
-        """A continuing turn's inputs with the text it adds (token2text), decoded in its context;
-        where the turn it continues is not known here (a sidecar that took over mid-trajectory)
-        the text is left out and said, and its ids still make the prompt whole when read."""
+        """A continuing turn's inputs with the text it adds (token2text), decoded in its context.
+        Text that is exactly what its ids decode to is not stored: the base names the tokenizer and
+        readers decode it (``store.turns``); text that redaction or truncation changed is stored,
+        shaped. Where the turn it continues is not known here (a sidecar that took over
+        mid-trajectory) the text is left out and said, and its ids still make the prompt whole."""
+        decoder = span.decoder
         try:
-            found = self.turns.added_text(span.trajectory_id, raw, span.decoder.decode)
+            found = self.turns.added_text(span.trajectory_id, raw, lambda ids: decoder.decode(ids))
         except Exception as exc:  # a tokenizer that cannot decode these ids: they stay ids
             return {**raw, ADDED_TEXT: f"<not decoded: {type(exc).__name__}>"}
         if found is None:
             return {**raw, ADDED_TEXT: "<not decoded: the turn this prompt continues was not seen here>"}
         text, cut = found
-        base = raw[BASE] if not cut else {**raw[BASE], "text_cut": cut}
+        base = dict(raw[BASE])
+        if cut:
+            base["text_cut"] = cut
+        name = tokenizer_name(decoder)
+        limit = self.shaper.max_chars
+        if name is not None and (limit is None or len(text) <= limit) and encodable(text) == text \
+                and self.shaper.redactor.text(text) == text:  # fmt: skip
+            base["text"], base["decoder"] = "ids", name
+            return {**raw, BASE: base}
         return {**raw, BASE: base, ADDED_TEXT: text}
 
 

@@ -5,9 +5,8 @@
   its context, which grows by the new tokens only: no copy, pickle, hash or decode of the whole
   context per turn. A prompt that does not continue it (a loop that truncates, summarises or
   rewrites its context) is recorded whole, and becomes the context the next turn is compared to;
-- where events are shaped (``TurnTexts``): the added tokens decoded in their context, with the
-  last few tokens of the prompt they follow, so a character whose bytes were split between turns
-  reads as it does in the whole text.
+- where events are shaped (``TurnTexts``): the last few tokens of each turn's prompt, and its
+  reply, so the next turn's added tokens are decoded after them (``store.turns.text_after``).
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from rollscope.store.turns import ADDED_IDS, BASE, PROMPT_IDS
+from rollscope.store.turns import ADDED_IDS, BASE, PROMPT_IDS, WINDOW, text_after
 from rollscope.tracing.spans import Trajectory
 
 
@@ -73,9 +72,6 @@ def replied(trajectory: Trajectory, context: Context, output: Any) -> None:
             pass
 
 
-_WINDOW = 8  # tokens of context before added ones: more than one character's bytes or a word's piece
-
-
 class TurnTexts:
     """Where spans are shaped: per trajectory, the last tokens of each llm turn's prompt and its
     reply, so the next turn's added tokens decode as they read in the whole context. Bounded: a
@@ -100,9 +96,9 @@ class TurnTexts:
             before = self.context(trajectory_id, base)
             if before is None or type(added) is not list:
                 return
-            tail = (before + added)[-_WINDOW:]
+            tail = (before + added)[-WINDOW:]
         elif type(inputs.get(PROMPT_IDS)) is list:
-            tail = inputs[PROMPT_IDS][-_WINDOW:]
+            tail = inputs[PROMPT_IDS][-WINDOW:]
         else:
             return
         reply = outputs.get("token_ids") if isinstance(outputs, dict) else getattr(outputs, "token_ids", None)
@@ -126,20 +122,13 @@ class TurnTexts:
         return tail + reply[: base.get("reply", 0)]
 
     def added_text(self, trajectory_id: str, inputs: dict[str, Any], decode: Any) -> tuple[str, int] | None:
-        """The text a continuation adds (its reply tokens and added ones, decoded after the last
-        tokens of the prompt it follows) and how many characters of that prompt's text it replaces
-        at the end (a split character, now whole); None when its base is not known here."""
+        """The text a continuation adds (its reply tokens and added ones) and how many characters of
+        the prompt text before it that replaces (``store.turns.text_after``); None when the turn it
+        continues is not known here."""
         base, added = inputs[BASE], inputs.get(ADDED_IDS)
         known = self._turns.get(trajectory_id)
         entry = known.get(base.get("span")) if known is not None and type(base) is dict else None
         if entry is None or type(added) is not list:
             return None
         tail, reply = entry
-        piece = reply[: base.get("reply", 0)] + added
-        before = decode(tail)
-        after = decode(tail + piece)
-        same = 0
-        limit = min(len(before), len(after))
-        while same < limit and before[same] == after[same]:
-            same += 1
-        return after[same:], len(before) - same
+        return text_after(decode, tail, reply[: base.get("reply", 0)] + added)

@@ -158,3 +158,33 @@ def test_a_turn_whose_base_is_missing_keeps_what_it_added_and_says_why(trace_dir
     for span in spans[1:]:  # the third continues the second, the fourth the third
         assert "prompt_ids" not in span.inputs and span.inputs[ADDED_IDS]
         assert "not in the trace" in span.attributes[UNRESOLVED] or "could not be made whole" in span.attributes[UNRESOLVED]
+
+
+def test_a_turns_text_is_stored_only_where_redaction_changed_it(trace_dir, qwen):
+    """Text that is what its ids decode to is decoded again where it is read; a tool answer
+    holding a secret is stored as redacted, and the prompts read back show it redacted."""
+    secret = "ghp_" + "R7mK2xQ9vL4nP8sT3wY6zA1bC5dE0fG2hJ4k"
+    tracing.init_tracing(trace_dir=str(trace_dir), token2text=True)
+    passed: list[list[int]] = []
+
+    async def main():
+        client = TracedLLMClient(Server(), qwen)
+        with tracing.rollout_trace_attr(step=0, sample_index=0):
+            prompt = qwen.encode("<|im_start|>system\nYou are a careful agent.<|im_end|>\n")
+            for turn in range(4):
+                passed.append(list(prompt))
+                out = await client.generate("r", prompt_ids=prompt, sampling_params={})
+                answer = f"token={secret}" if turn == 1 else f"result {turn}"
+                prompt += out["token_ids"] + qwen.encode(f"<tool_response>{answer}</tool_response>")
+
+    asyncio.run(main())
+    assert tracing.flush_tracing(60)
+    stored = stored_inputs(trace_dir)
+    assert [s[BASE].get("text") for s in stored[1:]] == ["ids", None, "ids"]
+    assert "[REDACTED]" in stored[2]["prompt_text_added"] and secret not in str(stored)
+    spans = llm_spans(trace_dir)
+    assert [s.inputs["prompt_ids"] for s in spans] == passed
+    assert spans[1].inputs["prompt_text"] == qwen.decode(passed[1])
+    for span, prompt in zip(spans[2:], passed[2:]):
+        assert secret not in span.inputs["prompt_text"]
+        assert span.inputs["prompt_text"] == qwen.decode(prompt).replace(secret, "[REDACTED]")
