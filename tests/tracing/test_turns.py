@@ -185,6 +185,6 @@ def test_a_turns_text_is_stored_only_where_redaction_changed_it(trace_dir, qwen)
     spans = llm_spans(trace_dir)
     assert [s.inputs["prompt_ids"] for s in spans] == passed
     assert spans[1].inputs["prompt_text"] == qwen.decode(passed[1])
-    for span, prompt in zip(spans[2:], passed[2:]):
+    for span, prompt in zip(spans[2:], passed[2:], strict=True):
         assert secret not in span.inputs["prompt_text"]
         assert span.inputs["prompt_text"] == qwen.decode(prompt).replace(secret, "[REDACTED]")
