@@ -182,9 +182,19 @@ def show_tokens(out: Console, turn: int, span: SpanRecord) -> None:
         out.print(f"  #{t.position:<4} {t.log_prob:8.3f}  {escape(repr(t.text))}")
 
 
+def _styled(text: str, style: str) -> str:
+    """``text`` as markup in ``style`` (none: as it is); ``text`` is never read as markup."""
+    return f"[{style}]{escape(text)}[/{style}]" if style else escape(text)
+
+
+def _kind_style(span: SpanRecord, error: str) -> str:
+    """A span's style by its kind; a kind of its own (a Weave project's op, say) gets none."""
+    return error if span.status == "error" else KIND_STYLE.get(span.kind, "") if isinstance(span.kind, str) else ""
+
+
 def _add_span(parent: Tree, span: SpanRecord, limit: int | None) -> None:
-    style = "bold red" if span.status == "error" else KIND_STYLE.get(span.kind, "")
-    label = f"[{style}]{escape(span.name)}[/{style}] [dim]{span.kind} · {escape(figures(span))}[/dim]"
+    label = (f"{_styled(str(span.name), _kind_style(span, 'bold red'))} "
+             f"[dim]{escape(str(span.kind))} · {escape(figures(span))}[/dim]")  # fmt: skip
     node = parent.add(label)
     if span.error_message:
         node.add(f"[red]{escape(span.error_type or 'error')}: {escape(shorten(span.error_message, limit))}[/red]")
@@ -228,8 +238,7 @@ def show_diff(out: Console, diff: TrajectoryDiff, *, full: bool = False) -> None
 def _turn_cell(span: SpanRecord | None, limit: int | None) -> str:
     if span is None:
         return "[dim]—[/dim]"
-    style = "red" if span.status == "error" else KIND_STYLE.get(span.kind, "")
-    return f"[{style}]{escape(span.name)}[/{style}]\n{escape(shorten(turn_text(span), limit) or '')}"
+    return f"{_styled(str(span.name), _kind_style(span, 'red'))}\n{escape(shorten(turn_text(span), limit) or '')}"
 
 
 def show_group(out: Console, step: int, sample: object, mean: float | None, std: float | None,

@@ -166,3 +166,25 @@ def test_group_reads_whole_at_80_columns(store_dir):
     assert all(len(line) <= 80 for line in lines) and "…" not in result.stdout, result.stdout
     assert all(i in result.stdout for i in ids(store_dir, step=1, sample_index=0))
     assert lines[1].split() == ["n", "id", "status", "reward", "adv", "adv/std", "turns", "tools", "errs"]
+
+
+def test_show_prints_a_span_of_a_kind_of_its_own_and_a_name_that_reads_as_markup(tmp_path):
+    """A Weave project's own ``@weave.op`` comes back as a kind rollscope does not know; a name
+    may hold what rich would read as markup: both printed as written, never a crash."""
+    import sqlite3
+
+    from rollscope import tracing
+
+    trace_dir = tmp_path / "traces"
+    tracing.init_tracing(trace_dir=str(trace_dir))
+    with tracing.rollout_trace_attr(step=0, sample_index=0), tracing.trace_span("[bold]search[/", inputs={"q": 1}):
+        pass
+    assert tracing.flush_tracing(30)
+    tracing.shutdown_tracing()
+    for shard in trace_dir.rglob("*.rstrace"):
+        with sqlite3.connect(shard) as db:
+            db.execute("UPDATE spans SET kind = 'op'")
+    [tid] = ids(trace_dir)
+    shown = cli("show", tid, "--dir", str(trace_dir))
+    assert shown.returncode == 0, shown.stderr
+    assert "[bold]search[/" in shown.stdout and "op ·" in shown.stdout
