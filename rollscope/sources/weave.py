@@ -76,6 +76,7 @@ class WeaveSource(TraceStore):
         self._cache = Path(tempfile.mkdtemp(prefix="rollscope-weave-"))
         self._writer = ShardWriter(self._cache)
         self._fetched: set[str] = set()  # trajectories whose spans are in the cache
+        self.skipped: dict[str, int] = {}  # what the server gave that could not be read, by kind
         ids = filters.pop("ids", None)
         roots = {"trace_roots_only": True, **({"call_ids": [call_id(i) for i in ids]} if ids else {})}
         try:
@@ -94,19 +95,29 @@ class WeaveSource(TraceStore):
         base = {"project_id": self.project_id, "filter": roots}
         if query is not None:
             base["query"] = query
-        total = self._call("calls_query_stats", base).count
+        total = getattr(self._call("calls_query_stats", base), "count", None)
+        if type(total) is not int or total < 0:  # (said; the pages are read until one comes back empty)
+            self._bad("a call count that is not a count", 1)
+            total = None
         if total == 0 and query is None and "call_ids" not in roots:
             raise SourceError(f"{self.where}: no trajectories there (no such project at {_url(self.server)}, "
                               "or nothing traced into it yet)")  # fmt: skip
         read = 0
         started = time.monotonic()
-        while read < total:
+        before: set[str] = set()  # the previous page's ids: a server that ignores the offset repeats them
+        while total is None or read < total:
             calls = list(self._stream({**base, "columns": _ROOT_COLUMNS,
                                        "sort_by": [{"field": "started_at", "direction": "asc"},
                                                    {"field": "id", "direction": "asc"}],
                                        "limit": PAGE, "offset": read}))  # fmt: skip
             if not calls:
                 break
+            page = {str(getattr(call, "id", "")) for call in calls}
+            if page <= before:
+                self._bad(f"a page of calls that repeats the one before it (offset {read:,} ignored): reading stopped",
+                          1)  # fmt: skip
+                break
+            before = page
             records = self._training([call.id for call in calls])
             rows, training = [], []
             for call in calls:
@@ -115,7 +126,8 @@ class WeaveSource(TraceStore):
                 training += [training_row(row[0], record, row[1], row[2]) for record in records.get(call.id, [])]
             self._writer.write(trajectories=rows, training=training)
             read += len(calls)
-            self._say(f"{self.where}: {read:,} of {total:,} trajectories read", started, done=read >= total)
+            self._say(f"{self.where}: {read:,} of {'?' if total is None else f'{total:,}'} trajectories read", started,
+                      done=total is not None and read >= total)  # fmt: skip
 
     def _training(self, root_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
         """Root call id -> the training records on it (its ``rollscope.training`` feedback), oldest
@@ -127,10 +139,22 @@ class WeaveSource(TraceStore):
         found = self._call("feedback_query", {"project_id": self.project_id, "query": query,
                                               "sort_by": [{"field": "created_at", "direction": "asc"}]}).result
         out: dict[str, list[dict[str, Any]]] = {}
-        for f in found:
-            payload = {k: v for k, v in (f.get("payload") or {}).items() if k in TRAINING_SCALARS}
-            out.setdefault(f["weave_ref"].rsplit("/", 1)[1], []).append(payload)
+        bad = 0
+        for f in found if isinstance(found, list) else ():
+            ref = f.get("weave_ref") if isinstance(f, dict) else None
+            payload = f.get("payload") if isinstance(f, dict) else None
+            if not isinstance(ref, str) or "/" not in ref or not isinstance(payload, dict):
+                bad += 1  # (a record with no ref to a call, or a payload that is not a mapping: itself only)
+                continue
+            out.setdefault(ref.rsplit("/", 1)[1], []).append({k: v for k, v in payload.items() if k in TRAINING_SCALARS})
+        if bad:
+            self._bad("training feedback records without a call or a payload (skipped)", bad)
         return out
+
+    def _bad(self, what: str, n: int) -> None:
+        """A bad record costs itself: counted (``skipped``) and said once per kind."""
+        self.skipped[what] = self.skipped.get(what, 0) + n
+        log.warning("%s: %d %s", self.where, n, what)
 
     def _say(self, text: str, started: float, done: bool) -> None:
         """Progress on stderr: a line rewritten on a terminal, the last one only elsewhere."""

@@ -177,6 +177,48 @@ def test_a_server_that_goes_away_mid_read_is_one_error_and_nothing_half_written(
     assert not out.exists()
 
 
+def test_bad_records_a_count_that_is_no_count_and_a_pager_that_repeats_cost_only_themselves(same_run, caplog):
+    """A test double around the real server's client (W&B's own server answers correctly): its
+    feedback holds records without a call, with a list payload or a ref that is no string; its
+    count is a string; it ignores the page offset. Each is counted and said, the read ends, and
+    what could be read is there."""
+    from rollscope.sources import weave as weave_source
+
+    real = weave_source._server(PROJECT)
+    whole = weave_source.WeaveSource(PROJECT, server=real)
+    everything = {t.id for t in whole.trajectories()}
+    whole.close()
+
+    class Misbehaving:
+        def __init__(self, real):
+            self.real = real
+
+        def __getattr__(self, name):
+            return getattr(self.real, name)
+
+        def calls_query_stats(self, request):
+            return type("Stats", (), {"count": "many"})()
+
+        def calls_query_stream(self, request):
+            return self.real.calls_query_stream({**request, "offset": 0})  # the offset ignored
+
+        def feedback_query(self, request):
+            found = self.real.feedback_query(request)
+            bad = [{"payload": {"advantage": 1.0}}, {"weave_ref": "x/y", "payload": [1, 2]}, {"weave_ref": 7}, "junk"]
+            return type("Found", (), {"result": [*bad, *found.result]})()
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(weave_source, "PAGE", 5)
+        source = weave_source.WeaveSource(PROJECT, server=Misbehaving(real))
+    read = {t.id for t in source.trajectories()}
+    assert len(read) == 5 and read <= everything  # the first page, read once
+    assert source.skipped == {"a call count that is not a count": 1,
+                              "a page of calls that repeats the one before it (offset 5 ignored): reading stopped": 1,
+                              "training feedback records without a call or a payload (skipped)": 4}  # fmt: skip
+    assert "repeats the one before it" in caplog.text
+    source.close()
+
+
 def test_the_viewer_serves_the_same_pages_from_weave(same_run, capsys):
     from rollscope.viewer.server import Viewer
 
