@@ -146,7 +146,8 @@ class WeaveSource(TraceStore):
             if not isinstance(ref, str) or "/" not in ref or not isinstance(payload, dict):
                 bad += 1  # (a record with no ref to a call, or a payload that is not a mapping: itself only)
                 continue
-            out.setdefault(ref.rsplit("/", 1)[1], []).append({k: v for k, v in payload.items() if k in TRAINING_SCALARS})
+            record = {k: v for k, v in payload.items() if k in TRAINING_SCALARS}
+            out.setdefault(ref.rsplit("/", 1)[1], []).append(record)
         if bad:
             self._bad("training feedback records without a call or a payload (skipped)", bad)
         return out
