@@ -82,14 +82,28 @@ def main(argv: list[str] | None = None) -> int:
         return 130
 
 
+def _user_code_loaded() -> bool:
+    """Whether a module from outside the installed packages, the standard library and rollscope
+    itself was imported: the user's code."""
+    installed = tuple({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                                              os.path.dirname(os.path.dirname(__file__)))})  # fmt: skip
+    for module in list(sys.modules.values()):
+        path = getattr(module, "__file__", None)
+        if isinstance(path, str) and not os.path.realpath(path).startswith(installed):
+            return True
+    return False
+
+
 def entry() -> None:
     """The console command: ``main``, then the process ends as the interpreter would end it, less
     its teardown. After verl, torch and transformers were imported, tearing their modules down took
     1.6 s of a 10 s ``rollscope run``; every exit handler has run by then (tracing's shutdown,
-    Ray's, logging's), and what a file buffers is flushed. A thread still running (one not a
-    daemon) is waited for as the interpreter would, through its usual exit."""
+    Ray's, logging's), and what a file buffers is flushed. Where the user's own code ran (a tool, a
+    reward or a loop from a module of theirs: it may hold a file it never closed) or a thread is
+    still running (one not a daemon), the interpreter's usual exit ends it, teardown and all."""
     code = main()
-    if any(t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()):
+    if _user_code_loaded() or any(t.is_alive() and not t.daemon for t in threading.enumerate()
+                                  if t is not threading.main_thread()):  # fmt: skip
         sys.exit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

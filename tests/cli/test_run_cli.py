@@ -199,6 +199,20 @@ def test_the_command_ends_after_its_exit_handlers_with_everything_printed_and_st
         assert store.count(status="ok") == 2
 
 
+def test_what_the_users_code_buffered_is_written_when_the_command_ends(tmp_path, replies):
+    """A reward function of the user's writing to a file it opened at import and never closes:
+    the command ends through the interpreter's own exit, so the file holds what was written."""
+    (tmp_path / "my_reward.py").write_text(
+        "LOG = open('rewards.log', 'w')\n\n\n"
+        "def score(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    LOG.write(f'{ground_truth}\\n')\n"
+        "    return 1.0\n")  # fmt: skip
+    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--limit", "2", "--quiet",
+                       "--dir", str(tmp_path / "t"), "reward=my_reward:score", cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert len((tmp_path / "rewards.log").read_text().splitlines()) == 2
+
+
 def test_run_honours_the_trace_dir_environment_variable(tmp_path, replies):
     result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--limit", "1", "--quiet",
                        cwd=tmp_path, env_extra={"ROLLSCOPE_TRACE_DIR": str(tmp_path / "from-env")})  # fmt: skip
