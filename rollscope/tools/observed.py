@@ -46,32 +46,51 @@ def observe_tools(tools: Iterable[Any] | None) -> None:
         if traced is None:
             traced = _traced_classes[cls] = _traced_class(cls)
         if traced is not cls:
-            try:
-                tool.__class__ = traced
-            except TypeError as exc:  # an instance whose class cannot be switched (a native type)
+            try:  # (object's own setter: a class whose __setattr__ refuses writes is switched too)
+                object.__setattr__(tool, "__class__", traced)
+            except Exception as exc:  # an instance whose class cannot be switched (a native type, a layout)
                 _traced_classes[cls] = cls
                 log.warning("tool %r of class %s cannot be given a traced class (%s): its calls are not traced",
                             getattr(tool, "name", "?"), cls.__qualname__, exc)  # fmt: skip
 
 
 def _traced_class(cls: type) -> type:
-    """The traced subclass of a tool's class; the class itself for an object that is no tool."""
+    """The traced subclass of a tool's class; the class itself for an object that is no tool, or a
+    class that refuses a subclass (a registry metaclass or an ``__init_subclass__`` that rejects a
+    second class of its name): said once, its calls untraced, the run unharmed."""
     if issubclass(cls, VerlFunctionTool):
         namespace = {"call": _recorded_call(cls.call)}
     elif issubclass(cls, BaseTool):
-        namespace = {"execute": _recorded_execute(cls.execute, f"{cls.__name__}.execute")}
+        made: list[type] = []  # the traced class, once made: ``execute`` calls the tool's own through it
+        namespace = {"execute": _recorded_execute(made, f"{cls.__name__}.execute")}
         for name, kind in LIFECYCLE.items():
             owner = next(c for c in cls.__mro__ if name in c.__dict__)
             if owner is not BaseTool:  # as for a TracedTool: the methods the tool's own classes define
-                namespace[name] = _in_trajectory(rollout_trace_op(getattr(cls, name), kind=kind,
-                                                                  name=f"{cls.__name__}.{name}"), getattr(cls, name))
+                namespace[name] = _lifecycle(owner.__dict__[name], kind, f"{cls.__name__}.{name}")
     else:
         log.warning("a tool of class %s.%s is neither a verl BaseTool nor a verl FunctionTool: rollscope cannot "
                     "trace its calls (subclass TracedTool, or verl's BaseTool)", cls.__module__, cls.__qualname__)
         return cls
     namespace.update({_FLAG: True, "__module__": cls.__module__, "__qualname__": cls.__qualname__,
                       "__doc__": cls.__doc__, "__slots__": ()})  # fmt: skip (no slot: the same layout)
-    return type(cls.__name__, (cls,), namespace)
+    try:
+        traced = type(cls.__name__, (cls,), namespace)
+    except Exception as exc:
+        log.warning("tool class %s.%s refuses a subclass (%s: %s): its calls are not traced", cls.__module__,
+                    cls.__qualname__, type(exc).__name__, exc)  # fmt: skip
+        return cls
+    if issubclass(cls, BaseTool):
+        made.append(traced)
+    return traced
+
+
+def _lifecycle(raw: Any, kind: Any, span_name: str) -> Any:
+    """A tool's ``create``/``calc_reward``/``release`` traced inside a trajectory, bound as the
+    tool's own is: a static method stays static, a class method a class method."""
+    wrap = staticmethod if isinstance(raw, staticmethod) else classmethod if isinstance(raw, classmethod) else None
+    plain = raw.__func__ if wrap is not None else raw
+    method = _in_trajectory(rollout_trace_op(plain, kind=kind, name=span_name), plain)
+    return wrap(method) if wrap is not None else method
 
 
 def _in_trajectory(traced: Callable[..., Any], plain: Callable[..., Any]) -> Callable[..., Any]:
@@ -84,15 +103,18 @@ def _in_trajectory(traced: Callable[..., Any], plain: Callable[..., Any]) -> Cal
     return method
 
 
-def _recorded_execute(execute: Callable[..., Any], span_name: str) -> Callable[..., Any]:
-    @functools.wraps(execute)
+def _recorded_execute(made: list[type], span_name: str) -> Callable[..., Any]:
+    """``execute``, the tool's own bound as its class binds it (an instance, static or class
+    method), through the traced class ``made`` holds."""
+
     async def recorded(self: Any, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
+        execute = super(made[0], self).execute
         if state.tracer is None or current_frame.get() is None:
-            return await execute(self, instance_id, parameters, **kwargs)
+            return await execute(instance_id, parameters, **kwargs)
         span = begin_tool_span(self, span_name, instance_id, parameters)
         if span is None:
-            return await execute(self, instance_id, parameters, **kwargs)
-        return await _recorded(span, execute(self, instance_id, parameters, **kwargs), describe_result)
+            return await execute(instance_id, parameters, **kwargs)
+        return await _recorded(span, execute(instance_id, parameters, **kwargs), describe_result)
 
     return recorded
 

@@ -20,6 +20,7 @@ from rollscope.tools.registry import load_function_tools
 from tests.agentloops.conftest import build_loop, call
 from tests.agentloops.user_loops import PortedToolAgentLoop
 from tests.fixtures.verl_tools.gsm8k_tool import Gsm8kTool
+from tests.tools.tool_shapes import REFUSE_A_SUBCLASS, SCHEMA, SHAPES
 
 VERL_TOOLS = Path(__file__).resolve().parent.parent / "fixtures" / "verl_tools"
 PROMPT = [{"role": "user", "content": "Janet has 3 apples and buys 4 more. How many?"}]
@@ -211,3 +212,28 @@ def test_a_tool_that_cannot_be_traced_is_said_once(caplog):
         observe_tools([Duck(), Duck()])
     said = [r.getMessage() for r in caplog.records if "cannot trace its calls" in r.getMessage()]
     assert len(said) == 1 and "Duck" in said[0]
+
+
+@pytest.mark.parametrize("shape", SHAPES, ids=lambda c: c.__name__)
+def test_a_tool_of_any_shape_behaves_under_rollscope_as_under_verl(shape, verl_config, tokenizer, trace_dir,
+                                                                   read_store, caplog):  # fmt: skip
+    """The same tool class, a fresh instance each: verl's own ToolAgentLoop (untraced) and
+    rollscope's give the model the same answer; rollscope records the call, or, for a class that
+    refuses a subclass, runs it untraced and says so once."""
+    replies = [call("echo", text="hi"), "done."]
+    plain = run(VerlToolAgentLoop, verl_config, tokenizer, [shape({}, SCHEMA)], replies)
+    tracing.init_tracing(trace_dir=str(trace_dir))
+    try:
+        with caplog.at_level("WARNING", logger="rollscope.tools"):
+            traced = run(ToolAgentLoop, verl_config, tokenizer, [shape({}, SCHEMA)], replies)
+        [t] = read_store().trajectories()
+    finally:
+        tracing.shutdown_tracing()
+    assert traced.response_ids == plain.response_ids
+    assert ": hi" in tokenizer.decode(plain.response_ids)  # (the tool answered, under verl)
+    assert t.status == "ok" and t.num_errors == 0
+    if shape in REFUSE_A_SUBCLASS:
+        assert t.num_tool_calls == 0 and "refuses a subclass" in caplog.text
+    else:
+        [span] = tool_spans(t)
+        assert span.name == f"{shape.__name__}.execute" and span.outputs["text"].endswith(": hi")
