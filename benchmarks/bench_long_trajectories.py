@@ -276,8 +276,7 @@ def main() -> None:
     results: dict[str, list[dict]] = {name: [] for name in sides}
     for turns in lengths:
         for name, tree in sides.items():
-            repeat = 1 if turns == args.long_turns else args.repeat
-            r = in_child(tree, turns, repeat, model)
+            r = in_child(tree, turns, args.repeat, model)
             results[name].append(r)
             print(f"{name:>10} {turns:>3} turns {r['final_context_tokens']:>7,} tokens: "
                   f"{r['cost_per_turn_us']:>8,.1f} us/turn  {r['bytes_per_trajectory']:>11,} B "

@@ -170,3 +170,38 @@ def test_a_key_seen_before_a_secret_was_added_is_redacted_after_it():
     assert shaper.shape({key: 1}) == {key: 1}
     shaper.redactor.add_literals(["7f3a9c2e4b"])
     assert shaper.shape({key: 1}) == {f"tenant-{REDACTED}-api": 1}
+
+
+def _png(side: int, seed: int) -> bytes:
+    """A real PNG of random pixels (what an image tool returns), built with zlib alone."""
+    import random
+    import struct
+    import zlib
+
+    rnd = random.Random(seed)
+    rows = b"".join(b"\x00" + bytes(rnd.randrange(256) for _ in range(side * 3)) for _ in range(side))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", zlib.compress(rows)) + chunk(b"IEND", b"")
+
+
+def test_data_that_only_looks_random_is_kept_as_written(redactor):
+    """Images as data URLs (in markdown, in OpenAI-shaped image parts, in tool JSON), base64 with
+    its padding, and values of keys that name data are data, not keys; a key after its name is
+    still redacted beside them."""
+    texts = []
+    for seed in range(50):
+        for side in (1, 2, 4, 8):
+            url = "data:image/png;base64," + base64.b64encode(_png(side, seed)).decode()
+            texts += [url, f"![plot]({url})", json.dumps({"image": url}),
+                      json.dumps({"content": [{"type": "image_url", "image_url": {"url": url}}]})]  # fmt: skip
+        blob = base64.b64encode(hashlib.sha256(str(seed).encode()).digest() * (1 + seed % 3)).decode()
+        texts += [json.dumps({"data": blob}), json.dumps({"b64_json": blob.rstrip("=")}), f"payload: {blob}"]
+    altered = [t for t in texts if redactor.text(t) != t]
+    assert altered == []
+    key = "sk-proj-" + "Qm7RzT2xVb9LpW4nKc8YdF3hJs6AgE1uNo5Xi0Ze"
+    assert redactor.text(json.dumps({"image": "data:image/png;base64,iVBORw0K", "api_key": key})) == json.dumps(
+        {"image": "data:image/png;base64,iVBORw0K", "api_key": REDACTED})

