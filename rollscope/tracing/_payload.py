@@ -159,7 +159,20 @@ class PayloadShaper:
                 return f"<unreadable dict: {error_text(exc)}>"
         return self._convert(value, 0, decoder)
 
+    def _precut(self, s: str) -> CutText | None:
+        """A string far past what is kept, cut before it is redacted (``_cut_string``): redacting
+        text that is then thrown away costs time that grows with it, and a secret that spans the
+        cut is still found whole within the margin kept."""
+        if self.max_chars is None or len(s) <= self.max_chars + CUT_MARGIN_CHARS:
+            return None
+        cut = CutText(s[: self.max_chars + CUT_MARGIN_CHARS])
+        cut.original = len(s)
+        return cut
+
     def _string(self, s: str) -> str:
+        cut = self._precut(s)
+        if cut is not None:
+            return self._cut_string(cut)
         if not s.isascii():
             s = encodable(s)
         if len(s) >= MIN_SECRET_TEXT:
@@ -260,7 +273,7 @@ class PayloadShaper:
                     out[key] = REDACTED
                 elif len(val) < short and val.isascii():
                     out[key] = val
-                elif self._pending is not None and len(val) > _DEFERRED_MIN:
+                elif self._pending is not None and _DEFERRED_MIN < len(val) <= _DEFERRED_MAX:
                     out[key] = PENDING_REDACTION
                     self._pending.append((out, key, val if val.isascii() else encodable(val)))
                 else:
@@ -296,6 +309,10 @@ _MAX_KEYS_REMEMBERED = 4096
 PENDING_REDACTION = "<not recorded: its redaction did not finish>"
 _DEFERRED_MIN = 512  # (shorter strings repeat: the redactor remembers them one by one)
 _DEFERRED_CHARS = 6144  # text redacted in one scan, at most (the engine slows per byte on longer input)
+_DEFERRED_MAX = _DEFERRED_CHARS  # (a longer value is a scan of its own: ``_string``, cut first if far too long)
+# What is kept past ``max_payload_chars`` of a long string before it is redacted and cut: a secret
+# that spans the cut is still redacted whole (also where a string is cut before crossing to the sidecar).
+CUT_MARGIN_CHARS = 4096
 _NUMBER_TYPES = (int, float)
 MAX_NUMBERS = 1 << 20  # a list of plain numbers (a context's token ids) is kept whole up to this length
 _CYCLE_CHECK_DEPTH = 12

@@ -30,7 +30,7 @@ from rollscope.tracing._events import (
     TRAJECTORY_END,
     TRAJECTORY_START,
 )
-from rollscope.tracing._payload import UNRECORDED, CutText, NoRedaction, PayloadShaper, unrecorded
+from rollscope.tracing._payload import CUT_MARGIN_CHARS, UNRECORDED, CutText, NoRedaction, PayloadShaper, unrecorded
 from rollscope.tracing._values import CONVERTERS, UNKNOWN, converter_for, error_text, native
 from rollscope.tracing.spans import STATUS_OK, Span, SpanKind, Trajectory, new_id
 
@@ -255,8 +255,6 @@ def cut_before_crossing(max_payload_chars: int | None) -> None:
         _cut.chars = max_payload_chars + CUT_MARGIN_CHARS
         _cut.bytes = max(4 << 20, 8 * _cut.chars)
 
-
-CUT_MARGIN_CHARS = 4096
 
 
 def _cut_long(value: Any, keep: int, depth: int = 0) -> Any:

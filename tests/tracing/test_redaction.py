@@ -205,3 +205,23 @@ def test_data_that_only_looks_random_is_kept_as_written(redactor):
     key = "sk-proj-" + "Qm7RzT2xVb9LpW4nKc8YdF3hJs6AgE1uNo5Xi0Ze"
     assert redactor.text(json.dumps({"image": "data:image/png;base64,iVBORw0K", "api_key": key})) == json.dumps(
         {"image": "data:image/png;base64,iVBORw0K", "api_key": REDACTED})
+
+
+def test_a_long_value_full_of_secrets_is_stored_cut_and_redacted(trace_dir, read_store):
+    """A tool's 256 KB answer of ``password=`` pairs on one line (its redaction took 76 s whole,
+    and lost its trajectory): cut to what is kept and a margin before it is redacted, stored
+    redacted, its trajectory with it."""
+    import random
+    import string
+
+    rnd = random.Random(0)
+    values = ["".join(rnd.choice(string.ascii_letters + string.digits) for _ in range(8)) for _ in range(14_000)]
+    text = " ".join(f"password={v}" for v in values)
+    tracing.init_tracing(trace_dir=str(trace_dir))
+    with tracing.rollout_trace_attr(step=0, sample_index=0), tracing.trace_span("tool", kind="tool") as span:
+        span.outputs = {"text": text}
+    [t] = read_store().trajectories()
+    [stored] = t.spans
+    kept = stored.outputs["text"]
+    assert kept.startswith("password=[REDACTED]") and "…[truncated " in kept and len(kept) <= 20_100
+    assert not any(v in kept for v in values)

@@ -79,6 +79,7 @@ _TRAILING_COMMENT = re.compile(r"\s+(?:#|//).*$", re.DOTALL)
 _SHORT_NUMBER = re.compile(r"\d{1,4}")
 # An environment file's key (``export APP_PASSWORD=``): what follows is a literal value, never code.
 _ENV_KEY = re.compile(r"[ \t]*(?:export[ \t]+)?[A-Z][A-Z0-9_]*[ \t]*=[ \t]*")
+_ENV_LINE = 256  # (an environment file's key is at the start of a short line: looked for that far back)
 
 
 def is_code(s: str, start: int, end: int) -> bool:
@@ -87,7 +88,9 @@ def is_code(s: str, start: int, end: int) -> bool:
     value = _TRAILING_COMMENT.sub("", s[start:end])
     if start > 0 and s[start - 1] in "\"'`":
         return False
-    if _ENV_KEY.fullmatch(s, s.rfind("\n", 0, start) + 1, start):  # ``DB_PASSWORD=hunter``: a literal
+    lo = max(0, start - _ENV_LINE)
+    newline = s.rfind("\n", lo, start)
+    if (newline >= 0 or lo == 0) and _ENV_KEY.fullmatch(s, newline + 1, start):  # ``DB_PASSWORD=hunter``: a literal
         return False
     if _SHORT_NUMBER.fullmatch(value):
         return True
@@ -120,26 +123,54 @@ class Keywords:
     def spans(self, s: str, pointers: list[tuple[int, int]]) -> list[tuple[int, int]]:
         """Secrets found from the key words at ``pointers``."""
         spans: list[tuple[int, int]] = []
-        lines = {}
-        for at, _ in pointers:
-            lines.setdefault(_line_of(s, at), []).append(at)
-        for (start, end), words in lines.items():
-            line = s[start:end]
-            found = [(p.match(line, at - start), group) for p, group in self._anchored for at in words]
+        for (start, end), words in _lines(s, sorted(at for at, _ in pointers)).items():
+            covered = start  # this line's secrets found so far reach here
+            for at in words:
+                if at < covered:  # (a key word inside a value already found: it can find nothing past it)
+                    continue
+                stop = min(end, at + _VALUE_WINDOW)
+                for p, group in self._anchored:
+                    match = p.match(s, at, stop)
+                    if match and match.group(group):
+                        a, b = match.span(group)
+                        if b >= stop > 0 and stop < end:  # cut by the window: the value runs on to the line's end
+                            b = end
+                        if not is_code(s, a, b):
+                            spans.append(value_span(s, a, b))
+                            covered = max(covered, b)
+            line = s[start:end] if end - start <= _COMPARISON_LINE else ""
             if "==" in line or "!=" in line:
-                found += [(p.search(line), group) for p, group in self._reversed]
-            for match, group in found:
-                if match and match.group(group):
-                    a, b = start + match.start(group), start + match.end(group)
-                    if not is_code(s, a, b):
-                        spans.append(value_span(s, a, b))
+                for p, group in self._reversed:
+                    match = p.search(line)
+                    if match and match.group(group):
+                        a, b = start + match.start(group), start + match.end(group)
+                        if not is_code(s, a, b):
+                            spans.append(value_span(s, a, b))
         return spans
 
+
+# How far from its key word a value is matched: the keyword patterns take the rest of the line,
+# and run from every key word of a line full of them, they cost the square of its length. A value
+# that reaches this far is taken to the line's end, as the pattern would take it; a key word inside
+# a value already found is skipped (it can find nothing beyond that value).
+_VALUE_WINDOW = 512
+# The longest line searched for a comparison written the other way round (``"value" == password``):
+# a longer one is data, not a line of code (its search would cost the square of its length).
+_COMPARISON_LINE = 4096
 
 # how the keyword pattern that finds ``"value" == password`` begins
 _QUOTE_FIRST = "([\\'\"`])"
 
 
-def _line_of(s: str, at: int) -> tuple[int, int]:
-    end = s.find("\n", at)
-    return s.rfind("\n", 0, at) + 1, len(s) if end == -1 else end
+def _lines(s: str, positions: list[int]) -> dict[tuple[int, int], list[int]]:
+    """The lines (start, end) holding ``positions`` (sorted), each with its positions: every
+    character read once, however many key words a line holds."""
+    lines: dict[tuple[int, int], list[int]] = {}
+    line: tuple[int, int] = (0, -1)
+    for at in positions:
+        if at > line[1]:  # (a line past the last: its start is looked for back to the last's end only)
+            after = line[1] + 1 if line[1] >= 0 else 0
+            end = s.find("\n", at)
+            line = (s.rfind("\n", after, at) + 1 or after, len(s) if end == -1 else end)
+        lines.setdefault(line, []).append(at)
+    return lines
