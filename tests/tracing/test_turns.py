@@ -188,3 +188,30 @@ def test_a_turns_text_is_stored_only_where_redaction_changed_it(trace_dir, qwen)
     for span, prompt in zip(spans[2:], passed[2:], strict=True):
         assert secret not in span.inputs["prompt_text"]
         assert span.inputs["prompt_text"] == qwen.decode(prompt).replace(secret, "[REDACTED]")
+
+
+def test_every_reader_gets_each_prompt_whole(trace_dir, qwen, tmp_path):
+    """Through ``traces show --json`` (the CLI a user runs), after ``traces compact --retain`` has
+    rewritten the shards around the kept groups, and with token2text off (ids only)."""
+    import json
+    import subprocess
+    import sys
+
+    from rollscope.store.retention import parse_policy, retain
+
+    tracing.init_tracing(trace_dir=str(trace_dir), token2text=False)
+    for sample in range(4):  # step 1's groups, which retention drops (none has a tool error)
+        with tracing.rollout_trace_attr(step=1, sample_index=sample):
+            tracing.set_reward(0.0)
+    passed = run_loop(TracedLLMClient(Server(), qwen), qwen, 12, rewrite_at={5})
+    assert tracing.flush_tracing(60)
+    tracing.shutdown_tracing()
+    [long_] = [t for t in TraceStore(trace_dir).trajectories() if t.num_llm_calls == 12]
+    done = retain(trace_dir, parse_policy("tool_error,sample=0"), step=1)
+    assert done.summary["kept_groups"] == 0 and [t.id for t in TraceStore(trace_dir).trajectories()] == [long_.id]
+    shown = subprocess.run([sys.executable, "-m", "rollscope.cli", "traces", "show", long_.id, "--dir", str(trace_dir),
+                            "--json"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert shown.returncode == 0, shown.stderr
+    llm = sorted((s for s in json.loads(shown.stdout)["spans"] if s["kind"] == "llm"), key=lambda s: s["start_ns"])
+    assert [s["inputs"]["prompt_ids"] for s in llm] == passed
+    assert all("prompt_base" not in s["inputs"] for s in llm)
