@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 
+from rollscope.tracing._redaction.named_tokens import random_letters
+
 #: The rule ids this module gives the engine; findings of the first two are checked here (``Keywords``).
 ASSIGNMENT = "detect-secrets.assignment."  # a vendor's ``<name>_<key word> = value``: code or a literal?
 KEYWORD_POINTER = "detect-secrets.keyword-pointer"  # a line with a key word: the keyword detector's to read
@@ -95,7 +97,13 @@ def is_code(s: str, start: int, end: int) -> bool:
     if _SHORT_NUMBER.fullmatch(value):
         return True
     head = re.split(r"[(\[]", value, maxsplit=1)[0]
-    return _CODE.fullmatch(value) is not None and not any(c.isdigit() for c in head)
+    if _CODE.fullmatch(value) is None or any(c.isdigit() for c in head):
+        return False
+    return not (_NAME.fullmatch(value) and random_letters(value))  # a key of letters alone: no name
+
+
+# A bare name, which is code unless it is as random as a key of letters alone (``KIhDrgYcsaNQafAhYcmp``).
+_NAME = re.compile(r"[A-Za-z]{16,}")
 
 
 def value_span(s: str, start: int, end: int) -> tuple[int, int]:

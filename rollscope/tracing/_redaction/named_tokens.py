@@ -220,6 +220,12 @@ def looks_generated(token: str, strict: bool = False) -> bool:
     return (readable < 0.5 or (not strict and readable < 0.8 and digits >= 3)) and _entropy(token) >= 3.0
 
 
+def random_letters(token: str) -> bool:
+    """Whether a token of letters alone reads as no words (``KIhDrgYcsaNQafAhYcmp``): a key, where
+    a name in code (``apiKeyFromEnvironment``, ``userProvidedPassword``) is made of words."""
+    return _readable(token) < 0.7 and _entropy(token) >= 3.5
+
+
 def _readable(token: str) -> float:
     """The share of ``token``'s letters in runs that read as words: four letters or more with a
     vowel in five and no five consonants together, or a capitalized word of three with a
