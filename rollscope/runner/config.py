@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rollscope import _verl
+from rollscope._files import load_yaml, read_text
 
 BUNDLED = Path(__file__).resolve().parent.parent / "bundled"  # the bundled examples: configs, data, rewards
 SAMPLING_KEYS = {"temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "repetition_penalty",
@@ -78,10 +77,7 @@ def load_config(name_or_path: str, overrides: list[str] = ()) -> RunConfig:
     if not path.exists():
         known = ", ".join(bundled()) or "none"
         raise RunConfigError(f"{name_or_path}: no such config file or bundled example (bundled: {known})")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except (OSError, yaml.YAMLError) as exc:
-        raise RunConfigError(f"{path}: cannot read config: {exc}") from None
+    data = load_yaml(read_text(path, "run config", RunConfigError), str(path), RunConfigError) or {}
     if not isinstance(data, dict):
         raise RunConfigError(f"{path}: a run config is a mapping of keys, got {type(data).__name__}")
     data.setdefault("name", path.stem.replace("_", "-"))
@@ -96,7 +92,7 @@ def apply_override(config: RunConfig, item: str) -> None:
     key, sep, raw = item.partition("=")
     if not sep or not key:
         raise RunConfigError(f"override {item!r}: expected key=value")
-    value = yaml.safe_load(raw) if raw else None
+    value = load_yaml(raw, f"override {item!r}", RunConfigError) if raw else None
     head, _, sub = key.partition(".")
     _check_key(head, f"override {item!r}")
     if sub:

@@ -11,6 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rollscope._files import lines
+
 
 class DatasetError(ValueError):
     """A dataset that cannot be read; the message names the file and the row."""
@@ -23,7 +25,7 @@ def load_rows(path: str | Path, limit: int | None = None) -> list[dict[str, Any]
     if path.suffix == ".parquet":
         rows = _parquet(path)
     elif path.suffix in (".jsonl", ".json"):
-        rows = _jsonl(path)
+        rows = _jsonl(path, limit)
     else:
         raise DatasetError(f"{path}: unknown dataset format {path.suffix!r} (use .jsonl or .parquet)")
     if not rows:
@@ -34,13 +36,12 @@ def load_rows(path: str | Path, limit: int | None = None) -> list[dict[str, Any]
     return rows
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DatasetError(f"{path}: cannot read: {exc}") from None
-    for number, line in enumerate(lines, 1):
+def _jsonl(path: Path, limit: int | None) -> list[dict[str, Any]]:
+    """The rows of a JSON-lines file, read up to the ``limit``-th row only."""
+    rows: list[dict[str, Any]] = []
+    for number, line in lines(path, "dataset", DatasetError):
+        if limit and len(rows) >= limit:
+            break
         if not line.strip():
             continue
         try:

@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import yaml
-
+from rollscope._files import load_yaml, read_text, regular_size
 from rollscope.llm.base import LLMServerError
 from rollscope.runner.config import RunConfig, RunConfigError
 from rollscope.runner.dataset import load_rows
@@ -53,12 +52,7 @@ def check(config: RunConfig) -> list[dict[str, Any]]:
 
 
 def check_tool_file(path: str) -> None:
-    try:
-        doc = yaml.safe_load(Path(path).read_text())
-    except OSError as exc:
-        raise RunConfigError(f"{path}: cannot read tool config: {exc.strerror or exc}") from None
-    except yaml.YAMLError as exc:
-        raise RunConfigError(f"{path}: not valid YAML: {exc}") from None
+    doc = load_yaml(read_text(path, "tool config", RunConfigError), path, RunConfigError)
     entries = doc.get("tools") if isinstance(doc, dict) else None
     if not isinstance(entries, list):
         raise RunConfigError(f"{path}: expected a top-level 'tools:' list")
@@ -115,8 +109,8 @@ def _module_file(dotted: str) -> Path | None:
             if found is not None:
                 return found
         if found is None:  # not on disk: a module that makes it an attribute (``os.path``) leaves it to the import
-            mentioned = parent is not None and part in parent.read_text(encoding="utf-8", errors="replace")
-            return Path(part) if mentioned else None
+            source = _source(parent) if parent is not None else ""
+            return Path(part) if source is None or part in source else None
         if last:
             return found / "__init__.py" if (found / "__init__.py").is_file() else found
         dirs, parent = [found], found / "__init__.py" if (found / "__init__.py").is_file() else None
@@ -127,9 +121,12 @@ def _top_level_names(path: Path) -> set[str] | None:
     """The names a module's source binds at its top level (also in its top-level ``if`` and
     ``try`` blocks); None where it may bind others at run time (``import *``, ``__getattr__``,
     ``globals()``) or does not parse."""
+    source = _source(path)
     try:
-        tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, SyntaxError, ValueError):
+        tree = ast.parse(source) if source is not None else None
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # (what the import will say, if anything)
+        return None
+    if tree is None:
         return None
     names: set[str] = set()
     body = list(tree.body)
@@ -153,6 +150,23 @@ def _top_level_names(path: Path) -> set[str] | None:
         elif isinstance(node, ast.Expr) and "globals" in ast.dump(node):
             return None
     return names
+
+
+MAX_SOURCE_BYTES = 4 << 20  # a module's source read to check the names it defines; a bigger one is left to the import
+
+
+def _source(path: Path) -> str | None:
+    """A module's source, or None where it is not read (not a regular file, past the bound)."""
+    try:
+        size = regular_size(path, "module", OSError)
+    except OSError:
+        return None
+    if size > MAX_SOURCE_BYTES:
+        return None
+    try:
+        return path.read_bytes()[:MAX_SOURCE_BYTES].decode("utf-8", errors="replace")
+    except OSError:
+        return None
 
 
 def check_llm(spec: str, model: str | None) -> None:

@@ -22,11 +22,11 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema
 
+from rollscope._files import load_yaml, read_text
 from rollscope.tools.function_tool import FunctionTool, load_object
 from rollscope.tools.schema import ToolDefinitionError
 
@@ -37,13 +37,7 @@ class ToolConfigError(ValueError):
 
 def load_tools(path: str | os.PathLike) -> list[BaseTool]:
     """Instantiate every tool a YAML file declares; names must be unique."""
-    try:
-        with open(path) as f:
-            doc = yaml.safe_load(f)
-    except OSError as exc:
-        raise ToolConfigError(f"{path}: cannot read tool config: {exc.strerror or exc}") from exc
-    except yaml.YAMLError as exc:
-        raise ToolConfigError(f"{path}: not valid YAML: {exc}") from exc
+    doc = load_yaml(read_text(path, "tool config", ToolConfigError), str(path), ToolConfigError)
     entries = (doc or {}).get("tools") if isinstance(doc, dict) else None
     if not isinstance(entries, list):
         raise ToolConfigError(f"{path}: expected a top-level 'tools:' list")

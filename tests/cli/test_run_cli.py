@@ -182,6 +182,48 @@ def test_mistakes_are_reported_before_the_heavy_imports(tmp_path, replies):
         assert lines[-2].startswith("rollscope: error: ") and fragment in lines[-2], (args, lines[-2])
 
 
+def test_hostile_inputs_are_one_line_each_before_the_heavy_imports(tmp_path, replies):
+    """A device, a FIFO (never opened), text that is not UTF-8, 2,000-deep YAML, a billion laughs
+    in the run config: each one line naming the file, exit 2, nothing heavy imported; a module with a
+    2,000-term sum runs, and a dataset read with ``--limit 1`` is read to its first row only (its
+    second is no JSON)."""
+    fifo = tmp_path / "tools.fifo"
+    os.mkfifo(fifo)
+    latin = tmp_path / "latin.yaml"
+    latin.write_bytes("tools: []\n# caf\xe9\n".encode("latin-1"))
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("tools: " + "[" * 2000 + "]" * 2000 + "\n")
+    laughs = tmp_path / "laughs.yaml"
+    laughs.write_text("multi_turn:\n  a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"  {c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)))
+    probe = ("import atexit, runpy, sys; sys.argv = ['rollscope', *sys.argv[1:]]\n"
+             "atexit.register(lambda: print('HEAVY' if {'verl', 'torch', 'transformers'} & set(sys.modules)"
+             " else 'LIGHT', file=sys.stderr))\n"
+             "runpy.run_module('rollscope.cli', run_name='__main__')\n")  # fmt: skip
+    cases = [
+        (("gsm8k-calculator", "tools=/dev/zero"), "/dev/zero: tool config is not a regular file"),
+        (("gsm8k-calculator", f"tools={fifo}"), "tool config is not a regular file"),
+        (("gsm8k-calculator", f"tools={latin}"), "tool config is not UTF-8 text (byte 0xe9 on line 2"),
+        (("gsm8k-calculator", f"tools={deep}"), "nested more than 200 levels deep"),
+        ((str(laughs),), "its aliases expand to"),
+    ]  # fmt: skip
+    for args, fragment in cases:
+        result = subprocess.run([sys.executable, "-c", probe, "run", *args, "--llm", f"scripted:{replies}"],
+                                capture_output=True, text=True, env=ENV, timeout=60)  # fmt: skip
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and "Traceback" not in result.stderr, (args, result.stderr)
+        assert lines[-1] == "LIGHT", (args, result.stderr)
+        assert lines[-2].startswith("rollscope: error: ") and fragment in lines[-2], (args, lines[-2])
+    (tmp_path / "deep_sum.py").write_text("X = " + "+".join(["1"] * 2000) + "\n\n\ndef score(*args, **kwargs):\n"
+                                          "    return 1.0\n")  # fmt: skip
+    bundled = Path(__file__).resolve().parent.parent.parent / "rollscope" / "bundled" / "data" / "arithmetic.jsonl"
+    dataset = tmp_path / "rows.jsonl"
+    dataset.write_text(bundled.read_text().splitlines()[0] + "\n{not json\n")
+    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--limit", "1", "--quiet",
+                       f"dataset={dataset}", "reward=deep_sum:score", "--dir", str(tmp_path / "t"), cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0, result.stderr
+
+
 def test_the_command_ends_after_its_exit_handlers_with_everything_printed_and_stored(tmp_path, replies):
     """``rollscope`` ends without the interpreter's teardown of verl's and torch's modules (1.6 s),
     never without what the teardown would keep: every exit handler runs, the output is whole, the
