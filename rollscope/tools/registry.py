@@ -105,7 +105,17 @@ def _build(entry: Any) -> BaseTool:
     cls = load_object(entry["class_name"])
     if not (isinstance(cls, type) and issubclass(cls, BaseTool)):
         raise ToolDefinitionError(f"{entry['class_name']!r} is not a subclass of verl's BaseTool")
-    tool = cls(config=config, tool_schema=schema)
+    try:
+        tool = cls(config=config, tool_schema=schema)
+    except (ToolDefinitionError, ValidationError, ImportError):
+        raise
+    except Exception as exc:  # the tool's own __init__: its failure is this entry's, in one line
+        if schema is None and isinstance(exc, AssertionError | AttributeError):  # (verl's BaseTool, no schema)
+            raise ToolDefinitionError("no tool_schema given and the class provides none (verl's BaseTool found "
+                                      f"no schema: {type(exc).__name__}: {_one_line(exc)}): add tool_schema: to "
+                                      "this entry") from None  # fmt: skip
+        raise ToolDefinitionError(f"{cls.__name__}(config, tool_schema) raised {type(exc).__name__}: "
+                                  f"{_one_line(exc)}") from exc  # fmt: skip
     if getattr(tool, "tool_schema", None) is None:
         raise ToolDefinitionError("no tool_schema given and the class provides none")
     return tool

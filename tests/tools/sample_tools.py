@@ -1,5 +1,7 @@
 """Tools named by dotted path from the YAML tests."""
 
+from verl.tools.base_tool import BaseTool
+
 from rollscope.tools import tool
 
 
@@ -24,3 +26,11 @@ def whisper(text: str) -> str:
 
 class NotATool:
     pass
+
+
+class NeedsAKey(BaseTool):
+    """A verl tool whose own __init__ fails (its service's key is not set)."""
+
+    def __init__(self, config, tool_schema):
+        super().__init__(config, tool_schema)
+        raise RuntimeError("SEARCH_API_KEY is not set")

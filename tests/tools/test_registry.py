@@ -63,6 +63,11 @@ def test_verls_own_loader_reads_the_shipped_yaml():
         ("tools:\n  - config: {type: native}\n", r"tools\[0\] \(\?\): needs 'class_name'"),
         ("tools:\n  - class_name: rollscope.tools.builtin.CalculatorTool\n    config: {type: mcp}\n",
          r"config.type 'mcp' is not supported"),
+        ("tools:\n  - class_name: verl.tools.base_tool.BaseTool\n    config: {type: native}\n",
+         r"no tool_schema given and the class provides none"),
+        ("tools:\n  - class_name: tests.tools.sample_tools.NeedsAKey\n    config: {type: native}\n"
+         "    tool_schema: {type: function, function: {name: s, description: search}}\n",
+         r"NeedsAKey\(config, tool_schema\) raised RuntimeError: SEARCH_API_KEY is not set"),
         ("tool: []\n", r"expected a top-level 'tools:' list"),
         ("tools: [\n", r"not valid YAML"),
     ],
