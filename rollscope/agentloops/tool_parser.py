@@ -118,11 +118,14 @@ def extract_json_call(text: str) -> tuple[str, list[WrittenCall]]:
         return text, []
     start = len(text) - len(text.lstrip())
     body_at = found.end()
-    try:
-        _, length = _DECODER.raw_decode(text[body_at:])
-        end = body_at + length
-    except (ValueError, RecursionError):  # parse_call says what is wrong with it
+    if len(text) - body_at > MAX_CALL_CHARS:  # (said before a byte of it is decoded: parse_call's bound)
         end = len(text)
+    else:
+        try:
+            _, length = _DECODER.raw_decode(text[body_at:])
+            end = body_at + length
+        except (ValueError, RecursionError):  # parse_call says what is wrong with it
+            end = len(text)
     call = parse_call(text[body_at:end])
     return text[:start] + text[end:], [WrittenCall(**call.model_dump(), text=text[start:end], at=start)]
 
