@@ -2,23 +2,26 @@
 a replay build verl's agent loops from it exactly as training does.
 
 Composing it costs Hydra ~0.5 s, the most a short ``rollscope run`` spent besides importing verl;
-so each composition is kept as YAML in rollscope's cache, under a digest of everything it came from
-(verl's config files as they are on disk, the overrides, OmegaConf's and Hydra's versions), and
-read back in ~50 ms. A cached file that cannot be read is composed again and rewritten.
+so each composition is kept in rollscope's cache as a record of its own (JSON: its format, the whole
+key, a checksum of the data), under a digest of everything it came from (verl's config files as they
+are on disk, the files a ``hydra.searchpath`` override adds, the overrides, OmegaConf's and Hydra's
+versions), and read back in ~50 ms. A kept file that is not that record whole (another mapping, a
+tampered value, a link to a device) is said and composed again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
 import os
+import secrets
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from rollscope._cache import cache_dir
+from rollscope._files import read_text
 from rollscope.runner.config import RunConfig, RunConfigError
 
 log = logging.getLogger("rollscope.runner")
@@ -69,17 +72,35 @@ def _composed(model_dir: Path | str, overrides: list[str]) -> dict[str, Any]:
         "trainer.experiment_name=cpu",
     ]
     overrides = [*base, *overrides]
-    files = sorted((str(p.relative_to(config_dir)), p.stat().st_mtime_ns, p.stat().st_size)
-                   for p in config_dir.rglob("*.yaml"))  # fmt: skip
-    key = json.dumps([str(config_dir), files, overrides, omegaconf.__version__, hydra.__version__])
-    cached = cache_dir() / "verl-config" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.yaml"
-    data = _read(cached)
+    key = json.dumps([str(config_dir), _files_of(config_dir), [_files_of(d) for d in _search_dirs(overrides)],
+                      overrides, omegaconf.__version__, hydra.__version__])  # fmt: skip
+    cached = cache_dir() / "verl-config" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
+    data = _read(cached, key)
     if data is None:
         with hydra.initialize_config_dir(config_dir=str(config_dir), version_base=None):
             composed = hydra.compose("ppo_trainer", overrides=overrides)
         data = omegaconf.OmegaConf.to_container(composed, resolve=False)
-        _write(cached, data)
+        _write(cached, key, data)
     return data
+
+
+def _files_of(folder: Path) -> list[tuple[str, int, int]]:
+    """The YAML files under ``folder`` as the key sees them: name, modification time, size."""
+    return sorted((str(p.relative_to(folder)), p.stat().st_mtime_ns, p.stat().st_size) for p in folder.rglob("*.yaml"))
+
+
+def _search_dirs(overrides: list[str]) -> list[Path]:
+    """The folders a ``hydra.searchpath`` override adds (``file://DIR`` or ``DIR``): their files
+    compose the config too, so they are part of the key."""
+    found = []
+    for item in overrides:
+        key, _, value = item.partition("=")
+        if key.lstrip("+~") == "hydra.searchpath":
+            for part in value.strip("[]").split(","):
+                path = Path(part.strip().strip("'\"").removeprefix("file://"))
+                if path.is_dir():
+                    found.append(path)
+    return found
 
 
 def _as_config(data: dict[str, Any]) -> Any:
@@ -92,21 +113,32 @@ def _as_config(data: dict[str, Any]) -> Any:
     return config
 
 
-def _read(path: Path) -> dict[str, Any] | None:
-    """The composition kept in ``path``, or None: none kept, or one that cannot be read (said)."""
-    try:
-        text = path.read_text()
-    except OSError:
+_FORMAT = "rollscope verl-config 1"
+_MAX_BYTES = 16 << 20  # a kept composition is ~30 KB
+
+
+def _read(path: Path, key: str) -> dict[str, Any] | None:
+    """The composition kept in ``path`` for ``key``, or None: none kept, or one that is not this
+    cache's own record of this very key, whole (said, and composed again). A file is read only if
+    it is a regular file of a bounded size: the cache is a folder anyone with the user's rights
+    can write."""
+    if not path.is_symlink() and not path.exists():
         return None
     try:
-        data = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
-        if not isinstance(data, dict) or not _plain(data):
-            raise ValueError("not a mapping of names to plain values, as a composition is kept")
-    except Exception as exc:
-        log.warning("verl's composed config kept in %s could not be read (%s: %s); composing it again",
-                    path, type(exc).__name__, exc)  # fmt: skip
+        record = json.loads(read_text(path, "kept composition", ValueError, limit=_MAX_BYTES))
+        if not isinstance(record, dict) or record.get("format") != _FORMAT or record.get("key") != key:
+            raise ValueError("not this cache's record of this composition")
+        data = record.get("data")
+        if not isinstance(data, dict) or not _plain(data) or record.get("sha256") != _digest(data):
+            raise ValueError("its data is not what its checksum says")
+    except (ValueError, RecursionError) as exc:
+        log.warning("verl's composed config kept in %s could not be read (%s); composing it again", path, exc)
         return None
     return data
+
+
+def _digest(data: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
 
 def _plain(value: Any) -> bool:
@@ -119,16 +151,23 @@ def _plain(value: Any) -> bool:
     return value is None or isinstance(value, str | int | float)
 
 
-def _write(path: Path, data: dict[str, Any]) -> None:
+def _write(path: Path, key: str, data: dict[str, Any]) -> None:
     """Keep ``data`` in ``path``, whole or not at all (a cache that cannot be written costs only
-    the next run its composition)."""
+    the next run its composition): written to a file of its own, created exclusively and never
+    through a link planted at its name, then renamed over ``path`` (which replaces a link there,
+    never what it points to)."""
+    record = json.dumps({"format": _FORMAT, "key": key, "sha256": _digest(data), "data": data}).encode()
+    partial = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.{os.getpid()}")
-        partial.write_text(yaml.safe_dump(data, sort_keys=False))
-        partial.replace(path)
+        fd = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0), 0o600)
+        with os.fdopen(fd, "wb") as f:
+            f.write(record)
+        os.replace(partial, path)
     except OSError as exc:
         log.debug("verl's composed config not kept in %s: %s", path, exc)
+        with contextlib.suppress(OSError):
+            partial.unlink()
 
 
 def _hydra_value(value: Any) -> str:
