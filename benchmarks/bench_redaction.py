@@ -14,6 +14,10 @@ source, its docstrings, packages' metadata as JSON, a tool's output, chat turns,
 a data URI; and the ordinary corpus's code (lines chosen for naming passwords and tokens: the
 keyword patterns' worst case).
 
+Shapes: seconds per MB of one line of each shape that made redaction superlinear (``password=``
+pairs, an unterminated ``password = "``, standalone random tokens, a vendor name before each
+token) beside prose, at 16, 64 and 256 KB: flat in the length is linear.
+
 Cost: what a 3-turn tool loop's spans hand the redactor (a ChatML prompt growing each turn, three
 replies, two tool calls and their results: ~3.5 KB in 10 strings, no secret in it — the common
 case), per trajectory, the variants alternating round by round. ``--baseline REV`` also runs the
@@ -165,6 +169,38 @@ def _timed(redact: Callable[[str], str], pieces: list[str]) -> float:
     return time.perf_counter() - t0
 
 
+def adversarial_texts(size: int) -> dict[str, str]:
+    """One line of ``size`` characters of each shape that made redaction superlinear (issue 58),
+    beside prose: the cost per MB must not grow with the length."""
+    import random
+    import string
+
+    rnd = random.Random(0)
+
+    def key(n: int) -> str:
+        return "".join(rnd.choice(string.ascii_letters + string.digits) for _ in range(n))
+
+    shapes = {
+        "password= pairs": lambda: " ".join(f"password={key(8)}" for _ in range(size // 18 + 1)),
+        'unterminated password = "': lambda: 'password = "' + key(size),
+        "standalone random tokens": lambda: " ".join(key(24) for _ in range(size // 25 + 1)),
+        "a vendor name before a token": lambda: " ".join(f"mixpanel {key(24)}" for _ in range(size // 34 + 1)),
+        "prose": lambda: "The quick brown fox jumps over the lazy dog. " * (size // 45 + 1),
+    }
+    return {name: make()[:size] for name, make in shapes.items()}
+
+
+def adversarial(redact: Callable[[str], str]) -> dict[str, dict[int, float]]:
+    """Seconds per MB by shape and length (one line each, one pass: the long ones take seconds)."""
+    out: dict[str, dict[int, float]] = {}
+    for size in (16_384, 65_536, 262_144):
+        for name, text in adversarial_texts(size).items():
+            t0 = time.perf_counter()
+            redact(text)
+            out.setdefault(name, {})[size] = (time.perf_counter() - t0) / len(text) * 1e6
+    return out
+
+
 def corpora() -> dict[str, list[dict]]:
     kingfisher = json.loads((FIXTURES / "kingfisher" / "examples.json").read_text())["examples"]
     detect_secrets = json.loads((FIXTURES / "detect_secrets" / "cases.json").read_text())["cases"]
@@ -254,6 +290,11 @@ def main() -> None:
     for name, r in results.items():
         if "mb_per_s" in r:
             print(f"  {name}: " + ", ".join(f"{kind} {v:.1f}" for kind, v in r["mb_per_s"].items()))
+    shapes = adversarial(chosen["rollscope's redactor"])
+    results["rollscope's redactor"]["s_per_mb_by_shape"] = shapes
+    print("\nrollscope's redactor on one line of each shape, seconds per MB at 16 KB / 64 KB / 256 KB:")
+    for name, by_size in shapes.items():
+        print(f"  {name:30} " + " / ".join(f"{v:.2f}" for v in by_size.values()))
     if args.json:
         Path(args.json).write_text(json.dumps({"sizes": sizes, "results": results}, indent=2))
 

@@ -100,6 +100,7 @@ class Tracer:
 
     def close_trajectory(self, t: Trajectory, error: BaseException | None = None) -> None:
         t.finish(error)
+        t.turns = None  # (its copy of the context: not kept while the end event waits to be shaped)
         self.submit((ev.TRAJECTORY_END, t))
 
     def end_span(self, span: Span, outputs: Any = None, error: BaseException | None = None) -> None:
