@@ -230,3 +230,42 @@ def test_a_128k_token_trajectory_arrives_whole_and_nothing_of_its_batch_is_refus
     short, long_ = sorted(by_trace.values(), key=len)  # the 3-turn trajectory, then the 16-turn one
     assert short == [_in_weave(p) for s, p in passed if s == 1]
     assert long_ == [_in_weave(p) for s, p in passed if s == 0]
+
+
+def test_a_call_past_the_servers_limit_arrives_cut_with_the_cut_said(weave_trace_server):
+    """A 700k-token prompt packs to ~4.6 MB, past the 3.5 MiB at which W&B's server replaces a
+    row's JSON columns with a placeholder (``clickhouse_trace_server_batched._strip_large_values``;
+    this in-process server stored it whole): it arrives with its last ids kept and what was left
+    out said on the call; the call beside it whole."""
+    import asyncio
+    import random
+
+    from rollscope.agentloops.llm_client import TracedLLMClient
+    from rollscope.tracing.backends.weave import CUT
+
+    rng = random.Random(1)
+
+    class Server:  # the LLM server, a test double
+        async def generate(self, request_id, *, prompt_ids, sampling_params):
+            return {"token_ids": [rng.randrange(100_000, 150_000) for _ in range(50)], "stop_reason": "stop"}
+
+    huge = [rng.randrange(100_000, 150_000) for _ in range(700_000)]
+
+    async def loop():
+        client = TracedLLMClient(Server())
+        with tracing.rollout_trace_attr(step=0, sample_index=0):
+            await client.generate("r", prompt_ids=huge, sampling_params={})
+            await client.generate("r", prompt_ids=[1, 2, 3] * 10, sampling_params={})
+
+    tracing.init_tracing(backend="weave", weave_project="ent/cut")
+    asyncio.run(loop())
+    assert tracing.flush_tracing(300)
+    assert all(s["errors"] == 0 and s["dropped"] == 0 for s in tracing.stats()["backends"].values())
+    tracing.shutdown_tracing(300)
+    calls = sorted((c for c in weave_calls("ent/cut") if c["display_name"] == "llm.generate"),
+                   key=lambda c: c["started_at"])  # fmt: skip
+    big, small = calls
+    kept = big["inputs"]["prompt_ids"].split(" ")
+    assert 300_000 < len(kept) < 700_000 and [int(x) for x in kept] == huge[-len(kept):]
+    assert "of 700,000 values kept" in big["attributes"][CUT]["inputs.prompt_ids"]
+    assert small["inputs"]["prompt_ids"] == " ".join(map(str, [1, 2, 3] * 10)) and CUT not in small["attributes"]

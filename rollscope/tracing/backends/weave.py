@@ -336,12 +336,16 @@ def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: d
             summary["usage"] = usage
             _add_usage(total_usage, usage)
         error = s.status == "error"
+        output = compact(s.outputs, packed_out)
+        cut = _within_limit(inputs, packed_in, output, packed_out)
+        if cut:
+            span_attributes[CUT] = summary[ROLLSCOPE]["cut"] = cut
         calls.append({
             "project_id": project_id, "id": cid, "trace_id": root_id, "parent_id": ids.get(s.parent_id, root_id),
             "op_name": _op_name(client, s.name, ops, s.attributes if type(s) is Span else None),
             "display_name": s.name, "started_at": started,
             "attributes": span_attributes, "inputs": inputs, "ended_at": _time(s.end_ns or s.start_ns),
-            "output": compact(s.outputs, packed_out), "summary": summary,
+            "output": output, "summary": summary,
             "exception": _exception(s.error_type, s.error_message) if error else None})  # fmt: skip
 
     for s in in_start_order(spans):
@@ -354,6 +358,44 @@ def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: d
                  "summary": {ROLLSCOPE: {"row": t["row"]}, **({"usage": total_usage} if total_usage else {})},
                  "exception": _exception("TrajectoryError", t["error"]) if error else None})  # fmt: skip
     return calls
+
+
+# Weave's trace server refuses a call past ~3.5 MiB (and the batch it came in): a call's packed
+# numbers past this share of it are cut, what was left out said on the call (``CUT``).
+CALL_LIMIT_BYTES = 3 << 20
+CUT = "rollscope.cut"
+
+
+def _within_limit(inputs: Any, packed_in: list[list], output: Any, packed_out: list[list]) -> dict[str, str]:
+    """Cut the longest packed number strings of a call (a 128k-token prompt's ids, say) until its
+    packed numbers fit ``CALL_LIMIT_BYTES``, each keeping its last numbers (the end of a context
+    is the turn's own); returns what was cut, by field, in words."""
+    fields = [("inputs", inputs, path) for path in packed_in] + [("output", output, path) for path in packed_out]
+    sizes = [(len(_at(value, path)), side, value, path) for side, value, path in fields]
+    total = sum(size for size, *_ in sizes)
+    cut: dict[str, str] = {}
+    for size, side, value, path in sorted(sizes, key=lambda x: -x[0]):
+        if total <= CALL_LIMIT_BYTES:
+            break
+        text = _at(value, path)
+        keep = max(0, size - (total - CALL_LIMIT_BYTES))
+        kept = text[len(text) - keep:].split(" ", 1)[-1] if keep else ""
+        name = ".".join([side, *map(str, path)])
+        cut[name] = (f"{kept.count(' ') + 1 if kept else 0:,} of {text.count(' ') + 1:,} values kept, the last "
+                     "ones: the call is past what Weave's server takes")  # fmt: skip
+        if path:
+            holder = value
+            for key in path[:-1]:
+                holder = holder[key]
+            holder[path[-1]] = kept
+        total -= size - len(kept)
+    return cut
+
+
+def _at(value: Any, path: list) -> Any:
+    for key in path:
+        value = value[key]
+    return value
 
 
 def send_calls(server: Any, calls: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
