@@ -34,27 +34,28 @@ def prompt_inputs(trajectory: Trajectory, span_id: str, prompt: list[int], input
     returns the context the next turn is compared to (``replied`` adds the reply to it)."""
     last: Context | None = trajectory.turns
     if last is not None:
-        ids, k = last.ids, len(last.ids)
+        ids, k, p = last.ids, len(last.ids), last.prompt_len
         if len(prompt) >= k:
-            added = prompt[k:]
-            ids += added
+            ids += prompt[k:]
             if ids == prompt:  # (in C; the items are mostly the same int objects: a pointer check each)
-                inputs[BASE] = {"span": last.span_id, "tokens": last.prompt_len, "reply": k - last.prompt_len}
-                inputs[ADDED_IDS] = added
-                context = trajectory.turns = Context(span_id, ids, len(prompt))
-                return context
+                return _continued(trajectory, last, span_id, ids, k - p, prompt, inputs)
             del ids[k:]
-        p = last.prompt_len
         if k > p and len(prompt) >= p and ids[:p] == prompt[:p]:  # the prompt, without the reply
-            added = prompt[p:]
             del ids[p:]
-            ids += added
-            inputs[BASE] = {"span": last.span_id, "tokens": p, "reply": 0}
-            inputs[ADDED_IDS] = added
-            context = trajectory.turns = Context(span_id, ids, len(prompt))
-            return context
+            ids += prompt[p:]
+            return _continued(trajectory, last, span_id, ids, 0, prompt, inputs)
     inputs[PROMPT_IDS] = prompt.copy()
-    context = trajectory.turns = Context(span_id, prompt.copy(), len(prompt))
+    context = trajectory.turns = Context(span_id, prompt.copy(), len(prompt))  # (a copy of its own: it grows)
+    return context
+
+
+def _continued(trajectory: Trajectory, last: Context, span_id: str, ids: list[int], reply: int, prompt: list[int],
+               inputs: dict[str, Any]) -> Context:  # fmt: skip
+    """``prompt`` recorded as ``last``'s prompt, ``reply`` tokens of its reply and the rest;
+    ``ids``, the trajectory's copy of its context, already equal to ``prompt``."""
+    inputs[BASE] = {"span": last.span_id, "tokens": last.prompt_len, "reply": reply}
+    inputs[ADDED_IDS] = prompt[last.prompt_len + reply :]
+    context = trajectory.turns = Context(span_id, ids, len(prompt))
     return context
 
 
@@ -62,7 +63,7 @@ def replied(trajectory: Trajectory, context: Context, output: Any) -> None:
     """The turn's reply joins the context, unless another turn of the trajectory started since."""
     if trajectory.turns is not context:
         return
-    token_ids = output.get("token_ids") if isinstance(output, dict) else getattr(output, "token_ids", None)
+    token_ids = _token_ids(output)
     if type(token_ids) is list:
         context.ids += token_ids
     elif token_ids is not None:
@@ -70,6 +71,10 @@ def replied(trajectory: Trajectory, context: Context, output: Any) -> None:
             context.ids += [int(t) for t in token_ids]
         except (TypeError, ValueError):  # not ids: the next prompt is compared to the prompt alone
             pass
+
+
+def _token_ids(output: Any) -> Any:
+    return output.get("token_ids") if isinstance(output, dict) else getattr(output, "token_ids", None)
 
 
 class TurnTexts:
@@ -92,43 +97,42 @@ class TurnTexts:
         if type(inputs) is not dict:
             return
         if BASE in inputs:
-            base, added = inputs[BASE], inputs.get(ADDED_IDS)
-            before = self.context(trajectory_id, base)
-            if before is None or type(added) is not list:
+            before = self._before(trajectory_id, inputs)
+            if before is None:
                 return
-            tail = (before + added)[-WINDOW:]
+            tail, reply = before
+            tail = (tail + reply + inputs[ADDED_IDS])[-WINDOW:]
         elif type(inputs.get(PROMPT_IDS)) is list:
             tail = inputs[PROMPT_IDS][-WINDOW:]
         else:
             return
-        reply = outputs.get("token_ids") if isinstance(outputs, dict) else getattr(outputs, "token_ids", None)
+        reply_ids = _token_ids(outputs)
         turns = self._turns.get(trajectory_id)
         if turns is None:
             turns = self._turns[trajectory_id] = OrderedDict()
             if len(self._turns) > self.MAX_TRAJECTORIES:
                 self._turns.popitem(last=False)
-        turns[span_id] = (tail, reply if type(reply) is list else [])
+        turns[span_id] = (tail, reply_ids if type(reply_ids) is list else [])
         if len(turns) > self.MAX_TURNS:
             turns.popitem(last=False)
-
-    def context(self, trajectory_id: str, base: Any) -> list[int] | None:
-        """The last tokens before a continuation's added ones (its base's prompt tail and the reply
-        tokens it includes), or None when its base is not known here."""
-        turns = self._turns.get(trajectory_id)
-        known = turns.get(base.get("span")) if turns is not None and type(base) is dict else None
-        if known is None:
-            return None
-        tail, reply = known
-        return tail + reply[: base.get("reply", 0)]
 
     def added_text(self, trajectory_id: str, inputs: dict[str, Any], decode: Any) -> tuple[str, int] | None:
         """The text a continuation adds (its reply tokens and added ones) and how many characters of
         the prompt text before it that replaces (``store.turns.text_after``); None when the turn it
         continues is not known here."""
-        base, added = inputs[BASE], inputs.get(ADDED_IDS)
-        known = self._turns.get(trajectory_id)
-        entry = known.get(base.get("span")) if known is not None and type(base) is dict else None
-        if entry is None or type(added) is not list:
+        before = self._before(trajectory_id, inputs)
+        if before is None:
             return None
-        tail, reply = entry
-        return text_after(decode, tail, reply[: base.get("reply", 0)] + added)
+        tail, reply = before
+        return text_after(decode, tail, reply + inputs[ADDED_IDS])
+
+    def _before(self, trajectory_id: str, inputs: dict[str, Any]) -> tuple[list[int], list[int]] | None:
+        """A continuation's base as known here: the last tokens of its prompt, and the reply tokens
+        the continuation includes; None when its base is not known here (or it is malformed)."""
+        base, added = inputs[BASE], inputs.get(ADDED_IDS)
+        turns = self._turns.get(trajectory_id)
+        known = turns.get(base.get("span")) if turns is not None and type(base) is dict else None
+        if known is None or type(added) is not list:
+            return None
+        tail, reply = known
+        return tail, reply[: base.get("reply", 0)]

@@ -85,10 +85,15 @@ def unpack(value: Any, packed: list[list]) -> Any:
     for path in sorted(packed, key=len, reverse=True):
         if not path:
             return _numbers(value)
-        holder = value
-        for key in path[:-1]:
-            holder = holder[key]
+        holder = _holder(value, path)
         holder[path[-1]] = _numbers(holder[path[-1]])
+    return value
+
+
+def _holder(value: Any, path: list) -> Any:
+    """What holds the value at ``path`` (not empty) in ``value``."""
+    for key in path[:-1]:
+        value = value[key]
     return value
 
 
@@ -371,31 +376,22 @@ def _within_limit(inputs: Any, packed_in: list[list], output: Any, packed_out: l
     packed numbers fit ``CALL_LIMIT_BYTES``, each keeping its last numbers (the end of a context
     is the turn's own); returns what was cut, by field, in words."""
     fields = [("inputs", inputs, path) for path in packed_in] + [("output", output, path) for path in packed_out]
-    sizes = [(len(_at(value, path)), side, value, path) for side, value, path in fields]
+    sizes = [(len(_holder(value, path)[path[-1]]), side, value, path) for side, value, path in fields if path]
     total = sum(size for size, *_ in sizes)
     cut: dict[str, str] = {}
     for size, side, value, path in sorted(sizes, key=lambda x: -x[0]):
         if total <= CALL_LIMIT_BYTES:
             break
-        text = _at(value, path)
+        holder = _holder(value, path)
+        text = holder[path[-1]]
         keep = max(0, size - (total - CALL_LIMIT_BYTES))
         kept = text[len(text) - keep:].split(" ", 1)[-1] if keep else ""
         name = ".".join([side, *map(str, path)])
         cut[name] = (f"{kept.count(' ') + 1 if kept else 0:,} of {text.count(' ') + 1:,} values kept, the last "
                      "ones: the call is past what Weave's server takes")  # fmt: skip
-        if path:
-            holder = value
-            for key in path[:-1]:
-                holder = holder[key]
-            holder[path[-1]] = kept
+        holder[path[-1]] = kept
         total -= size - len(kept)
     return cut
-
-
-def _at(value: Any, path: list) -> Any:
-    for key in path:
-        value = value[key]
-    return value
 
 
 def send_calls(server: Any, calls: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
