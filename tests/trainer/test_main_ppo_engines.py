@@ -80,8 +80,11 @@ def test_the_trainer_holds_the_engines_log_probs_and_the_actor_recomputes_them(r
 
 
 def test_step_2_was_sampled_from_the_trained_weights_not_the_initial_ones(stored, engine_model):
-    """The sync moved weights: the initial model gives step 2's sampled tokens log-probs far from
-    the engine's (step 1's within float noise of them)."""
+    """The sync moved weights: the initial model gives step 1's sampled tokens the engine's
+    log-probs within float noise, and step 2's log-probs well outside that noise. How far outside
+    depends on what step 1 learned: a step where every group's rollouts scored alike has no GRPO
+    advantage, and AdamW's weight decay alone moves the weights (~1e-4 in log-prob, against ~1e-6
+    of noise), so the test compares with step 1's own noise, not with a fixed distance."""
     initial = AutoModelForCausalLM.from_pretrained(engine_model, dtype=torch.float32).eval()
     gaps = {1: 0.0, 2: 0.0}
     for t, tree, _ in stored:
@@ -89,7 +92,7 @@ def test_step_2_was_sampled_from_the_trained_weights_not_the_initial_ones(stored
             expected = hf_log_probs(initial, span.inputs["prompt_ids"], span.outputs["token_ids"], 1.0)
             gap = max(abs(a - b) for a, b in zip(span.outputs["log_probs"], expected, strict=True))
             gaps[t.step] = max(gaps[t.step], gap)
-    assert gaps[1] < 1e-4 and gaps[2] > 1e-3, gaps
+    assert gaps[1] < 1e-4 and gaps[2] > 10 * max(gaps[1], 1e-6), gaps
 
 
 def test_weave_holds_one_root_call_per_trajectory(run, stored):
