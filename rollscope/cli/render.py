@@ -169,12 +169,13 @@ def show_tokens(out: Console, turn: int, span: SpanRecord) -> None:
     if view is None:
         out.print(f"[bold]turn {turn}[/bold]: no response tokens recorded")
         return
+    redacted = f" · {view.redacted} redacted (they carried a secret)" if view.redacted else ""
     if not view.has_log_probs:
-        out.print(f"[bold]turn {turn}[/bold]: {len(view.tokens)} tokens; the LLM returned no log-probs")
+        out.print(f"[bold]turn {turn}[/bold]: {len(view.tokens)} tokens; the LLM returned no log-probs{redacted}")
         return
     out.print(f"[bold]turn {turn}[/bold]: {len(view.tokens)} tokens · mean log-prob {view.mean_log_prob:.3f} · "
               f"{100 * view.share_below:.0f}% below {view.threshold:.2f}"  # type: ignore[operator]
-              + ("" if view.has_texts else " · token texts not recorded (ids shown)"))  # fmt: skip
+              + ("" if view.has_texts else " · token texts not recorded (ids shown)") + redacted)  # fmt: skip
     line = "".join(f"[{_BUCKET_STYLE[t.bucket]}]{escape(t.text)}[/]" if t.bucket > 0 else escape(t.text)
                    for t in view.tokens)  # fmt: skip
     out.print(line)

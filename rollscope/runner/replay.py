@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollscope.store import TraceStore
+from rollscope.store import TraceStore, tokens
 from rollscope.store.diff import TrajectoryDiff, turn_text
 from rollscope.store.records import SpanRecord, TrajectoryRecord
 from rollscope.store.text import REPLAY, load_tokenizer
@@ -90,11 +90,18 @@ def _run_span(record: TrajectoryRecord) -> SpanRecord:
     return runs[0]
 
 
-def _model_turns(record: TrajectoryRecord) -> list[SpanRecord]:
+def _model_turns(record: TrajectoryRecord, from_turn: int | None) -> list[SpanRecord]:
+    """The model turns the replay answers from the record (those before ``from_turn``), each with
+    its token ids whole: a turn whose tokens carried a secret was stored without them."""
     turns = [s for s in record.spans if s.kind == "llm"]
-    for i, s in enumerate(turns):
+    for i, s in enumerate(turns[:from_turn]):
         if not (isinstance(s.outputs, dict) and isinstance(s.outputs.get("token_ids"), list)):
             raise ReplayError(f"trajectory {record.id} cannot be replayed: model turn {i} has no recorded token ids")
+        hidden = tokens.count(s.outputs["token_ids"])
+        if hidden:
+            raise ReplayError(f"trajectory {record.id} cannot be replayed from its record past model turn {i}: "
+                              f"{hidden} of that turn's tokens carried a secret and were stored redacted "
+                              f"(replay from turn {i} with --from-turn {i} and --llm)")  # fmt: skip
     return turns
 
 
@@ -128,7 +135,7 @@ def replay(trajectory_id: str, *, store: str | None = None, from_turn: int | Non
         original = opened.get(trajectory_id)
         directory = opened.path
     run_span = _run_span(original)
-    turns = _model_turns(original)
+    turns = _model_turns(original, from_turn)
     info = run_span.attributes[REPLAY]
     run = original.attributes.get(RUN) or {}
     live, live_tokenizer = None, None

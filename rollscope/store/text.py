@@ -15,6 +15,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from rollscope.store import tokens
 from rollscope.store.records import TrajectoryRecord
 
 log = logging.getLogger("rollscope.store")
@@ -95,7 +96,7 @@ def with_text(record: TrajectoryRecord, tokenizer: Any = None) -> int:
     if tokenizer is None:
         return 0
     for _, fields, ids, text in todo:
-        fields[text] = tokenizer.decode(fields[ids], skip_special_tokens=False)
+        fields[text] = tokens.decode(tokenizer, fields[ids])
     return len(todo)
 
 

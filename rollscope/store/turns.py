@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from rollscope.store import tokens
 from rollscope.store.text import load_decoder
 
 BASE = "prompt_base"
@@ -145,7 +146,7 @@ def _decoded(decoder: Callable[[str], Any], name: Any, before: list[int], piece:
     if tokenizer is None:
         return None, 0
     try:
-        return text_after(lambda ids: tokenizer.decode(ids, skip_special_tokens=False), before, piece)
+        return text_after(lambda ids: tokens.decode(tokenizer, ids), before, piece)
     except Exception:  # ids this tokenizer cannot decode: the prompt's ids stay whole, its text absent
         return None, 0
 

@@ -16,7 +16,9 @@ from typing import Any
 
 import orjson
 
+from rollscope.store.tokens import decode_each
 from rollscope.tracing._redaction import REDACTED, Redactor
+from rollscope.tracing._redaction.tokens import redacted, secret_positions
 from rollscope.tracing._values import MAX_ITEMS, UNKNOWN, error_text, native
 
 log = logging.getLogger("rollscope.tracing")
@@ -89,7 +91,9 @@ class CutText(str):
 
 
 class PayloadShaper:
-    """JSON conversion + truncation + redaction + token2text, in one pass over the value."""
+    """JSON conversion + truncation + redaction + token2text, in one pass over the value. Given a
+    tokenizer, a list of token ids is checked for the tokens of a secret whatever token2text is
+    (``_redaction.tokens``); token2text adds their text."""
 
     def __init__(
         self,
@@ -112,6 +116,7 @@ class PayloadShaper:
         self._path: set[int] = set()  # ids of the containers being walked, past _CYCLE_CHECK_DEPTH
         self._pending: list[tuple[dict, str, str]] | None = None  # (``deferred``) long strings to redact
         self.unredacted = 0  # values left as PENDING_REDACTION: their redaction failed
+        self.redacted_tokens = 0  # token ids replaced as carrying a secret (``store.tokens.REDACTED_ID``)
 
     @contextmanager
     def deferred(self) -> Iterator[None]:
@@ -146,7 +151,7 @@ class PayloadShaper:
                 out[key] = self._truncated(text)
 
     def shape(self, value: Any, tokenizer: Any = None) -> Any:
-        decoder = (tokenizer or self.tokenizer) if self.token2text else None
+        decoder = tokenizer or self.tokenizer
         if self.redactor.generation != self._generation:  # new secrets: keys are redacted anew
             self._keys, self._generation = {}, self.redactor.generation
         t = type(value)
@@ -280,18 +285,43 @@ class PayloadShaper:
                     out[key] = self._string(val)
                 continue
             out[key] = self._convert(val, depth + 1, decoder)
-            if decoder is not None:
+            if decoder is not None and out[key] is val and _is_token_list(val):
                 text_key = text_field_for(key)
-                if text_key and text_key not in m and _is_token_list(val):
-                    text = _decode(decoder, val)
-                    if text is not None:
-                        out[text_key] = self._string(text)
-                    if key == "token_ids" and "token_texts" not in m:  # for the viewer's token view
-                        texts = _decode_each(decoder, val)
-                        if texts is not None:
-                            out["token_texts"] = [self._string(t) for t in texts]
+                if text_key:
+                    self._token_ids(out, m, key, text_key, decoder)
         return out
 
+    def _token_ids(self, out: dict[str, Any], m: Mapping, key: str, text_key: str, decoder: Any) -> None:
+        """``out[key]``, a list of token ids, with the tokens of a secret its text holds replaced;
+        with token2text, its text under ``text_key`` (and a reply's text token by token, for the
+        viewer's token view), unless the value has its own."""
+        try:
+            ids, clean = self.without_secrets(out[key], decoder)
+        except Exception:  # ids this tokenizer cannot decode: none of its readers decodes them either
+            return
+        out[key] = ids
+        if not self.token2text:
+            return
+        if text_key not in m:
+            out[text_key] = self._truncated(clean)
+        if key == "token_ids" and "token_texts" not in m:
+            try:
+                texts = decode_each(decoder, ids)
+            except Exception:
+                return
+            out["token_texts"] = [self._string(t) for t in texts]
+
+
+    def without_secrets(self, ids: list[int], decoder: Any) -> tuple[list[int], str]:
+        """``ids`` with the tokens of a secret their text holds replaced (a copy, where any is), and
+        their text, redacted. Raises what decoding them raises."""
+        text = encodable(decoder.decode(ids))
+        clean = self.redactor.text(text)
+        if clean != text:
+            positions = secret_positions(ids, decoder, self.redactor)
+            self.redacted_tokens += len(positions)
+            ids = redacted(ids, positions)
+        return ids, clean
 
     def _key(self, k: Any) -> tuple[str, bool]:
         """A key not seen yet: its text as stored (a secret can be a key too) and whether its
@@ -343,18 +373,3 @@ def encodable(s: str) -> str:
         return s
     except UnicodeEncodeError:
         return s.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
-def _decode_each(tokenizer: Any, ids: list[int]) -> list[str] | None:
-    """Each token's own text, in one call (a fast tokenizer decodes the batch in Rust)."""
-    try:
-        return list(tokenizer.batch_decode([[i] for i in ids]))
-    except Exception:
-        return None
-
-
-def _decode(tokenizer: Any, ids: list[int]) -> str | None:
-    try:
-        return tokenizer.decode(ids)
-    except Exception:
-        return None

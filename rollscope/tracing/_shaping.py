@@ -14,10 +14,12 @@ from typing import Any
 
 from rollscope.store.retokenization import REQUEST as RETOKENIZATION_REQUEST
 from rollscope.store.retokenization import RETOKENIZATION, check_request
-from rollscope.store.turns import ADDED_IDS, ADDED_TEXT, BASE, is_continuation
+from rollscope.store.tokens import REDACTED_TOKENS
+from rollscope.store.turns import ADDED_IDS, ADDED_TEXT, BASE, is_continuation, text_after
 from rollscope.tracing import _events as ev
 from rollscope.tracing._callargs import CallArgs
 from rollscope.tracing._payload import UNRECORDED, PayloadShaper, encodable, unrecorded
+from rollscope.tracing._redaction.tokens import redacted, secret_positions
 from rollscope.tracing._turns import TurnTexts
 from rollscope.tracing._wire import tokenizer_name
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
@@ -82,65 +84,97 @@ class EventShaper:
         span.name = shape(span.name)
         llm = span.kind == SpanKind.LLM
         attributes = dict(span.attributes) if span.attributes else {}
-        if self.load_tokenizer is not None and self.shaper.token2text:  # the sidecar's token2text
+        redacted_before = self.shaper.redacted_tokens
+        if self.load_tokenizer is not None:  # in the sidecar: the tokenizer the span named
             if type(span.decoder) is str:
                 span.decoder = self.load_tokenizer(span.decoder)
             elif llm and span.decoder is None and self.shaper.tokenizer is None and not self.said_unnamed:
                 self.said_unnamed = True
-                log.warning("token2text: an llm span's tokenizer has no directory the trace sidecar can load it "
-                            "from (one built in memory?); its token ids are traced as ids")  # fmt: skip
+                log.warning("an llm span's tokenizer has no directory the trace sidecar can load it from (one "
+                            "built in memory?): its token ids are stored as they came, not checked for the "
+                            "tokens of a secret (nor decoded, with token2text)")  # fmt: skip
         if not span.shaped:  # inputs once, at the first event seen for the span
             raw = span.inputs
             if isinstance(raw, CallArgs):
-                if self.shaper.token2text:
-                    span.decoder = getattr(raw.owner(), "tokenizer", None)
+                span.decoder = getattr(raw.owner(), "tokenizer", None)
                 raw = raw.bind()
             if llm:
                 _input_usage(raw, attributes)
                 raw = _without_unset_kwargs(raw)
-                if is_continuation(raw) and span.decoder is not None and self.shaper.token2text:
-                    raw = self._with_added_text(span, raw)
+                recorded = raw
+                if is_continuation(raw) and span.decoder is not None:
+                    raw = self._continuation(span, raw)
                 if ended:
-                    self.turns.remember(span.trajectory_id, span.id, raw, span.outputs)
+                    self.turns.remember(span.trajectory_id, span.id, recorded, span.outputs)
             span.inputs = shape(raw, span.decoder)
             span.shaped = True
         if ended:
             if RETOKENIZATION_REQUEST in attributes:  # the loop's chat-template check, run here
                 drift = check_request(attributes.pop(RETOKENIZATION_REQUEST))
                 if drift is not None:
-                    attributes[RETOKENIZATION] = drift
+                    attributes[RETOKENIZATION] = self._drift_without_secrets(drift, span.decoder)
             if llm:
                 _output_usage(span, attributes)
             span.outputs = shape(span.outputs, span.decoder)
             if span.error_message is not None:
                 span.error_message = shape(span.error_message)
+        redacted_now = self.shaper.redacted_tokens - redacted_before
+        if redacted_now:
+            attributes[REDACTED_TOKENS] = attributes.get(REDACTED_TOKENS, 0) + redacted_now
         span.attributes = shape(attributes) if attributes else {}
 
 
-    def _with_added_text(self, span: Span, raw: dict[str, Any]) -> dict[str, Any]:
-        """A continuing turn's inputs with the text it adds (token2text), decoded in its context.
+    def _drift_without_secrets(self, drift: dict[str, Any], decoder: Any) -> dict[str, Any]:
+        """The retokenization check's token windows (both sides, at each difference) with the
+        tokens of a secret replaced, as the turns' own ids are."""
+        if decoder is None:
+            return drift
+        for part in [drift, *drift.get("differences", ())]:
+            for side in ("rollout", "template"):
+                ids = part.get(side)
+                if type(ids) is list and ids and all(type(i) is int for i in ids):
+                    try:
+                        part[side] = self.shaper.without_secrets(ids, decoder)[0]
+                    except Exception:  # (ids this tokenizer cannot decode: no reader decodes them either)
+                        continue
+        return drift
+
+    def _continuation(self, span: Span, raw: dict[str, Any]) -> dict[str, Any]:
+        """A continuing turn's inputs with the tokens of a secret among those it adds replaced
+        (``_redaction.tokens``), and, with token2text, the text it adds, decoded in its context.
         Text that is exactly what its ids decode to is not stored: the base names the tokenizer and
         readers decode it (``store.turns``); text that redaction or truncation changed is stored,
         shaped. Where the turn it continues is not known here (a sidecar that took over
-        mid-trajectory) the text is left out and said, and its ids still make the prompt whole."""
-        decoder = span.decoder
+        mid-trajectory) its added tokens are checked alone, their text is left out and said, and
+        their ids still make the prompt whole."""
+        decoder, redactor, added = span.decoder, self.shaper.redactor, raw[ADDED_IDS]
+        known = self.turns.before(span.trajectory_id, raw)
+        tail, piece = (known[0], known[1] + added) if known is not None else ([], added)
         try:
-            found = self.turns.added_text(span.trajectory_id, raw, lambda ids: decoder.decode(ids))
+            text, cut = text_after(lambda ids: decoder.decode(ids), tail, piece)
+            shown = encodable(text)
+            clean = redactor.text(shown)
+            inputs = raw
+            if clean != shown:
+                offset = len(tail) + len(piece) - len(added)
+                positions = secret_positions(tail + piece, decoder, redactor, offset)
+                self.shaper.redacted_tokens += len(positions)
+                inputs = {**raw, ADDED_IDS: redacted(added, [p - offset for p in positions])}
         except Exception as exc:  # a tokenizer that cannot decode these ids: they stay ids
-            return {**raw, ADDED_TEXT: f"<not decoded: {type(exc).__name__}>"}
-        if found is None:
-            return {**raw, ADDED_TEXT: "<not decoded: the turn this prompt continues was not seen here>"}
-        text, cut = found
+            return {**raw, ADDED_TEXT: f"<not decoded: {type(exc).__name__}>"} if self.shaper.token2text else raw
+        if not self.shaper.token2text:
+            return inputs
+        if known is None:
+            return {**inputs, ADDED_TEXT: "<not decoded: the turn this prompt continues was not seen here>"}
         base = dict(raw[BASE])
         if cut:
             base["text_cut"] = cut
         name = tokenizer_name(decoder)
         limit = self.shaper.max_chars
-        if name is not None and (limit is None or len(text) <= limit) and encodable(text) == text \
-                and self.shaper.redactor.text(text) == text:  # fmt: skip
+        if name is not None and (limit is None or len(text) <= limit) and clean == text:
             base["text"], base["decoder"] = "ids", name
-            return {**raw, BASE: base}
-        return {**raw, BASE: base, ADDED_TEXT: text}
+            return {**inputs, BASE: base}
+        return {**inputs, BASE: base, ADDED_TEXT: clean}
 
 
 # An llm span's usage attributes (OpenTelemetry GenAI names), derived here from its raw inputs and

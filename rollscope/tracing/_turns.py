@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from rollscope.store.turns import ADDED_IDS, BASE, PROMPT_IDS, WINDOW, text_after
+from rollscope.store.turns import ADDED_IDS, BASE, PROMPT_IDS, WINDOW
 from rollscope.tracing.spans import Trajectory
 
 
@@ -97,7 +97,7 @@ class TurnTexts:
         if type(inputs) is not dict:
             return
         if BASE in inputs:
-            before = self._before(trajectory_id, inputs)
+            before = self.before(trajectory_id, inputs)
             if before is None:
                 return
             tail, reply = before
@@ -116,19 +116,10 @@ class TurnTexts:
         if len(turns) > self.MAX_TURNS:
             turns.popitem(last=False)
 
-    def added_text(self, trajectory_id: str, inputs: dict[str, Any], decode: Any) -> tuple[str, int] | None:
-        """The text a continuation adds (its reply tokens and added ones) and how many characters of
-        the prompt text before it that replaces (``store.turns.text_after``); None when the turn it
-        continues is not known here."""
-        before = self._before(trajectory_id, inputs)
-        if before is None:
-            return None
-        tail, reply = before
-        return text_after(decode, tail, reply + inputs[ADDED_IDS])
-
-    def _before(self, trajectory_id: str, inputs: dict[str, Any]) -> tuple[list[int], list[int]] | None:
+    def before(self, trajectory_id: str, inputs: dict[str, Any]) -> tuple[list[int], list[int]] | None:
         """A continuation's base as known here: the last tokens of its prompt, and the reply tokens
-        the continuation includes; None when its base is not known here (or it is malformed)."""
+        the continuation includes (its text is ``store.turns.text_after`` them and the added ones);
+        None when its base is not known here (or it is malformed)."""
         base, added = inputs[BASE], inputs.get(ADDED_IDS)
         turns = self._turns.get(trajectory_id)
         known = turns.get(base.get("span")) if turns is not None and type(base) is dict else None

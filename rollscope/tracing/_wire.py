@@ -179,11 +179,11 @@ def encode(value: Any) -> bytes:
     return buf.getvalue()
 
 
-def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any], token2text: bool,
-              event: Any) -> None:  # fmt: skip
+def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any], event: Any) -> None:
     """Pack one event as one record and ``append`` it; ``failed`` gets what stopped it (only if
-    even the event's plain copy cannot be pickled). ``token2text``: a span carries the name of the
-    tokenizer its ids decode with (the sidecar loads it), looked up only then. Runs where the event
+    even the event's plain copy cannot be pickled). A span carries the name of the tokenizer its
+    ids decode with: the sidecar loads it to find the tokens of a secret (and for token2text,
+    their text). Runs where the event
     ends, on the rollout's thread, so its objects die when the traced call returns, as untraced
     ones do (held in a queue, they would outlive collections and be promoted:
     benchmarks/RESULTS.md). One Python call per event: in a real loop each call layer costs as
@@ -196,8 +196,7 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
     try:
         if type(event) is Span:
             inputs, outputs = event.inputs, event.outputs
-            decoder = _decoder_name(event) if token2text and (event.decoder is not None or type(inputs) is CallArgs) \
-                else None
+            decoder = _decoder_name(event) if event.decoder is not None or type(inputs) is CallArgs else None
             if type(inputs) is CallArgs:
                 inputs = inputs.bind()
             if type(outputs) not in _PLAIN_TYPES:
@@ -211,8 +210,8 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
             if type(outputs) not in _PLAIN_TYPES:
                 outputs = _fields_of(outputs)
             record = (LEAF_SPAN, parent.trajectory.id, parent.id, name, _KIND_VALUE[span_kind], start_ns, end_ns,
-                      inputs, outputs, attributes, tokenizer_name(decoder) if token2text and decoder is not None
-                      else None, span_id)  # fmt: skip
+                      inputs, outputs, attributes, None if decoder is None else tokenizer_name(decoder),
+                      span_id)  # fmt: skip
         elif event[KIND] == TRAJECTORY_START or event[KIND] == TRAJECTORY_END:
             record = (event[KIND], *_trajectory_args(event[TRAJECTORY]))
         else:  # a reward, a training record, a running span
@@ -308,10 +307,10 @@ def _pack_plain(append: Callable[[bytes], Any], record: tuple) -> None:
         append(encode((SPAN_END, *_span_args(span, error, problem, None, {UNRECORDED: problem}))))
 
 
-def pack(event: Any, token2text: bool = False) -> bytes:
+def pack(event: Any) -> bytes:
     """``pack_into`` for one event, returning its record (raises what stopped it)."""
     out: list[bytes] = []
-    pack_into(out.append, _reraise, token2text, event)
+    pack_into(out.append, _reraise, event)
     return out[0]
 
 

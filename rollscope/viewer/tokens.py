@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 from rollscope.store.records import SpanRecord, TrajectoryRecord
 from rollscope.store.summary import RETOKENIZATION
+from rollscope.store.tokens import REDACTED_ID, REDACTED_TEXT, count
 
 # Upper edges of the buckets, most likely first: p >= 0.9, 0.6, 0.37, 0.14, 0.02, below.
 BUCKETS = (-0.1, -0.5, -1.0, -2.0, -4.0)
@@ -39,6 +40,12 @@ class TokenView:
     threshold: float
     has_log_probs: bool
     has_texts: bool
+    redacted: int = 0  # tokens that carried a secret (``store.tokens``), shown as [REDACTED]
+
+
+def _shown(token_id: object) -> str:
+    """A token without recorded text: its id, or ``[REDACTED]``."""
+    return REDACTED_TEXT if token_id == REDACTED_ID else f"[{token_id}]"
 
 
 def _bucket(lp: float | None) -> int:
@@ -71,13 +78,13 @@ def token_view(span: SpanRecord, least: int = DEFAULT_LEAST, threshold: float = 
     tokens = []
     for i, token_id in enumerate(ids):
         lp = _number(log_probs[i]) if i < len(log_probs) else None
-        text = texts[i] if i < len(texts) and isinstance(texts[i], str) else f"[{token_id}]"
+        text = texts[i] if i < len(texts) and isinstance(texts[i], str) else _shown(token_id)
         tokens.append(Token(i, token_id if type(token_id) is int else None, text, lp, _bucket(lp)))
     scored = [t for t in tokens if t.log_prob is not None]
     mean = sum(t.log_prob for t in scored) / len(scored) if scored else None  # type: ignore[misc]
     below = sum(t.log_prob < threshold for t in scored) / len(scored) if scored else None  # type: ignore[operator]
     lowest = sorted(scored, key=lambda t: (t.log_prob, t.position))[:least]
-    return TokenView(tokens, lowest, mean, below, threshold, bool(scored), bool(texts))
+    return TokenView(tokens, lowest, mean, below, threshold, bool(scored), bool(texts), count(ids))
 
 
 # Upper edges of the |trainer - rollout| log-prob buckets (nats): agreement to float noise, then worse.
@@ -131,7 +138,7 @@ def training_token_view(record: TrajectoryRecord, worst: int = DEFAULT_WORST) ->
     tokens, sampled = [], 0
     for i, (o, r, m) in enumerate(zip(old, rollout, mask, strict=False)):
         token_id = ids[i] if i < len(ids) and type(ids[i]) is int else None
-        shown = f"[{token_id}]" if token_id is not None else f"#{i}"
+        shown = _shown(token_id) if token_id is not None else f"#{i}"
         if m:
             text = texts[sampled] if sampled < len(texts) else shown
             sampled += 1

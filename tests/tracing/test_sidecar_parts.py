@@ -138,7 +138,7 @@ def test_a_greeting_gone_wrong_is_one_clear_error(pipes, answer, raised, said):
 def test_events_go_out_numbered_and_a_flush_returns_when_the_child_passed_it(tmp_path, pipe):
     r, w = pipe
     failover = Failover(config_for((*LOCAL, {"trace_dir": str(tmp_path / "t")})), {"local": {"resume_shard": "s"}}, 0)
-    sender = Sender(lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=True, token2text=False,
+    sender = Sender(lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=True,
                     secrets=secret_env_values())
     events = [e for t in trajectories(tmp_path, range(3)) for e in t]
     marker = Marker(1)
@@ -168,7 +168,7 @@ def test_when_the_child_is_gone_its_flushes_return_and_what_follows_goes_to_the_
     r, w = pipe
     store = tmp_path / "t"
     failover = Failover(config_for((*LOCAL, {"trace_dir": str(store)})), {"local": None}, 0)
-    sender = Sender(lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=False, token2text=False,
+    sender = Sender(lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=False,
                     secrets=secret_env_values())
     before, after = trajectories(tmp_path, range(2)), trajectories(tmp_path, range(2, 5))
     waiting = Marker(1)
@@ -191,7 +191,7 @@ def test_a_batch_the_child_never_read_is_not_lost(tmp_path, pipe):
     os.close(r)  # the child's end closes: the next write fails
     store = tmp_path / "t"
     failover = Failover(config_for((*LOCAL, {"trace_dir": str(store)})), {"local": None}, 0)
-    sender = Sender(lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=False, token2text=False,
+    sender = Sender(lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=False,
                     secrets=secret_env_values())
     done = Marker(1)
     sender.submit([*(e for t in trajectories(tmp_path, range(4)) for e in t), ev.flush(done)])

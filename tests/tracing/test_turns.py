@@ -12,6 +12,7 @@ import pytest
 
 from rollscope import tracing
 from rollscope.agentloops.llm_client import TracedLLMClient
+from rollscope.store import tokens
 from rollscope.store.reader import TraceStore
 from rollscope.store.schema import decode_payload
 from rollscope.store.turns import ADDED_IDS, BASE, CONTINUES, UNRESOLVED
@@ -162,7 +163,8 @@ def test_a_turn_whose_base_is_missing_keeps_what_it_added_and_says_why(trace_dir
 
 def test_a_turns_text_is_stored_only_where_redaction_changed_it(trace_dir, qwen):
     """Text that is what its ids decode to is decoded again where it is read; a tool answer
-    holding a secret is stored as redacted, and the prompts read back show it redacted."""
+    holding a secret is stored as redacted, its tokens as ``REDACTED_ID`` (in the turn that adds
+    them and every later prompt built on it), and the prompts read back show it redacted."""
     secret = "ghp_" + "R7mK2xQ9vL4nP8sT3wY6zA1bC5dE0fG2hJ4k"
     tracing.init_tracing(trace_dir=str(trace_dir), token2text=True)
     passed: list[list[int]] = []
@@ -183,7 +185,16 @@ def test_a_turns_text_is_stored_only_where_redaction_changed_it(trace_dir, qwen)
     assert [s[BASE].get("text") for s in stored[1:]] == ["ids", None, "ids"]
     assert "[REDACTED]" in stored[2]["prompt_text_added"] and secret not in str(stored)
     spans = llm_spans(trace_dir)
-    assert [s.inputs["prompt_ids"] for s in spans] == passed
+    for turn, (span, prompt) in enumerate(zip(spans, passed, strict=True)):
+        ids = span.inputs["prompt_ids"]
+        hidden = [i for i, token in enumerate(ids) if token == tokens.REDACTED_ID]
+        assert len(ids) == len(prompt) and [t for i, t in enumerate(prompt) if i not in hidden] == [
+            t for t in ids if t != tokens.REDACTED_ID]
+        assert bool(hidden) == (turn >= 2) and secret not in tokens.decode(qwen, ids)
+        if hidden:  # the secret's own tokens, and no more than the token before and after it
+            assert hidden == list(range(hidden[0], hidden[-1] + 1)) and secret in qwen.decode(prompt[hidden[0]: hidden[-1] + 1])
+            assert secret not in qwen.decode(prompt[hidden[0] + 1: hidden[-1] + 1]) + qwen.decode(prompt[hidden[0]: hidden[-1]])
+        assert span.attributes.get(tokens.REDACTED_TOKENS) == (len(hidden) if turn == 2 else None)
     assert spans[1].inputs["prompt_text"] == qwen.decode(passed[1])
     for span, prompt in zip(spans[2:], passed[2:], strict=True):
         assert secret not in span.inputs["prompt_text"]

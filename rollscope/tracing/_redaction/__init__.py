@@ -143,14 +143,25 @@ class Redactor:
             found.update((a + at, b + at, rule) for a, b, rule in engine.findings(piece))  # type: ignore[union-attr]
         return sorted(found)
 
+    def spans(self, s: str) -> list[tuple[int, int]]:
+        """Where ``text`` would replace: the (start, end) of each secret in ``s``, in order (they may
+        overlap). What maps a secret onto the tokens that carry it (``tokens``)."""
+        if self._engine is None:
+            self.preload()
+        return sorted(self._secret_spans(s, self._findings(s)))
+
     def _redacted(self, s: str, findings: list[tuple[int, int, str]]) -> str:
+        spans = self._secret_spans(s, findings)
+        return _replaced(s, sorted(spans)) if spans else s
+
+    def _secret_spans(self, s: str, findings: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
         spans = self._found(s, findings)
         for value in self._literals:
             if value in s:
                 spans += _occurrences(s, value)
         for pattern in self._user:
             spans += (m.span() for m in pattern.finditer(s))
-        return _replaced(s, spans) if spans else s
+        return _everywhere(s, spans) if spans else spans
 
     def _found(self, s: str, findings: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
         """The secrets in ``s`` from what the engine's rules found, those that need a second look checked."""
@@ -216,17 +227,22 @@ def _occurrences(s: str, value: str) -> list[tuple[int, int]]:
     return found
 
 
-def _replaced(s: str, spans: list[tuple[int, int]]) -> str:
-    """``s`` with each span (merged where they overlap) replaced by REDACTED, and each found
-    secret of ``_GLOBAL_MIN`` characters or more wherever else it occurs."""
+def _everywhere(s: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``spans``, and each found secret of ``_GLOBAL_MIN`` characters or more wherever else it
+    occurs in ``s``."""
     long = {s[a:b] for a, b in spans if b - a >= _GLOBAL_MIN}
     if len(long) <= _SEARCHED_ONE_BY_ONE:
         for secret in long:
             spans += _occurrences(s, secret)
     else:  # (many: each looked for as a token of its own, in one pass, rather than one pass each)
         spans += [m.span() for m in _TOKEN_RUN.finditer(s) if m.group() in long]
+    return spans
+
+
+def _replaced(s: str, spans: list[tuple[int, int]]) -> str:
+    """``s`` with each span (in order; merged where they overlap) replaced by REDACTED."""
     out, at = [], 0
-    for a, b in sorted(spans):
+    for a, b in spans:
         if b <= at:
             continue
         if a < at:  # overlapping what was just replaced: that one grows

@@ -36,7 +36,7 @@ class SidecarWorker:
         self.failover = Failover(self.config, self.process.resume, self.process.pid)
         wire.cut_before_crossing(config.get("max_payload_chars"))  # (what the sidecar would cut is not piped)
         self.sender = Sender(self.process.send, self.failover, keep_for_replay=any(self.process.resume.values()),
-                             token2text=bool(config.get("token2text")), secrets=self.process.secrets)  # fmt: skip
+                             secrets=self.process.secrets)  # fmt: skip
         self.pack = self.sender.pack
         self._child_stats: dict[str, dict[str, Any]] = {}
         self._closing = False

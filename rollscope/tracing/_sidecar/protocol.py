@@ -70,23 +70,25 @@ def shaper_for(config: dict[str, Any]) -> EventShaper | None:
     token2text = bool(config.get("token2text"))
     default = config.get("tokenizer")
     shaper = PayloadShaper(Redactor(tuple(config["redact_patterns"])), config["max_payload_chars"], token2text,
-                           sidecar_tokenizer(default) if token2text and default else None)  # fmt: skip
-    return EventShaper(shaper, sidecar_tokenizer if token2text else None)
+                           sidecar_tokenizer(default) if default else None)  # fmt: skip
+    return EventShaper(shaper, sidecar_tokenizer)
 
 
 _unloadable: set[str] = set()
 
 
 def sidecar_tokenizer(name: str) -> Any:
-    """token2text's tokenizer, loaded here from what the traced process loaded it from (kept: one
-    load per name). One that cannot be loaded here is said once; its ids stay ids in the trace
-    (readers decode them where the tokenizer is: ``store.text``)."""
+    """A span's tokenizer, loaded here from what the traced process loaded it from (kept: one load
+    per name): what finds the tokens of a secret, and token2text's text. One that cannot be loaded
+    here is said once: its ids are stored as they came, unchecked (readers decode them where the
+    tokenizer is: ``store.text``)."""
     from rollscope.store.text import load_decoder
 
     tokenizer = load_decoder(name)
     if tokenizer is None and name not in _unloadable:
         _unloadable.add(name)
-        log.warning("token2text: the trace sidecar cannot load the tokenizer %r; token ids are traced as ids", name)
+        log.warning("the trace sidecar cannot load the tokenizer %r: its token ids are stored as they came, "
+                    "not checked for the tokens of a secret (nor decoded, with token2text)", name)  # fmt: skip
     return tokenizer
 
 

@@ -38,10 +38,10 @@ class Sender:
     flush markers in flight and whether the ``Failover`` has taken over."""
 
     def __init__(self, send: Callable[[int, bytes], None], failover: Failover, *, keep_for_replay: bool,
-                 token2text: bool, secrets: list[str]) -> None:  # fmt: skip
+                 secrets: list[str]) -> None:  # fmt: skip
         """``secrets``: the secret values the child's environment started with."""
         self.outbox: deque = deque()  # packed records (bytes) and flush events, in order
-        self.pack = functools.partial(wire.pack_into, self.outbox.append, self._pack_failed, token2text)
+        self.pack = functools.partial(wire.pack_into, self.outbox.append, self._pack_failed)
         self.failover = failover
         self.errors = 0
         self.sent = 0  # events written to the pipe
