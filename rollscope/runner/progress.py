@@ -71,7 +71,9 @@ def summary(stats: RunStats, *, name: str, trace_dir: str, experiment: str, back
         ("error spans", str(stats.span_errors)),
         ("model tokens", f"{stats.tokens} ({stats.tokens / max(elapsed, 1e-9):.1f}/s)"),
         ("rollout time", f"{elapsed:.1f} s ({60 * stats.done / max(elapsed, 1e-9):.1f} trajectories/min)"),
-        ("traces", f"{trace_dir} (backend: {backend}, experiment: {experiment})"),
+        ("traces", f"{trace_dir} (backend: {backend}, experiment: {experiment})"
+                   + ("" if stats.all_stored else "; NOT ALL STORED YET: tracing was still storing when the run "
+                      "ended (the trace sidecar goes on with what it holds; count them with the command below)")),
         ("open them", f"rollscope traces ls --dir {trace_dir} --experiment {experiment}"),
     ]
     for key, value in rows:

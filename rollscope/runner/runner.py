@@ -77,6 +77,7 @@ class RunStats:
     rewarded: int = 0
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None  # when the last trajectory so far ended
+    all_stored: bool = True  # tracing stored everything before the run ended (``session.run_traced``)
 
     def add(self, outcome: Outcome) -> None:
         self.finished = time.monotonic()
@@ -93,6 +94,7 @@ class RunStats:
         for name in ("total", "done", "failed", "tool_calls", "span_errors", "tokens", "rewarded"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.reward_sum += other.reward_sum
+        self.all_stored = self.all_stored and other.all_stored
         self.finished = time.monotonic()
 
     @property

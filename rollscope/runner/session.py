@@ -52,6 +52,9 @@ def _loading(console: Console, what: str) -> contextlib.AbstractContextManager:
     return console.status(what, spinner="dots", refresh_per_second=5)
 
 
+SHUTDOWN_S = 60.0  # how long the end of a run waits for tracing to have stored everything
+
+
 async def run_traced(runner: Runner, on_outcome: Callable[[Outcome], None] | None = None) -> RunStats:
     """Every job of ``runner`` (set up already), traced: tracing starts here, once the LLM has said
     it can answer (a run that never starts leaves no store), and is shut down, everything stored,
@@ -68,5 +71,5 @@ async def run_traced(runner: Runner, on_outcome: Callable[[Outcome], None] | Non
         await runner.run(on_outcome=on_outcome)
     finally:
         await runner.close()
-        shutdown_tracing()
+        runner.stats.all_stored = shutdown_tracing(SHUTDOWN_S)
     return runner.stats

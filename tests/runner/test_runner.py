@@ -33,7 +33,7 @@ def run(config, llm, tokenizer):
 def test_runs_every_sample_n_times_with_verls_attributes(tmp_path, tokenizer):
     config = load_config("gsm8k-calculator", ["limit=3", "n=2", "step=5", "validate=true", f"trace_dir={tmp_path}"])
     runner = run(config, ScriptedLLM(tokenizer, [CALL, "The answer is 976."]), tokenizer)
-    assert runner.stats.done == 6 and runner.stats.failed == 0
+    assert runner.stats.done == 6 and runner.stats.failed == 0 and runner.stats.all_stored
     assert runner.stats.tool_calls == 6
     assert sorted(o.reward for o in runner.outcomes) == [0, 0, 0, 0, 1, 1]  # only sample 0's answer is 976
 
@@ -185,3 +185,45 @@ def test_rates_are_over_the_rollouts_the_same_live_and_in_the_summary():
     live_rate = float(re_module.search(r"([\d.]+) tok/s", live).group(1))
     summary_rate = float(re_module.search(r"600 \(([\d.]+)/s\)", console.export_text()).group(1))
     assert live_rate == pytest.approx(summary_rate, rel=0.01)
+
+
+class StallingBackend:
+    """A backend that takes each trajectory far longer than the run waits (a test double)."""
+
+    name = "stalling"
+
+    def __init__(self, **_):
+        pass
+
+    def on_trajectory_start(self, trajectory):
+        pass
+
+    def on_span_end(self, span):
+        pass
+
+    def on_trajectory_end(self, trajectory):
+        import time as time_module
+
+        time_module.sleep(3)
+
+    def flush(self, timeout=None):
+        return True
+
+    def close(self, timeout=None):
+        return True
+
+
+def test_the_summary_says_when_not_everything_was_stored_as_the_run_ended(tmp_path, tokenizer, monkeypatch):
+    from rich.console import Console
+
+    from rollscope.runner.progress import summary
+    from rollscope.tracing.backends import TraceBackend, register_backend
+
+    register_backend("stalling", type("Stalling", (StallingBackend, TraceBackend), {}))
+    monkeypatch.setattr(session, "SHUTDOWN_S", 0.5)
+    config = load_config("gsm8k-calculator", ["limit=2", f"trace_dir={tmp_path}", "backend=local,stalling"])
+    runner = run(config, ScriptedLLM(tokenizer, [CALL, "The answer is 976."]), tokenizer)
+    assert runner.stats.done == 2 and not runner.stats.all_stored
+    console = Console(record=True, width=400)
+    console.print(summary(runner.stats, name="r", trace_dir=str(tmp_path), experiment="e", backend="local,stalling"))
+    assert "NOT ALL STORED YET" in console.export_text()
