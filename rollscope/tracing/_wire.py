@@ -223,11 +223,13 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
         try:
             buffer.seek(0)
             buffer.truncate()
-            pickler.dump(record)
-            if buffer.tell() > _cut.bytes:  # (rare: a huge value; what the sidecar would cut goes first)
-                buffer.seek(0)
-                buffer.truncate()
+            try:
+                pickler.dump(record)
+            except _TooLong:  # (rare: a huge value; what the sidecar would cut goes first)
+                buffer, pickler = _LOCAL.pickler = _new_pickler()
+                buffer.bounded = False
                 pickler.dump(_cut_long(record, _cut.chars))
+                buffer.bounded = True
             append(buffer.getvalue())
         except Exception:  # a payload the pickler cannot take
             del _LOCAL.pickler  # (its state after a failed dump is not to be trusted)
@@ -273,9 +275,26 @@ def _cut_long(value: Any, keep: int, depth: int = 0) -> Any:
     return value
 
 
-def _new_pickler() -> tuple[io.BytesIO, pickle.Pickler]:
+class _TooLong(Exception):
+    """A record grew past ``_cut.bytes`` as it was pickled."""
+
+
+class _Bounded(io.BytesIO):
+    """The pickler's buffer. A write that takes it past ``_cut.bytes`` raises ``_TooLong`` before it
+    is copied: the pickler hands a long string's bytes over as a view of the string, so a 200 MB
+    value costs no copy of itself before it is cut (``pack_into``)."""
+
+    bounded = True
+
+    def write(self, data: Any) -> int:
+        if self.bounded and self.tell() + len(data) > _cut.bytes:
+            raise _TooLong
+        return super().write(data)
+
+
+def _new_pickler() -> tuple[_Bounded, pickle.Pickler]:
     """A thread's pickler, kept: making one per event costs a sixth of packing a small span."""
-    buffer = io.BytesIO()
+    buffer = _Bounded()
     pickler = _Encoder(buffer, protocol=_PROTOCOL)
     pickler.fast = True  # no memo: events hold no shared references worth one (a cycle raises)
     return buffer, pickler
