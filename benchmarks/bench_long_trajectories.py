@@ -45,6 +45,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 FIRST_PROMPT, REPLY, TOOL = 2_000, 200, 1_300
+REDACTED_ID = -1  # store.tokens.REDACTED_ID (written here: a baseline tree may not have that module)
 
 
 def corpus_ids(tokenizer, n: int, seed: int) -> list[int]:
@@ -162,7 +163,8 @@ def measure(turns: int, repeat: int, model: str, token2text: bool = True) -> dic
         records = sorted((t for t in store.trajectories() if t.id not in warm_ids), key=lambda t: t.start_ns)
         first_record = store.get(records[0].id)
         llm = sorted((s for s in first_record.spans if s.kind == "llm"), key=lambda s: s.start_ns)
-        exact = sum(s.inputs.get("prompt_ids") == p for s, p in zip(llm, passed, strict=True))
+        exact = sum(_same_but_redacted(s.inputs.get("prompt_ids"), p) for s, p in zip(llm, passed, strict=True))
+        redacted_tokens = (llm[-1].inputs.get("prompt_ids") or []).count(REDACTED_ID)
         redact = Redactor().text  # (the text is stored redacted: Python's sources name passwords)
         text_exact = sum(s.inputs.get("prompt_text") == (redact(tokenizer.decode(p)) if token2text else None)
                          for s, p in zip(llm, passed, strict=True))  # fmt: skip
@@ -186,7 +188,15 @@ def measure(turns: int, repeat: int, model: str, token2text: bool = True) -> dic
         "ingest_tokens_per_s": int(context_tokens / ingest_s),
         "viewer_ms": round(viewer_ms, 1), "show_ms": round(show_ms, 1), "page_bytes": len(body),
         "prompts_exact": f"{exact}/{len(passed)}", "texts_exact": f"{text_exact}/{len(passed)}",
+        "redacted_tokens": redacted_tokens,
     }  # fmt: skip
+
+
+def _same_but_redacted(stored: list[int] | None, passed: list[int]) -> bool:
+    """The stored ids are the passed ones, but for tokens stored as carrying a secret (Python's
+    sources name passwords: the text is stored redacted, and these tokens with it)."""
+    return stored is not None and len(stored) == len(passed) and all(
+        a in (b, REDACTED_ID) for a, b in zip(stored, passed, strict=True))
 
 
 def volume(turns: int, model: str) -> dict:
@@ -282,7 +292,8 @@ def main() -> None:
                   f"{r['cost_per_turn_us']:>8,.1f} us/turn  {r['bytes_per_trajectory']:>11,} B "
                   f"({r['bytes_per_context_token']:.2f} B/token, {r['vs_floor']:.2f}x floor)  "
                   f"ingest {r['ingest_tokens_per_s']:>10,} tok/s  viewer {r['viewer_ms']:,.0f} ms  "
-                  f"show {r['show_ms']:,.0f} ms  exact {r['prompts_exact']} ids, {r['texts_exact']} texts",
+                  f"show {r['show_ms']:,.0f} ms  exact {r['prompts_exact']} ids, {r['texts_exact']} texts"
+                  + ("" if r.get("redacted_tokens") is None else f", {r['redacted_tokens']} redacted"),
                   flush=True)  # fmt: skip
     ours = {r["turns"]: r for r in results["this tree"]}
     short, long_ = min(args.turns), max(args.turns)
@@ -295,10 +306,12 @@ def main() -> None:
     print(f"{long_} turns against {short}: cost per turn x{summary['cost_ratio']} (goal <= 1.5), bytes per context "
           f"token x{summary['bytes_per_token_ratio']} (goal <= 1.5); at most {summary['max_vs_floor']}x the floor "
           "(goal <= 2)")  # fmt: skip
-    ids_only = in_child(ROOT, long_, args.repeat, model, token2text=False)
-    summary["ids_only_vs_floor"] = ids_only["vs_floor"]
-    print(f"{long_} turns with token2text off (ids only): {ids_only['bytes_per_trajectory']:,} B, "
-          f"{ids_only['vs_floor']}x the floor, {ids_only['cost_per_turn_us']:,.1f} us/turn")
+    for name, tree in sides.items():  # (the trace sidecar decodes and scans each turn's ids for secrets)
+        ids_only = in_child(tree, long_, args.repeat, model, token2text=False)
+        summary[f"ids_only {name}"] = ids_only
+        print(f"{name:>10} {long_} turns with token2text off (ids only): {ids_only['bytes_per_trajectory']:,} B, "
+              f"{ids_only['vs_floor']}x the floor, {ids_only['cost_per_turn_us']:,.1f} us/turn, "
+              f"ingest {ids_only['ingest_tokens_per_s']:,} tok/s, exact {ids_only['prompts_exact']} ids")  # fmt: skip
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_ERROR_REPORTING": "false"}
     proc = subprocess.run([sys.executable, __file__, "--volume", "20", "--model", model], capture_output=True,
                           text=True, env=env, cwd=ROOT, timeout=3600, check=True)  # fmt: skip
