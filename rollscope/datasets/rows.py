@@ -72,7 +72,7 @@ def _solution(record: TrajectoryRecord, spans: list[SpanRecord], run: SpanRecord
             return s.inputs["solution"]
     outputs = run.outputs if run is not None and isinstance(run.outputs, dict) else {}
     ids = outputs.get("response_ids")
-    name = recorded_tokenizer(record)
+    name = recorded_tokenizer(record.spans)
     tokenizer = load_decoder(name) if name and isinstance(ids, list) and ids else None
     if tokenizer is not None:
         return tokenizer.decode(ids, skip_special_tokens=True)

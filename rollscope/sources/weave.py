@@ -346,7 +346,8 @@ def _span_record(call: Any, trajectory_id: str) -> SpanRecord:
     summary = _mapping(call.summary)
     own = _mapping(summary.get(ROLLSCOPE))
     packed = _mapping(own.get("packed"))
-    inputs = unpack(call.inputs, packed.get("inputs") or [])
+    inputs, output = _without_chat(call.inputs, call.output, own.get("chat"))
+    inputs = unpack(inputs, packed.get("inputs") or [])
     if own.get("wrapped"):
         inputs = _mapping(inputs).get("inputs")
     attributes = {k: _mapping(call.attributes).get(k) for k in own.get("own", [])}
@@ -364,8 +365,23 @@ def _span_record(call: Any, trajectory_id: str) -> SpanRecord:
         status=own.get("status") or ("error" if call.exception else "ok"),
         error_type=own.get("error_type", error.get("type")),
         error_message=own.get("error_message", error.get("message")),
-        inputs=inputs, outputs=unpack(call.output, packed.get("output") or []), attributes=attributes,
+        inputs=inputs, outputs=unpack(output, packed.get("output") or []), attributes=attributes,
     )  # fmt: skip
+
+
+def _without_chat(inputs: Any, output: Any, added: Any) -> tuple[Any, Any]:
+    """A call's inputs and output without what ``as_chat`` added for Weave's UI (the span held
+    neither): the inputs' ``messages``, the output's ``choices`` and ``usage``, or the whole output
+    of a failed turn."""
+    if not isinstance(added, dict):
+        return inputs, output
+    if isinstance(inputs, dict):
+        inputs = {k: v for k, v in inputs.items() if k not in (added.get("inputs") or ())}
+    if added.get("output") is None:
+        return inputs, None
+    if isinstance(output, dict):
+        output = {k: v for k, v in output.items() if k not in added["output"]}
+    return inputs, output
 
 
 def _ns(value: Any, problems: list[str] | None = None, field: str = "time") -> int | None:

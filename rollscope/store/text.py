@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import json
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +24,9 @@ log = logging.getLogger("rollscope.store")
 REPLAY = "rollscope.replay"  # the run span's attribute: what a replay rebuilds the loop from (its tokenizer too)
 
 
-def recorded_tokenizer(record: TrajectoryRecord) -> str | None:
-    """The tokenizer directory (or hub name) the trajectory's loop recorded."""
-    for span in record.spans:
+def recorded_tokenizer(spans: Iterable[Any]) -> str | None:
+    """The tokenizer directory (or hub name) a trajectory's loop recorded, from its spans."""
+    for span in spans:
         info = (span.attributes or {}).get(REPLAY)
         if isinstance(info, dict) and isinstance(info.get("tokenizer"), str):
             return info["tokenizer"]
@@ -91,7 +92,7 @@ def with_text(record: TrajectoryRecord, tokenizer: Any = None) -> int:
     if not todo:
         return 0
     if tokenizer is None:
-        name = recorded_tokenizer(record)
+        name = recorded_tokenizer(record.spans)
         tokenizer = load_decoder(name) if name else None
     if tokenizer is None:
         return 0

@@ -1,9 +1,6 @@
-"""An llm turn as the conversation the model saw: the prompt's rendered chat template split back
-into role-tagged messages, followed by the model's reply.
-
-Chat templates differ only in their turn markers, so each known family is one pattern (ChatML:
-Qwen and the bundled examples; Gemma; Llama 3). A prompt in none of them gives None, and the raw
-prompt text is shown instead.
+"""An llm turn as the conversation the model saw, on the trajectory page: the prompt's messages
+(``store.chat``) followed by the model's reply; a prompt in no known template family shows its
+raw text instead.
 """
 
 from __future__ import annotations
@@ -13,22 +10,9 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
+from rollscope.store.chat import Message, messages, reply_text
 from rollscope.store.diff import turn_text
 from rollscope.store.records import SpanRecord, TrajectoryRecord
-
-# Each family: a turn's start, its role, its text up to its end marker, or up to the next turn's
-# start where a template leaves the end out (the bundled Gemma template's tool calls end the
-# model's turn at ``</tool_call>``, the tool's response following at once).
-_TEMPLATES = (
-    (re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|(?=<\|im_start\|>)|\Z)", re.S), "<|im_end|>"),
-    (re.compile(r"<start_of_turn>(\w+)\n(.*?)(?:<end_of_turn>|(?=<start_of_turn>)|\Z)", re.S), "<end_of_turn>"),
-    (re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n\n(.*?)(?:<\|eot_id\|>|(?=<\|start_header_id\|>)|\Z)",
-                re.S), "<|eot_id|>"),
-)
-# A user turn that only carries a tool's response (templates with no tool role write it so).
-_TOOL_RESPONSE = re.compile(r"\s*<tool_response>.*</tool_response>\s*", re.S)
-_ROLES = {"model": "assistant", "ipython": "tool"}  # Gemma's and Llama 3's names for them
-
 
 # Special tokens left in a message's text (a BOS, an end-of-text, ``<|eot_id|>``, a tool-call tag):
 # ``<|word|>`` (ChatML, Llama 3), Gemma's and sentencepiece's named ones, the hermes tool and
@@ -48,30 +32,6 @@ def with_markers(text: str) -> Markup:
     return Markup("").join(out)
 
 
-@dataclass
-class Message:
-    role: str
-    content: str
-
-
-def messages(prompt_text: str) -> list[Message] | None:
-    """The messages in a rendered prompt (the trailing empty assistant header dropped), or None
-    when the template is not one of the known families."""
-    for pattern, _ in _TEMPLATES:
-        found = pattern.findall(prompt_text)
-        if found:
-            out = [Message(_role(role, content), content.strip("\n")) for role, content in found]
-            if out and out[-1].role == "assistant" and not out[-1].content:
-                out.pop()
-            return out
-    return None
-
-
-def _role(role: str, content: str) -> str:
-    role = _ROLES.get(role, role)
-    return "tool" if role == "user" and _TOOL_RESPONSE.fullmatch(content) else role
-
-
 def conversation(span: SpanRecord) -> list[Message] | None:
     """The turn's prompt as messages, then the reply as the assistant's message (its end marker
     removed); None when the prompt text was not recorded or its template is unknown."""
@@ -83,9 +43,7 @@ def conversation(span: SpanRecord) -> list[Message] | None:
         return None
     reply = turn_text(span)
     if reply is not None:
-        for _, end in _TEMPLATES:
-            reply = reply.split(end, 1)[0] if end in reply else reply
-        found.append(Message("assistant", reply))
+        found.append(Message("assistant", reply_text(reply)))
     return found
 
 

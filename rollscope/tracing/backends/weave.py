@@ -27,11 +27,13 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+from rollscope.store import tokens
+from rollscope.store.chat import openai_messages, openai_reply
 from rollscope.store.records import TrajectoryRecord
 from rollscope.store.schema import TRAJECTORY_COLUMNS
 from rollscope.store.summary import COLUMNS as SUMMARY_COLUMNS
 from rollscope.store.summary import TrajectorySummary
-from rollscope.store.text import REPLAY
+from rollscope.store.text import REPLAY, load_decoder, recorded_tokenizer
 from rollscope.tracing._spool import destination_dir, spool_root
 from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.backends.records import (
@@ -345,6 +347,10 @@ def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: d
         cut = _within_limit(inputs, packed_in, output, packed_out)
         if cut:
             span_attributes[CUT] = summary[ROLLSCOPE]["cut"] = cut
+        if kind == "llm":
+            inputs, output, added = as_chat(s, inputs, output, decoder)
+            if added is not None:
+                summary[ROLLSCOPE]["chat"] = added
         calls.append({
             "project_id": project_id, "id": cid, "trace_id": root_id, "parent_id": ids.get(s.parent_id, root_id),
             "op_name": _op_name(client, s.name, ops, s.attributes if type(s) is Span else None),
@@ -353,6 +359,7 @@ def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: d
             "output": output, "summary": summary,
             "exception": _exception(s.error_type, s.error_message) if error else None})  # fmt: skip
 
+    decoder = _Decoder(spans)
     for s in in_start_order(spans):
         start(s)
     error = t["status"] == "error"
@@ -363,6 +370,64 @@ def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: d
                  "summary": {ROLLSCOPE: {"row": t["row"]}, **({"usage": total_usage} if total_usage else {})},
                  "exception": _exception("TrajectoryError", t["error"]) if error else None})  # fmt: skip
     return calls
+
+
+class _Decoder:
+    """Token ids as text with the tokenizer a trajectory's loop recorded (``store.text``), loaded
+    at the first turn that has ids and no text (token2text off)."""
+
+    def __init__(self, spans: list[SpanLike]) -> None:
+        self.spans, self.loaded, self.tokenizer = spans, False, None
+
+    def __call__(self, ids: Any) -> str | None:
+        if not (type(ids) is list and ids and all(type(i) is int for i in ids)):
+            return None
+        if not self.loaded:
+            self.loaded = True
+            name = recorded_tokenizer(self.spans)
+            self.tokenizer = load_decoder(name) if name else None
+        if self.tokenizer is None:
+            return None
+        try:
+            return tokens.decode(self.tokenizer, ids)
+        except Exception:  # ids this tokenizer cannot decode: no conversation to show
+            return None
+
+
+def as_chat(s: SpanLike, inputs: Any, output: Any, decode: Any) -> tuple[Any, Any, dict[str, Any] | None]:
+    """An llm call in the shape Weave's UI draws as a conversation (its Chat tab, chat bubbles in
+    compare): OpenAI's ``messages`` in its inputs (``store.chat``), ``choices`` and ``usage`` in its
+    output, beside what the span holds. Returns the call's inputs and output, and what was added
+    (a reader takes it away again: ``sources.weave``); nothing where the turn has no text (no
+    tokenizer here to decode its ids) or its inputs have messages of their own."""
+    if not isinstance(inputs, dict) or "messages" in inputs:
+        return inputs, output, None
+    prompt = s.inputs.get("prompt_text") if isinstance(s.inputs, dict) else None
+    if not isinstance(prompt, str):
+        prompt = decode(s.inputs.get("prompt_ids") if isinstance(s.inputs, dict) else None)
+    if prompt is None:
+        return inputs, output, None
+    outputs = s.outputs if isinstance(s.outputs, dict) else {}
+    reply = outputs.get("response_text")
+    if not isinstance(reply, str):
+        reply = decode(outputs.get("token_ids")) or ""
+    message = openai_reply(reply)
+    stop = outputs.get("stop_reason")
+    finish = ("error" if s.status == "error" else "tool_calls" if "tool_calls" in message
+              else "length" if stop == "length" else "stop")  # fmt: skip
+    attrs = s.attributes or {}
+    prompt_tokens, completion_tokens = (attrs.get("gen_ai.usage.input_tokens") or 0,
+                                        attrs.get("gen_ai.usage.output_tokens") or 0)  # fmt: skip
+    chat = {"choices": [{"index": 0, "message": message, "finish_reason": finish}],
+            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+                      "total_tokens": prompt_tokens + completion_tokens}}  # fmt: skip
+    inputs = {"messages": openai_messages(prompt) or [{"role": "user", "content": prompt}], **inputs}
+    if output is None:  # (a failed turn: Weave draws a chat only with an output)
+        return inputs, chat, {"inputs": ["messages"], "output": None}
+    if isinstance(output, dict):
+        added = {k: v for k, v in chat.items() if k not in output}
+        return inputs, {**added, **output}, {"inputs": ["messages"], "output": list(added)}
+    return inputs, output, {"inputs": ["messages"], "output": []}
 
 
 # Weave's trace server refuses a call past ~3.5 MiB (and the batch it came in): a call's packed
