@@ -40,6 +40,7 @@ RUN_ARGUMENTS = ("trajectory", "agent_name", "kwargs")
 # The trainers' private steps rollscope's training join wraps (``rollscope.trainer.verl_hook``):
 # v0's RayPPOTrainer and v1's PPOTrainer, in these modules.
 V0_TRAINER, V1_TRAINER = "verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.trainer_base"
+TRACKING = "verl.utils.tracking"  # its ``Tracking`` starts the trainer's W&B run
 V0_UPDATE_ACTOR = "_update_actor"  # RayPPOTrainer's
 V1_COMPUTE_ADVANTAGE = "_compute_advantage"  # PPOTrainer's
 V1_MULTI_TRAJECTORY_ADVANTAGES = "compute_advantage_for_multi_trajectories"  # v1's module's function
@@ -249,6 +250,13 @@ def _trainer_steps() -> None:
     assert callable(found), f"{V1_TRAINER}.{V1_MULTI_TRAJECTORY_ADVANTAGES} is gone"
 
 
+def _tracking() -> None:
+    """``Tracking`` keeps its loggers by name in ``self.logger``, W&B's as the ``wandb`` module."""
+    tracking = importlib.import_module(TRACKING)
+    source = inspect.getsource(tracking.Tracking.__init__)
+    assert 'self.logger["wandb"] = wandb' in source, "Tracking no longer keeps wandb as self.logger['wandb']"
+
+
 def _mlflow_trace_manager() -> None:
     from mlflow.tracing.trace_manager import InMemoryTraceManager
 
@@ -265,4 +273,5 @@ CONTRACTS: dict[str, Callable[[], None]] = {
     "MultiTurnConfig's fields, read from its source": _multi_turn,
     "the trainers' private steps the training join wraps": _trainer_steps,
     "MLflow's in-memory trace manager": _mlflow_trace_manager,
+    "verl's Tracking: the W&B run it starts": _tracking,
 }

@@ -20,7 +20,7 @@ import logging
 from typing import Any
 
 from rollscope import _verl
-from rollscope.tracing import Trajectory, init_from_verl_config, instrument, rollout_trace_attr
+from rollscope.tracing import Trajectory, init_from_verl_config, instrument, rollout_trace_attr, wandb_run
 
 log = logging.getLogger("rollscope.agentloops")
 
@@ -98,7 +98,7 @@ class VerlTrajectory:
         self.run = run
         self.block = rollout_trace_attr(
             sample_index=run.sample_index, step=run.step, rollout_n=run.rollout_n, validate=run.validate,
-            name=run.agent_name or name, opened_by="verl",
+            name=run.agent_name or name, opened_by="verl", **_wandb_run(),
         )  # fmt: skip
         self.output: Any = None
 
@@ -120,6 +120,12 @@ class VerlTrajectory:
             self.block.hold()
             task.add_done_callback(functools.partial(_close_scored, trajectory, self.output))
         self.block.__exit__(*exc_info)
+
+
+def _wandb_run() -> dict[str, str]:
+    """The trainer's W&B run, as the trajectory's attribute, where it has one (``wandb_run``)."""
+    found = wandb_run.current()
+    return {wandb_run.ATTRIBUTE: found} if found else {}
 
 
 def _close_scored(trajectory: Trajectory, output: Any, task: asyncio.Task) -> None:

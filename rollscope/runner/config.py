@@ -43,6 +43,7 @@ class RunConfig:
     experiment: str | None = None
     trace_dir: str | None = None  # None: $ROLLSCOPE_TRACE_DIR, else ./rollscope_traces
     backend: str = "local"
+    wandb_run: str | None = None  # entity/project/run_id: Weave calls link to that W&B run at ``step``
     token2text: bool = True
     prompt_length: int = 1024
     response_length: int = 512

@@ -31,7 +31,7 @@ from rollscope.runner.config import RunConfig, RunConfigError
 from rollscope.runner.dataset import load_rows, loop_kwargs
 from rollscope.runner.trainer_config import trainer_config
 from rollscope.store.schema import resolve_dir
-from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward, trace_span
+from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward, trace_span, wandb_run
 
 
 @dataclass
@@ -255,6 +255,9 @@ class Runner:
         # On every trajectory: what a replay needs that the loop does not know (rollscope.replay).
         self.run_record = {"reward": cfg.reward, "tools": cfg.resolve(cfg.tools), "llm": cfg.llm,
                            "model": cfg.resolve(cfg.model) if cfg.model else None}  # fmt: skip
+        # The W&B run its trajectories belong to (``tracing.wandb_run``): the config's, or the environment's.
+        found = cfg.wandb_run or wandb_run.current()
+        self.run_link = {wandb_run.ATTRIBUTE: found} if found else {}
 
     def start_tracing(self) -> None:
         """Tracing for this run, into the config's backends (after ``setup``: token2text shaping
@@ -352,7 +355,7 @@ class Runner:
         try:
             with rollout_trace_attr(sample_index=sample_index, step=self.config.step, rollout_n=rollout_n,
                                     validate=self.config.validate, name=str(name),
-                                    **{RUN: self.run_record, **attributes}) as trajectory:  # fmt: skip
+                                    **{RUN: self.run_record, **self.run_link, **attributes}) as trajectory:  # fmt: skip
                 try:
                     output = await self.new_loop(entry).run(dict(sampling_params), **kwargs)
                     outcome.reward = await self._reward(output, kwargs)

@@ -9,7 +9,8 @@ then wraps, in the trainer verl runs,
   calls (``_verl.V1_COMPUTE_ADVANTAGE``, ``_verl.V1_MULTI_TRAJECTORY_ADVANTAGES``), whose result
   holds the step's uid, masks, scores, both log-probs and advantages;
 - v0: ``RayPPOTrainer``'s actor update (``_verl.V0_UPDATE_ACTOR``), whose batch holds the same;
-- both: ``fit``, which waits at its end (bounded) until every step's records are handed on.
+- both: ``fit``, which waits at its end (bounded) until every step's records are handed on;
+- verl's ``Tracking``: the W&B run it starts is published to the rollout workers (``wandb_run``).
 
 The join key is rollscope's trajectory id, which the traced loop puts in its output's
 ``extra_fields`` (``agentloops.verl_run.TRAJECTORY_KEY``): verl carries those into the batch (v0's
@@ -269,7 +270,31 @@ def patch_v1(module: Any) -> None:
     setattr(cls, _WRAPPED, True)
 
 
-_PATCHES = {_V0: patch_v0, _V1: patch_v1}
+def patch_tracking(module: Any) -> None:
+    """verl's ``Tracking`` (its loggers, made as ``fit`` starts): once it has started a W&B run,
+    that run is published to the rollout workers (``wandb_run``)."""
+    cls = module.Tracking
+    if getattr(cls, _WRAPPED, False):
+        return
+    init = cls.__init__
+
+    @functools.wraps(init)
+    def publishing_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        try:
+            wandb = getattr(self, "logger", {}).get("wandb")
+            if wandb is not None and getattr(wandb, "run", None) is not None:
+                from rollscope.tracing import wandb_run
+
+                wandb_run.publish(wandb.run)
+        except Exception as exc:  # the run is not linked; training as it was
+            log.warning("rollscope: the W&B run not linked to the traces: %s: %s", type(exc).__name__, exc)
+
+    cls.__init__ = publishing_init
+    setattr(cls, _WRAPPED, True)
+
+
+_PATCHES = {_V0: patch_v0, _V1: patch_v1, _verl.TRACKING: patch_tracking}
 
 
 class _PatchOnImport(importlib.abc.MetaPathFinder):

@@ -71,7 +71,7 @@ def weave_calls(project: str) -> list[dict]:
         return value
 
     fields = ("id", "trace_id", "parent_id", "project_id", "display_name", "op_name", "started_at", "ended_at",
-              "attributes", "inputs", "output", "summary", "exception")  # fmt: skip
+              "attributes", "inputs", "output", "summary", "exception", "wb_run_id", "wb_run_step")  # fmt: skip
     return [{f: plain(getattr(c, f, None)) for f in fields} for c in weave.init(project).get_calls()]
 
 

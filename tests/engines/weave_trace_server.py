@@ -59,7 +59,9 @@ NEUTRAL = {"latest_only": False}
 
 
 class Base64Ids(IdConverter):
-    """External ids (``entity/project``, run and user ids) as their base64: reversible, as in weave's own tests."""
+    """External ids as W&B's server converts them, reversibly: ``entity/project`` and user ids as
+    their base64; a run ``entity/project/run_id`` as ``<its project's base64>:<run_id>``, the form
+    the server's validator takes (``wb_run_id_validator``)."""
 
     def ext_to_int_project_id(self, project_id: str) -> str:
         return base64.b64encode(project_id.encode()).decode()
@@ -68,10 +70,12 @@ class Base64Ids(IdConverter):
         return base64.b64decode(project_id).decode()
 
     def ext_to_int_run_id(self, run_id: str) -> str:
-        return base64.b64encode(run_id.encode()).decode()
+        project, _, run = run_id.rpartition("/")
+        return f"{self.ext_to_int_project_id(project)}:{run}"
 
     def int_to_ext_run_id(self, run_id: str) -> str:
-        return base64.b64decode(run_id).decode()
+        project, _, run = run_id.partition(":")
+        return f"{self.int_to_ext_project_id(project)}/{run}"
 
     def ext_to_int_user_id(self, user_id: str) -> str:
         return base64.b64encode(user_id.encode()).decode()

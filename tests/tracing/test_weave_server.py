@@ -269,3 +269,26 @@ def test_a_call_past_the_servers_limit_arrives_cut_with_the_cut_said(weave_trace
     assert 300_000 < len(kept) < 700_000 and [int(x) for x in kept] == huge[-len(kept):]
     assert "of 700,000 values kept" in big["attributes"][CUT]["inputs.prompt_ids"]
     assert small["inputs"]["prompt_ids"] == " ".join(map(str, [1, 2, 3] * 10)) and CUT not in small["attributes"]
+
+
+def test_every_call_of_a_trajectory_links_its_wandb_run_and_step(weave_trace_server):
+    """A trajectory's W&B run (``tracing.wandb_run``) on each of its calls, in Weave's own fields
+    (the run's page lists them, the Traces table filters by run); a trajectory without one has none."""
+    import weave
+
+    from rollscope.tracing import wandb_run
+
+    tracing.init_tracing(backend="weave", weave_project="ent/runs")
+    _rollout(3, 0, 0, False, 1.0)  # (no run)
+    with tracing.rollout_trace_attr(step=3, sample_index=1, **{wandb_run.ATTRIBUTE: "ent/runs/r8x2k1"}):
+        with tracing.trace_span("ToolAgentLoop.run", kind="agent"):
+            with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": "hi"}) as s:
+                s.outputs = {"response_text": "hello"}
+    assert tracing.flush_tracing(60)
+    tracing.shutdown_tracing(60)
+    calls = weave_calls("ent/runs")
+    linked = [c for c in calls if c["wb_run_id"]]
+    assert len(linked) == 3 and {(c["wb_run_id"], c["wb_run_step"]) for c in linked} == {("ent/runs/r8x2k1", 3)}
+    assert len(calls) == 7  # the other trajectory's four calls, unlinked
+    found = list(weave.init("ent/runs").get_calls(filter={"wb_run_ids": ["ent/runs/r8x2k1"]}))
+    assert {c.id for c in found} == {c["id"] for c in linked}

@@ -34,6 +34,7 @@ from rollscope.store.schema import TRAJECTORY_COLUMNS
 from rollscope.store.summary import COLUMNS as SUMMARY_COLUMNS
 from rollscope.store.summary import TrajectorySummary
 from rollscope.store.text import REPLAY, load_decoder, recorded_tokenizer
+from rollscope.tracing import wandb_run
 from rollscope.tracing._spool import destination_dir, spool_root
 from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.backends.records import (
@@ -201,6 +202,7 @@ def trajectory_view(t: Any, experiment: str | None, spans: list[SpanLike] = ()) 
         "id": t.id, "name": t.agent_name or "rollout_trace", "start_ns": t.start_ns, "end_ns": t.end_ns,
         "status": t.status, "reward": t.reward, "reward_details": reward_details(t),
         "error": getattr(t, "error_message", None), "row": stored_row(t, spans),
+        "wandb_run": (getattr(t, "attributes", None) or {}).get(wandb_run.ATTRIBUTE),
         "attributes": {"step": t.step, "sample_index": t.sample_index, "rollout_n": t.rollout_n,
                        "validate": bool(t.validate), "experiment_name": t.experiment or experiment,
                        "agent_name": t.agent_name},
@@ -315,9 +317,10 @@ def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: d
     ids = {t["id"]: root_id}
     total_usage: dict[str, Any] = {}
     root_start = _time(t["start_ns"])
+    run = _run_link(project_id, t)
     root = {"project_id": project_id, "id": root_id, "trace_id": root_id, "parent_id": None,
             "op_name": _op_name(client, t["name"], ops), "display_name": t["name"], "started_at": root_start,
-            "attributes": attributes, "inputs": {"trajectory_id": t["id"], **attributes}}  # fmt: skip
+            "attributes": attributes, "inputs": {"trajectory_id": t["id"], **attributes}, **run}  # fmt: skip
     calls.append(root)
 
     def start(s: SpanLike) -> None:
@@ -357,7 +360,7 @@ def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: d
             "display_name": s.name, "started_at": started,
             "attributes": span_attributes, "inputs": inputs, "ended_at": _time(s.end_ns or s.start_ns),
             "output": output, "summary": summary,
-            "exception": _exception(s.error_type, s.error_message) if error else None})  # fmt: skip
+            "exception": _exception(s.error_type, s.error_message) if error else None, **run})  # fmt: skip
 
     decoder = _Decoder(spans)
     for s in in_start_order(spans):
@@ -370,6 +373,17 @@ def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: d
                  "summary": {ROLLSCOPE: {"row": t["row"]}, **({"usage": total_usage} if total_usage else {})},
                  "exception": _exception("TrajectoryError", t["error"]) if error else None})  # fmt: skip
     return calls
+
+
+def _run_link(project_id: str, t: dict[str, Any]) -> dict[str, Any]:
+    """Weave's own fields that tie a call to its W&B run and step (the run's page links its traces,
+    the Traces table filters by run): the trajectory's run (``tracing.wandb_run``), in the call's
+    project, at the trajectory's step, verl's global step, the step the trainer logs its metrics at."""
+    run = wandb_run.run_id(t.get("wandb_run"))
+    if run is None:
+        return {}
+    step = t["attributes"].get("step")
+    return {"wb_run_id": f"{project_id}/{run}", "wb_run_step": step if type(step) is int and step >= 0 else None}
 
 
 class _Decoder:
