@@ -280,10 +280,10 @@ def test_every_call_of_a_trajectory_links_its_wandb_run_and_step(weave_trace_ser
 
     tracing.init_tracing(backend="weave", weave_project="ent/runs")
     _rollout(3, 0, 0, False, 1.0)  # (no run)
-    with tracing.rollout_trace_attr(step=3, sample_index=1, **{wandb_run.ATTRIBUTE: "ent/runs/r8x2k1"}):
-        with tracing.trace_span("ToolAgentLoop.run", kind="agent"):
-            with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": "hi"}) as s:
-                s.outputs = {"response_text": "hello"}
+    with tracing.rollout_trace_attr(step=3, sample_index=1, **{wandb_run.ATTRIBUTE: "ent/runs/r8x2k1"}), \
+            tracing.trace_span("ToolAgentLoop.run", kind="agent"), \
+            tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": "hi"}) as s:  # fmt: skip
+        s.outputs = {"response_text": "hello"}
     assert tracing.flush_tracing(60)
     tracing.shutdown_tracing(60)
     calls = weave_calls("ent/runs")
