@@ -20,9 +20,13 @@ pytestmark = pytest.mark.slow
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, demo_model, weave_trace_server):
-    env = {**os.environ, **weave_trace_server.environment()}
-    return train(tmp_path_factory.mktemp("main_ppo_weave"), demo_model, "trainer.use_v1=True",
-                 "trainer.project_name=ent/proj", "actor_rollout_ref.rollout.dtype=bfloat16", backend="weave",
+    """With verl's wandb logger too (an offline run: W&B's own files, no server), as the guide
+    sets it up; the project's entity is the (test) server's default, ``ent``."""
+    root = tmp_path_factory.mktemp("main_ppo_weave")
+    env = {**os.environ, **weave_trace_server.environment(), "WANDB_MODE": "offline", "WANDB_DIR": str(root),
+           "WANDB_SILENT": "true"}  # fmt: skip
+    return train(root, demo_model, "trainer.use_v1=True", "trainer.project_name=proj",
+                 "trainer.logger=['console','wandb']", "actor_rollout_ref.rollout.dtype=bfloat16", backend="weave",
                  env=env)  # fmt: skip
 
 
@@ -41,6 +45,18 @@ def test_one_root_call_per_trajectory_of_every_step(run, roots):
     for root in found:
         assert root["project_id"] == "ent/proj"
         assert (root["attributes"]["experiment_name"], root["attributes"]["validate"]) == ("demo-train", False)
+
+
+def test_every_call_links_the_trainers_wandb_run_at_its_trajectorys_step(run, roots):
+    """verl's trainer started the W&B run after its rollout workers existed; every Weave call of
+    every trajectory carries that run and the trajectory's step (verl's global step, at which the
+    trainer logged that step's metrics)."""
+    [offline] = list((run.root / "wandb").glob("offline-run-*/run-*.wandb"))
+    run_id = offline.stem.removeprefix("run-")
+    calls, found = roots
+    assert all(c["wb_run_id"] == f"ent/proj/{run_id}" for c in calls.values())
+    for root in found:
+        assert {c["wb_run_step"] for c in calls.values() if c["trace_id"] == root["id"]} == {root["attributes"]["step"]}
 
 
 def test_each_root_holds_the_complete_trajectory(roots):
