@@ -16,6 +16,7 @@ from rollscope.store import TraceStore, tokens
 from rollscope.store.text import load_decoder
 from tests.agentloops.real_models import model_dir
 
+pytestmark = pytest.mark.slow
 KEY = "sk-proj-" + "Xi8tdMjHV6pmbBbwilTeT3BlbkFJ3UDnpdEwNNm6wVBpYM0o"
 PASSWORD = "Vq7#pL2xK9mW"
 REPLIES = [
