@@ -17,13 +17,17 @@ def add_args(p: argparse.ArgumentParser) -> None:
                    help="address to bind (default 127.0.0.1; others expose your traces to the network)")
     p.add_argument("--allow-host", action="append", default=[], metavar="NAME",
                    help="also answer requests addressed to NAME (a tunnel's host name); repeatable")  # fmt: skip
+    p.add_argument("--wandb-run", metavar="RUN",
+                   help="a W&B run whose logged metrics /metrics charts, each step linked to its trajectories: "
+                        "an offline run's directory (or the wandb directory holding it), or ENTITY/PROJECT/RUN_ID "
+                        "(W&B's API, with your credentials)")  # fmt: skip
 
 
 def ui_command(args: argparse.Namespace) -> int:
     from rollscope.viewer.server import make_server
 
     try:
-        server = make_server(args.dir, args.host, args.port, tuple(args.allow_host), args.source)
+        server = make_server(args.dir, args.host, args.port, tuple(args.allow_host), args.source, args.wandb_run)
     except OSError as exc:
         print(f"rollscope: cannot serve on {args.host}:{args.port}: {exc.strerror or exc}"
               + (" (try another --port, or --port 0)" if exc.errno == errno.EADDRINUSE else ""), file=sys.stderr)

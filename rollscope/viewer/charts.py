@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from rollscope.store.records import StepStats
 
@@ -27,6 +29,7 @@ class Chart:
     width: int = WIDTH
     height: int = HEIGHT
     boxes: list[Box] = field(default_factory=list)  # a distribution chart's, one per step
+    links: list[str] = field(default_factory=list)  # where each dot leads (its step's trajectories), if anywhere
 
 
 @dataclass
@@ -82,13 +85,14 @@ def charts(steps: list[StepStats], extra: dict[str, dict] | None = None) -> list
     return _lines(series_of) + series_charts(extra or {})
 
 
-def series_charts(extra: dict[str, dict]) -> list[Chart]:
-    """One line chart per series (title -> {step: value})."""
+def series_charts(extra: dict[str, dict], link: Callable[[Any], str] | None = None) -> list[Chart]:
+    """One line chart per series (title -> {step: value}); ``link``: where a step's dot leads."""
     return _lines([(title, [(x, y) for x, y in values.items() if x is not None and y is not None])
-                   for title, values in extra.items()])  # fmt: skip
+                   for title, values in extra.items()], link)  # fmt: skip
 
 
-def _lines(series_of: list[tuple[str, list[tuple[float, float]]]]) -> list[Chart]:
+def _lines(series_of: list[tuple[str, list[tuple[float, float]]]],
+           link: Callable[[Any], str] | None = None) -> list[Chart]:  # fmt: skip
     out = []
     for title, series in series_of:
         if not series:
@@ -108,7 +112,8 @@ def _lines(series_of: list[tuple[str, list[tuple[float, float]]]]) -> list[Chart
 
         dots = [(px(x), py(y), f"step {x}: {y:.3g}") for x, y in series]
         labels = [(px(x), str(x)) for x in sorted({x0, x1, xs[len(xs) // 2]})]
-        out.append(Chart(title, " ".join(f"{a:.1f},{b:.1f}" for a, b, _ in dots), dots, y0, y1, labels))
+        out.append(Chart(title, " ".join(f"{a:.1f},{b:.1f}" for a, b, _ in dots), dots, y0, y1, labels,
+                         links=[link(x) for x, _ in series] if link is not None else []))  # fmt: skip
     return out
 
 

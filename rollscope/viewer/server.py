@@ -19,6 +19,7 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from rollscope.sources import TraceSource, open_source
+from rollscope.sources.wandb_history import HistoryError, read_history
 from rollscope.store import rescorings
 from rollscope.store.diff import turn_text, without_ids
 from rollscope.store.grpo import advantages, group_advantages
@@ -53,8 +54,11 @@ class BadRequest(ValueError):
 class Viewer:
     """Renders pages from a store directory; ``handle`` is the whole web interface, testable without HTTP."""
 
-    def __init__(self, directory: str | None = None, source: str | None = None) -> None:
+    def __init__(self, directory: str | None = None, source: str | None = None, wandb_run: str | None = None) -> None:
+        """``wandb_run``: a W&B run whose logged metrics ``/metrics`` shows (``sources.wandb_history``:
+        an offline run's directory, or entity/project/run_id), read at each request of the page."""
         self.directory = directory
+        self.wandb_run = wandb_run
         # One store for every request: its open files, cached per-shard aggregates and index of
         # sealed segments outlive a request, and each query lists the directory again, so new
         # shards and segments show. Requests take turns on it (the lock): pages take milliseconds,
@@ -64,12 +68,13 @@ class Viewer:
         self._lock = threading.Lock()
         self.env = Environment(loader=PackageLoader("rollscope.viewer", "templates"), trim_blocks=True,
                                lstrip_blocks=True, autoescape=select_autoescape(default=True))  # fmt: skip
-        self.env.globals.update(figures=figures, main_text=main_text, tool_call=tool_call, turn_text=turn_text,
-                                fmt=fmt, quote=quote, token_view=token_view, span_facts=span_facts,
+        self.env.globals.update(wandb_run=wandb_run, figures=figures, main_text=main_text, tool_call=tool_call,
+                                turn_text=turn_text, fmt=fmt, quote=quote, token_view=token_view, span_facts=span_facts,
                                 table_row=table_row, with_markers=with_markers)  # fmt: skip
         self.routes: dict[str, Callable[[dict[str, str], list[str]], str]] = {
             "/": self.index, "/compare": self.compare, "/group": self.group, "/steps": self.steps,
             "/insights": self.insights, "/prompt": self.prompt, "/live": self.live, "/rescorings": self.rescorings,
+            "/metrics": self.metrics,
         }  # fmt: skip
 
     def store(self) -> TraceSource:
@@ -215,6 +220,23 @@ class Viewer:
                                 *_training_charts(training.get((p, e)), found.get((p, e)))]}
                     for (p, e), stats in runs.items()]  # fmt: skip
         return self._render("steps.html", title="steps", sections=sections, q=q)
+
+    def metrics(self, q: dict[str, str], _: list[str]) -> str:
+        """The W&B run's logged metrics, one chart each over its steps, each step's dot a link to
+        that step's trajectories (of ``experiment``, when given)."""
+        if self.wandb_run is None:
+            raise KeyError("no W&B run given: rollscope ui --wandb-run DIR_OR_ENTITY/PROJECT/RUN_ID")
+        try:
+            history = read_history(self.wandb_run)
+        except HistoryError as exc:
+            raise BadRequest(str(exc)) from None
+        experiment = q.get("experiment")
+
+        def link(step: Any) -> str:
+            return "/?" + urlencode({"step": step, **({"experiment": experiment} if experiment else {})})
+
+        found = series_charts({name: history.series(name) for name in history.metrics()}, link)
+        return self._render("metrics.html", title="W&B run", history=history, charts=found, where=self.wandb_run)
 
     def prompt(self, q: dict[str, str], _: list[str]) -> str:
         if "sample" not in q:
@@ -400,10 +422,11 @@ def _host_name(header: str) -> str:
 
 
 def make_server(directory: str | None, host: str = "127.0.0.1", port: int = 8765,
-                allowed_hosts: tuple[str, ...] = (), source: str | None = None) -> ThreadingHTTPServer:  # fmt: skip
+                allowed_hosts: tuple[str, ...] = (), source: str | None = None,
+                wandb_run: str | None = None) -> ThreadingHTTPServer:  # fmt: skip
     """The viewer's HTTP server, answering only requests addressed to ``host``, 127.0.0.1,
     localhost, [::1] or one of ``allowed_hosts``."""
     names = {host, "127.0.0.1", "localhost", "[::1]", *allowed_hosts}
     names = frozenset(f"[{n}]" if ":" in n and not n.startswith("[") else n.lower() for n in names)
-    handler = type("Handler", (_Handler,), {"viewer": Viewer(directory, source), "allowed_hosts": names})
+    handler = type("Handler", (_Handler,), {"viewer": Viewer(directory, source, wandb_run), "allowed_hosts": names})
     return ThreadingHTTPServer((host, port), handler)

@@ -216,3 +216,35 @@ def test_a_spans_attributes_and_the_compared_task_as_chromium_draws_them(rich_se
     task = browser.find_element(By.CSS_SELECTOR, "#compare-table tr.task")
     assert task.text.count("What is 6 * 7?") == 2 and task.text.count("42") >= 2, task.text
     shot(browser, "10-compare-task")
+
+
+def test_the_wandb_runs_metrics_each_step_linked_to_its_trajectories(store_dir, browser, tmp_path):
+    """``rollscope ui --wandb-run DIR``: the curves an offline W&B run logged (as verl's trainer logs
+    them, at the steps the store's trajectories carry), one chart a metric; a step's dot opens that
+    step's trajectories."""
+    import threading
+
+    from selenium.webdriver.common.by import By
+
+    from rollscope.viewer.server import make_server
+    from tests.sources.wandb_runs import offline_run
+
+    offline_run(tmp_path, [(step, {"critic/score/mean": 0.2 + 0.1 * step, "actor/entropy": 1.5 - 0.3 * step,
+                                   "actor/ppo_kl": 0.01 * step}) for step in range(3)])  # fmt: skip
+    httpd = make_server(str(store_dir), port=0, wandb_run=str(tmp_path))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{httpd.server_address[1]}"
+        browser.get(url + "/metrics")
+        figures = browser.find_elements(By.CSS_SELECTOR, "#charts figure")
+        assert [f.find_element(By.TAG_NAME, "figcaption").text for f in figures] == [
+            "actor/entropy", "actor/ppo_kl", "critic/score/mean"]
+        dots = figures[0].find_elements(By.CSS_SELECTOR, "a.step-link circle")
+        assert len(dots) == 3 and all(d.size["width"] > 0 for d in dots)  # drawn, one a step
+        shot(browser, "9-wandb-metrics")
+        browser.find_element(By.ID, "nav-metrics")
+        click_and_wait(browser, dots[1], "step=1")
+        assert len(rows(browser)) == 8  # step 1's trajectories: 2 samples x 4 rollouts
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
