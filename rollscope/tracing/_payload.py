@@ -311,16 +311,17 @@ class PayloadShaper:
                 return
             out["token_texts"] = [self._string(t) for t in texts]
 
-
-    def without_secrets(self, ids: list[int], decoder: Any) -> tuple[list[int], str]:
+    def without_secrets(self, ids: list[int], decoder: Any, text: str | None = None,
+                        context: list[int] = ()) -> tuple[list[int], str]:  # fmt: skip
         """``ids`` with the tokens of a secret their text holds replaced (a copy, where any is), and
-        their text, redacted. Raises what decoding them raises."""
-        text = encodable(decoder.decode(ids))
+        that text, redacted. ``text``: theirs as already decoded after ``context`` (the tokens just
+        before them: a continuing turn's), else decoded here. Raises what decoding raises."""
+        text = encodable(decoder.decode(ids) if text is None else text)
         clean = self.redactor.text(text)
         if clean != text:
-            positions = secret_positions(ids, decoder, self.redactor)
+            positions = secret_positions([*context, *ids], decoder, self.redactor, len(context))
             self.redacted_tokens += len(positions)
-            ids = redacted(ids, positions)
+            ids = redacted(ids, [p - len(context) for p in positions])
         return ids, clean
 
     def _key(self, k: Any) -> tuple[str, bool]:

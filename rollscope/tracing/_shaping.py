@@ -18,8 +18,7 @@ from rollscope.store.tokens import REDACTED_TOKENS
 from rollscope.store.turns import ADDED_IDS, ADDED_TEXT, BASE, is_continuation, text_after
 from rollscope.tracing import _events as ev
 from rollscope.tracing._callargs import CallArgs
-from rollscope.tracing._payload import UNRECORDED, PayloadShaper, encodable, unrecorded
-from rollscope.tracing._redaction.tokens import redacted, secret_positions
+from rollscope.tracing._payload import UNRECORDED, PayloadShaper, unrecorded
 from rollscope.tracing._turns import TurnTexts
 from rollscope.tracing._wire import tokenizer_name
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
@@ -147,19 +146,13 @@ class EventShaper:
         shaped. Where the turn it continues is not known here (a sidecar that took over
         mid-trajectory) its added tokens are checked alone, their text is left out and said, and
         their ids still make the prompt whole."""
-        decoder, redactor, added = span.decoder, self.shaper.redactor, raw[ADDED_IDS]
+        decoder, added = span.decoder, raw[ADDED_IDS]
         known = self.turns.before(span.trajectory_id, raw)
-        tail, piece = (known[0], known[1] + added) if known is not None else ([], added)
+        tail, reply = known if known is not None else ([], [])
         try:
-            text, cut = text_after(lambda ids: decoder.decode(ids), tail, piece)
-            shown = encodable(text)
-            clean = redactor.text(shown)
-            inputs = raw
-            if clean != shown:
-                offset = len(tail) + len(piece) - len(added)
-                positions = secret_positions(tail + piece, decoder, redactor, offset)
-                self.shaper.redacted_tokens += len(positions)
-                inputs = {**raw, ADDED_IDS: redacted(added, [p - offset for p in positions])}
+            text, cut = text_after(lambda ids: decoder.decode(ids), tail, reply + added)
+            kept, clean = self.shaper.without_secrets(added, decoder, text, tail + reply)
+            inputs = raw if kept is added else {**raw, ADDED_IDS: kept}
         except Exception as exc:  # a tokenizer that cannot decode these ids: they stay ids
             return {**raw, ADDED_TEXT: f"<not decoded: {type(exc).__name__}>"} if self.shaper.token2text else raw
         if not self.shaper.token2text:
