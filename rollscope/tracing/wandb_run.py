@@ -23,7 +23,10 @@ log = logging.getLogger("rollscope.trainer")
 ATTRIBUTE = "wandb.run"  # a trajectory's attribute: its W&B run, "entity/project/run_id"
 ENV = "ROLLSCOPE_WANDB_RUN"
 _KEY = b"rollscope/wandb_run"
-_RECHECK_S = 2.0  # while no run is published: how often a worker asks Ray's store again
+# While no run is published (a trainer without a wandb logger: the usual case), how often a worker
+# asks Ray's store again: the ask is a blocking round trip on the rollout's event loop, and verl
+# starts its logger before the first rollout, so the first ask after that finds it.
+_RECHECK_S = 30.0
 _found: dict[str, Any] = {"run": None, "checked": -_RECHECK_S}
 
 
@@ -55,7 +58,7 @@ def publish(run: Any) -> None:
 
 def current() -> str | None:
     """The W&B run of a trajectory opened now: ``ROLLSCOPE_WANDB_RUN``, else what the trainer
-    published in Ray's store (asked at most every 2 s until found, then kept)."""
+    published in Ray's store (asked at most every ``_RECHECK_S`` until found, then kept)."""
     named = os.environ.get(ENV)
     if named:
         return named
