@@ -28,7 +28,7 @@ def open_reader(args: argparse.Namespace, **filters: Any) -> TraceSource:
 
 
 FILTERS = ("project", "experiment", "step", "sample_index", "rollout_n", "validate", "agent", "status",
-           "min_reward", "max_reward", "has_error", "tool_error")  # ``TraceStore.trajectories``' filters
+           "min_reward", "max_reward", "has_error", "tool_error", "wandb_run")  # ``TraceStore.trajectories``' filters
 
 
 def add_filters(p: argparse.ArgumentParser) -> None:
@@ -47,6 +47,8 @@ def add_filters(p: argparse.ArgumentParser) -> None:
                    help="only trajectories with (--errors) or without (--no-errors) an error span")  # fmt: skip
     p.add_argument("--tool-errors", action=argparse.BooleanOptionalAction, default=None, dest="tool_error",
                    help="only trajectories with (--tool-errors) or without a failed tool call")  # fmt: skip
+    p.add_argument("--wandb-run", metavar="RUN",
+                   help="only the trajectories of this W&B run (entity/project/run_id, or the run id alone)")
 
 
 def filters_of(args: argparse.Namespace) -> dict:

@@ -79,6 +79,9 @@ class WeaveSource(TraceStore):
         self.skipped: dict[str, int] = {}  # what the server gave that could not be read, by kind
         ids = filters.pop("ids", None)
         roots = {"trace_roots_only": True, **({"call_ids": [call_id(i) for i in ids]} if ids else {})}
+        if filters.get("wandb_run"):  # the calls Weave links to that run (``wb_run_id``, as the backend writes it)
+            run = filters["wandb_run"]
+            roots["wb_run_ids"] = [run if run.count("/") == 2 else f"{project_id}/{run}"]
         try:
             self._read_roots(roots, _query(filters, first_step, last_step))
         except BaseException:

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rollscope.store import rescorings
-from rollscope.store.records import SpanRecord, StepStats, TrainingRecord, TrajectoryRecord
+from rollscope.store.records import WANDB_RUN, SpanRecord, StepStats, TrainingRecord, TrajectoryRecord
 from rollscope.store.schema import (
     ADDED_COLUMNS,
     SHARD_SUFFIX,
@@ -261,6 +261,7 @@ class TraceStore:
         replays: bool | None = None,
         replay_of: str | None = None,
         ended_after: int | None = None,
+        wandb_run: str | None = None,
         order_by: str = "step",
         descending: bool = False,
         limit: int | None = None,
@@ -271,7 +272,7 @@ class TraceStore:
             project=project, experiment=experiment, step=step, sample_index=sample_index,
             rollout_n=rollout_n, validate=validate, agent=agent, status=status,
             min_reward=min_reward, max_reward=max_reward, has_error=has_error, tool_error=tool_error,
-            replays=replays, replay_of=replay_of, ended_after=ended_after,
+            replays=replays, replay_of=replay_of, ended_after=ended_after, wandb_run=wandb_run,
         )  # fmt: skip
         if order_by not in _ORDER:
             raise ValueError(f"order_by must be one of {', '.join(_ORDER)}, got {order_by!r}")
@@ -503,6 +504,9 @@ def _attributes(raw: Any) -> tuple[dict[str, Any], str | None]:
     return value, None
 
 
+_RUN = f"json_extract(attributes, '$.\"{WANDB_RUN}\"')"
+
+
 def _where(**filters: Any) -> tuple[str, list[Any]]:
     clauses: list[str] = []
     params: list[Any] = []
@@ -532,6 +536,9 @@ def _where(**filters: Any) -> tuple[str, list[Any]]:
     if filters.get("replay_of") is not None:
         clauses.append("replay_of = ?")
         params.append(filters["replay_of"])
+    if filters.get("wandb_run"):  # its W&B run: the whole path, or the run's id alone
+        clauses.append(f"({_RUN} = ? OR substr({_RUN}, -length(?) - 1) = '/' || ?)")
+        params.extend([filters["wandb_run"]] * 3)
     if filters.get("ended_after") is not None:  # (ns) what ended since then: a live view's next lines
         clauses.append("end_ns > ? AND status != 'running'")
         params.append(int(filters["ended_after"]))

@@ -8,6 +8,7 @@ from typing import Any
 
 TASK_CHARS = 200  # a trajectory's task as listed: the start of its last user message
 ERROR_CHARS = 200
+WANDB_RUN = "wandb.run"  # a trajectory's attribute: the W&B run it belongs to, "entity/project/run_id"
 
 
 def last_user_message(raw_prompt: Any) -> str | None:
@@ -84,6 +85,12 @@ class TrajectoryRecord:
     @property
     def duration_s(self) -> float | None:
         return None if self.end_ns is None else (self.end_ns - self.start_ns) / 1e9
+
+    @property
+    def wandb_run(self) -> str | None:
+        """The W&B run the trajectory belongs to ("entity/project/run_id"), where it has one."""
+        found = (self.attributes or {}).get(WANDB_RUN)
+        return found if isinstance(found, str) and found else None
 
     @property
     def spans(self) -> list[SpanRecord]:

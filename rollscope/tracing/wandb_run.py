@@ -18,9 +18,11 @@ import os
 import time
 from typing import Any
 
+from rollscope.store.records import WANDB_RUN
+
 log = logging.getLogger("rollscope.trainer")
 
-ATTRIBUTE = "wandb.run"  # a trajectory's attribute: its W&B run, "entity/project/run_id"
+ATTRIBUTE = WANDB_RUN  # a trajectory's attribute: its W&B run, "entity/project/run_id"
 ENV = "ROLLSCOPE_WANDB_RUN"
 _KEY = b"rollscope/wandb_run"
 # While no run is published (a trainer without a wandb logger: the usual case), how often a worker

@@ -70,7 +70,7 @@ class Viewer:
                                lstrip_blocks=True, autoescape=select_autoescape(default=True))  # fmt: skip
         self.env.globals.update(wandb_run=wandb_run, figures=figures, main_text=main_text, tool_call=tool_call,
                                 turn_text=turn_text, fmt=fmt, quote=quote, token_view=token_view, span_facts=span_facts,
-                                table_row=table_row, with_markers=with_markers)  # fmt: skip
+                                with_markers=with_markers)  # fmt: skip
         self.routes: dict[str, Callable[[dict[str, str], list[str]], str]] = {
             "/": self.index, "/compare": self.compare, "/group": self.group, "/steps": self.steps,
             "/insights": self.insights, "/prompt": self.prompt, "/live": self.live, "/rescorings": self.rescorings,
@@ -126,7 +126,9 @@ class Viewer:
             return "/?" + urlencode({**{k: v for k, v in keep.items() if k not in ("sort", "desc")}, "sort": column,
                                      **({"desc": desc} if desc else {})})  # fmt: skip
 
-        return self._render("index.html", title="trajectories", rows=rows, total=total, page=page, pages=pages,
+        runs = any(r.wandb_run for r in rows)  # the W&B run column, where the page has one
+        return self._render("index.html", title="trajectories", rows=[table_row(r, runs) for r in rows],
+                            runs=runs, total=total, page=page, pages=pages,
                             q=q, sorts=SORTS, sort=sort, sort_url=sort_url, experiments=experiments,
                             all_count=store.total() if any(v is not None for v in filters.values()) else total,
                             page_url=lambda p: "/?" + urlencode({**keep, "page": p}))  # fmt: skip
@@ -384,7 +386,7 @@ def _filters(q: dict[str, str]) -> dict[str, Any]:
         "sample_index": _sample(q),
         "rollout_n": _int(q, "rollout", None), "validate": _flag(q, "validate"), "agent": q.get("agent"),
         "status": q.get("status"), "min_reward": _float(q, "min_reward"), "max_reward": _float(q, "max_reward"),
-        "has_error": _flag(q, "errors"), "tool_error": _flag(q, "tool_errors"),
+        "has_error": _flag(q, "errors"), "tool_error": _flag(q, "tool_errors"), "wandb_run": q.get("wandb_run") or None,
     }  # fmt: skip
 
 

@@ -43,14 +43,19 @@ def _quoted(text: str) -> str:
     return quote_plus(text)
 
 
-def table_row(r: TrajectoryRecord) -> Markup:
+def table_row(r: TrajectoryRecord, runs: bool = False) -> Markup:
     """One row of the trajectory table. Written in Python rather than the template: it is drawn a
-    hundred times a page, and Jinja spends about five times as long on the same seventeen cells."""
+    hundred times a page, and Jinja spends about five times as long on the same seventeen cells.
+    ``runs``: with the W&B run's column (its id, a link to the run's trajectories; the path on hover)."""
     attributes = r.attributes or {}
+    run = r.wandb_run
     cells = (
         f'<td><input type="checkbox" name="id" value="{escape(r.id)}"></td>',
         f'<td><a href="/t/{escape(quote(r.id))}">{escape(r.id)}</a></td>',
         f"<td>{escape(r.experiment or '')}</td>",
+        ("" if not runs else "<td></td>" if run is None else
+         f'<td class="wandb-run"><a href="/?wandb_run={_quoted(run)}" title="{escape(run)}">'
+         f"{escape(run.rsplit('/', 1)[-1])}</a></td>"),
         f"<td>{escape(fmt(r.step))}</td>",
         f'<td><a href="{escape(group_url(r))}">{escape(fmt(r.sample_index))}</a></td>',
         f"<td>{escape(fmt(r.rollout_n))}</td>",

@@ -87,3 +87,22 @@ def test_ui_on_a_port_already_taken_says_so_in_one_line(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip().count("\n") == 0 and "Traceback" not in result.stderr
     assert f"cannot serve on 127.0.0.1:{port}" in result.stderr and "--port 0" in result.stderr
+
+
+@pytest.mark.slow
+def test_ls_filters_by_wandb_run_by_path_or_id(tmp_path):
+    """The trajectories of one W&B run (the ``wandb.run`` attribute verl's trainer gives them), named
+    by its path or its id alone; a run whose id ends another's is not matched."""
+    d = tmp_path / "traces"
+    tracing.init_tracing(project="p", experiment="cli", trace_dir=str(d))
+    for n, run in enumerate(["ent/proj/r8x2k1", "ent/proj/r8x2k1", "ent/proj/xr8x2k1", None]):
+        with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=n, **({"wandb.run": run} if run else {})):
+            with tracing.trace_span("generate", kind="llm"):
+                pass
+    tracing.shutdown_tracing()
+    for name in ("ent/proj/r8x2k1", "r8x2k1"):
+        out = _cli("traces", "ls", "--dir", str(d), "--json", "--wandb-run", name)
+        assert out.returncode == 0, out.stderr
+        assert sorted(r["rollout_n"] for r in json.loads(out.stdout)) == [0, 1]
+    out = _cli("traces", "ls", "--dir", str(d), "--json", "--wandb-run", "other")
+    assert json.loads(out.stdout) == []

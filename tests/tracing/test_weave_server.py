@@ -292,3 +292,10 @@ def test_every_call_of_a_trajectory_links_its_wandb_run_and_step(weave_trace_ser
     assert len(calls) == 7  # the other trajectory's four calls, unlinked
     found = list(weave.init("ent/runs").get_calls(filter={"wb_run_ids": ["ent/runs/r8x2k1"]}))
     assert {c.id for c in found} == {c["id"] for c in linked}
+    from rollscope.sources import open_source
+
+    for name in ("ent/runs/r8x2k1", "r8x2k1"):  # read back: the server filters by run, so does the reader
+        with open_source("weave:ent/runs", wandb_run=name) as source:
+            [trajectory] = source.trajectories(wandb_run=name)
+            assert (trajectory.wandb_run, trajectory.step, trajectory.sample_index) == ("ent/runs/r8x2k1", 3, 1)
+            assert source.count() == 1  # the server sent that run's root only

@@ -274,3 +274,26 @@ def test_compare_shows_each_trajectorys_task_and_ground_truth(recorded):
     row = page[page.index('<tr class="task">'):page.index("</tr>", page.index('<tr class="task">'))]
     [answer] = [a for q, a in truth.items() if q in row]  # (its question is in the row, once)
     assert row.count(f'<span class="mono ground-truth">{answer}</span>') == 2, row
+
+
+def test_the_wandb_run_column_links_to_the_runs_trajectories(tmp_path):
+    """A store whose trajectories carry their W&B run: a column with the run's id, each a link that
+    filters to that run; a store without one has no such column."""
+    d = tmp_path / "traces"
+    tracing.init_tracing(project="p", experiment="runs", trace_dir=str(d))
+    for n, run in enumerate(["ent/proj/r8x2k1", "ent/proj/r8x2k1", "ent/proj/q7", None]):
+        with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=n, **({"wandb.run": run} if run else {})):
+            with tracing.trace_span("generate", kind="llm"):
+                pass
+    tracing.shutdown_tracing()
+    with serving(d) as url:
+        page = get(url, "/").text
+        assert "<th>W&amp;B run</th>" in page and page.count('title="ent/proj/r8x2k1">r8x2k1</a>') == 2
+        assert "/?wandb_run=ent%2Fproj%2Fr8x2k1" in page
+        only = get(url, "/?wandb_run=ent%2Fproj%2Fr8x2k1").text
+        assert "2 of 4 match" in only and len(set(ids_on(only))) == 2
+        assert "1 of 4 match" in get(url, "/?wandb_run=q7").text
+
+
+def test_no_wandb_run_column_without_a_run(server):
+    assert "W&amp;B run</th>" not in get(server, "/").text
