@@ -9,7 +9,9 @@ from typing import Any
 
 from rollscope.cli.args import add_dir, open_reader
 from rollscope.cli.render import console, escape
+from rollscope.sources.wandb_history import read_history
 from rollscope.store.insights import SIGNALS, ExperimentInsights, Signal, Thresholds, insights
+from rollscope.store.metric_changes import JUMP, MetricChange, metric_changes
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -20,6 +22,13 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", help="a range of steps, A:B (inclusive; either end may be left open)")
     p.add_argument("--validate", action="store_true", help="the validation rollouts instead of the training ones")
     p.add_argument("--json", action="store_true", help="one object per experiment (a list when several match)")
+    p.add_argument("--wandb-run", metavar="RUN",
+                   help="the training run's W&B metrics beside the signals: an offline run's directory or "
+                        "entity/project/run_id (each metric's jumps, and the --metric ones at every flagged step)")
+    p.add_argument("--metric", action="append", default=[], metavar="NAME",
+                   help="a W&B metric to show at every flagged step, jump or not (repeatable)")
+    p.add_argument("--metric-jump", type=float, default=JUMP, metavar="N",
+                   help=f"a change over N times the metric's usual step-to-step change is a jump (default {JUMP})")
     defaults = Thresholds()
     for f in dataclasses.fields(Thresholds):
         p.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(defaults, f.name)), dest=f.name,
@@ -50,6 +59,17 @@ def insights_command(args: argparse.Namespace) -> int:
                          validate=args.validate, thresholds=thresholds)  # fmt: skip
     if not found:
         raise KeyError(f"no trajectories match in {store.where}")
+    if args.metric and not args.wandb_run:
+        raise ValueError("--metric names a W&B run's metric: give the run too (--wandb-run)")
+    history = read_history(args.wandb_run) if args.wandb_run else None
+    if history is not None:
+        unknown = sorted(set(args.metric) - set(history.metrics()))
+        if unknown:
+            raise KeyError(f"--metric {unknown[0]}: the W&B run {history.run} logged no such metric "
+                           f"(it logged {', '.join(history.metrics()[:12]) or 'none'})")  # fmt: skip
+        series = {name: history.series(name) for name in history.metrics()}
+        for run in found:
+            run.metrics = metric_changes(series, run, jump=args.metric_jump, chosen=tuple(args.metric))
     if args.json:
         data = [f.to_dict() for f in found]
         print(json.dumps(data[0] if len(data) == 1 else data, indent=1, default=str))
@@ -57,7 +77,33 @@ def insights_command(args: argparse.Namespace) -> int:
     out = console()
     for run in found:
         show(out, run)
+        if history is not None:
+            show_metrics(out, run, history.run)
     return 0
+
+
+def show_metrics(out: Any, run: ExperimentInsights, where: str) -> None:
+    """The training run's metrics at the run's steps: each jump, and each chosen metric at each
+    flagged step, one line a step."""
+    out.print(f"[bold]W&B run {escape(where)}[/bold] — what its metrics did at these steps")
+    if not run.metrics:
+        out.print("  [dim]no metric jumped at these steps[/dim]\n")
+        return
+    by_step: dict[int, list[MetricChange]] = {}
+    for m in run.metrics:
+        by_step.setdefault(m.step, []).append(m)
+    for step, changes in sorted(by_step.items()):
+        signals = changes[0].signals
+        flag = f" [bold red]({', '.join(signals)} flagged)[/bold red]" if signals else ""
+        out.print(f"  step {step}{flag}: " + " · ".join(_change(m) for m in changes))
+    out.print()
+
+
+def _change(m: MetricChange) -> str:
+    text = f"{escape(m.metric)} {m.value:.4g}"
+    if m.change is not None:
+        text += f" ({m.change:+.3g}" + (f", {m.ratio:.1f}x its usual change" if m.ratio is not None else "") + ")"
+    return text + (" [bold]JUMP[/bold]" if m.jump else "")
 
 
 def _figure(s: Signal) -> str:

@@ -113,13 +113,15 @@ class ExperimentInsights:
     steps: list[Any]
     trajectories: int
     signals: list[Signal]
+    metrics: list[Any] = field(default_factory=list)  # a training run's metrics at its steps (``metric_changes``)
 
     def of(self, name: str) -> list[Signal]:
         return [s for s in self.signals if s.name == name]
 
     def to_dict(self) -> dict[str, Any]:
         return {"project": self.project, "experiment": self.experiment, "steps": self.steps,
-                "trajectories": self.trajectories, "signals": [s.to_dict() for s in self.signals]}  # fmt: skip
+                "trajectories": self.trajectories, "signals": [s.to_dict() for s in self.signals],
+                **({"metrics": [m.to_dict() for m in self.metrics]} if self.metrics else {})}  # fmt: skip
 
 
 def insights(store: TraceStore, *, experiment: str | None = None, project: str | None = None,

@@ -19,13 +19,14 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from rollscope.sources import TraceSource, open_source
-from rollscope.sources.wandb_history import HistoryError, read_history
+from rollscope.sources.wandb_history import HistoryError, RunHistory, read_history
 from rollscope.store import rescorings
 from rollscope.store.diff import turn_text, without_ids
 from rollscope.store.grpo import advantages, group_advantages
 from rollscope.store.history import prompt_history
 from rollscope.store.insights import SIGNALS, Signal, Thresholds, insights
 from rollscope.store.live import running
+from rollscope.store.metric_changes import metric_changes
 from rollscope.store.reader import ORDERS
 from rollscope.store.text import with_text
 from rollscope.viewer.charts import Chart, charts, distribution, series_charts, sparkline
@@ -228,10 +229,7 @@ class Viewer:
         that step's trajectories (of ``experiment``, when given)."""
         if self.wandb_run is None:
             raise KeyError("no W&B run given: rollscope ui --wandb-run DIR_OR_ENTITY/PROJECT/RUN_ID")
-        try:
-            history = read_history(self.wandb_run)
-        except HistoryError as exc:
-            raise BadRequest(str(exc)) from None
+        history = self._history()
         experiment = q.get("experiment")
 
         def link(step: Any) -> str:
@@ -239,6 +237,12 @@ class Viewer:
 
         found = series_charts({name: history.series(name) for name in history.metrics()}, link)
         return self._render("metrics.html", title="W&B run", history=history, charts=found, where=self.wandb_run)
+
+    def _history(self) -> RunHistory:
+        try:
+            return read_history(self.wandb_run)
+        except HistoryError as exc:
+            raise BadRequest(str(exc)) from None
 
     def prompt(self, q: dict[str, str], _: list[str]) -> str:
         if "sample" not in q:
@@ -253,6 +257,11 @@ class Viewer:
         steps = (_int(q, "from", None), _int(q, "to", None))
         runs = insights(self.store(), experiment=q.get("experiment"), steps=steps,
                         validate=_flag(q, "validate") or False)  # fmt: skip
+        if self.wandb_run is not None:  # the training run's metrics that jumped at these steps
+            history = self._history()
+            series = {name: history.series(name) for name in history.metrics()}
+            for run in runs:
+                run.metrics = metric_changes(series, run)
         rows = []
         for run in runs:
             table = []

@@ -96,9 +96,10 @@ def test_ls_filters_by_wandb_run_by_path_or_id(tmp_path):
     d = tmp_path / "traces"
     tracing.init_tracing(project="p", experiment="cli", trace_dir=str(d))
     for n, run in enumerate(["ent/proj/r8x2k1", "ent/proj/r8x2k1", "ent/proj/xr8x2k1", None]):
-        with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=n, **({"wandb.run": run} if run else {})):
-            with tracing.trace_span("generate", kind="llm"):
-                pass
+        attributes = {"wandb.run": run} if run else {}
+        with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=n, **attributes), \
+                tracing.trace_span("generate", kind="llm"):  # fmt: skip
+            pass
     tracing.shutdown_tracing()
     for name in ("ent/proj/r8x2k1", "r8x2k1"):
         out = _cli("traces", "ls", "--dir", str(d), "--json", "--wandb-run", name)

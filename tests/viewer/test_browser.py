@@ -229,8 +229,9 @@ def test_the_wandb_runs_metrics_each_step_linked_to_its_trajectories(store_dir, 
     from rollscope.viewer.server import make_server
     from tests.sources.wandb_runs import offline_run
 
+    kl = [0.01, 0.01, 0.3, 0.31, 0.32]  # jumps at step 2 (29x its usual change of 0.01)
     offline_run(tmp_path, [(step, {"critic/score/mean": 0.2 + 0.1 * step, "actor/entropy": 1.5 - 0.3 * step,
-                                   "actor/ppo_kl": 0.01 * step}) for step in range(3)])  # fmt: skip
+                                   "actor/ppo_kl": kl[step]}) for step in range(5)])  # fmt: skip
     httpd = make_server(str(store_dir), port=0, wandb_run=str(tmp_path))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
@@ -240,11 +241,17 @@ def test_the_wandb_runs_metrics_each_step_linked_to_its_trajectories(store_dir, 
         assert [f.find_element(By.TAG_NAME, "figcaption").text for f in figures] == [
             "actor/entropy", "actor/ppo_kl", "critic/score/mean"]
         dots = figures[0].find_elements(By.CSS_SELECTOR, "a.step-link circle")
-        assert len(dots) == 3 and all(d.size["width"] > 0 for d in dots)  # drawn, one a step
+        assert len(dots) == 5 and all(d.size["width"] > 0 for d in dots)  # drawn, one a step
         shot(browser, "9-wandb-metrics")
         browser.find_element(By.ID, "nav-metrics")
         click_and_wait(browser, dots[1], "step=1")
         assert len(rows(browser)) == 8  # step 1's trajectories: 2 samples x 4 rollouts
+        browser.get(url + "/insights")  # the jump, at the step where the store's signals flag too
+        [jump] = browser.find_elements(By.CSS_SELECTOR, "tr.metric-change")
+        cells = [c.text for c in jump.find_elements(By.TAG_NAME, "td")]
+        assert cells[:2] == ["2", "actor/ppo_kl"] and cells[4] == "29.0" and "tool_errors" in cells[5], cells
+        browser.execute_script("arguments[0].scrollIntoView()", jump)
+        shot(browser, "9b-insights-wandb-jump")
     finally:
         httpd.shutdown()
         httpd.server_close()

@@ -282,9 +282,10 @@ def test_the_wandb_run_column_links_to_the_runs_trajectories(tmp_path):
     d = tmp_path / "traces"
     tracing.init_tracing(project="p", experiment="runs", trace_dir=str(d))
     for n, run in enumerate(["ent/proj/r8x2k1", "ent/proj/r8x2k1", "ent/proj/q7", None]):
-        with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=n, **({"wandb.run": run} if run else {})):
-            with tracing.trace_span("generate", kind="llm"):
-                pass
+        attributes = {"wandb.run": run} if run else {}
+        with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=n, **attributes), \
+                tracing.trace_span("generate", kind="llm"):  # fmt: skip
+            pass
     tracing.shutdown_tracing()
     with serving(d) as url:
         page = get(url, "/").text
