@@ -223,8 +223,54 @@ def test_a_long_value_full_of_secrets_is_stored_cut_and_redacted(trace_dir, read
     [t] = read_store().trajectories()
     [stored] = t.spans
     kept = stored.outputs["text"]
-    assert kept.startswith("password=[REDACTED]") and "…[truncated " in kept and len(kept) <= 20_100
+    assert kept.startswith("password=[REDACTED]") and len(kept) <= 20_100
+    assert "more characters, too dense with secrets to scan]…[truncated " in kept
     assert not any(v in kept for v in values)
+
+
+def _pairs(n, seed=0):
+    import random
+    import string
+
+    rnd = random.Random(seed)
+    values = ["".join(rnd.choice(string.ascii_letters + string.digits) for _ in range(8)) for _ in range(n)]
+    return values, " ".join(f"password={v}" for v in values)
+
+
+def test_a_value_dense_with_secrets_is_masked_past_the_piece_that_shows_it():
+    """A dump of credentials (a ``password=`` pair every 18 characters) costs the engine ~20 µs a
+    finding: it is scanned until a piece shows it that dense, redacted there, and the rest masked
+    with a mark saying exactly how much; its token spans cover the rest too."""
+    redactor = Redactor(include_environment=False)
+    values, text = _pairs(4_000)
+    out = redactor.text(text)
+    assert not any(v in out for v in values)
+    kept, mark = out.rsplit("[REDACTED: ", 1)
+    masked = int(mark.split(" ")[0].replace(",", ""))
+    assert mark == f"{masked:,} more characters, too dense with secrets to scan]"
+    assert 0 < len(text) - masked <= 512 and redactor.masked_values == 1 and redactor.masked_chars == masked
+    assert kept.startswith("password=[REDACTED]")
+    assert redactor.spans(text)[-1] == (len(text) - masked, len(text))
+    prose = "The quick brown fox jumps over the lazy dog. " * 400  # 18 KB of prose, then the dump
+    out = redactor.text(prose + text)
+    assert out.startswith(prose) and out.endswith("too dense with secrets to scan]")
+    assert not any(v in out for v in values) and redactor.masked_values == 2
+
+
+def test_long_code_about_secrets_is_scanned_whole(monkeypatch):
+    """Code that names passwords and tokens on every few lines (the standard library's urllib,
+    ~100 KB: the densest file of the stdlib and vendor code tried) is no dump of secrets: scanned to
+    its end, nothing masked, redacted as a scan with no bound redacts it."""
+    import urllib.request
+
+    from rollscope.tracing import _redaction
+
+    code = Path(urllib.request.__file__).read_text()
+    redactor = Redactor(include_environment=False)
+    out = redactor.text(code)
+    assert redactor.masked_values == 0 and "too dense" not in out
+    monkeypatch.setattr(_redaction, "_DENSE", float("inf"))
+    assert out == Redactor(include_environment=False).text(code)
 
 
 def test_a_key_of_letters_alone_after_its_name_is_a_key_and_a_name_in_code_is_code(redactor):

@@ -78,6 +78,8 @@ class Redactor:
         # whenever what counts as a secret changes (``add_literals``).
         self._done: dict[str, str] = {}
         self.generation = 0  # counts those changes: a cache of redacted text elsewhere is stale past one
+        self.masked_values = 0  # values whose rest was masked unscanned, too dense with secrets (``_scan``)
+        self.masked_chars = 0
         self._user: list[re.Pattern[str]] = []
         for p in extra_patterns:
             try:
@@ -102,7 +104,8 @@ class Redactor:
                 return done
         if self._engine is None:
             self.preload()
-        out = self._redacted(s, self._findings(s))
+        findings, scanned = self._scan(s)
+        out = self._redacted(s, findings, scanned)
         if short:
             if len(self._done) >= _REMEMBERED:
                 self._done.clear()
@@ -122,35 +125,59 @@ class Redactor:
             starts.append(at)
             at += len(s) + len(_SEPARATOR)
         found: list[list[tuple[int, int, str]]] = [[] for _ in strings]
-        for a, b, rule in self._engine.findings(joined):  # type: ignore[union-attr]
+        findings, scanned = self._scan(joined)
+        for a, b, rule in findings:
             i = bisect.bisect_right(starts, a) - 1
             end = min(b - starts[i], len(strings[i]))  # (a finding never reaches past its own string)
             if a - starts[i] < end:
                 found[i].append((a - starts[i], end, rule))
-        return [self._redacted(s, f) for s, f in zip(strings, found, strict=True)]
+        return [self._redacted(s, f, max(0, min(len(s), scanned - at)))
+                for s, f, at in zip(strings, found, starts, strict=True)]  # fmt: skip
 
-    def _findings(self, s: str) -> list[tuple[int, int, str]]:
-        """What the engine's rules find in ``s``, a long text scanned in overlapping pieces: the
-        engine's cost per finding grows with the length of what it scans (a 256 KB line of keys
-        took 10 s whole, 0.3 s in pieces). A secret shorter than the overlap (a PEM key is
-        ~3 KB) that crosses a piece's end is found whole in the next."""
+    def _scan(self, s: str) -> tuple[list[tuple[int, int, str]], int]:
+        """What the engine's rules find in ``s``, and how far it was scanned (``len(s)``: all of it).
+
+        A text up to ``_SCAN_PIECE`` is scanned whole. A longer one is probed first (its first
+        ``_FIRST_PIECE``), then scanned in overlapping pieces: the engine's cost per finding grows
+        with the length of what it scans (a 256 KB line of keys took 10 s whole, 0.3 s in pieces),
+        and is ~20 µs however short the piece, so a text dense with secrets (a ``password=`` pair
+        every 18 characters: 57,000 findings a MB) costs seconds a MB. Where a piece holds more
+        than ``_DENSE`` secrets a KB — a dump of credentials; real code's worst KB holds about 1 —
+        the scan stops at its end and the rest of the value is masked (``_dense_mark``): a value's
+        scan costs at most one dense piece past its sparse ones. A secret shorter than the
+        overlap (a PEM key is ~3 KB) that crosses a piece's end is found whole in the next."""
         engine = self._engine
-        if len(s) <= _SCAN_PIECE + _SCAN_OVERLAP:
-            return engine.findings(s)  # type: ignore[union-attr]
+        if len(s) <= _SCAN_PIECE:
+            return engine.findings(s), len(s)  # type: ignore[union-attr]
         found: set[tuple[int, int, str]] = set()
-        for at in range(0, len(s) - _SCAN_OVERLAP, _SCAN_PIECE):
-            piece = s[at : at + _SCAN_PIECE + _SCAN_OVERLAP]
-            found.update((a + at, b + at, rule) for a, b, rule in engine.findings(piece))  # type: ignore[union-attr]
-        return sorted(found)
+        start, end = 0, _FIRST_PIECE
+        while True:
+            piece = s[start:end]
+            here = engine.findings(piece)  # type: ignore[union-attr]
+            found.update((a + start, b + start, rule) for a, b, rule in here)
+            if end >= len(s):
+                return sorted(found), len(s)
+            if len(here) > _DENSE_MIN and len(self._found(piece, here)) > max(_DENSE_MIN, _DENSE * len(piece) / 1024):
+                return sorted(found), end
+            end = min(len(s), max(end + _SCAN_PIECE, _SCAN_PIECE + _SCAN_OVERLAP))
+            start = max(0, end - _SCAN_PIECE - _SCAN_OVERLAP)
 
     def spans(self, s: str) -> list[tuple[int, int]]:
         """Where ``text`` would replace: the (start, end) of each secret in ``s``, in order (they may
-        overlap). What maps a secret onto the tokens that carry it (``tokens``)."""
+        overlap; a masked rest is one span). What maps a secret onto the tokens that carry it (``tokens``)."""
         if self._engine is None:
             self.preload()
-        return sorted(self._secret_spans(s, self._findings(s)))
+        findings, scanned = self._scan(s)
+        spans = self._secret_spans(s[:scanned], [f for f in findings if f[1] <= scanned])
+        return sorted(spans + ([(scanned, len(s))] if scanned < len(s) else []))
 
-    def _redacted(self, s: str, findings: list[tuple[int, int, str]]) -> str:
+    def _redacted(self, s: str, findings: list[tuple[int, int, str]], scanned: int | None = None) -> str:
+        """``s`` redacted; past ``scanned`` (a scan stopped by the secrets' density) masked whole."""
+        if scanned is not None and scanned < len(s):
+            self.masked_values += 1
+            self.masked_chars += len(s) - scanned
+            kept = self._redacted(s[:scanned], [f for f in findings if f[1] <= scanned])
+            return kept + _dense_mark(len(s) - scanned)
         spans = self._secret_spans(s, findings)
         return _replaced(s, sorted(spans)) if spans else s
 
@@ -207,8 +234,16 @@ class Redactor:
 
 _SEARCHED_ONE_BY_ONE = 16  # found secrets each looked for again everywhere in its text, at most
 _TOKEN_RUN = re.compile(r"[^\s\"'`<>()\[\]{},;=:]+")
+_FIRST_PIECE = 512  # characters a long text's scan starts with (a dense value stops after them)
 _SCAN_PIECE = 8192  # characters of a long text the engine scans at once, past the overlap
 _SCAN_OVERLAP = 4096
+_DENSE = 8  # secrets a KB past which a value is a dump of them: its rest is masked, not scanned
+_DENSE_MIN = 8  # (and more than this many in the piece: a short probe needs more than a rate)
+
+
+def _dense_mark(chars: int) -> str:
+    """What stands for a value's rest that was masked unscanned: how much, and why."""
+    return f"[REDACTED: {chars:,} more characters, too dense with secrets to scan]"
 _KEYWORDS: list[Keywords] = []
 
 
