@@ -360,7 +360,7 @@ def _plain_numbers(v: list | tuple) -> bool:
         elif not math.isfinite(math.fsum(v)):  # (an infinity or a NaN anywhere makes the sum one)
             return False
         orjson.dumps(v, option=orjson.OPT_STRICT_INTEGER)  # ints of 53 bits, no numpy scalar, or it raises
-    except (TypeError, ValueError, OverflowError):
+    except (TypeError, ValueError, ArithmeticError):  # (Decimal infinities of both signs: InvalidOperation)
         return False
     return True
 

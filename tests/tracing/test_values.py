@@ -2,6 +2,8 @@
 table of kinds and a property test over nested structures of them, traced through the sidecar (and
 in process) into the local store and read back."""
 
+from decimal import Decimal
+
 import numpy as np
 import pytest
 import torch
@@ -135,6 +137,7 @@ _numbers = st.one_of(
 @example(items=[1, np.int64(2)])
 @example(items=[0.5, np.float32(1)])
 @example(items=[1, True, Level.HIGH])
+@example(items=[0, Decimal("Infinity"), Decimal("-Infinity")])  # (their sum raises InvalidOperation)
 @given(items=st.one_of(st.lists(st.integers(), min_size=1, max_size=300), st.lists(st.floats(), min_size=1, max_size=300),
                        st.lists(_numbers, min_size=1, max_size=300)))  # fmt: skip
 def test_a_list_of_numbers_is_shaped_as_its_items_are_one_by_one(items):
