@@ -93,14 +93,10 @@ def test_ui_on_a_port_already_taken_says_so_in_one_line(tmp_path):
 def test_ls_filters_by_wandb_run_by_path_or_id(tmp_path):
     """The trajectories of one W&B run (the ``wandb.run`` attribute verl's trainer gives them), named
     by its path or its id alone; a run whose id ends another's is not matched."""
+    from tests.sources.wandb_runs import traced_runs
+
     d = tmp_path / "traces"
-    tracing.init_tracing(project="p", experiment="cli", trace_dir=str(d))
-    for n, run in enumerate(["ent/proj/r8x2k1", "ent/proj/r8x2k1", "ent/proj/xr8x2k1", None]):
-        attributes = {"wandb.run": run} if run else {}
-        with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=n, **attributes), \
-                tracing.trace_span("generate", kind="llm"):  # fmt: skip
-            pass
-    tracing.shutdown_tracing()
+    traced_runs(d, ["ent/proj/r8x2k1", "ent/proj/r8x2k1", "ent/proj/xr8x2k1", None])
     for name in ("ent/proj/r8x2k1", "r8x2k1"):
         out = _cli("traces", "ls", "--dir", str(d), "--json", "--wandb-run", name)
         assert out.returncode == 0, out.stderr

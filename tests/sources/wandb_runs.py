@@ -1,6 +1,7 @@
 """A W&B run made by wandb itself, offline (``WANDB_MODE=offline``: its own record files, no server),
 in a process of its own: ``offline_run(directory, rows)`` logs each row at its step, as verl's
-``Tracking`` does, and returns the run's id."""
+``Tracking`` does, and returns the run's id. ``traced_runs``: a store whose trajectories belong
+to W&B runs, as verl's trainer gives them theirs."""
 
 import json
 import os
@@ -25,3 +26,17 @@ def offline_run(directory: Path, rows: list[tuple[int, dict]]) -> str:
     done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(rows)], env=env, capture_output=True, text=True,
                           timeout=120, check=True)  # fmt: skip
     return done.stdout.strip().splitlines()[-1]
+
+
+def traced_runs(trace_dir: Path, runs: list[str | None]) -> None:
+    """One trajectory a run path (None: a trajectory of no run), as rollouts 0, 1, … of step 1."""
+    from rollscope import tracing
+    from rollscope.store.records import WANDB_RUN
+
+    tracing.init_tracing(project="p", experiment="runs", trace_dir=str(trace_dir))
+    for n, run in enumerate(runs):
+        attributes = {WANDB_RUN: run} if run else {}
+        with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=n, **attributes), \
+                tracing.trace_span("generate", kind="llm"):  # fmt: skip
+            pass
+    tracing.shutdown_tracing()

@@ -279,14 +279,10 @@ def test_compare_shows_each_trajectorys_task_and_ground_truth(recorded):
 def test_the_wandb_run_column_links_to_the_runs_trajectories(tmp_path):
     """A store whose trajectories carry their W&B run: a column with the run's id, each a link that
     filters to that run; a store without one has no such column."""
+    from tests.sources.wandb_runs import traced_runs
+
     d = tmp_path / "traces"
-    tracing.init_tracing(project="p", experiment="runs", trace_dir=str(d))
-    for n, run in enumerate(["ent/proj/r8x2k1", "ent/proj/r8x2k1", "ent/proj/q7", None]):
-        attributes = {"wandb.run": run} if run else {}
-        with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=n, **attributes), \
-                tracing.trace_span("generate", kind="llm"):  # fmt: skip
-            pass
-    tracing.shutdown_tracing()
+    traced_runs(d, ["ent/proj/r8x2k1", "ent/proj/r8x2k1", "ent/proj/q7", None])
     with serving(d) as url:
         page = get(url, "/").text
         assert "<th>W&amp;B run</th>" in page and page.count('title="ent/proj/r8x2k1">r8x2k1</a>') == 2
