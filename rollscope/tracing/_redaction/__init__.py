@@ -142,7 +142,7 @@ class Redactor:
         with the length of what it scans (a 256 KB line of keys took 10 s whole, 0.3 s in pieces),
         and is ~20 µs however short the piece, so a text dense with secrets (a ``password=`` pair
         every 18 characters: 57,000 findings a MB) costs seconds a MB. Where a piece holds more
-        than ``_DENSE`` secrets a KB — a dump of credentials; real code's worst KB holds about 1 —
+        than ``_DENSE`` secrets a KB — a dump of credentials; real code's densest KB holds 4 —
         the scan stops at its end and the rest of the value is masked (``_dense_mark``): a value's
         scan costs at most one dense piece past its sparse ones. A secret shorter than the
         overlap (a PEM key is ~3 KB) that crosses a piece's end is found whole in the next."""
