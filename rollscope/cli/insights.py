@@ -63,11 +63,11 @@ def insights_command(args: argparse.Namespace) -> int:
         raise ValueError("--metric names a W&B run's metric: give the run too (--wandb-run)")
     history = read_history(args.wandb_run) if args.wandb_run else None
     if history is not None:
-        unknown = sorted(set(args.metric) - set(history.metrics()))
+        series = history.all_series()
+        unknown = sorted(set(args.metric) - set(series))
         if unknown:
             raise KeyError(f"--metric {unknown[0]}: the W&B run {history.run} logged no such metric "
-                           f"(it logged {', '.join(history.metrics()[:12]) or 'none'})")  # fmt: skip
-        series = {name: history.series(name) for name in history.metrics()}
+                           f"(it logged {', '.join(list(series)[:12]) or 'none'})")  # fmt: skip
         for run in found:
             run.metrics = metric_changes(series, run, jump=args.metric_jump, chosen=tuple(args.metric))
     if args.json:

@@ -47,6 +47,14 @@ class RunHistory:
     def series(self, name: str) -> dict[int, float]:
         return {step: row[name] for step, row in sorted(self.steps.items()) if name in row}
 
+    def all_series(self) -> dict[str, dict[int, float]]:
+        """Every metric's series (``series``), in name order."""
+        out: dict[str, dict[int, float]] = {}
+        for step, row in sorted(self.steps.items()):
+            for name, value in row.items():
+                out.setdefault(name, {})[step] = value
+        return dict(sorted(out.items()))
+
 
 def read_history(source: str) -> RunHistory:
     """The history of ``source``: an offline run's directory (``offline-run-*``, ``run-*``), its

@@ -49,7 +49,7 @@ from rollscope.store.schema import (
 from rollscope.store.text import REPLAY
 from rollscope.store.writer import ShardWriter
 from rollscope.tracing.backends.records import TRAINING_SCALARS
-from rollscope.tracing.backends.weave import ROLLSCOPE, TRAINING_FEEDBACK, call_id, unpack
+from rollscope.tracing.backends.weave import ROLLSCOPE, TRAINING_FEEDBACK, call_id, unpack, wb_run_id
 
 log = logging.getLogger("rollscope.sources")
 PAGE = 2000  # root calls a request
@@ -79,9 +79,9 @@ class WeaveSource(TraceStore):
         self.skipped: dict[str, int] = {}  # what the server gave that could not be read, by kind
         ids = filters.pop("ids", None)
         roots = {"trace_roots_only": True, **({"call_ids": [call_id(i) for i in ids]} if ids else {})}
-        if filters.get("wandb_run"):  # the calls Weave links to that run (``wb_run_id``, as the backend writes it)
-            run = filters["wandb_run"]
-            roots["wb_run_ids"] = [run if run.count("/") == 2 else f"{project_id}/{run}"]
+        run = wb_run_id(project_id, filters.get("wandb_run"))
+        if run is not None:  # the calls Weave links to that run, as the backend links them
+            roots["wb_run_ids"] = [run]
         try:
             self._read_roots(roots, _query(filters, first_step, last_step))
         except BaseException:

@@ -235,7 +235,7 @@ class Viewer:
         def link(step: Any) -> str:
             return "/?" + urlencode({"step": step, **({"experiment": experiment} if experiment else {})})
 
-        found = series_charts({name: history.series(name) for name in history.metrics()}, link)
+        found = series_charts(history.all_series(), link)
         return self._render("metrics.html", title="W&B run", history=history, charts=found, where=self.wandb_run)
 
     def _history(self) -> RunHistory:
@@ -258,8 +258,7 @@ class Viewer:
         runs = insights(self.store(), experiment=q.get("experiment"), steps=steps,
                         validate=_flag(q, "validate") or False)  # fmt: skip
         if self.wandb_run is not None:  # the training run's metrics that jumped at these steps
-            history = self._history()
-            series = {name: history.series(name) for name in history.metrics()}
+            series = self._history().all_series()
             for run in runs:
                 run.metrics = metric_changes(series, run)
         rows = []

@@ -157,7 +157,8 @@ class Redactor:
             found.update((a + start, b + start, rule) for a, b, rule in here)
             if end >= len(s):
                 return sorted(found), len(s)
-            if len(here) > _DENSE_MIN and len(self._found(piece, here)) > max(_DENSE_MIN, _DENSE * len(piece) / 1024):
+            limit = max(_DENSE_MIN, _DENSE * len(piece) / 1024)  # (the checks only drop findings: count them past it)
+            if len(here) > limit and len(self._found(piece, here)) > limit:
                 return sorted(found), end
             end = min(len(s), max(end + _SCAN_PIECE, _SCAN_PIECE + _SCAN_OVERLAP))
             start = max(0, end - _SCAN_PIECE - _SCAN_OVERLAP)
@@ -168,18 +169,18 @@ class Redactor:
         if self._engine is None:
             self.preload()
         findings, scanned = self._scan(s)
-        spans = self._secret_spans(s[:scanned], [f for f in findings if f[1] <= scanned])
+        spans = self._secret_spans(s[:scanned], findings)
         return sorted(spans + ([(scanned, len(s))] if scanned < len(s) else []))
 
-    def _redacted(self, s: str, findings: list[tuple[int, int, str]], scanned: int | None = None) -> str:
-        """``s`` redacted; past ``scanned`` (a scan stopped by the secrets' density) masked whole."""
-        if scanned is not None and scanned < len(s):
+    def _redacted(self, s: str, findings: list[tuple[int, int, str]], scanned: int) -> str:
+        """``s`` redacted up to ``scanned``; past it (a scan stopped by the secrets' density) masked whole."""
+        spans = self._secret_spans(s[:scanned], findings)
+        out = _replaced(s[:scanned], sorted(spans)) if spans else s[:scanned]
+        if scanned < len(s):
             self.masked_values += 1
             self.masked_chars += len(s) - scanned
-            kept = self._redacted(s[:scanned], [f for f in findings if f[1] <= scanned])
-            return kept + _dense_mark(len(s) - scanned)
-        spans = self._secret_spans(s, findings)
-        return _replaced(s, sorted(spans)) if spans else s
+            out += _dense_mark(len(s) - scanned)
+        return out
 
     def _secret_spans(self, s: str, findings: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
         spans = self._found(s, findings)

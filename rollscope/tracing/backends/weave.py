@@ -379,11 +379,18 @@ def _run_link(project_id: str, t: dict[str, Any]) -> dict[str, Any]:
     """Weave's own fields that tie a call to its W&B run and step (the run's page links its traces,
     the Traces table filters by run): the trajectory's run (``tracing.wandb_run``), in the call's
     project, at the trajectory's step, verl's global step, the step the trainer logs its metrics at."""
-    run = wandb_run.run_id(t.get("wandb_run"))
+    run = wb_run_id(project_id, t.get("wandb_run"))
     if run is None:
         return {}
     step = t["attributes"].get("step")
-    return {"wb_run_id": f"{project_id}/{run}", "wb_run_step": step if type(step) is int and step >= 0 else None}
+    return {"wb_run_id": run, "wb_run_step": step if type(step) is int and step >= 0 else None}
+
+
+def wb_run_id(project_id: str, run: Any) -> str | None:
+    """A W&B run (its path, or its id alone) as the calls of ``project_id`` carry it in ``wb_run_id``
+    (and as the server's ``wb_run_ids`` filter takes it): the run's id in the call's project."""
+    found = wandb_run.run_id(run)
+    return None if found is None else f"{project_id}/{found}"
 
 
 class _Decoder:
