@@ -42,6 +42,7 @@ RUN_ARGUMENTS = ("trajectory", "agent_name", "kwargs")
 V0_TRAINER, V1_TRAINER = "verl.trainer.ppo.ray_trainer", "verl.trainer.ppo.v1.trainer_base"
 TRACKING = "verl.utils.tracking"  # its ``Tracking`` starts the trainer's W&B run
 V0_UPDATE_ACTOR = "_update_actor"  # RayPPOTrainer's
+V0_OLD_LOG_PROB = "_compute_old_log_prob"  # RayPPOTrainer's: returns (DataProto holding "entropys", mfu)
 V1_COMPUTE_ADVANTAGE = "_compute_advantage"  # PPOTrainer's
 V1_MULTI_TRAJECTORY_ADVANTAGES = "compute_advantage_for_multi_trajectories"  # v1's module's function
 
@@ -244,6 +245,9 @@ def _trainer_steps() -> None:
     v0, v1 = importlib.import_module(V0_TRAINER), importlib.import_module(V1_TRAINER)
     assert list(inspect.signature(getattr(v0.RayPPOTrainer, V0_UPDATE_ACTOR)).parameters) == [
         "self", "batch"], f"RayPPOTrainer.{V0_UPDATE_ACTOR}(self, batch) changed"  # fmt: skip
+    old_log_prob = getattr(v0.RayPPOTrainer, V0_OLD_LOG_PROB)
+    assert list(inspect.signature(old_log_prob).parameters) == ["self", "batch"] and '"entropys"' in inspect.getsource(
+        old_log_prob), f"RayPPOTrainer.{V0_OLD_LOG_PROB}(self, batch) no longer returns the entropies"  # fmt: skip
     assert list(inspect.signature(getattr(v1.PPOTrainer, V1_COMPUTE_ADVANTAGE)).parameters)[:3] == [
         "self", "batch", "metrics"], f"PPOTrainer.{V1_COMPUTE_ADVANTAGE}(self, batch, metrics) changed"  # fmt: skip
     found = getattr(v1, V1_MULTI_TRAJECTORY_ADVANTAGES, None)

@@ -136,14 +136,30 @@ def show_training(out: Console, record: TrajectoryRecord) -> None:
 
 
 def show_training_tokens(out: Console, record: TrajectoryRecord) -> None:
+    """Every trained-on token with what the trainer computed there (the viewer's overlays as
+    columns), masked tokens marked; then the largest trainer-rollout gaps."""
     view = training_token_view(record)
     if view is None:
         return
-    out.print(f"[bold]trained-on tokens[/bold]: {len(view.tokens)} · {view.masked} masked · "
-              "largest |trainer - rollout|:")
+    out.print(f"[bold]trained-on tokens[/bold]: {len(view.tokens)} · {view.masked} masked (not trained on)")
+    table = Table(box=None, pad_edge=False)
+    columns = ("#", "token", "loss", "trainer", "rollout", "Δ", "entropy", "reference", "KL", "advantage")
+    for column in columns:
+        table.add_column(column, justify="left" if column == "token" else "right")
+    for k in view.tokens:
+        table.add_row(str(k.position), escape(repr(k.text)), "masked" if k.masked else "1",
+                      *(_value(v) for v in (k.trainer, k.rollout, k.delta, k.entropy, k.reference, k.kl,
+                                            k.advantage)))  # fmt: skip
+    out.print(table)
+    if view.worst:
+        out.print("largest |trainer - rollout|:")
     for k in view.worst:
         out.print(f"  #{k.position:<4} Δ {k.delta:+.3g}  trainer {k.trainer:.3f}  rollout {k.rollout:.3f}  "
                   f"{escape(repr(k.text))}")  # fmt: skip
+
+
+def _value(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4g}"
 
 
 def show_history(out: Console, sample: object, history: list[PromptStep]) -> None:

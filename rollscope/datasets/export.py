@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from rollscope._extras import require
-from rollscope.datasets.rows import COLUMNS, trajectory_row
+from rollscope.datasets.rows import COLUMNS, TOKEN_COLUMNS, trajectory_row
 from rollscope.store import TraceStore
 from rollscope.store.grpo import step_groups
 from rollscope.store.records import TrajectoryRecord
@@ -115,8 +115,10 @@ def _parquet(path: Path, rows: Iterator[dict[str, Any]]) -> int:
     integers = ("step", "rollout_n", "group_size", "policy_version", "turns", "tool_calls", "tool_errors", "errors",
                 "truncated", "start_ns")  # fmt: skip
     floats = ("reward", "group_mean", "group_std", "group_advantage", "advantage", "duration_s")
-    types = {"validate": pa.bool_(), "prompt": message, "messages": message,
-             **dict.fromkeys(integers, pa.int64()), **dict.fromkeys(floats, pa.float64())}  # fmt: skip
+    per_token = dict.fromkeys(TOKEN_COLUMNS, pa.list_(pa.float32()))  # (verl computes them in float32)
+    types = {"validate": pa.bool_(), "prompt": message, "messages": message, **per_token,
+             "response_mask": pa.list_(pa.int8()), **dict.fromkeys(integers, pa.int64()),
+             **dict.fromkeys(floats, pa.float64())}  # fmt: skip
     schema = pa.schema([(c, types.get(c, pa.string())) for c in COLUMNS])
     path.parent.mkdir(parents=True, exist_ok=True)
     n = 0
@@ -143,6 +145,7 @@ configs:
 # Trajectories exported by rollscope
 
 {rows} rows, one per trajectory (`rollscope export --format hf`): ids, step, sample index, rollout,
-GRPO group, the conversation as chat messages, reward, advantage where the trainer recorded it,
-counts and timings. Load with `datasets.load_dataset(THIS_DIRECTORY)`.
+GRPO group, the conversation as chat messages, reward, advantage where the trainer recorded it
+(and per token: loss mask, trainer/rollout/reference log-probs, entropy, advantages), counts and
+timings. Load with `datasets.load_dataset(THIS_DIRECTORY)`.
 """

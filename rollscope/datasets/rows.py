@@ -17,12 +17,16 @@ from rollscope.store.grpo import group_advantages
 from rollscope.store.records import SpanRecord, TrajectoryRecord
 from rollscope.store.text import load_decoder, recorded_tokenizer, with_text
 
+# Per response token, what the trainer computed (``trainer.training_record``): lists as long as the
+# response, None where the run recorded none. ``token_advantages`` is verl's advantages tensor: the
+# record's per-token values, or its one GRPO value on the loss tokens and 0 elsewhere.
+TOKEN_COLUMNS = ("response_mask", "old_log_probs", "rollout_log_probs", "entropy", "ref_log_probs", "token_advantages")
 # The columns of a row, in order (``trajectory_row``); what Parquet's schema is built from.
 COLUMNS = ("id", "project", "experiment", "step", "sample_index", "rollout_n", "validate", "group_id",
            "data_source", "ground_truth", "prompt", "messages", "response", "reward", "reward_details",
            "group_size", "group_mean", "group_std", "group_advantage", "advantage", "policy_version", "status",
            "turns", "tool_calls", "tool_errors", "errors", "error_message", "truncated", "start_ns",
-           "duration_s")  # fmt: skip
+           "duration_s", *TOKEN_COLUMNS)  # fmt: skip
 
 
 def trajectory_row(record: TrajectoryRecord, group: list[TrajectoryRecord]) -> dict[str, Any]:
@@ -52,7 +56,23 @@ def trajectory_row(record: TrajectoryRecord, group: list[TrajectoryRecord]) -> d
         "tool_errors": record.num_tool_errors, "errors": record.num_errors, "error_message": record.error_message,
         "truncated": record.num_truncated, "start_ns": record.start_ns,
         "duration_s": None if record.end_ns is None else (record.end_ns - record.start_ns) / 1e9,
+        **token_columns(training.values if training is not None else {}),
     }  # fmt: skip
+
+
+def token_columns(values: dict[str, Any]) -> dict[str, list | None]:
+    """``TOKEN_COLUMNS`` from a training record's values."""
+    out: dict[str, list | None] = {name: values.get(name) if isinstance(values.get(name), list) else None
+                                   for name in TOKEN_COLUMNS[:-1]}  # fmt: skip
+    mask, advantage = out["response_mask"], values.get("advantage")
+    per_token = values.get("advantages")
+    if isinstance(per_token, list):
+        out["token_advantages"] = per_token
+    elif mask is not None and isinstance(advantage, int | float):
+        out["token_advantages"] = [float(advantage) if m else 0.0 for m in mask]
+    else:
+        out["token_advantages"] = None
+    return out
 
 
 def reward_inputs(record: TrajectoryRecord) -> dict[str, Any]:

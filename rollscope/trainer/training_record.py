@@ -3,10 +3,14 @@ joined to the stored trajectory (``verl_hook`` captures the arrays on verl's dri
 
 Per trajectory: the GRPO group (verl's ``uid``) with its size and reward mean/std, the advantage
 (one value for GRPO, per token where an estimator gives different values per token), the policy
-versions that generated its turns and how far behind the trainer they were, and the trainer's
-log-probabilities of the response tokens (``old_log_probs``) beside the rollout server's, with
-the loss mask. The log-prob difference Δ = trainer - rollout counts only tokens the loss uses
-(``response_mask`` 1): a tool response or padding has no rollout log-prob (verl fills 0), so
+versions that generated its turns and how far behind the trainer they were, and per response
+token the trainer's log-probability (``old_log_probs``) beside the rollout server's, the policy's
+entropy there (verl computes it in the same pass and keeps only its mean, ``actor/entropy``), the
+reference policy's log-probability where the run has one (the KL term), and the loss mask.
+Per-token values are stored as float32, the precision verl computes them in: each as the shortest
+decimal that reads back to the same float32 (about half the characters of a float64's).
+
+The log-prob difference Δ = trainer - rollout counts only tokens the loss uses (``response_mask`` 1): a tool response or padding has no rollout log-prob (verl fills 0), so
 its "difference" is an artefact of tens of nats, kept apart as ``masked_delta_max``.
 """
 
@@ -16,10 +20,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import orjson
 import torch
 
 # Per-token lists in a record; the rest are scalars (indexed columns in the store, tags elsewhere).
-TOKEN_FIELDS = ("old_log_probs", "rollout_log_probs", "response_mask", "advantages")
+TOKEN_FIELDS = ("old_log_probs", "rollout_log_probs", "entropy", "ref_log_probs", "response_mask", "advantages")
 _CONSTANT = 1e-6  # per-token advantages within this of each other are one value (GRPO's broadcast)
 
 
@@ -41,6 +46,8 @@ class StepArrays:
     min_versions: Sequence[Any] = ()  # the weight version of each row's first and last turn
     max_versions: Sequence[Any] = ()
     estimator: str = "grpo"
+    entropy: torch.Tensor | None = None  # the policy's entropy at each response token (verl's ``entropys``)
+    ref_log_probs: torch.Tensor | None = None  # the reference policy's (verl's ``ref_log_prob``), if the run has one
 
 
 def _version(v: Any) -> int | None:
@@ -65,6 +72,14 @@ def records(step: StepArrays) -> list[tuple[str, dict[str, Any]]]:
     inside = positions < step.lengths[:, None]
     masked = inside & (mask == 0)
     deltas = _logprob_deltas(step, mask, tokens, masked)
+    per_token = {name: tensor.float() for name, tensor in (
+        ("old_log_probs", step.old_log_probs), ("rollout_log_probs", step.rollout_log_probs),
+        ("entropy", step.entropy), ("ref_log_probs", step.ref_log_probs)) if tensor is not None}  # fmt: skip
+    means = {name: (per_token[source] * mask).sum(-1) / tokens.clamp(min=1) for name, source in
+             (("entropy_mean", "entropy"),) if source in per_token}  # fmt: skip
+    if "ref_log_probs" in per_token and "old_log_probs" in per_token:  # the k1 estimate of KL(policy || reference)
+        kl = (per_token["old_log_probs"] - per_token["ref_log_probs"]) * mask
+        means["kl_mean"] = kl.sum(-1) / tokens.clamp(min=1)
     out = []
     for i in range(rows):
         tid = step.trajectory_ids[i]
@@ -85,11 +100,11 @@ def records(step: StepArrays) -> list[tuple[str, dict[str, Any]]]:
             "response_mask": step.response_mask[i, :n].int().tolist(),
         }  # fmt: skip
         if float(spread[i]) > _CONSTANT:
-            record["advantages"] = step.advantages[i, :n].float().tolist()
-        if step.old_log_probs is not None:
-            record["old_log_probs"] = step.old_log_probs[i, :n].float().tolist()
-        if step.rollout_log_probs is not None:
-            record["rollout_log_probs"] = step.rollout_log_probs[i, :n].float().tolist()
+            record["advantages"] = float32_list(step.advantages[i, :n])
+        for name, tensor in per_token.items():
+            record[name] = float32_list(tensor[i, :n])
+        for name, mean in means.items():
+            record[name] = float(mean[i]) if record["tokens"] else None
         if deltas is not None and record["tokens"]:
             delta_max, delta_at, delta_mean, masked_max = deltas
             record["logprob_delta_max"] = float(delta_max[i])
@@ -98,6 +113,13 @@ def records(step: StepArrays) -> list[tuple[str, dict[str, Any]]]:
             record["masked_delta_max"] = float(masked_max[i]) if record["masked_tokens"] else None
         out.append((str(tid), record))
     return out
+
+
+def float32_list(values: torch.Tensor) -> list[float]:
+    """A 1-D tensor's values as the shortest decimals that read back to the same float32 (orjson
+    writes numpy's float32 so): exact at verl's precision, about 10 characters a value, not 19."""
+    array = values.detach().to(torch.float32).contiguous().numpy()
+    return orjson.loads(orjson.dumps(array, option=orjson.OPT_SERIALIZE_NUMPY))
 
 
 def _group_stats(uids: Sequence[Any], scores: torch.Tensor) -> dict[Any, tuple[int, float, float | None]]:

@@ -8,7 +8,9 @@ then wraps, in the trainer verl runs,
 - v1 (default): ``PPOTrainer``'s advantage step and the multi-trajectory advantage function it
   calls (``_verl.V1_COMPUTE_ADVANTAGE``, ``_verl.V1_MULTI_TRAJECTORY_ADVANTAGES``), whose result
   holds the step's uid, masks, scores, both log-probs and advantages;
-- v0: ``RayPPOTrainer``'s actor update (``_verl.V0_UPDATE_ACTOR``), whose batch holds the same;
+- v0: ``RayPPOTrainer``'s actor update (``_verl.V0_UPDATE_ACTOR``), whose batch holds the same,
+  and its old-log-prob pass (``_verl.V0_OLD_LOG_PROB``), whose per-token entropies verl drops
+  once it has averaged them (v1 keeps them in the TransferQueue, read with the trajectory ids);
 - both: ``fit``, which waits at its end (bounded) until every step's records are handed on;
 - verl's ``Tracking``: the W&B run it starts is published to the rollout workers (``wandb_run``).
 
@@ -134,12 +136,14 @@ def capture_v0(trainer: Any, batch: Any) -> None:
     """v0: the batch verl's actor update is given (verl's DataProto, advantages computed)."""
     config = trainer.config
     if _traced(config):
-        recorder.submit(config, v0_step(batch, trainer.global_steps, str(config.algorithm.adv_estimator)))
+        entropy = getattr(_current, "entropy", None)
+        _current.entropy = None
+        recorder.submit(config, v0_step(batch, trainer.global_steps, str(config.algorithm.adv_estimator), entropy))
 
 
-def v0_step(batch: Any, step: int, estimator: str) -> Callable[[], Any]:
-    """The step's arrays from a v0 batch, built when called (on the recorder's thread): until then
-    only references to the batch's tensors are held."""
+def v0_step(batch: Any, step: int, estimator: str, entropy: Any = None) -> Callable[[], Any]:
+    """The step's arrays from a v0 batch (and the entropies of its old-log-prob pass), built when
+    called (on the recorder's thread): until then only references to the batch's tensors are held."""
     from rollscope.agentloops.verl_run import TRAJECTORY_KEY
 
     tensors, non_tensor = batch.batch, dict(batch.non_tensor_batch)
@@ -157,12 +161,15 @@ def v0_step(batch: Any, step: int, estimator: str) -> Callable[[], Any]:
             old_log_probs=tensors.get("old_log_probs"), rollout_log_probs=tensors.get("rollout_log_probs"),
             min_versions=_column(non_tensor, "min_global_steps", rows),
             max_versions=_column(non_tensor, "max_global_steps", rows), estimator=estimator,
+            entropy=entropy if entropy is not None and tuple(entropy.shape) == (rows, width) else None,
+            ref_log_probs=tensors.get("ref_log_prob"),
         )  # fmt: skip
 
     return arrays
 
 
-_current = threading.local()  # v1: the trainer and step batch whose advantages are being computed
+# v1: the trainer and step batch whose advantages are being computed; v0: the step's entropies
+_current = threading.local()
 
 
 def capture_v1(trainer: Any, batch: Any, data: Any) -> None:
@@ -175,7 +182,13 @@ def capture_v1(trainer: Any, batch: Any, data: Any) -> None:
 
     from rollscope.agentloops.verl_run import TRAJECTORY_KEY
 
-    extra = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+    try:  # the entropies verl's old-log-prob pass put beside the rows (none where it was bypassed)
+        extra = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
+                                select_fields=["extra_fields", "entropy"])  # fmt: skip
+        entropy = extra["entropy"]
+    except Exception:
+        extra = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
+        entropy = None
     fields = extra["extra_fields"]
     fields = fields.tolist() if hasattr(fields, "tolist") else list(fields)
     tensors, tags, step = data.batch, list(batch.tags), trainer.global_steps
@@ -198,9 +211,24 @@ def capture_v1(trainer: Any, batch: Any, data: Any) -> None:
             old_log_probs=tensors.get("old_log_probs"), rollout_log_probs=tensors.get("rollout_log_probs"),
             min_versions=[t.get("min_global_steps") for t in tags],
             max_versions=[t.get("max_global_steps") for t in tags], estimator=estimator,
+            entropy=None if entropy is None else _padded(entropy, tensors["response_mask"].shape),
+            ref_log_probs=tensors.get("ref_log_prob"),
         )  # fmt: skip
 
     recorder.submit(trainer.config, arrays)
+
+
+def _padded(values: Any, shape: Any) -> Any:
+    """A v1 per-token field (nested: one row per response, as long as it) as a right-padded
+    tensor of ``shape``, the layout of the step's other arrays."""
+    import torch
+
+    rows = values.unbind(0) if getattr(values, "is_nested", False) else list(values)
+    out = torch.zeros(tuple(shape), dtype=torch.float32)
+    for i, row in enumerate(rows):
+        n = min(len(row), shape[-1])
+        out[i, :n] = row[:n].float()
+    return out
 
 
 def _guarded(capture: Any, *args: Any) -> None:
@@ -236,6 +264,19 @@ def patch_v0(module: Any) -> None:
         return update_actor(self, batch)
 
     setattr(cls, _verl.V0_UPDATE_ACTOR, joined_update_actor)
+    old_log_prob = getattr(cls, _verl.V0_OLD_LOG_PROB)
+
+    @functools.wraps(old_log_prob)
+    def entropy_keeping_old_log_prob(self: Any, batch: Any) -> Any:
+        result = old_log_prob(self, batch)
+        try:  # verl pops the entropies once averaged: keep a reference for this step's records
+            output = result[0] if isinstance(result, tuple) else result
+            _current.entropy = output.batch.get("entropys") if _traced(self.config) else None
+        except Exception:  # an output of another shape: the records go without entropy
+            _current.entropy = None
+        return result
+
+    setattr(cls, _verl.V0_OLD_LOG_PROB, entropy_keeping_old_log_prob)
     _wrap_fit(cls)
     setattr(cls, _WRAPPED, True)
 

@@ -31,7 +31,7 @@ from rollscope.store.reader import ORDERS
 from rollscope.store.text import with_text
 from rollscope.viewer.charts import Chart, charts, distribution, series_charts, sparkline
 from rollscope.viewer.chat import ground_truth, turns, with_markers
-from rollscope.viewer.tokens import drift_span, retokenization, token_view, training_token_view
+from rollscope.viewer.tokens import LEGENDS, drift_span, retokenization, token_view, training_token_view
 from rollscope.viewer.views import (
     bounded_tree,
     figures,
@@ -153,7 +153,7 @@ class Viewer:
                             turns=turns(record), task=first_user_message(record), truth=ground_truth(record),
                             replays=replays, training=record.training, tv=training_token_view(record),
                             original=original, drift=drift, drift_at=drift_span(record, drift),
-                            threshold=Thresholds().logprob_delta)  # fmt: skip
+                            threshold=Thresholds().logprob_delta, overlay_legends=LEGENDS)  # fmt: skip
 
     def compare(self, q: dict[str, str], ids: list[str]) -> str:
         ids = list(dict.fromkeys(i for i in ids if i))

@@ -89,7 +89,30 @@ def token_view(span: SpanRecord, least: int = DEFAULT_LEAST, threshold: float = 
 
 # Upper edges of the |trainer - rollout| log-prob buckets (nats): agreement to float noise, then worse.
 DELTA_BUCKETS = (1e-4, 1e-2, 0.1, 0.5, 2.0)
+# Upper edges of the entropy buckets (nats): near-certain, then ever wider spread.
+ENTROPY_BUCKETS = (0.1, 0.5, 1.0, 2.0, 4.0)
+# Edges of the advantage buckets: 0 (most negative) .. len (most positive); the middle one is about 0.
+ADVANTAGE_EDGES = (-1.0, -0.3, -0.01, 0.01, 0.3, 1.0)
 DEFAULT_WORST = 10
+# The token overlays a trained-on response is drawn with: (name, CSS class prefix, what it colours).
+OVERLAYS = (
+    ("delta", "d", "|trainer - rollout| log-prob"),
+    ("entropy", "e", "the policy's entropy"),
+    ("kl", "k", "|policy - reference| log-prob (the KL term)"),
+    ("advantage", "a", "the advantage"),
+    ("trainer", "l", "the trainer's log-prob"),
+)
+
+# What each overlay's colours say, shown under the switch.
+LEGENDS = {
+    "delta": "white: trainer and rollout agree (< 1e-4 nats) · green, yellow, orange: 1e-2, 0.1, 0.5 · red: ≥ 2 nats "
+             "(the policy trained on is not the one that sampled)",
+    "entropy": "red: the policy was near-certain there (< 0.1 nats) · orange, yellow: < 0.5, < 1 · white: ≥ 4 nats "
+               "(spread wide); a response all red is an entropy collapse",
+    "kl": "white: policy and reference agree (< 1e-4 nats) · red: ≥ 2 nats apart, where the KL term pulls hardest",
+    "advantage": "green: pushed up (positive advantage) · red: pushed down · white: about 0, no signal",
+    "trainer": "the trainer's log-prob: white: likely (p ≥ 0.9) · red: unlikely (p < 0.02)",
+}
 
 
 @dataclass
@@ -101,6 +124,34 @@ class TrainingToken:
     rollout: float | None  # the rollout server's
     delta: float | None  # trainer - rollout; None where the loss does not use the token
     bucket: int  # of |delta|: 0 (agree) .. len(DELTA_BUCKETS); -1: masked (a tool response, not trained on)
+    masked: bool = False
+    entropy: float | None = None
+    reference: float | None = None  # the reference policy's log-prob
+    kl: float | None = None  # trainer - reference, where the loss uses the token
+    advantage: float | None = None  # where the loss uses the token
+
+    @property
+    def classes(self) -> str:
+        """One CSS class per overlay (``OVERLAYS``' prefix and bucket, ``x`` without a value), and
+        ``m`` for a masked token: the page switches overlays with CSS alone."""
+        kl = _above(abs(self.kl), DELTA_BUCKETS) if self.kl is not None else None
+        buckets = {"d": None if self.bucket < 0 else self.bucket, "e": _above(self.entropy, ENTROPY_BUCKETS),
+                   "k": kl, "a": _above(self.advantage, ADVANTAGE_EDGES), "l": _likelihood(self.trainer)}  # fmt: skip
+        found = [f"{prefix}{'x' if b is None else b}" for prefix, b in buckets.items()]
+        return " ".join([*found, "m"] if self.masked else found)
+
+    @property
+    def title(self) -> str:
+        """Every value the token has, for its tooltip."""
+        parts = [f"#{self.position}", f"id {self.token_id}"]
+        if self.masked:
+            parts.append("masked: not trained on")
+        for label, value in (("trainer", self.trainer), ("rollout", self.rollout), ("Δ", self.delta),
+                             ("entropy", self.entropy), ("reference", self.reference), ("KL", self.kl),
+                             ("advantage", self.advantage)):  # fmt: skip
+            if value is not None:
+                parts.append(f"{label} {value:.4g}")
+        return " · ".join(parts)
 
 
 @dataclass
@@ -109,6 +160,16 @@ class TrainingTokenView:
     worst: list[TrainingToken]  # the loss tokens with the largest |delta|
     masked: int  # tokens in the response the loss does not use
     has_texts: bool
+    overlays: list[tuple[str, str, str]]  # those of ``OVERLAYS`` the record has values for
+
+
+def _above(value: float | None, edges: tuple[float, ...]) -> int | None:
+    """How many of ``edges`` ``value`` is at or past: its bucket, None without a value."""
+    return None if value is None else sum(value >= edge for edge in edges)
+
+
+def _likelihood(lp: float | None) -> int | None:
+    return None if lp is None else _bucket(lp)
 
 
 def _delta_bucket(delta: float | None) -> int:
@@ -120,14 +181,23 @@ def _delta_bucket(delta: float | None) -> int:
     return len(DELTA_BUCKETS)
 
 
+def _per_token(values: dict, name: str) -> list:
+    found = values.get(name)
+    return found if isinstance(found, list) else []
+
+
 def training_token_view(record: TrajectoryRecord, worst: int = DEFAULT_WORST) -> TrainingTokenView | None:
-    """The response's tokens with both log-probs and their difference, masked tokens apart: None
-    without a training record holding both. The token texts are the llm turns' (token2text), which
-    are the loss tokens in order; a masked token (a tool response) shows its id."""
+    """The response's tokens with what the trainer computed at each (log-probs, their difference,
+    entropy, the reference's log-prob, the advantage), masked tokens apart: None without a training
+    record holding the loss mask and a per-token array. The token texts are the llm turns'
+    (token2text), which are the loss tokens in order; a masked token (a tool response) shows its id."""
     training = record.training
     values = training.values if training is not None else {}
-    old, rollout, mask = values.get("old_log_probs"), values.get("rollout_log_probs"), values.get("response_mask")
-    if not old or not rollout or not mask:
+    mask = _per_token(values, "response_mask")
+    old, rollout = _per_token(values, "old_log_probs"), _per_token(values, "rollout_log_probs")
+    entropy, reference = _per_token(values, "entropy"), _per_token(values, "ref_log_probs")
+    advantages = _per_token(values, "advantages")
+    if not mask or not (old or entropy):
         return None
     run = next((s for s in record.spans if s.kind == "agent" and isinstance(s.outputs, dict)), None)
     ids = (run.outputs.get("response_ids") if run is not None else None) or []
@@ -135,8 +205,12 @@ def training_token_view(record: TrajectoryRecord, worst: int = DEFAULT_WORST) ->
     for span in record.spans:
         if span.kind == "llm" and isinstance(span.outputs, dict) and isinstance(span.outputs.get("token_texts"), list):
             texts.extend(str(t) for t in span.outputs["token_texts"])
+
+    def at(values: list, i: int) -> float | None:
+        return _number(values[i]) if i < len(values) else None
+
     tokens, sampled = [], 0
-    for i, (o, r, m) in enumerate(zip(old, rollout, mask, strict=False)):
+    for i, m in enumerate(mask):
         token_id = ids[i] if i < len(ids) and type(ids[i]) is int else None
         shown = _shown(token_id) if token_id is not None else f"#{i}"
         if m:
@@ -144,10 +218,17 @@ def training_token_view(record: TrajectoryRecord, worst: int = DEFAULT_WORST) ->
             sampled += 1
         else:
             text = shown
-        delta = _number(o) - _number(r) if m and _number(o) is not None and _number(r) is not None else None
-        tokens.append(TrainingToken(i, token_id, text, _number(o), _number(r), delta, _delta_bucket(delta)))
+        o, r, ref = at(old, i), at(rollout, i), at(reference, i)
+        delta = o - r if m and o is not None and r is not None else None
+        kl = o - ref if m and o is not None and ref is not None else None
+        advantage = (at(advantages, i) if advantages else _number(values.get("advantage"))) if m else None
+        tokens.append(TrainingToken(i, token_id, text, o, r, delta, _delta_bucket(delta), not m, at(entropy, i), ref,
+                                    kl, advantage))  # fmt: skip
     scored = sorted((t for t in tokens if t.delta is not None), key=lambda t: (-abs(t.delta), t.position))
-    return TrainingTokenView(tokens, scored[:worst], sum(1 for m in mask if not m), bool(texts))
+    present = {"delta": bool(old and rollout), "entropy": bool(entropy), "kl": bool(old and reference),
+               "advantage": any(t.advantage is not None for t in tokens), "trainer": bool(old)}  # fmt: skip
+    return TrainingTokenView(tokens, scored[:worst], sum(1 for m in mask if not m), bool(texts),
+                             [o for o in OVERLAYS if present[o[0]]])  # fmt: skip
 
 
 def drift_span(record: TrajectoryRecord, drift: dict | None) -> str | None:

@@ -26,6 +26,16 @@ def hf_log_probs(model, prompt_ids, token_ids, temperature):
     return torch.log_softmax(logits, -1).gather(1, torch.tensor(token_ids)[:, None])[:, 0].tolist()
 
 
+def hf_entropies(model, prompt_ids, token_ids, temperature):
+    """The entropy (nats) of the model's distribution at each token of ``token_ids`` after
+    ``prompt_ids``, of softmax(logits / T): what verl's actor computes beside its log-probs."""
+    ids = torch.tensor([list(prompt_ids) + list(token_ids)])
+    with torch.no_grad():
+        logits = model(ids).logits[0, len(prompt_ids) - 1 : -1] / temperature
+    log_p = torch.log_softmax(logits, -1)
+    return (-(log_p.exp() * log_p).sum(-1)).tolist()
+
+
 def run_cli(*args):
     env = {**os.environ, "WANDB_ERROR_REPORTING": "false", "COLUMNS": "200"}
     return subprocess.run([sys.executable, "-m", "rollscope.cli", *args], capture_output=True, text=True, env=env,

@@ -18,8 +18,8 @@ from transformers import AutoModelForCausalLM
 
 from rollscope.store import TraceStore
 from rollscope.tracing.backends.weave import call_id
-from tests.engines import weave_calls
-from tests.llm.engine_runs import hf_log_probs
+from tests.engines import weave_calls, weave_feedback
+from tests.llm.engine_runs import hf_entropies, hf_log_probs
 from tests.trainer.main_ppo import PROMPTS, ROLLOUTS, STEPS, train
 
 pytestmark = pytest.mark.slow
@@ -77,6 +77,30 @@ def test_the_trainer_holds_the_engines_log_probs_and_the_actor_recomputes_them(r
         assert training.logprob_delta_max < 1e-4
     gaps = [float(g) for g in re.findall(r"training/rollout_probs_diff_max:([-\d.e]+)", run[1].log)]
     assert len(gaps) == STEPS and max(gaps) < 1e-4, gaps
+
+
+def test_each_loss_token_carries_the_actors_entropy_as_the_initial_model_gives_it(run, stored, engine_model):
+    """verl's v1 trainer keeps its old-log-prob pass's per-token entropies beside the batch; the
+    record holds them for every response token. At step 1 the actor has the initial weights, so
+    the initial model, run here, gives each loss token the same entropy within float noise; the
+    mean over loss tokens reaches Weave with the training record's scalars."""
+    initial = AutoModelForCausalLM.from_pretrained(engine_model, dtype=torch.float32).eval()
+    checked = 0
+    for t, tree, training in stored:
+        values = training.values
+        assert len(values["entropy"]) == len(values["response_mask"]) and values["entropy_mean"] > 0
+        if t.step != 1:
+            continue
+        expected = [e for s in llm_spans(tree)
+                    for e in hf_entropies(initial, s.inputs["prompt_ids"], s.outputs["token_ids"], 1.0)]  # fmt: skip
+        on_loss = [e for e, m in zip(values["entropy"], values["response_mask"], strict=True) if m]
+        assert on_loss == pytest.approx(expected[: len(on_loss)], abs=1e-4)
+        checked += 1
+    assert checked == PROMPTS * ROLLOUTS
+    engine = run[0]
+    payloads = {f["weave_ref"].rsplit("/", 1)[1]: f["payload"] for f in weave_feedback(f"ent/{engine}")}
+    means = sorted(round(p["entropy_mean"], 5) for p in payloads.values())
+    assert means == sorted(round(training.values["entropy_mean"], 5) for _, _, training in stored)
 
 
 def test_step_2_was_sampled_from_the_trained_weights_not_the_initial_ones(stored, engine_model):

@@ -9,6 +9,7 @@ and weight versions, verl's GRPO formula."""
 import os
 from collections import Counter
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,11 +22,21 @@ from tests.trainer.main_ppo import PROMPTS, ROLLOUTS, STEPS, question, train
 pytestmark = pytest.mark.slow
 
 
+REPO = Path(__file__).resolve().parents[2]
+
+
 @pytest.fixture(scope="module")
 def run(tmp_path_factory, demo_model):
+    """The run, with a reference policy (a KL loss, so verl computes ``ref_log_prob``), and verl's
+    own batch of every step saved by ``tests.trainer.batch_probe`` in ``probe/``."""
     root = tmp_path_factory.mktemp("main_ppo_local")
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{root}/mlruns.db"}
-    return train(root, demo_model, "trainer.use_v1=False", backend="local,mlflow", env=env)
+    (root / "probe").mkdir()
+    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{root}/mlruns.db",
+           "VERL_USE_EXTERNAL_MODULES": "tests.trainer.batch_probe", "ROLLSCOPE_TEST_PROBE_DIR": str(root / "probe"),
+           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}  # fmt: skip
+    return train(root, demo_model, "trainer.use_v1=False", "actor_rollout_ref.actor.use_kl_loss=True",
+                 "actor_rollout_ref.actor.kl_loss_coef=0.001", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+                 backend="local,mlflow", env=env)  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -217,11 +228,52 @@ def test_trainer_log_probs_agree_with_the_rollouts_on_every_loss_token(stored):
         assert on_loss == pytest.approx(sampled[: len(on_loss)], abs=1e-6)
         deltas = [abs(o - r) for o, r, m in zip(values["old_log_probs"], values["rollout_log_probs"], mask,
                                                 strict=True) if m]  # fmt: skip
-        assert t.training.logprob_delta_max == pytest.approx(max(deltas)) and max(deltas) < 5e-5
+        assert t.training.logprob_delta_max == pytest.approx(max(deltas), abs=1e-7) and max(deltas) < 5e-5  # (float32)
         if values["masked_tokens"]:
             masked_seen += 1
             assert values["masked_delta_max"] > 1.0 > t.training.logprob_delta_max
     assert masked_seen > 0
+
+
+def test_every_token_carries_verls_own_entropy_log_probs_advantage_and_mask(run, stored, tmp_path):
+    """Per response token, the stored record holds what verl's own batch held at the actor update
+    (read in the trainer's process by ``batch_probe``, which reads nothing of rollscope's): the
+    entropy of the old-log-prob pass (which verl drops once averaged), the trainer's, the
+    rollout's and the reference policy's log-probs, the loss mask and the advantage (GRPO's one
+    value, where the mask is 1), at float32's precision, for every trajectory of every step; and
+    ``rollscope export`` writes them as Parquet columns, the advantages as verl's tensor."""
+    import pyarrow.parquet as pq
+
+    from rollscope.datasets import export
+
+    with TraceStore(run.trace_dir) as store:
+        export(store, tmp_path / "run.parquet", "parquet")
+    exported = {r["id"]: r for r in pq.read_table(tmp_path / "run.parquet").to_pylist()}
+    records = {t.id: t.training.values for t, _ in stored}
+    compared = 0
+    for step in range(1, STEPS + 1):
+        batch = torch.load(run.root / "probe" / f"step-{step}.pt")
+        for row, tid in enumerate(batch["trajectory_ids"]):
+            values = records[tid]
+            n = values["length"]
+            mask = batch["response_mask"][row, :n]
+            assert values["response_mask"] == mask.int().tolist()
+            for name, verls in (("entropy", "entropys"), ("old_log_probs", "old_log_probs"),
+                                ("rollout_log_probs", "rollout_log_probs"), ("ref_log_probs", "ref_log_prob")):
+                stored_values = torch.tensor(values[name], dtype=torch.float32)
+                assert torch.equal(stored_values, batch[verls][row, :n].float()), (tid, name)
+            advantage = batch["advantages"][row, :n][mask.bool()]
+            assert torch.allclose(advantage, torch.tensor(values["advantage"]), atol=1e-6)
+            entropy = batch["entropys"][row, :n][mask.bool()]
+            assert values["entropy_mean"] == pytest.approx(float(entropy.mean()), abs=1e-6)
+            kl = (batch["old_log_probs"][row, :n] - batch["ref_log_prob"][row, :n])[mask.bool()]
+            assert values["kl_mean"] == pytest.approx(float(kl.mean()), abs=1e-6)
+            row_ = exported[tid]
+            assert torch.equal(torch.tensor(row_["token_advantages"]), batch["advantages"][row, :n].float())
+            assert torch.equal(torch.tensor(row_["entropy"]), batch["entropys"][row, :n].float())
+            assert row_["response_mask"] == values["response_mask"]
+            compared += 1
+    assert compared == len(stored) == STEPS * PROMPTS * ROLLOUTS
 
 
 def test_the_demos_chat_template_renders_each_conversation_to_the_tokens_it_was_trained_on(stored, demo_model):

@@ -108,6 +108,7 @@ def test_each_root_has_the_training_record_as_feedback(run, roots):
             assert p["group_size"] == ROLLOUTS == len(group)
             assert p["advantage"] == pytest.approx(float((p["score"] - scores.mean()) / (scores.std() + 1e-6)), abs=1e-5)
             assert p["policy_version"] == p["step"] - 1 and p["lag"] == 0
+            assert p["entropy_mean"] > 0  # the v1 trainer's per-token entropies, averaged over the loss tokens
 
 
 def test_a_bfloat16_rollout_server_shows_as_a_log_prob_gap_on_loss_tokens(run):

@@ -154,8 +154,10 @@ def train_on(trace_dir, experiment="viewer"):
     arrays shaped as verl's batch), through a tracer of its own, as verl's driver does: per step,
     GRPO advantages of the stored rewards, 6 response tokens of which 2 are a masked tool
     response, the trainer's and the rollout's log-probs agreeing except on one planted token of
-    one trajectory (step 1, sample 0, rollout 2: position 4, 1.5 nats), and the trajectories of step
-    2 generated one actor update behind."""
+    one trajectory (step 1, sample 0, rollout 2: position 4, 1.5 nats), where the entropy also
+    collapses (0.01 nats at position 5; 1.0 elsewhere) and the policy drifts from the reference (0.8
+    nats at position 1; 0.02 elsewhere), and the trajectories of step 2 generated one actor update
+    behind."""
     import torch
 
     from rollscope.store import TraceStore
@@ -179,14 +181,16 @@ def train_on(trace_dir, experiment="viewer"):
         mask = torch.tensor([[1, 1, 0, 0, 1, 1]] * len(rows))
         rollout = torch.full((len(rows), 6), -0.5) * mask
         old = torch.full((len(rows), 6), -0.5)
+        entropy = torch.full((len(rows), 6), 1.0)
+        reference = old - 0.02
         for i, t in enumerate(rows):
             if (t.step, t.sample_index, t.rollout_n) == (1, 0, 2):
-                old[i, 4] = -2.0
+                old[i, 4], entropy[i, 5], reference[i, 1] = -2.0, 0.01, -1.3
         versions = [step - 2 if step == 2 else step - 1] * len(rows)
         arrays = StepArrays(step=step, trajectory_ids=[t.id for t in rows], uids=uids, response_mask=mask,
                             advantages=advantages, scores=scores, rewards=scores, lengths=torch.full((len(rows),), 6),
                             old_log_probs=old, rollout_log_probs=rollout, min_versions=versions,
-                            max_versions=versions)  # fmt: skip
+                            max_versions=versions, entropy=entropy, ref_log_probs=reference)  # fmt: skip
         for tid, record_ in records(arrays):
             tracing.get_tracer().training(tid, record_)
     assert tracing.flush_tracing(30)

@@ -187,6 +187,19 @@ def test_trained_on_tokens_and_advantage_boxes_as_drawn(trained_server, trained_
     assert colours[4] not in (colours[0], colours[2]) and colours[0] == colours[1] == colours[5]
     assert browser.find_element(By.ID, "advantage").text.strip()
     shot(browser, "10-trained-on-tokens")
+    # switched to entropy: the planted collapse (0.01 nats at position 5) in the strongest colour, the
+    # rest (1 nat) alike, the masked tool response dimmed; its legend shown, the delta's hidden
+    browser.find_element(By.CSS_SELECTOR, "label[for=ov-entropy]").click()
+    colours = [t.value_of_css_property("background-color") for t in tokens]
+    assert colours[5] not in (colours[0], colours[2]) and colours[0] == colours[1] == colours[4]
+    assert float(tokens[2].value_of_css_property("opacity")) < 1 == float(tokens[0].value_of_css_property("opacity"))
+    assert strip.find_element(By.CSS_SELECTOR, ".legend-entropy").is_displayed()
+    assert not strip.find_element(By.CSS_SELECTOR, ".legend-delta").is_displayed()
+    shot(browser, "10b-token-overlay-entropy")
+    browser.find_element(By.CSS_SELECTOR, "label[for=ov-advantage]").click()
+    advantage = [t.value_of_css_property("background-color") for t in tokens]
+    assert advantage[0] == advantage[5] != advantage[2] and advantage[0] != colours[0]
+    shot(browser, "10c-token-overlay-advantage")
     browser.get(f"{trained_server}/steps")
     boxes = browser.find_elements(By.CSS_SELECTOR, "g.step-box rect.box")
     xs = [b.rect["x"] for b in boxes]

@@ -27,9 +27,19 @@ def test_a_trajectory_page_shows_its_training_and_colours_its_tokens_by_delta(tr
     assert status == 200 and 'id="training"' in page and 'id="training-tokens"' in page
     assert re.search(r'id="advantage">' + re.escape(f"{t.training.advantage:.3g}"), page)
     assert "past 0.5 nats" in page  # its max |Δ| 1.5 passes the mismatch threshold
-    tokens = re.findall(r'<span class="tok dtok (d\w)"', page)
-    assert len(tokens) == 6 and tokens[2:4] == ["dx", "dx"]  # the tool response: masked, apart
-    assert tokens[4] == "d4" and set(tokens[:2] + tokens[5:]) == {"d0"}  # Δ 1.5 at position 4; 0 elsewhere
+    tokens = [c.split() for c in re.findall(r'<span class="tok dtok ([\w ]+)"', page)]
+    delta = [c[0] for c in tokens]
+    assert len(tokens) == 6 and delta[2:4] == ["dx", "dx"]  # the tool response: masked, apart
+    assert all(c[-1] == "m" for c in tokens[2:4]) and "m" not in tokens[0] + tokens[4]
+    assert delta[4] == "d4" and set(delta[:2] + delta[5:]) == {"d0"}  # Δ 1.5 at position 4; 0 elsewhere
+    entropy, kl, advantage = ([c[i] for c in tokens] for i in (1, 2, 3))
+    assert entropy[5] == "e0" and set(entropy[:5]) == {"e3"}  # 0.01 nats at position 5, 1.0 elsewhere
+    assert kl[1] == kl[4] == "k4" and kl[2:4] == ["kx", "kx"] and {kl[0], kl[5]} == {"k2"}  # 0.8, 1.48, 0.02 nats
+    assert len(set(advantage[:2] + advantage[4:])) == 1 and advantage[2:4] == ["ax", "ax"]  # GRPO: one value
+    for name in ("delta", "entropy", "kl", "advantage", "trainer"):  # a switch for each, the first chosen
+        assert f'id="ov-{name}"' in page
+    assert 'id="ov-delta" checked' in page
+    assert re.search(r'title="#5 · id [^"]*entropy 0\.01 · reference -0\.52 · KL 0\.02 · advantage', page)
     worst = re.search(r'<table class="list worst">.*?</table>', page, re.S).group(0)
     assert re.findall(r"<tr><td>(\d+)</td>", worst)[0] == "4"
 
@@ -74,6 +84,11 @@ def test_traces_show_prompt_and_diff_on_the_command_line(trained_store, capsys):
     assert main(["traces", "show", t.id, "--dir", str(trained_store), "--tokens"]) == 0
     out = capsys.readouterr().out
     assert "trained-on tokens" in out and "#4" in out and "policy version 0" in out
+    rows = {line.split()[0]: line.split() for line in out.splitlines() if re.match(r"\s*\d+\s+'", line)}
+    # position, token, loss, trainer, rollout, Δ, entropy, reference, KL, advantage
+    assert rows["5"][2:] == ["1", "-0.5", "-0.5", "0", "0.01", "-0.52", "0.02", f"{t.training.advantage:.4g}"]
+    assert rows["2"][2:] == ["masked", "-0.5", "-0", "-", "1", "-0.52", "-", "-"]  # the tool response
+    assert rows["4"][5] == "-1.5" and rows["1"][8] == "0.8"  # the planted Δ and KL
     assert main(["traces", "prompt", "0", "--dir", str(trained_store), "--json"]) == 0
     assert [h["step"] for h in json.loads(capsys.readouterr().out)] == [0, 1, 2]
     [other] = store.trajectories(step=1, sample_index=0, rollout_n=1)

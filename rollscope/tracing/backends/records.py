@@ -57,7 +57,7 @@ def reward_details(t: TrajectoryLike) -> dict[str, Any]:
 TRAINING_SCALARS = (
     "step", "uid", "estimator", "group_size", "group_mean", "group_std", "score", "reward", "advantage",
     "policy_version", "policy_version_max", "lag", "tokens", "masked_tokens", "logprob_delta_max",
-    "logprob_delta_mean", "logprob_delta_position", "masked_delta_max",
+    "logprob_delta_mean", "logprob_delta_position", "masked_delta_max", "entropy_mean", "kl_mean",
 )  # fmt: skip
 
 
