@@ -10,8 +10,9 @@ reference policy's log-probability where the run has one (the KL term), and the 
 Per-token values are stored as float32, the precision verl computes them in: each as the shortest
 decimal that reads back to the same float32 (about half the characters of a float64's).
 
-The log-prob difference Δ = trainer - rollout counts only tokens the loss uses (``response_mask`` 1): a tool response or padding has no rollout log-prob (verl fills 0), so
-its "difference" is an artefact of tens of nats, kept apart as ``masked_delta_max``.
+The log-prob difference Δ = trainer - rollout counts only tokens the loss uses (``response_mask``
+1): a tool response or padding has no rollout log-prob (verl fills 0), so its "difference" is an
+artefact of tens of nats, kept apart as ``masked_delta_max``.
 """
 
 from __future__ import annotations
