@@ -118,7 +118,8 @@ def records(step: StepArrays) -> list[tuple[str, dict[str, Any]]]:
 
 def float32_list(values: torch.Tensor) -> list[float]:
     """A 1-D tensor's values as the shortest decimals that read back to the same float32 (orjson
-    writes numpy's float32 so): exact at verl's precision, about 10 characters a value, not 19."""
+    writes numpy's float32 so): exact at verl's precision, about 10 characters a value, not 19.
+    (~160 ns a value, on the recorder's thread: 1.3 s for 4 arrays of 1,024 x 2,048 tokens.)"""
     array = values.detach().to(torch.float32).contiguous().numpy()
     return orjson.loads(orjson.dumps(array, option=orjson.OPT_SERIALIZE_NUMPY))
 
