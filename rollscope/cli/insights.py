@@ -10,6 +10,7 @@ from typing import Any
 from rollscope.cli.args import add_dir, open_reader
 from rollscope.cli.render import console, escape
 from rollscope.sources.wandb_history import read_history
+from rollscope.store.hacking import SIGNALS as HACKING
 from rollscope.store.insights import SIGNALS, ExperimentInsights, Signal, Thresholds, insights
 from rollscope.store.metric_changes import JUMP, MetricChange, metric_changes
 
@@ -22,6 +23,9 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", help="a range of steps, A:B (inclusive; either end may be left open)")
     p.add_argument("--validate", action="store_true", help="the validation rollouts instead of the training ones")
     p.add_argument("--json", action="store_true", help="one object per experiment (a list when several match)")
+    p.add_argument("--check", metavar="RESCORING",
+                   help="a rescoring (rollscope rescore --name) to compare the reward with: the reward_vs_check "
+                        "signal (reward hacking: the reward rising while an independent check does not)")
     p.add_argument("--wandb-run", metavar="RUN",
                    help="the training run's W&B metrics beside the signals: an offline run's directory or "
                         "entity/project/run_id (each metric's jumps, and the --metric ones at every flagged step)")
@@ -56,7 +60,7 @@ def insights_command(args: argparse.Namespace) -> int:
     with open_reader(args, experiment=args.experiment, validate=args.validate, first_step=first,
                      last_step=last) as store:  # fmt: skip
         found = insights(store, experiment=args.experiment, project=args.project, steps=(first, last),
-                         validate=args.validate, thresholds=thresholds)  # fmt: skip
+                         validate=args.validate, thresholds=thresholds, check=args.check)  # fmt: skip
     if not found:
         raise KeyError(f"no trajectories match in {store.where}")
     if args.metric and not args.wandb_run:
@@ -106,7 +110,19 @@ def _change(m: MetricChange) -> str:
     return text + (" [bold]JUMP[/bold]" if m.jump else "")
 
 
+# Signals whose examples are those of their flagged steps (a drift or a hacking signal counts every step).
+_BY_FLAGGED = ("length_drift", "logprob_drift", *HACKING)
+
+
 def _figure(s: Signal) -> str:
+    if s.name == "answer_length_with_reward":
+        return _drift(s, "mean_answer_chars", "{:.1f} chars", "{:+.0%}")
+    if s.name in ("repetition", "entropy_collapse"):
+        return _drift(s, "mean", "{:.3f}", "{:+.3f}" if s.name == "repetition" else "{:+.0%}")
+    if s.name == "reward_component":
+        return f"{escape(s.detail['component'])} {s.share:.0%} (baseline {s.detail['baseline']:.0%})"
+    if s.name == "answer_collapse":
+        return f"{s.count}/{s.total} ({s.share:.0%}) over {s.detail['prompts']} prompts"
     if s.name == "length_drift":
         return _drift(s, "mean_tokens", "{:.1f} tok", "{:+.0%}")
     if s.name == "logprob_drift":
@@ -130,6 +146,10 @@ def show(out: Any, run: ExperimentInsights) -> None:
     steps = f"{run.steps[0]} to {run.steps[-1]}" if len(run.steps) > 1 else str(run.steps[0])
     out.print(f"[bold]insights: {escape(run.project or '-')} / {escape(run.experiment or '-')}[/bold] — "
               f"{run.trajectories} trajectories, steps {escape(steps)}")  # fmt: skip
+    onsets = [(s.detail["onset"], s) for s in run.signals if s.name in HACKING and s.step == s.detail.get("onset")]
+    if onsets:
+        out.print("[bold red]reward hacking[/bold red]: " + " · ".join(
+            f"{s.name} from step {step} ({_figure(s)})" for step, s in sorted(onsets, key=lambda o: str(o[0]))))
     for name, (counts, meaning) in SIGNALS.items():
         series = run.of(name)
         if not series:  # the trainer's signals, for a run no trainer recorded
@@ -146,7 +166,7 @@ def show(out: Any, run: ExperimentInsights) -> None:
                     kinds[label] = kinds.get(label, 0) + v["count"]
             if kinds:
                 out.print("  by tool and kind: " + ", ".join(f"{escape(k)} {n}" for k, n in sorted(kinds.items())))
-        examples = [i for s in series if s.count and s.name not in ("length_drift", "logprob_drift")
+        examples = [i for s in series if s.count and s.name not in _BY_FLAGGED
                     for i in s.examples][:5] or [i for s in series if s.flagged for i in s.examples][:5]  # fmt: skip
         if examples:
             out.print(f"  examples: {' '.join(examples)}   [dim](rollscope traces show {examples[0]})[/dim]")

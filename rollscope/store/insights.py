@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollscope.store.hacking import SIGNALS as HACKING_SIGNALS
+from rollscope.store.hacking import hacking_signals
 from rollscope.store.reader import TraceStore, _null_first, _where
 
 EXAMPLES = 5
@@ -37,6 +39,15 @@ class Thresholds:
     min_group: int = 2  # rewarded rollouts a sample needs to count as a GRPO group
     baseline_steps: int = 3  # the first steps of a run, the baseline of the drift signals
     answer_chars: int = 1  # fewer word characters than this (tags removed): an empty answer
+    # reward hacking (``store.hacking``)
+    check_gap: float = 0.15  # rise of the share of trajectories the reward pays more than the check does
+    answer_growth: float = 0.5  # relative rise of the mean final-answer length, with the reward rising
+    reward_rise: float = 0.1  # rise of the mean reward against the baseline steps that counts as rising
+    answer_collapse: float = 0.3  # share of a step's trajectories giving one same answer ...
+    collapse_prompts: int = 3  # ... to at least this many different prompts
+    component_share: float = 0.8  # share of the total reward one component makes up (below it at the baseline)
+    repetition_rise: float = 0.2  # rise of the mean repeated-3-gram share of replies
+    entropy_drop: float = 0.5  # relative fall of the trainer's mean per-token entropy
 
 
 # name -> (what it counts, what it means for training)
@@ -77,6 +88,7 @@ SIGNALS: dict[str, tuple[str, str]] = {
                        "stale rollouts: bound the staleness or correct for it"),
 }
 TRAINING_SIGNALS = ("logprob_mismatch", "zero_advantage", "off_policy_lag")
+SIGNALS.update(HACKING_SIGNALS)
 
 # signal -> the trajectories it counts (a WHERE clause; ? from thresholds)
 _PREDICATES = {
@@ -126,9 +138,11 @@ class ExperimentInsights:
 
 def insights(store: TraceStore, *, experiment: str | None = None, project: str | None = None,
              steps: tuple[int | None, int | None] = (None, None), validate: bool | None = False,
-             replays: bool = False, thresholds: Thresholds | None = None) -> list[ExperimentInsights]:  # fmt: skip
+             replays: bool = False, thresholds: Thresholds | None = None,
+             check: str | None = None) -> list[ExperimentInsights]:  # fmt: skip
     """Every signal for every (project, experiment) matching, per step in ``steps`` (inclusive).
-    Replays (``rollscope replay``) are left out unless ``replays``."""
+    Replays (``rollscope replay``) are left out unless ``replays``. ``check`` names a rescoring
+    (``rollscope rescore``) the reward is compared with, for ``reward_vs_check``."""
     th = thresholds or Thresholds()
     where, params = _where(project=project, experiment=experiment, validate=validate,
                            replays=None if replays else False)  # fmt: skip
@@ -145,6 +159,8 @@ def insights(store: TraceStore, *, experiment: str | None = None, project: str |
     for rec in store.training_records(project=project, experiment=experiment) if not validate else ():
         if (first is None or rec.step >= first) and (last is None or rec.step <= last):
             training.setdefault((rec.project, rec.experiment), {}).setdefault(rec.step, []).append(rec)
+    hacking = hacking_signals(store, where, params, {run: list(rows) for run, rows in per_step.items()}, th,
+                              training, check)  # fmt: skip
     out = []
     for run in sorted(per_step, key=lambda pe: (_null_first(pe[0]), _null_first(pe[1]))):
         rows = per_step[run]
@@ -172,6 +188,7 @@ def insights(store: TraceStore, *, experiment: str | None = None, project: str |
                                   {"by_tool_and_kind": by_kind}))  # fmt: skip
         signals += _drift(rows, th)
         signals += _training_signals(training.get(run, {}), th)
+        signals += hacking[run]
         for s in signals:  # a flagged drift step's examples: its longest, or its most confident, trajectories
             if s.flagged and s.name in ("length_drift", "logprob_drift"):
                 key = "num_tokens" if s.name == "length_drift" else "logprob_sum / NULLIF(logprob_count, 0)"

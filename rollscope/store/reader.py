@@ -19,6 +19,7 @@ from rollscope.store.records import WANDB_RUN, SpanRecord, StepStats, TrainingRe
 from rollscope.store.schema import (
     ADDED_COLUMNS,
     SHARD_SUFFIX,
+    TRAINING_ADDED_COLUMNS,
     SPAN_COLUMNS,
     TRAINING_COLUMNS,
     TRAJECTORY_COLUMNS,
@@ -153,6 +154,11 @@ class TraceStore:
                 # in first, gives its table the columns added since, with what they read as.
                 selected = ", ".join(c if c in columns else f"{ADDED_COLUMNS[c]} AS {c}" for c in TRAJECTORY_COLUMNS)
                 db.execute(f"CREATE TEMP VIEW trajectories AS SELECT {selected} FROM main.trajectories")
+            trained = {row[1] for row in db.execute("PRAGMA table_info(training)")}
+            if trained and any(c not in trained for c in TRAINING_ADDED_COLUMNS):  # the same for its training table
+                selected = ", ".join(c if c in trained else f"{TRAINING_ADDED_COLUMNS[c]} AS {c}"
+                                     for c in TRAINING_COLUMNS)  # fmt: skip
+                db.execute(f"CREATE TEMP VIEW training AS SELECT {selected} FROM main.training")
             db.execute("PRAGMA query_only=ON")
             self._conns[shard] = db
         return db

@@ -168,6 +168,7 @@ class TrainingRecord:
     policy_version: int | None  # the weight version of its first LLM turn
     lag: int | None  # actor updates between those weights and the ones the step updated
     logprob_delta_max: float | None  # max |trainer - rollout| log-prob over the tokens the loss uses
+    entropy_mean: float | None = None  # the policy's mean per-token entropy over those tokens
     values: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:

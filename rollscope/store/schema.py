@@ -23,8 +23,8 @@ import zstandard
 
 from rollscope.store.records import SpanRecord
 
-SCHEMA_VERSION = 5  # 3: num_tokens, num_tool_errors; 4: the insight columns (num_truncated ... turn_limit), replay_of;
-# 5: the training table
+SCHEMA_VERSION = 6  # 3: num_tokens, num_tool_errors; 4: the insight columns (num_truncated ... turn_limit), replay_of;
+# 5: the training table; 6: its entropy_mean
 SHARD_SUFFIX = ".rstrace"
 DEFAULT_DIR = "rollscope_traces"
 ENV_DIR = "ROLLSCOPE_TRACE_DIR"
@@ -90,6 +90,7 @@ TRAINING_COLUMNS = (
     "policy_version",
     "lag",
     "logprob_delta_max",
+    "entropy_mean",
     "payload",
 )
 
@@ -118,6 +119,9 @@ def span_row(span: Any, payload: bytes) -> tuple:
 ADDED_COLUMNS = {"num_tokens": "0", "num_tool_errors": "0", "num_truncated": "0", "num_repeated_calls": "0",
                  "logprob_sum": "0", "logprob_count": "0", "answer_chars": "0", "turn_limit": "0",
                  "replay_of": "NULL"}  # fmt: skip
+
+# Columns added to the training table since schema version 5, and what older shards read for them.
+TRAINING_ADDED_COLUMNS = {"entropy_mean": "NULL"}
 
 DDL = f"""
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -193,6 +197,7 @@ CREATE TABLE IF NOT EXISTS training (
     policy_version INTEGER,
     lag INTEGER,
     logprob_delta_max REAL,
+    entropy_mean REAL,
     payload BLOB
 );
 CREATE INDEX IF NOT EXISTS training_step ON training (project, experiment, step, advantage);

@@ -14,7 +14,14 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
-from rollscope.store.schema import ADDED_COLUMNS, DDL, TRAINING_COLUMNS, TRAINING_DDL, TRAJECTORY_COLUMNS
+from rollscope.store.schema import (
+    ADDED_COLUMNS,
+    DDL,
+    TRAINING_ADDED_COLUMNS,
+    TRAINING_COLUMNS,
+    TRAINING_DDL,
+    TRAJECTORY_COLUMNS,
+)
 
 # The index's own name among the shards a query reads; never a file.
 INDEX = Path("<sealed segments>")
@@ -85,7 +92,7 @@ class SegmentIndex:
         try:
             self.db.execute("BEGIN")
             for table, columns, defaults in (("trajectories", TRAJECTORY_COLUMNS, ADDED_COLUMNS),
-                                             ("training", TRAINING_COLUMNS, {})):  # fmt: skip
+                                             ("training", TRAINING_COLUMNS, TRAINING_ADDED_COLUMNS)):  # fmt: skip
                 present = {row[1] for row in self.db.execute(f"PRAGMA seg.table_info({table})")}
                 if not present:
                     continue  # a segment written before its store had training records

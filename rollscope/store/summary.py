@@ -1,8 +1,9 @@
 """What a trajectory's spans add up to, kept as plain columns so that a whole run can be listed,
 filtered and summarised (``rollscope insights``) without reading a single span: counts and tokens,
 replies cut at their token limit, tool calls repeated with the same arguments, the sum of the
-sampled log-probabilities, the size of the final answer, whether the loop ran out of turns, tool
-errors by tool and kind, the task, the first error and where the chat template re-renders the
+sampled log-probabilities, the size of the final answer and its text (normalised: the same answer
+across prompts is a collapse), how much a reply repeats itself, whether the loop ran out of turns,
+tool errors by tool and kind, the task, the first error and where the chat template re-renders the
 conversation to other tokens (``RETOKENIZATION``; apart from it, where only the model's split of
 the same text differs: ``SPLIT_ONLY``).
 
@@ -14,6 +15,7 @@ alike.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
@@ -30,6 +32,10 @@ RETOKENIZATION = "rollscope.retokenization"  # a run span's attribute: its chat-
 SPLIT_ONLY = "split"  # that check's ``cause`` when the text is the template's and only its tokens differ
 _TAG = re.compile(r"<[^<>]{0,64}>")  # template and format tags: <answer>, </tool_call>, <|im_end|>
 _WORD = re.compile(r"\w")
+_WORDS = re.compile(r"\w+")
+ANSWER_KEY_CHARS = 80  # of the normalised final answer kept (``answer``): enough to tell answers apart
+REPETITION_MIN_WORDS = 12  # a reply shorter than this has no ``repetition``
+REPETITION_MAX_WORDS = 4000  # of a reply counted: a bound on the work, whatever its length
 
 #: The summary's columns in the trajectories table, in this order (``TrajectorySummary.columns``).
 COLUMNS = (
@@ -41,6 +47,31 @@ COLUMNS = (
 def answer_chars(text: Any) -> int:
     """Word characters in a reply once its tags are removed: 0 for an empty or format-only answer."""
     return len(_WORD.findall(_TAG.sub("", text))) if isinstance(text, str) else 0
+
+
+def answer_key(text: Any) -> str:
+    """The final answer as compared across prompts: tags removed, words lower-cased and joined by
+    one space; a longer one as its start and a hash of the whole, in ``ANSWER_KEY_CHARS``
+    characters (two answers differing only in their tail stay apart); "" for an empty answer."""
+    if not isinstance(text, str):
+        return ""
+    key = " ".join(_WORDS.findall(_TAG.sub("", text).lower()))
+    if len(key) <= ANSWER_KEY_CHARS:
+        return key
+    digest = hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
+    return f"{key[: ANSWER_KEY_CHARS - 18]}… {digest}"
+
+
+def repetition(text: Any) -> float | None:
+    """The share of a reply's word 3-grams that repeat an earlier one (0: none; near 1: one phrase
+    over and over), over its first ``REPETITION_MAX_WORDS`` words; None under ``REPETITION_MIN_WORDS``."""
+    if not isinstance(text, str):
+        return None
+    words = _WORDS.findall(_TAG.sub(" ", text[: REPETITION_MAX_WORDS * 16]).lower())[:REPETITION_MAX_WORDS]
+    if len(words) < REPETITION_MIN_WORDS:
+        return None
+    grams = list(zip(words, words[1:], words[2:], strict=False))
+    return round(1 - len(set(grams)) / len(grams), 4)
 
 
 def _canonical(value: Any) -> str:
@@ -66,6 +97,7 @@ def _field(value: Any, name: str) -> Any:
 class TrajectorySummary:
     __slots__ = (
         "answer",
+        "answer_text",
         "calls",
         "drift",
         "errors",
@@ -74,6 +106,7 @@ class TrajectorySummary:
         "logprob_count",
         "logprob_sum",
         "repeated",
+        "repetition",
         "spans",
         "split",
         "task",
@@ -95,6 +128,8 @@ class TrajectorySummary:
         self.first_error: str | None = None
         self.drift: int | None = None
         self.split: int | None = None
+        self.answer_text = ""
+        self.repetition: float | None = None
 
     def add(self, span: Any) -> None:
         """One ended span (its payloads shaped: plain JSON values)."""
@@ -134,7 +169,11 @@ class TrajectorySummary:
             finite = [x for x in log_probs if type(x) in (float, int) and math.isfinite(x)]
             self.logprob_sum += math.fsum(finite)
             self.logprob_count += len(finite)
-        self.answer = answer_chars(_field(outputs, "response_text"))  # the last reply is the answer
+        text = _field(outputs, "response_text")
+        self.answer, self.answer_text = answer_chars(text), answer_key(text)  # the last reply is the answer
+        repeats = repetition(text)
+        if repeats is not None:
+            self.repetition = max(self.repetition or 0.0, repeats)  # the most repetitive reply
 
     def _tool(self, span: Any, error: bool) -> None:
         self.tools += 1
@@ -170,4 +209,8 @@ class TrajectorySummary:
             out["retokenization_drift"] = self.drift  # the first position the chat template renders differently
         if self.split is not None:
             out["retokenization_split"] = self.split  # the first position of a split the tokenizer never makes
+        if self.answer_text:
+            out["answer"] = self.answer_text
+        if self.repetition is not None:
+            out["repetition"] = self.repetition
         return out

@@ -85,8 +85,9 @@ def test_a_clean_run_triggers_nothing(store_dir):
     with TraceStore(store_dir) as store:
         [clean] = insights(store, experiment="clean")
         assert any(t.num_tool_calls for t in store.trajectories(experiment="clean", replays=False, limit=None))
-    counted = {s.name: s.count for s in clean.signals if s.name not in ("length_drift", "logprob_drift")}
-    assert counted == dict.fromkeys(counted, 0) and len(counted) == 8  # no trainer's signals: no trainer ran
+    drifts = ("length_drift", "logprob_drift", "answer_length_with_reward", "repetition")  # (counts: all measured)
+    counted = {s.name: s.count for s in clean.signals if s.name not in drifts}
+    assert counted == dict.fromkeys(counted, 0) and len(counted) == 9  # no trainer's signals: no trainer ran
     assert not any(s.flagged for s in clean.signals)
 
 
@@ -126,7 +127,8 @@ def test_the_insights_page_in_chromium(store_dir, browser):
         sections = browser.find_elements(By.CSS_SELECTOR, "section.insights")
         assert [s.find_element(By.TAG_NAME, "h2").text.split(" ")[2] for s in sections] == ["clean", "scenario"]
         rows = {r.get_attribute("id"): r for r in sections[1].find_elements(By.CSS_SELECTOR, "tr.signal")}
-        assert len(rows) == 10  # the rollouts' signals (no trainer ran: none of the trainer's)
+        # the rollouts' signals, two of reward hacking among them (no trainer ran: none of the trainer's)
+        assert len(rows) == 12 and {"signal-answer_length_with_reward", "signal-answer_collapse"} <= set(rows)
         overall = {k.removeprefix("signal-"): r.find_element(By.CSS_SELECTOR, "td.overall").text for k, r in rows.items()}
         assert overall["zero_variance"] == "2/10 (20%)" and overall["tool_errors"] == "4/16 (25%)"
         assert overall["truncated"] == "2/20 (10%)" and overall["rewarded_empty"] == "2/12 (17%)"
