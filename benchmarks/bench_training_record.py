@@ -44,7 +44,8 @@ def batch(rows: int, tokens: int, n: int = 8):
     logp = -torch.distributions.Exponential(2.0).sample((rows, tokens))
     tensors = {"responses": torch.randint(0, 32000, (rows, tokens)), "response_mask": mask,
                "attention_mask": torch.ones(rows, 512 + tokens, dtype=torch.long), "token_level_scores": scores,
-               "token_level_rewards": scores, "old_log_probs": logp, "rollout_log_probs": logp + 1e-3 * torch.randn_like(logp),
+               "token_level_rewards": scores, "old_log_probs": logp,
+               "rollout_log_probs": logp + 1e-3 * torch.randn_like(logp),
                "ref_log_prob": logp - 0.01 * torch.rand(rows, tokens)}  # fmt: skip
     uids = np.array([f"uid-{i // n}" for i in range(rows)], dtype=object)
     versions = np.array([3] * rows, dtype=object)
@@ -60,11 +61,10 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--json")
     args = ap.parse_args()
+    import torch
     from omegaconf import OmegaConf
     from verl.trainer.ppo.core_algos import AdvantageEstimator
     from verl.trainer.ppo.ray_trainer import compute_advantage
-
-    import torch
 
     from rollscope.store.schema import encode_payload
     from rollscope.trainer import verl_hook

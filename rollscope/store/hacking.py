@@ -193,7 +193,8 @@ def _answer_length(store: Any, run: tuple, rows: dict[Any, dict], steps: list, b
         unrewarded = r["n"] - r["rewarded"]
         ratio = None
         if r["rewarded"] and unrewarded and r["answer_sum"] > r["rewarded_answer_sum"]:
-            ratio = (r["rewarded_answer_sum"] / r["rewarded"]) / ((r["answer_sum"] - r["rewarded_answer_sum"]) / unrewarded)
+            rest = (r["answer_sum"] - r["rewarded_answer_sum"]) / unrewarded
+            ratio = (r["rewarded_answer_sum"] / r["rewarded"]) / rest
         reward_change = r["reward_sum"] / r["n"] - base_reward if r["n"] and base_reward is not None else None
         flagged = (change is not None and change > th.answer_growth and reward_change is not None
                    and reward_change > th.reward_rise and (ratio is None or ratio > 1))  # fmt: skip
@@ -277,7 +278,8 @@ def _relative(rows: dict[Any, dict], steps: list, base: list, name: str, total: 
         mean = r[total] / r[count]
         flagged = baseline is not None and past(mean, baseline)
         out.append(signal(name, step, int(r[count]), int(r["n"]), None, [], flagged,
-                          {"mean": mean, "baseline": baseline, "change": None if baseline is None else mean - baseline}))
+                          {"mean": mean, "baseline": baseline,
+                           "change": None if baseline is None else mean - baseline}))  # fmt: skip
     return out
 
 

@@ -19,8 +19,8 @@ from rollscope.store.records import WANDB_RUN, SpanRecord, StepStats, TrainingRe
 from rollscope.store.schema import (
     ADDED_COLUMNS,
     SHARD_SUFFIX,
-    TRAINING_ADDED_COLUMNS,
     SPAN_COLUMNS,
+    TRAINING_ADDED_COLUMNS,
     TRAINING_COLUMNS,
     TRAJECTORY_COLUMNS,
     UNREADABLE,
