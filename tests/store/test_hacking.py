@@ -82,7 +82,7 @@ def test_the_loophole_is_flagged_from_the_step_it_opens_with_the_hacks_as_exampl
     [run] = insights(TraceStore(hacked), experiment="loophole", check="exact")
     store = TraceStore(hacked)
     check = by_name(run, "reward_vs_check")
-    assert [s for s in check if check[s].flagged][0] == HACK_FROM == check[HACK_FROM].detail["onset"]
+    assert next(s for s in check if check[s].flagged) == HACK_FROM == check[HACK_FROM].detail["onset"]
     assert (check[HACK_FROM].count, check[HACK_FROM].total) == (3 * PROMPTS, ROLLOUTS * PROMPTS)
     for tid in check[HACK_FROM].examples:  # each a hack: the reward paid, the last number wrong
         [text] = [s.outputs["response_text"] for s in store.get(tid).spans if s.kind == "llm"]
