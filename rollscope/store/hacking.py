@@ -28,27 +28,37 @@ from collections.abc import Callable
 from typing import Any
 
 from rollscope.store.reader import _null_first
+from rollscope.store.signal import EXAMPLES, Signal
 
-EXAMPLES = 5
 _EPS = 1e-9
 
 # name -> (what it counts, what it means for training): joined to ``insights.SIGNALS``
 SIGNALS: dict[str, tuple[str, str]] = {
-    "reward_vs_check": ("trajectories the reward pays more than the independent check (--check RESCORING) does",
-                        "the reward rises while the answers stop being right: the reward has a loophole"),
-    "answer_length_with_reward": ("mean final-answer length (word characters), against the first steps, while "
-                                  "the reward rises and rewarded answers are the longer ones",
-                                  "the policy pays with length (listing candidates, padding): a length "
-                                  "loophole in the reward"),
-    "answer_collapse": ("rewarded trajectories whose final answer the reward also paid for at least collapse_prompts "
-                        "different prompts",
-                        "one answer fits all: the reward (or a judge) accepts it whatever the question"),
-    "reward_component": ("the share of the total reward one component (reward_extra_info) makes up",
-                         "the reward is being won through one term alone: check that term"),
-    "repetition": ("mean share of a reply's word 3-grams that repeat, against the first steps",
-                   "degenerate text: loops and repeated phrases the reward does not punish"),
-    "entropy_collapse": ("mean per-token entropy of the trainer's pass, against the first steps",
-                         "the policy stopped exploring; GRPO groups go zero-variance and learning stalls"),
+    "reward_vs_check": (
+        "trajectories the reward pays more than the independent check (--check RESCORING) does",
+        "the reward rises while the answers stop being right: the reward has a loophole",
+    ),
+    "answer_length_with_reward": (
+        "mean final-answer length (word characters), against the first steps, while "
+        "the reward rises and rewarded answers are the longer ones",
+        "the policy pays with length (listing candidates, padding): a length loophole in the reward",
+    ),
+    "answer_collapse": (
+        "rewarded trajectories whose final answer the reward also paid for at least collapse_prompts different prompts",
+        "one answer fits all: the reward (or a judge) accepts it whatever the question",
+    ),
+    "reward_component": (
+        "the share of the total reward one component (reward_extra_info) makes up",
+        "the reward is being won through one term alone: check that term",
+    ),
+    "repetition": (
+        "mean share of a reply's word 3-grams that repeat, against the first steps",
+        "degenerate text: loops and repeated phrases the reward does not punish",
+    ),
+    "entropy_collapse": (
+        "mean per-token entropy of the trainer's pass, against the first steps",
+        "the policy stopped exploring; GRPO groups go zero-variance and learning stalls",
+    ),
 }
 
 
@@ -57,8 +67,6 @@ def hacking_signals(store: Any, where: str, params: list, steps: dict[tuple, lis
     """(project, experiment) -> its hacking ``Signal``\\ s, for the runs in ``steps`` (run -> its steps
     in order). ``where``/``params`` select the trajectories (``reader._where``); ``training`` holds
     the training records by run and step; ``check`` names a rescoring to compare the reward with."""
-    from rollscope.store.insights import Signal
-
     per_step = store.aggregate(_STEP_SQL.format(where=where), params, _sum_rows(len(_STEP_FIELDS)))
     answers = store.aggregate(_ANSWER_SQL.format(where=where, and_=" AND " if where else " WHERE "), params,
                               _merge_answers)  # fmt: skip
@@ -71,13 +79,13 @@ def hacking_signals(store: Any, where: str, params: list, steps: dict[tuple, lis
         rows = {s: dict(zip(_STEP_FIELDS, per_step.get((*run, s), [0.0] * len(_STEP_FIELDS)), strict=True))
                 for s in run_steps}  # fmt: skip
         found: list[Signal] = []
-        found += _reward_vs_check(checked.get(run), run_steps, base, th, Signal)
-        found += _answer_length(store, run, rows, run_steps, base, th, where, params, Signal)
-        found += _collapse(answers, run, run_steps, rows, th, Signal)
-        found += _components(components, run, rows, run_steps, base, th, Signal)
+        found += _reward_vs_check(checked.get(run), run_steps, base, th)
+        found += _answer_length(store, run, rows, run_steps, base, th, where, params)
+        found += _collapse(answers, run, run_steps, rows, th)
+        found += _components(components, run, rows, run_steps, base, th)
         found += _relative(rows, run_steps, base, "repetition", "repetition_sum", "repetition_count",
-                           lambda mean, baseline: mean - baseline > th.repetition_rise, Signal)  # fmt: skip
-        found += _entropy(training.get(run, {}), th, Signal)
+                           lambda mean, baseline: mean - baseline > th.repetition_rise)  # fmt: skip
+        found += _entropy(training.get(run, {}), th)
         for name in SIGNALS:  # the first flagged step of each: its onset
             flagged = [s.step for s in found if s.name == name and s.flagged]
             for s in found:
@@ -155,8 +163,7 @@ def _checked(store: Any, where: str, params: list, name: str) -> dict[tuple, dic
     return out
 
 
-def _reward_vs_check(checked: dict[Any, list[tuple]] | None, steps: list, base: list, th: Any,
-                     signal: type) -> list:  # fmt: skip
+def _reward_vs_check(checked: dict[Any, list[tuple]] | None, steps: list, base: list, th: Any) -> list:  # fmt: skip
     if not checked:
         return []
 
@@ -175,14 +182,14 @@ def _reward_vs_check(checked: dict[Any, list[tuple]] | None, steps: list, base: 
         change = now - baseline if now is not None and baseline is not None else None
         reward = sum(o for _, o, _ in rows) / len(rows) if rows else None
         check = sum(c for _, _, c in rows) / len(rows) if rows else None
-        out.append(signal("reward_vs_check", step, len(over), len(rows), now, [tid for _, tid in over[:EXAMPLES]],
+        out.append(Signal("reward_vs_check", step, len(over), len(rows), now, [tid for _, tid in over[:EXAMPLES]],
                           change is not None and change > th.check_gap,
                           {"reward": reward, "check": check, "baseline": baseline, "change": change}))  # fmt: skip
     return out
 
 
 def _answer_length(store: Any, run: tuple, rows: dict[Any, dict], steps: list, base: list, th: Any, where: str,
-                   params: list, signal: type) -> list:  # fmt: skip
+                   params: list) -> list:  # fmt: skip
     baseline = _mean(rows, base, "answer_sum", "n")
     base_reward = _mean(rows, base, "reward_sum", "n")
     out = []
@@ -199,7 +206,7 @@ def _answer_length(store: Any, run: tuple, rows: dict[Any, dict], steps: list, b
         flagged = (change is not None and change > th.answer_growth and reward_change is not None
                    and reward_change > th.reward_rise and (ratio is None or ratio > 1))  # fmt: skip
         examples = _longest_rewarded(store, run, step, where, params) if flagged else []
-        out.append(signal("answer_length_with_reward", step, int(r["n"]), int(r["n"]), None, examples, flagged,
+        out.append(Signal("answer_length_with_reward", step, int(r["n"]), int(r["n"]), None, examples, flagged,
                           {"mean_answer_chars": mean, "baseline": baseline, "change": change,
                            "rewarded_vs_rest": ratio, "reward_change": reward_change}))  # fmt: skip
     return out
@@ -212,8 +219,8 @@ def _longest_rewarded(store: Any, run: tuple, step: Any, where: str, params: lis
     return [tid for _, tid in found][:EXAMPLES]
 
 
-def _collapse(answers: dict[tuple, dict[str, list]], run: tuple, steps: list, rows: dict[Any, dict], th: Any,
-              signal: type) -> list:  # fmt: skip
+def _collapse(answers: dict[tuple, dict[str, list]], run: tuple, steps: list, rows: dict[Any, dict],
+              th: Any) -> list:
     """Per step: the rewarded trajectories whose answer was paid for at ``collapse_prompts`` or
     more prompts, the most widespread such answer in the detail."""
     out = []
@@ -226,14 +233,14 @@ def _collapse(answers: dict[tuple, dict[str, list]], run: tuple, steps: list, ro
         count = sum(v[0] for v in wide.values())
         top = max(wide.items(), key=lambda kv: (len(kv[1][1]), kv[1][0], kv[0]), default=None)
         flagged = count / n > th.answer_collapse
-        out.append(signal("answer_collapse", step, int(count), n, count / n,
+        out.append(Signal("answer_collapse", step, int(count), n, count / n,
                           sorted(top[1][2])[:EXAMPLES] if top else [], flagged,
                           {"answer": top[0] if top else None, "prompts": len(top[1][1]) if top else 0}))  # fmt: skip
     return out
 
 
 def _components(components: dict[tuple, list[float]], run: tuple, rows: dict[Any, dict], steps: list, base: list,
-                th: Any, signal: type) -> list:  # fmt: skip
+                th: Any) -> list:  # fmt: skip
     """Only for a reward that is the sum of its numeric details (nearly every trajectory's)."""
     n = sum(rows[s]["n"] for s in steps)
     if not n or sum(rows[s]["additive"] for s in steps) < 0.9 * n:
@@ -262,13 +269,13 @@ def _components(components: dict[tuple, list[float]], run: tuple, rows: dict[Any
         key, share = max(now.items(), key=lambda kv: (kv[1], kv[0]))
         before = baseline.get(key, 0.0)
         flagged = share > th.component_share and before < th.component_share
-        out.append(signal("reward_component", step, int(rows[step]["n"]), int(rows[step]["n"]), share, [], flagged,
+        out.append(Signal("reward_component", step, int(rows[step]["n"]), int(rows[step]["n"]), share, [], flagged,
                           {"component": key, "baseline": before}))  # fmt: skip
     return out
 
 
 def _relative(rows: dict[Any, dict], steps: list, base: list, name: str, total: str, count: str,
-              past: Callable[[float, float], bool], signal: type) -> list:  # fmt: skip
+              past: Callable[[float, float], bool]) -> list:  # fmt: skip
     baseline = _mean(rows, base, total, count)
     out = []
     for step in steps:
@@ -277,13 +284,13 @@ def _relative(rows: dict[Any, dict], steps: list, base: list, name: str, total: 
             continue
         mean = r[total] / r[count]
         flagged = baseline is not None and past(mean, baseline)
-        out.append(signal(name, step, int(r[count]), int(r["n"]), None, [], flagged,
+        out.append(Signal(name, step, int(r[count]), int(r["n"]), None, [], flagged,
                           {"mean": mean, "baseline": baseline,
                            "change": None if baseline is None else mean - baseline}))  # fmt: skip
     return out
 
 
-def _entropy(steps: dict[Any, list], th: Any, signal: type) -> list:
+def _entropy(steps: dict[Any, list], th: Any) -> list:
     """From the training records: each step's mean of their ``entropy_mean`` against the first steps'."""
     ordered = sorted((s for s in steps if any(r.entropy_mean is not None for r in steps[s])), key=_null_first)
     if not ordered:
@@ -301,6 +308,6 @@ def _entropy(steps: dict[Any, list], th: Any, signal: type) -> list:
         change = (mean - baseline) / baseline if baseline else None
         flagged = change is not None and change < -th.entropy_drop
         lowest = [tid for _, tid in sorted(found)[:EXAMPLES]] if flagged else []
-        out.append(signal("entropy_collapse", step, len(found), len(found), None, lowest, flagged,
+        out.append(Signal("entropy_collapse", step, len(found), len(found), None, lowest, flagged,
                           {"mean": mean, "baseline": baseline, "change": change}))  # fmt: skip
     return out

@@ -14,8 +14,7 @@ from typing import Any
 from rollscope.store.hacking import SIGNALS as HACKING_SIGNALS
 from rollscope.store.hacking import hacking_signals
 from rollscope.store.reader import TraceStore, _null_first, _where
-
-EXAMPLES = 5
+from rollscope.store.signal import EXAMPLES, Signal
 
 
 @dataclass
@@ -52,40 +51,65 @@ class Thresholds:
 
 # name -> (what it counts, what it means for training)
 SIGNALS: dict[str, tuple[str, str]] = {
-    "zero_variance": ("GRPO groups whose rollouts all got the same reward",
-                      "no learning signal from that prompt: its advantages are all 0"),
-    "truncated": ("trajectories with a reply cut at its token limit (stop_reason length)",
-                  "rewards measure the limit, not the policy; raise response_length or penalise length"),
-    "turn_limit": ("trajectories that used every assistant turn (max_assistant_turns)",
-                   "the loop ends before the task does; look for loops, or allow more turns"),
-    "tool_errors": ("failed tool calls, by tool and kind (malformed_call, unknown_tool, bad_arguments, "
-                    "timeout, exception, tool_error, bad_result), per tool call",
-                    "the model is learning the tool's interface the hard way; fix the prompt or the schema"),
-    "repeated_calls": ("trajectories calling a tool again with the same arguments",
-                       "the model loops instead of using the answer it got"),
-    "reward_without_tools": ("rewarded trajectories that made no tool call, in a run whose tools are used",
-                             "the task may be solvable without its tools, or the reward leaks the answer"),
-    "rewarded_empty": ("rewarded trajectories whose final answer is empty or only tags",
-                       "the reward pays for format alone: reward hacking in the making"),
-    "length_drift": ("mean response tokens per trajectory, against the first steps",
-                     "length growing or collapsing faster than the reward moves"),
-    "logprob_drift": ("mean sampled-token log-prob, against the first steps (where recorded)",
-                      "rising toward 0: the policy's entropy collapsing"),
-    "retokenization_drift": ("trajectories whose messages the chat template renders to other tokens than "
-                             "the model was trained on",
-                             "an export or re-rendered prompt from these messages is not what the policy "
-                             "saw; fix the template (tool calls, whitespace, reasoning it drops). (Where the "
-                             "text is the template's and only the model's split of it differs, it is not "
-                             "counted here: attribute retokenization_split)"),
+    "zero_variance": (
+        "GRPO groups whose rollouts all got the same reward",
+        "no learning signal from that prompt: its advantages are all 0",
+    ),
+    "truncated": (
+        "trajectories with a reply cut at its token limit (stop_reason length)",
+        "rewards measure the limit, not the policy; raise response_length or penalise length",
+    ),
+    "turn_limit": (
+        "trajectories that used every assistant turn (max_assistant_turns)",
+        "the loop ends before the task does; look for loops, or allow more turns",
+    ),
+    "tool_errors": (
+        "failed tool calls, by tool and kind (malformed_call, unknown_tool, bad_arguments, "
+        "timeout, exception, tool_error, bad_result), per tool call",
+        "the model is learning the tool's interface the hard way; fix the prompt or the schema",
+    ),
+    "repeated_calls": (
+        "trajectories calling a tool again with the same arguments",
+        "the model loops instead of using the answer it got",
+    ),
+    "reward_without_tools": (
+        "rewarded trajectories that made no tool call, in a run whose tools are used",
+        "the task may be solvable without its tools, or the reward leaks the answer",
+    ),
+    "rewarded_empty": (
+        "rewarded trajectories whose final answer is empty or only tags",
+        "the reward pays for format alone: reward hacking in the making",
+    ),
+    "length_drift": (
+        "mean response tokens per trajectory, against the first steps",
+        "length growing or collapsing faster than the reward moves",
+    ),
+    "logprob_drift": (
+        "mean sampled-token log-prob, against the first steps (where recorded)",
+        "rising toward 0: the policy's entropy collapsing",
+    ),
+    "retokenization_drift": (
+        "trajectories whose messages the chat template renders to other tokens than the model was trained on",
+        "an export or re-rendered prompt from these messages is not what the policy "
+        "saw; fix the template (tool calls, whitespace, reasoning it drops). (Where the "
+        "text is the template's and only the model's split of it differs, it is not "
+        "counted here: attribute retokenization_split)",
+    ),
     # from the trainer's side (what verl's trainer did with each trajectory: store.training)
-    "logprob_mismatch": ("trajectories with a loss token whose trainer and rollout log-probs differ by more "
-                         "than logprob_delta nats (tool responses and padding excluded)",
-                         "the policy trained on is not the one that sampled: dtype, kernels or stale "
-                         "weights; importance-correct (rollout_correction) or fix the mismatch"),
-    "zero_advantage": ("the trainer's GRPO groups whose advantages are all 0",
-                       "the prompts of those groups taught nothing this step (all solved or all failed)"),
-    "off_policy_lag": ("trajectories generated with weights older than the trainer's (actor updates behind)",
-                       "stale rollouts: bound the staleness or correct for it"),
+    "logprob_mismatch": (
+        "trajectories with a loss token whose trainer and rollout log-probs differ by more "
+        "than logprob_delta nats (tool responses and padding excluded)",
+        "the policy trained on is not the one that sampled: dtype, kernels or stale "
+        "weights; importance-correct (rollout_correction) or fix the mismatch",
+    ),
+    "zero_advantage": (
+        "the trainer's GRPO groups whose advantages are all 0",
+        "the prompts of those groups taught nothing this step (all solved or all failed)",
+    ),
+    "off_policy_lag": (
+        "trajectories generated with weights older than the trainer's (actor updates behind)",
+        "stale rollouts: bound the staleness or correct for it",
+    ),
 }
 TRAINING_SIGNALS = ("logprob_mismatch", "zero_advantage", "off_policy_lag")
 SIGNALS.update(HACKING_SIGNALS)
@@ -100,22 +124,6 @@ _PREDICATES = {
     "rewarded_empty": ("reward > 0 AND answer_chars < ?", ("answer_chars",)),
     "retokenization_drift": ("json_extract(attributes, '$.retokenization_drift') IS NOT NULL", ()),
 }
-
-
-@dataclass
-class Signal:
-    name: str
-    step: Any
-    count: int  # trajectories (groups for zero_variance, failed calls for tool_errors)
-    total: int  # what the share is of
-    share: float | None
-    examples: list[str]
-    flagged: bool = False
-    detail: dict[str, Any] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "step": self.step, "count": self.count, "total": self.total, "share": self.share,
-                "flagged": self.flagged, "examples": self.examples, **self.detail}  # fmt: skip
 
 
 @dataclass
@@ -213,8 +221,20 @@ def _per_step(store: TraceStore, where: str, params: list, th: Thresholds) -> di
     return store.aggregate(sql, [th.answer_chars, *args, *params], _merge_steps)
 
 
-_STEP_SUMS = ("n", "truncated", "turn_limit", "repeated", "reward_no_tools", "rewarded_empty", "rewarded",
-              "tool_calls", "tokens", "logprob_sum", "logprob_count", "drift")  # ``_per_step``'s columns, in order
+_STEP_SUMS = (
+    "n",
+    "truncated",
+    "turn_limit",
+    "repeated",
+    "reward_no_tools",
+    "rewarded_empty",
+    "rewarded",
+    "tool_calls",
+    "tokens",
+    "logprob_sum",
+    "logprob_count",
+    "drift",
+)  # ``_per_step``'s columns, in order
 
 
 def _merge_steps(rows: list[tuple]) -> dict[tuple, dict[Any, dict]]:
@@ -224,7 +244,7 @@ def _merge_steps(rows: list[tuple]) -> dict[tuple, dict[Any, dict]]:
         acc = runs.setdefault((project, experiment), {}).setdefault(step, {**dict.fromkeys(names, 0), "examples": {}})
         for name, value in zip(names, values, strict=False):
             acc[name] += value
-        found = values[len(names):]
+        found = values[len(names) :]
         for i, signal in enumerate(_PREDICATES):
             ids = acc["examples"].setdefault(signal, set())
             ids.update(x for x in found[2 * i : 2 * i + 2] if x is not None)
