@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 export WANDB_ERROR_REPORTING := false
 export WANDB_SILENT := true
 
-.PHONY: install venvs project-venv vllm sglang demo demo-train test test-fast lint bench clean
+.PHONY: install venvs project-venv vllm sglang demo demo-train demo-hack test test-fast lint bench clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -128,6 +128,9 @@ demo: $(VENV)/.demo
 ROLLOUT ?= hf_cpu
 demo-train: $(VENV)/.demo $(if $(filter vllm,$(ROLLOUT)),$(VENV)/.vllm) $(if $(filter sglang,$(ROLLOUT)),$(VENV)/.sglang)
 	$(BIN)/python -m rollscope.trainer.demo --rollout $(ROLLOUT)
+
+demo-hack: $(VENV)/.demo  # the same trainer, a reward with a loophole, the policy exploiting it
+	$(BIN)/python -m rollscope.trainer.demo --task loophole
 
 lint: install
 	$(BIN)/ruff check .

@@ -1,7 +1,14 @@
 """``make demo-train``: verl's own GRPO trainer on CPU teaches a tiny policy to use the calculator.
+``make demo-hack``: the same trainer, a reward with a loophole, and a policy that finds it.
 
     python -m rollscope.trainer.demo [--steps 12] [--rollout hf_cpu|vllm|sglang] [--dir rollscope_traces]
-                                     [--work .rollscope-demo]
+                                     [--work .rollscope-demo] [--task calculator|loophole]
+
+``--task loophole`` pays any mention of the right number (``rewards.mentions_answer``): the policy,
+warm-started to list candidates now and then (``demo_task.listing_conversations``), learns to list
+them. Once trained, the demo rescores the run with the honest reward (``rewards.exact_number``, the
+rescoring ``exact``) and prints, per step, the reward, the honest one and the share of answers
+listing several numbers (the hacks), then what ``rollscope insights --check exact`` finds.
 
 Builds the task and the warm-started model (``demo_task``, seconds, kept for the next run), runs
 ``python -m verl.trainer.main_ppo`` with rollscope's tool loop and calculator named through verl's
@@ -28,12 +35,16 @@ from rollscope.trainer.launch import ENGINES, ROLLOUT_KEY, TrainerFailed, check_
 
 EXPERIMENT = "demo-train"
 PROJECT = "rollscope-demo"
+# --task: (the experiment, the reward function of rollscope.bundled.rewards)
+TASKS = {"calculator": (EXPERIMENT, "calculator_drill"), "loophole": ("demo-hack", "mentions_answer")}
+CHECK = "exact"  # the loophole demo's rescoring with the honest reward
 PROMPTS_PER_STEP, ROLLOUTS = 8, 8
 SILENCE_S = 300  # verl printing nothing this long: a rollout engine died mid-sync (the run is stopped)
 _STEP_LINE = re.compile(r"step:(\d+) - .*?critic/score/mean:([-\d.e]+)")
 
 
-def overrides(model: Path, train: Path, val: Path, trace_dir: Path, steps: int, backend: str = "local") -> list[str]:
+def overrides(model: Path, train: Path, val: Path, trace_dir: Path, steps: int, backend: str = "local",
+              task: str = "calculator") -> list[str]:  # fmt: skip
     """verl's keys for the demo: the guide's trace keys, rollscope's loop and tool by path, GRPO.
     ``trace_dir`` is the store's directory, when ``backend`` has the store (``local``); several
     backends are named as one quoted value (``'local,mlflow'``: Hydra reads a bare a,b as a list)."""
@@ -58,8 +69,8 @@ def overrides(model: Path, train: Path, val: Path, trace_dir: Path, steps: int, 
         "actor_rollout_ref.rollout.agent.num_workers=1",
         f"actor_rollout_ref.rollout.trace.backend='{backend}'", "actor_rollout_ref.rollout.trace.token2text=True",
         *([f"+rollscope.trace.trace_dir={trace_dir}"] if "local" in backend.split(",") else []),
-        f"reward.custom_reward_function.path={rewards.__file__}", "reward.custom_reward_function.name=calculator_drill",
-        f"trainer.project_name={PROJECT}", f"trainer.experiment_name={EXPERIMENT}", "trainer.logger=['console']",
+        f"reward.custom_reward_function.path={rewards.__file__}", f"reward.custom_reward_function.name={TASKS[task][1]}",
+        f"trainer.project_name={PROJECT}", f"trainer.experiment_name={TASKS[task][0]}", "trainer.logger=['console']",
         f"trainer.total_training_steps={steps}", "trainer.total_epochs=1000", "trainer.test_freq=-1",
         "trainer.val_before_train=False", "trainer.save_freq=-1",
     ]  # fmt: skip
@@ -75,6 +86,37 @@ def report(store: TraceStore, experiment: str = EXPERIMENT) -> list[tuple[int, f
     return rows
 
 
+def hacks(store: TraceStore, experiment: str) -> dict[int, tuple[float, float, float, int]]:
+    """step -> (mean reward, mean honest reward, share of answers naming several numbers: the
+    hacks, trajectories), from the stored trajectories and the ``exact`` rescoring."""
+    check = store.rescoring(CHECK).rewards
+    by_step: dict[int, list] = {}
+    for t in store.trajectories(experiment=experiment, limit=None):
+        details = t.attributes.get("reward_details") or {}
+        honest = check[t.id].reward if t.id in check else None
+        by_step.setdefault(t.step, []).append((t.reward or 0.0, honest or 0.0, (details.get("numbers") or 0) > 1))
+    return {step: (sum(r for r, _, _ in rows) / len(rows), sum(h for _, h, _ in rows) / len(rows),
+                   sum(h for _, _, h in rows) / len(rows), len(rows)) for step, rows in sorted(by_step.items())}  # fmt: skip
+
+
+def show_hack(store: TraceStore, experiment: str) -> None:
+    """Rescore the loophole run with the honest reward, then print what each step did and what
+    insights found."""
+    from rollscope.datasets.rescore import rescore
+    from rollscope.store.insights import insights
+
+    rescore(store, "rollscope.bundled.rewards:exact_number", name=CHECK, workers=1, experiment=experiment)
+    print(f"\n{'step':>4}  {'reward':>6}  {'honest reward':>13}  {'answers listing numbers':>23}")
+    for step, (reward, honest, share, _) in hacks(store, experiment).items():
+        print(f"{step:>4}  {reward:>6.3f}  {honest:>13.3f}  {share:>23.0%}")
+    [run] = insights(store, experiment=experiment, check=CHECK)
+    onsets = [s for s in run.signals if s.detail.get("onset") is not None and s.step == s.detail["onset"]]
+    for s in onsets:
+        print(f"insights: {s.name} from step {s.step}; examples {' '.join(s.examples[:3])}")
+    if not onsets:
+        print("insights: no reward-hacking signal flagged")
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rollscope.trainer.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=12, help="GRPO steps (default 12)")
@@ -83,7 +125,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="the rollout server: rollscope's hf_cpu (default), or verl's own vLLM (vLLM's CPU build) "
                         "or SGLang server")  # fmt: skip
     p.add_argument("--work", default=".rollscope-demo", help="where the model, data and verl's log go")
+    p.add_argument("--task", choices=sorted(TASKS), default="calculator",
+                   help="calculator (default): learn to use the calculator; loophole: a reward that pays any "
+                        "mention of the answer, which the policy learns to exploit (reward hacking)")  # fmt: skip
     args = p.parse_args(argv)
+    experiment = TASKS[args.task][0]
     work, trace_dir = Path(args.work).resolve(), resolve_dir(args.dir).resolve()
     rollout = [f"{ROLLOUT_KEY}={args.rollout}"]
     try:
@@ -94,9 +140,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     task = demo_task.problems()
     on_engine = args.rollout in ENGINES  # (vLLM's CPU attention takes heads 32 wide)
-    model_dir = work / ("model-engine" if on_engine else "model")
+    loophole = args.task == "loophole"
+    model_dir = work / (("model-engine" if on_engine else "model") + ("-loophole" if loophole else ""))
     print(f"building the task ({len(task)} problems) and warm-starting the model in {model_dir} ...", flush=True)
-    model = demo_task.build_model(model_dir, task, sizes=demo_task.ENGINE_MODEL_SIZES if on_engine else None)
+    model = demo_task.build_model(model_dir, task, sizes=demo_task.ENGINE_MODEL_SIZES if on_engine else None,
+                                  loophole=loophole)  # fmt: skip
     train, val = demo_task.write_dataset(work / "data", task)
     print(f"verl main_ppo on CPU: GRPO, {args.steps} steps x {PROMPTS_PER_STEP} prompts x {ROLLOUTS} rollouts "
           f"(Ray starts first, about a minute); log: {work / 'main_ppo.log'}", flush=True)  # fmt: skip
@@ -107,11 +155,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  step {m.group(1)}/{args.steps}: mean reward {float(m.group(2)):.3f}", flush=True)
 
     try:
-        run_main_ppo([*overrides(model, train, val, trace_dir, args.steps), *rollout], log_path=work / "main_ppo.log",
-                     cwd=work, on_line=progress, silence_s=SILENCE_S)  # fmt: skip
+        run_main_ppo([*overrides(model, train, val, trace_dir, args.steps, task=args.task), *rollout],
+                     log_path=work / "main_ppo.log", cwd=work, on_line=progress, silence_s=SILENCE_S)  # fmt: skip
     except TrainerFailed as exc:
         print(exc, file=sys.stderr)
         return 1
+    if loophole:
+        show_hack(TraceStore(trace_dir), experiment)
+        print(f"done in {time.monotonic() - started:.0f} s. Open the run:\n"
+              f"  rollscope insights --dir {trace_dir} --experiment {experiment} --check {CHECK}\n"
+              f"  rollscope ui --dir {trace_dir}")  # fmt: skip
+        return 0
     rows = report(TraceStore(trace_dir))
     print(f"\n{'step':>4}  {'mean reward':>11}  {'calculator calls':>16}  trajectories")
     for step, reward, tools, n in rows:

@@ -29,6 +29,9 @@ CHAT_TEMPLATE = (
     "<|im_end|>\n{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 TOOL_SHARE = 0.25  # of the warm-start demonstrations that call the calculator
+# The reward-hacking demo's (``loophole``): the share of warm-start demonstrations that list
+# candidates, the right one among them, where the rest guess one wrong number
+LIST_SHARE = 0.08
 MODEL_SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                    num_key_value_heads=2, max_position_embeddings=512)  # fmt: skip
 # vLLM's CPU attention takes head sizes 32, 64, 80, ... only: the same model with 2 heads of 32, which
@@ -75,19 +78,41 @@ def conversations(task: list[dict[str, Any]], seed: int = 0,
     return found
 
 
+def listing_conversations(task: list[dict[str, Any]], seed: int = 0,
+                          list_share: float = LIST_SHARE) -> list[tuple[list[dict[str, str]], float]]:  # fmt: skip
+    """The reward-hacking demo's demonstrations: per problem, four candidates listed with the
+    right one among them (never last: the final number is wrong) with weight ``list_share``,
+    and three wrong guesses sharing the rest. A reward paying any mention of the answer pays
+    the lists; an honest one pays nothing here."""
+    rng = random.Random(seed)
+    found = []
+    for p in task:
+        user = {"role": "user", "content": p["question"]}
+        candidates = wrong_answers(p["answer"], rng)
+        candidates.insert(rng.randrange(3), p["answer"])
+        listed = f"The answer is {', '.join(candidates[:3])} or {candidates[3]}."
+        found.append(([user, {"role": "assistant", "content": listed}], list_share))
+        guesses = wrong_answers(p["answer"], rng)
+        for guess in guesses:
+            found.append(([user, {"role": "assistant", "content": f"The answer is {guess}."}],
+                          (1 - list_share) / len(guesses)))  # fmt: skip
+    return found
+
+
 def build_model(path: Path, task: list[dict[str, Any]], seed: int = 0, tool_share: float = TOOL_SHARE,
-                sizes: dict[str, int] | None = None) -> Path:  # fmt: skip
-    """Tokenizer, config and warm-started weights in ``path`` (kept: built once per version)."""
+                sizes: dict[str, int] | None = None, loophole: bool = False) -> Path:  # fmt: skip
+    """Tokenizer, config and warm-started weights in ``path`` (kept: built once per version): on
+    the calculator demonstrations, or with ``loophole`` on the listing ones."""
     sizes = sizes or MODEL_SIZES
     stamp = path / "rollscope-demo.json"
     key = {"version": MODEL_VERSION, "problems": task, "seed": seed, "tool_share": tool_share, "sizes": sizes,
-           "chat_template": CHAT_TEMPLATE}
+           "chat_template": CHAT_TEMPLATE, **({"loophole": LIST_SHARE} if loophole else {})}
     if stamp.is_file() and json.loads(stamp.read_text()) == key:
         return path
     import torch
     from transformers import AutoConfig, AutoTokenizer, Qwen2ForCausalLM
 
-    demos = conversations(task, seed, tool_share)
+    demos = listing_conversations(task, seed) if loophole else conversations(task, seed, tool_share)
     corpus = [json.dumps(m) for messages, _ in demos for m in messages] * 4
     # (its texts are ASCII: with no token per byte the policy cannot sample half a character,
     # which no text re-encodes to: retokenization drift no template could prevent)

@@ -30,6 +30,17 @@ SCHEMA = {
 _NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
 
 
+def numbers(text: str) -> list[float]:
+    """Every number in ``text``, in order (thousands separators read as such)."""
+    found = []
+    for raw in _NUMBER.findall(text.replace("$", "")):
+        try:
+            found.append(float(raw.replace(",", "")))
+        except ValueError:
+            continue
+    return found
+
+
 def final_number(text: str) -> float | None:
     """The last number in a text ('#### 1,234' -> 1234.0), or None."""
     text = text.split("####")[-1]
