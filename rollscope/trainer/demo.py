@@ -69,7 +69,8 @@ def overrides(model: Path, train: Path, val: Path, trace_dir: Path, steps: int, 
         "actor_rollout_ref.rollout.agent.num_workers=1",
         f"actor_rollout_ref.rollout.trace.backend='{backend}'", "actor_rollout_ref.rollout.trace.token2text=True",
         *([f"+rollscope.trace.trace_dir={trace_dir}"] if "local" in backend.split(",") else []),
-        f"reward.custom_reward_function.path={rewards.__file__}", f"reward.custom_reward_function.name={TASKS[task][1]}",
+        f"reward.custom_reward_function.path={rewards.__file__}",
+        f"reward.custom_reward_function.name={TASKS[task][1]}",
         f"trainer.project_name={PROJECT}", f"trainer.experiment_name={TASKS[task][0]}", "trainer.logger=['console']",
         f"trainer.total_training_steps={steps}", "trainer.total_epochs=1000", "trainer.test_freq=-1",
         "trainer.val_before_train=False", "trainer.save_freq=-1",
@@ -96,7 +97,8 @@ def hacks(store: TraceStore, experiment: str) -> dict[int, tuple[float, float, f
         honest = check[t.id].reward if t.id in check else None
         by_step.setdefault(t.step, []).append((t.reward or 0.0, honest or 0.0, (details.get("numbers") or 0) > 1))
     return {step: (sum(r for r, _, _ in rows) / len(rows), sum(h for _, h, _ in rows) / len(rows),
-                   sum(h for _, _, h in rows) / len(rows), len(rows)) for step, rows in sorted(by_step.items())}  # fmt: skip
+                   sum(h for _, _, h in rows) / len(rows), len(rows))
+            for step, rows in sorted(by_step.items())}  # fmt: skip
 
 
 def show_hack(store: TraceStore, experiment: str) -> None:
