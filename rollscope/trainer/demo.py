@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -101,13 +102,16 @@ def hacks(store: TraceStore, experiment: str) -> dict[int, tuple[float, float, f
             for step, rows in sorted(by_step.items())}  # fmt: skip
 
 
-def show_hack(store: TraceStore, experiment: str) -> None:
-    """Rescore the loophole run with the honest reward, then print what each step did and what
-    insights found."""
-    from rollscope.datasets.rescore import rescore
+def show_hack(trace_dir: Path, experiment: str) -> None:
+    """Rescore the loophole run with the honest reward (``rollscope rescore``, a process of its
+    own), then print what each step did and what insights found."""
     from rollscope.store.insights import insights
 
-    rescore(store, "rollscope.bundled.rewards:exact_number", name=CHECK, workers=1, experiment=experiment)
+    honest = "rollscope.bundled.rewards:exact_number"
+    subprocess.run([sys.executable, "-m", "rollscope.cli", "rescore", "--dir", str(trace_dir), "--experiment",
+                    experiment, "--reward", honest, "--name", CHECK, "--workers", "1"],
+                   check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+    store = TraceStore(trace_dir)
     print(f"\n{'step':>4}  {'reward':>6}  {'honest reward':>13}  {'answers listing numbers':>23}")
     for step, (reward, honest, share, _) in hacks(store, experiment).items():
         print(f"{step:>4}  {reward:>6.3f}  {honest:>13.3f}  {share:>23.0%}")
@@ -163,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
         print(exc, file=sys.stderr)
         return 1
     if loophole:
-        show_hack(TraceStore(trace_dir), experiment)
+        show_hack(trace_dir, experiment)
         print(f"done in {time.monotonic() - started:.0f} s. Open the run:\n"
               f"  rollscope insights --dir {trace_dir} --experiment {experiment} --check {CHECK}\n"
               f"  rollscope ui --dir {trace_dir}")  # fmt: skip
