@@ -15,7 +15,8 @@ onset (``detail["onset"]``). What each watches:
   ``reward_extra_info``) coming to make up the total.
 - ``repetition``: replies repeating their own phrases more than the run's first steps did.
 - ``entropy_collapse``: the trainer's per-token entropy (the training records' ``entropy_mean``)
-  falling far below the first steps': the policy stops exploring.
+  falling far below the first steps' while the reward does not rise: the policy stops exploring
+  with nothing to show for it.
 
 Everything is read from the trajectories table's columns and attributes (``summary``'s ``answer``
 and ``repetition``, the reward's details), the training records' scalars and a rescoring: the same
@@ -85,7 +86,10 @@ def hacking_signals(store: Any, where: str, params: list, steps: dict[tuple, lis
         found += _components(components, run, rows, run_steps, base, th)
         found += _relative(rows, run_steps, base, "repetition", "repetition_sum", "repetition_count",
                            lambda mean, baseline: mean - baseline > th.repetition_rise)  # fmt: skip
-        found += _entropy(training.get(run, {}), th)
+        base_reward = _mean(rows, base, "reward_sum", "n")
+        rising = {s: base_reward is not None and rows[s]["n"] > 0
+                  and rows[s]["reward_sum"] / rows[s]["n"] - base_reward > th.reward_rise for s in run_steps}  # fmt: skip
+        found += _entropy(training.get(run, {}), th, rising)
         for name in SIGNALS:  # the first flagged step of each: its onset
             flagged = [s.step for s in found if s.name == name and s.flagged]
             for s in found:
@@ -290,8 +294,10 @@ def _relative(rows: dict[Any, dict], steps: list, base: list, name: str, total: 
     return out
 
 
-def _entropy(steps: dict[Any, list], th: Any) -> list:
-    """From the training records: each step's mean of their ``entropy_mean`` against the first steps'."""
+def _entropy(steps: dict[Any, list], th: Any, rising: dict[Any, bool]) -> list:
+    """From the training records: each step's mean of their ``entropy_mean`` against the first
+    steps'. A fall is flagged only at a step whose reward did not rise with it (``rising``): a
+    policy growing sure of what the reward pays is converging, not collapsing."""
     ordered = sorted((s for s in steps if any(r.entropy_mean is not None for r in steps[s])), key=_null_first)
     if not ordered:
         return []
@@ -306,8 +312,9 @@ def _entropy(steps: dict[Any, list], th: Any) -> list:
         found = entropies(step)
         mean = sum(e for e, _ in found) / len(found)
         change = (mean - baseline) / baseline if baseline else None
-        flagged = change is not None and change < -th.entropy_drop
+        flagged = change is not None and change < -th.entropy_drop and not rising.get(step, False)
         lowest = [tid for _, tid in sorted(found)[:EXAMPLES]] if flagged else []
         out.append(Signal("entropy_collapse", step, len(found), len(found), None, lowest, flagged,
-                          {"mean": mean, "baseline": baseline, "change": change}))  # fmt: skip
+                          {"mean": mean, "baseline": baseline, "change": change,
+                           "reward_rising": rising.get(step, False)}))  # fmt: skip
     return out
