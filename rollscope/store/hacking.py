@@ -88,7 +88,8 @@ def hacking_signals(store: Any, where: str, params: list, steps: dict[tuple, lis
                            lambda mean, baseline: mean - baseline > th.repetition_rise)  # fmt: skip
         base_reward = _mean(rows, base, "reward_sum", "n")
         rising = {s: base_reward is not None and rows[s]["n"] > 0
-                  and rows[s]["reward_sum"] / rows[s]["n"] - base_reward > th.reward_rise for s in run_steps}  # fmt: skip
+                  and rows[s]["reward_sum"] / rows[s]["n"] - base_reward > th.reward_rise
+                  for s in run_steps}  # fmt: skip
         found += _entropy(training.get(run, {}), th, rising)
         for name in SIGNALS:  # the first flagged step of each: its onset
             flagged = [s.step for s in found if s.name == name and s.flagged]
