@@ -34,7 +34,8 @@ def same_run(weave_trace_server, tmp_path_factory):
     tracing.init_tracing(backend="local,weave", project=PROJECT, experiment=experiment, trace_dir=str(traces))
     for i, t in enumerate(store.trajectories(step=1)):
         tracing.get_tracer().training(t.id, {"step": 1, "uid": f"u{t.sample_index}", "advantage": 0.5 - i % 2,
-                                             "policy_version": 3, "lag": i % 2, "logprob_delta_max": 0.1 * i})
+                                             "policy_version": 3, "lag": i % 2, "logprob_delta_max": 0.1 * i,
+                                             "entropy_mean": 1.0 / (1 + i)})
     assert tracing.flush_tracing(120)
     tracing.shutdown_tracing(120)
     store.close()
@@ -72,6 +73,7 @@ def test_insights_groups_and_prompt_history_are_the_same(same_run, capsys):
     names = {s["name"] for s in found["signals"]}
     assert {"zero_variance", "tool_errors", "logprob_mismatch", "off_policy_lag"} <= names
     assert any(s["count"] for s in found["signals"] if s["name"] == "tool_errors")
+    assert {"answer_collapse", "answer_length_with_reward", "entropy_collapse"} <= names  # reward hacking's too
     assert json.loads(weave) == found
     for args in (["insights", "--json", "--step", "2"], ["traces", "group", "1", "0", "--json"],
                  ["traces", "prompt", "2", "--json"]):  # fmt: skip
@@ -111,6 +113,9 @@ def test_a_rescoring_reports_the_same_and_is_stored_in_weave_beside_the_run(same
     local, weave = both(capsys, same_run, "traces", "ls", "--rescoring", "inverted", "--json", "--limit", "100")
     assert json.loads(weave) == json.loads(local)
     assert all(r["rescored_reward"] is not None for r in json.loads(weave))
+    local, weave = both(capsys, same_run, "insights", "--check", "inverted", "--json")  # the reward against it
+    checked = [s for s in json.loads(local)["signals"] if s["name"] == "reward_vs_check"]
+    assert checked and any(s["count"] for s in checked) and json.loads(weave) == json.loads(local)
     with open_source(SOURCE) as source:  # kept in Weave, not in the throw-away copy
         assert source.rescoring_names() == ["inverted"]
         with pytest.raises(FileNotFoundError, match=r"no rescoring 'other' in weave:ent/same-run .*stored: inverted"):
