@@ -80,22 +80,23 @@ def hacking_signals(store: Any, where: str, params: list, steps: dict[tuple, lis
         rows = {s: dict(zip(_STEP_FIELDS, per_step.get((*run, s), [0.0] * len(_STEP_FIELDS)), strict=True))
                 for s in run_steps}  # fmt: skip
         found: list[Signal] = []
+        base_reward = _mean(rows, base, "reward_sum", "n")
+        reward_change = {s: rows[s]["reward_sum"] / rows[s]["n"] - base_reward
+                         if rows[s]["n"] and base_reward is not None else None for s in run_steps}  # fmt: skip
+        rising = {s: change is not None and change > th.reward_rise for s, change in reward_change.items()}
         found += _reward_vs_check(checked.get(run), run_steps, base, th)
-        found += _answer_length(store, run, rows, run_steps, base, th, where, params)
+        found += _answer_length(store, run, rows, run_steps, base, th, where, params, reward_change, rising)
         found += _collapse(answers, run, run_steps, rows, th)
         found += _components(components, run, rows, run_steps, base, th)
         found += _relative(rows, run_steps, base, "repetition", "repetition_sum", "repetition_count",
                            lambda mean, baseline: mean - baseline > th.repetition_rise)  # fmt: skip
-        base_reward = _mean(rows, base, "reward_sum", "n")
-        rising = {s: base_reward is not None and rows[s]["n"] > 0
-                  and rows[s]["reward_sum"] / rows[s]["n"] - base_reward > th.reward_rise
-                  for s in run_steps}  # fmt: skip
         found += _entropy(training.get(run, {}), th, rising)
-        for name in SIGNALS:  # the first flagged step of each: its onset
-            flagged = [s.step for s in found if s.name == name and s.flagged]
-            for s in found:
-                if s.name == name:
-                    s.detail["onset"] = flagged[0] if flagged else None
+        onsets: dict[str, Any] = {}  # the first flagged step of each signal (``found`` is in step order)
+        for s in found:
+            if s.flagged:
+                onsets.setdefault(s.name, s.step)
+        for s in found:
+            s.detail["onset"] = onsets.get(s.name)
         out[run] = found
     return out
 
@@ -194,9 +195,8 @@ def _reward_vs_check(checked: dict[Any, list[tuple]] | None, steps: list, base: 
 
 
 def _answer_length(store: Any, run: tuple, rows: dict[Any, dict], steps: list, base: list, th: Any, where: str,
-                   params: list) -> list:  # fmt: skip
+                   params: list, reward_change: dict[Any, float | None], rising: dict[Any, bool]) -> list:  # fmt: skip
     baseline = _mean(rows, base, "answer_sum", "n")
-    base_reward = _mean(rows, base, "reward_sum", "n")
     out = []
     for step in steps:
         r = rows[step]
@@ -207,13 +207,11 @@ def _answer_length(store: Any, run: tuple, rows: dict[Any, dict], steps: list, b
         if r["rewarded"] and unrewarded and r["answer_sum"] > r["rewarded_answer_sum"]:
             rest = (r["answer_sum"] - r["rewarded_answer_sum"]) / unrewarded
             ratio = (r["rewarded_answer_sum"] / r["rewarded"]) / rest
-        reward_change = r["reward_sum"] / r["n"] - base_reward if r["n"] and base_reward is not None else None
-        flagged = (change is not None and change > th.answer_growth and reward_change is not None
-                   and reward_change > th.reward_rise and (ratio is None or ratio > 1))  # fmt: skip
+        flagged = change is not None and change > th.answer_growth and rising[step] and (ratio is None or ratio > 1)
         examples = _longest_rewarded(store, run, step, where, params) if flagged else []
         out.append(Signal("answer_length_with_reward", step, int(r["n"]), int(r["n"]), None, examples, flagged,
                           {"mean_answer_chars": mean, "baseline": baseline, "change": change,
-                           "rewarded_vs_rest": ratio, "reward_change": reward_change}))  # fmt: skip
+                           "rewarded_vs_rest": ratio, "reward_change": reward_change[step]}))  # fmt: skip
     return out
 
 

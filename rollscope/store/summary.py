@@ -128,7 +128,7 @@ class TrajectorySummary:
         self.first_error: str | None = None
         self.drift: int | None = None
         self.split: int | None = None
-        self.answer_text = ""
+        self.answer_text: Any = None  # the last reply's text; its key is made once, in ``attributes``
         self.repetition: float | None = None
 
     def add(self, span: Any) -> None:
@@ -170,7 +170,7 @@ class TrajectorySummary:
             self.logprob_sum += math.fsum(finite)
             self.logprob_count += len(finite)
         text = _field(outputs, "response_text")
-        self.answer, self.answer_text = answer_chars(text), answer_key(text)  # the last reply is the answer
+        self.answer, self.answer_text = answer_chars(text), text  # the last reply is the answer
         repeats = repetition(text)
         if repeats is not None:
             self.repetition = max(self.repetition or 0.0, repeats)  # the most repetitive reply
@@ -209,8 +209,9 @@ class TrajectorySummary:
             out["retokenization_drift"] = self.drift  # the first position the chat template renders differently
         if self.split is not None:
             out["retokenization_split"] = self.split  # the first position of a split the tokenizer never makes
-        if self.answer_text:
-            out["answer"] = self.answer_text
+        key = answer_key(self.answer_text)
+        if key:
+            out["answer"] = key
         if self.repetition is not None:
             out["repetition"] = self.repetition
         return out

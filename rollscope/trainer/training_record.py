@@ -24,8 +24,6 @@ from typing import Any
 import orjson
 import torch
 
-# Per-token lists in a record; the rest are scalars (indexed columns in the store, tags elsewhere).
-TOKEN_FIELDS = ("old_log_probs", "rollout_log_probs", "entropy", "ref_log_probs", "response_mask", "advantages")
 _CONSTANT = 1e-6  # per-token advantages within this of each other are one value (GRPO's broadcast)
 
 
@@ -76,8 +74,9 @@ def records(step: StepArrays) -> list[tuple[str, dict[str, Any]]]:
     per_token = {name: tensor.float() for name, tensor in (
         ("old_log_probs", step.old_log_probs), ("rollout_log_probs", step.rollout_log_probs),
         ("entropy", step.entropy), ("ref_log_probs", step.ref_log_probs)) if tensor is not None}  # fmt: skip
-    means = {name: (per_token[source] * mask).sum(-1) / tokens.clamp(min=1) for name, source in
-             (("entropy_mean", "entropy"),) if source in per_token}  # fmt: skip
+    means = {}  # over the loss tokens
+    if "entropy" in per_token:
+        means["entropy_mean"] = (per_token["entropy"] * mask).sum(-1) / tokens.clamp(min=1)
     if "ref_log_probs" in per_token and "old_log_probs" in per_token:  # the k1 estimate of KL(policy || reference)
         kl = (per_token["old_log_probs"] - per_token["ref_log_probs"]) * mask
         means["kl_mean"] = kl.sum(-1) / tokens.clamp(min=1)
