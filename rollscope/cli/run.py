@@ -56,8 +56,9 @@ def run_command(args: argparse.Namespace) -> int:
     Console().print(summary(stats, name=config.name, trace_dir=trace_dir, experiment=config.experiment or config.name,
                             backend=config.backend))  # fmt: skip
     if stats.done and stats.failed == stats.done:
-        print(f"rollscope: error: every trajectory failed ({stats.failed} of {stats.done}; "
-              f"rollscope traces ls --dir {trace_dir} --status error)", file=sys.stderr)  # fmt: skip
+        first = f" the first: {stats.first_failure};" if stats.first_failure else ""
+        print(f"rollscope: error: every trajectory failed ({stats.failed} of {stats.done});{first} "
+              f"rollscope traces ls --dir {trace_dir} --status error", file=sys.stderr)  # fmt: skip
         return EXIT_FAILED
     return 0
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from rollscope import _tool_entries
 from rollscope._files import load_yaml, read_text, regular_size
 from rollscope.llm.base import LLMServerError
 from rollscope.runner.config import RunConfig, RunConfigError
@@ -43,7 +44,9 @@ def check(config: RunConfig) -> list[dict[str, Any]]:
     if config.reward is not None:
         if not _DOTTED.match(config.reward) and ".py:" not in config.reward:
             raise RunConfigError(f"reward {config.reward!r}: expected 'module:function'")
-        check_defined(config.reward, "reward")
+        source = check_defined(config.reward, "reward")
+        if source is not None:
+            check_reward_rows(config.reward, source, rows, config.dataset)
     if "." in config.agent:
         if not _DOTTED.match(config.agent):
             raise RunConfigError(f"agent {config.agent!r}: expected a registered loop name or 'module.Class'")
@@ -51,7 +54,52 @@ def check(config: RunConfig) -> list[dict[str, Any]]:
     return rows
 
 
+# verl's ``compute_score(data_source, solution_str, ground_truth, extra_info)``: what each argument
+# is taken from in a dataset row (the solution is the model's, never the row's)
+REWARD_ARGUMENTS = {0: ("data_source",), 2: ("reward_model", "ground_truth"), 3: ("extra_info",)}
+
+
+def check_reward_rows(reward: str, source: Path, rows: list[dict[str, Any]], dataset: str) -> None:
+    """That every row holds what the reward function reads: an argument its body uses (read from
+    its source, never run) must be in each row, ``reward_model.ground_truth`` the usual one."""
+    name = reward.rpartition(":")[2] if ":" in reward else reward.rpartition(".")[2]
+    node = _function_def(source, name)
+    if node is None:
+        return
+    positional = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
+    used = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    for position, keys in REWARD_ARGUMENTS.items():
+        if position >= len(positional) or positional[position] not in used:
+            continue
+        lacking = [i for i, row in enumerate(rows) if _lookup(row, keys) is None]
+        if lacking:
+            field = ".".join(keys)
+            raise RunConfigError(f"dataset {dataset}: reward {reward!r} reads {positional[position]} (each row's "
+                                 f"{field}), which {len(lacking)} of {len(rows)} rows lack (row {lacking[0]} "
+                                 "first)")  # fmt: skip
+
+
+def _lookup(row: dict[str, Any], keys: tuple[str, ...]) -> Any:
+    value: Any = row
+    for key in keys:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
+
+
+def _function_def(path: Path, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
+    """The top-level ``def name`` of ``path``'s source; None where it is not one (or does not parse)."""
+    source = _source(path)
+    try:
+        tree = ast.parse(source) if source is not None else None
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    return next((n for n in getattr(tree, "body", ()) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+                 and n.name == name), None)  # fmt: skip
+
+
 def check_tool_file(path: str) -> None:
+    """Every entry's keys and schema (``_tool_entries``), its class or function defined where it
+    says, and a function's schema against the function's parameters, read from its source."""
     doc = load_yaml(read_text(path, "tool config", RunConfigError), path, RunConfigError)
     entries = doc.get("tools") if isinstance(doc, dict) else None
     if not isinstance(entries, list):
@@ -59,19 +107,41 @@ def check_tool_file(path: str) -> None:
     for i, entry in enumerate(entries):
         if not isinstance(entry, dict):
             raise RunConfigError(f"{path}: tools[{i}]: each entry must be a mapping, got {type(entry).__name__}")
+        where = _tool_entries.label(path, i, entry)
+        problem = _tool_entries.entry_problem(entry)
+        if problem:
+            raise RunConfigError(f"{where}: {problem}")
         target = entry.get("class_name") or entry.get("function")
         if not isinstance(target, str) or not _DOTTED.match(target):
             raise RunConfigError(f"{path}: tools[{i}]: needs 'class_name: package.module.Class' or "
                                  f"'function: package.module:function', got {target!r}")  # fmt: skip
-        if not isinstance(entry.get("config") or {}, dict):
-            raise RunConfigError(f"{path}: tools[{i}] ({target}): config must be a mapping")
-        check_defined(target, f"{path}: tools[{i}]")
+        source = check_defined(target, f"{path}: tools[{i}]")
+        if "function" in entry and entry.get("tool_schema") is not None and source is not None:
+            found = _parameters(source, target.rpartition(":")[2] if ":" in target else target.rpartition(".")[2])
+            problem = found and _tool_entries.signature_problem(entry["tool_schema"], *found, function=target)
+            if problem:
+                raise RunConfigError(f"{where}: {problem}")
 
 
-def check_defined(target: str, what: str) -> None:
+def _parameters(path: Path, name: str) -> tuple[list[tuple[str, bool]], bool] | None:
+    """(parameters with whether each has a default, takes ``**kwargs``) of the function ``name``
+    defined at the top level of ``path``'s source; None where it is not found as a ``def``."""
+    node = _function_def(path, name)
+    if node is None:
+        return None
+    args = node.args
+    positional = [*args.posonlyargs, *args.args]
+    defaults = len(positional) - len(args.defaults)
+    params = [(a.arg, i >= defaults) for i, a in enumerate(positional)]
+    params += [(a.arg, d is not None) for a, d in zip(args.kwonlyargs, args.kw_defaults, strict=True)]
+    return params, args.kwarg is not None
+
+
+def check_defined(target: str, what: str) -> Path | None:
     """That ``target`` (``package.module.Name``, ``module:name`` or ``path/file.py:name``) is a
     module on the path that defines ``Name`` at its top level: its source found and read, never
-    run (a module that defines names at run time, or is no Python source, is left to the import)."""
+    run (a module that defines names at run time, or is no Python source, is left to the import).
+    Returns the module's source file where it is one."""
     module, sep, name = target.rpartition(":")
     if not sep:
         module, _, name = target.rpartition(".")
@@ -84,6 +154,7 @@ def check_defined(target: str, what: str) -> None:
         close = difflib.get_close_matches(name, sorted(names), n=1)
         hint = f"; did you mean {close[0]!r}?" if close else ""
         raise RunConfigError(f"{what}: {target!r}: {path} defines no {name!r}{hint}")
+    return path if path.suffix == ".py" else None
 
 
 def _module_file(dotted: str) -> Path | None:

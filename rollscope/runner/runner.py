@@ -78,11 +78,15 @@ class RunStats:
     started: float = field(default_factory=time.monotonic)
     finished: float | None = None  # when the last trajectory so far ended
     all_stored: bool = True  # tracing stored everything before the run ended (``session.run_traced``)
+    first_failure: str | None = None  # the first failed trajectory's error, and where in the user's code
 
     def add(self, outcome: Outcome) -> None:
         self.finished = time.monotonic()
         self.done += 1
-        self.failed += outcome.error is not None
+        if outcome.error is not None:
+            self.failed += 1
+            if self.first_failure is None:
+                self.first_failure = outcome.error + (f" (at {outcome.where})" if outcome.where else "")
         self.tool_calls += outcome.tool_calls
         self.span_errors += outcome.errors
         self.tokens += outcome.response_tokens
@@ -95,6 +99,7 @@ class RunStats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.reward_sum += other.reward_sum
         self.all_stored = self.all_stored and other.all_stored
+        self.first_failure = self.first_failure or other.first_failure
         self.finished = time.monotonic()
 
     @property
@@ -124,6 +129,13 @@ def user_line(error: BaseException) -> str | None:
             if not frame.filename.startswith(library) and not frame.filename.startswith("<"):
                 return f"{_shown(frame.filename)}:{frame.lineno}, in {frame.name}"
     return None
+
+
+def defined_at(fn: Any) -> str | None:
+    """``file:line, in name`` where a function of the user's is defined (a reward that returned
+    something unusable left no frame of its own in the traceback)."""
+    code = getattr(inspect.unwrap(fn), "__code__", None)
+    return f"{_shown(code.co_filename)}:{code.co_firstlineno}, in {code.co_name}" if code is not None else None
 
 
 def _shown(path: str) -> str:
@@ -176,6 +188,24 @@ def resolve_reward(spec: str | None) -> Callable[..., Any] | None:
         return import_function(spec, "reward")
     except ValueError as exc:
         raise RunConfigError(str(exc)) from None
+
+
+class RewardError(TypeError):
+    """A reward function returned what is no reward; the message names the function and the row."""
+
+
+def reward_value(returned: Any, reward: str | None, row: Any) -> float:
+    """The score a reward function returned (a number, or verl's dict with ``score``) as a float."""
+    score = returned.get("score") if isinstance(returned, dict) else returned
+    if not isinstance(score, str | bytes) and score is not None:
+        try:
+            return float(score)
+        except (TypeError, ValueError):
+            pass
+    shown = repr(returned)
+    shown = shown if len(shown) <= 80 else shown[:77] + "..."
+    raise RewardError(f"reward {reward} returned {shown} for row {row}: expected a number or a dict with a "
+                      "numeric 'score'")  # fmt: skip
 
 
 def _no_builder_warning(record: logging.LogRecord) -> bool:
@@ -370,7 +400,7 @@ class Runner:
             raise
         except Exception as exc:  # one broken trajectory must not end the run; its trace has the error
             outcome.error = f"{type(exc).__name__}: {exc}"
-            outcome.where = user_line(exc)
+            outcome.where = defined_at(self.reward_fn) if isinstance(exc, RewardError) else user_line(exc)
         finally:
             loop_agent_name.reset(token)
         return outcome
@@ -383,10 +413,10 @@ class Runner:
         solution = self.tokenizer.decode(own_ids, skip_special_tokens=True)
         ground_truth = (kwargs.get("reward_model") or {}).get("ground_truth")
         with trace_span("reward", SpanKind.REWARD, {"solution": solution, "ground_truth": ground_truth}) as span:
-            value = self.reward_fn(kwargs.get("data_source"), solution, ground_truth, kwargs.get("extra_info"))
-            if inspect.isawaitable(value):
-                value = await value
-            value = float(value["score"] if isinstance(value, dict) else value)
+            returned = self.reward_fn(kwargs.get("data_source"), solution, ground_truth, kwargs.get("extra_info"))
+            if inspect.isawaitable(returned):
+                returned = await returned
+            value = reward_value(returned, self.config.reward, kwargs.get("index"))
             span.outputs = value
         set_reward(value, source="reward_fn")
         output.reward_score = value

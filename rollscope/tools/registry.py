@@ -18,6 +18,8 @@ package a tool needs and lacks, the package).
 
 from __future__ import annotations
 
+import inspect
+import logging
 import os
 from collections.abc import Iterable
 from typing import Any
@@ -26,9 +28,13 @@ from pydantic import ValidationError
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema
 
+from rollscope import _tool_entries
 from rollscope._files import load_yaml, read_text
 from rollscope.tools.function_tool import FunctionTool, load_object
 from rollscope.tools.schema import ToolDefinitionError
+
+
+log = logging.getLogger("rollscope.tools")
 
 
 class ToolConfigError(ValueError):
@@ -44,9 +50,12 @@ def load_tools(path: str | os.PathLike) -> list[BaseTool]:
     tools: list[BaseTool] = []
     seen: dict[str, int] = {}
     for i, entry in enumerate(entries):
-        label = f"{path}: tools[{i}]"
-        if isinstance(entry, dict):
-            label += f" ({entry.get('class_name') or entry.get('function') or '?'})"
+        label = _tool_entries.label(str(path), i, entry)
+        problem = _tool_entries.entry_problem(entry) if isinstance(entry, dict) else None
+        if problem:
+            raise ToolConfigError(f"{label}: {problem}")
+        for typo in _tool_entries.property_typos(entry) if isinstance(entry, dict) else ():
+            log.warning("%s: %s", label, typo)
         try:
             tool = _build(entry)
         except ImportError as exc:  # raised by the tool's own code (its optional dependency, say)
@@ -99,7 +108,10 @@ def _build(entry: Any) -> BaseTool:
         raise ToolDefinitionError(f"config.type {tool_type!r} is not supported (only 'native')")
     schema = _schema(entry.get("tool_schema"))
     if "function" in entry:
-        return FunctionTool({**config, "function": entry["function"]}, schema)
+        tool = FunctionTool({**config, "function": entry["function"]}, schema)
+        if schema is not None:
+            _check_signature(entry["tool_schema"], tool.fn, entry["function"])
+        return tool
     if "class_name" not in entry:
         raise ToolDefinitionError("needs 'class_name' (a BaseTool subclass) or 'function' (a dotted path)")
     cls = load_object(entry["class_name"])
@@ -119,6 +131,20 @@ def _build(entry: Any) -> BaseTool:
     if getattr(tool, "tool_schema", None) is None:
         raise ToolDefinitionError("no tool_schema given and the class provides none")
     return tool
+
+
+def _check_signature(schema: dict[str, Any], fn: Any, target: str) -> None:
+    """A function's schema from YAML against what the function takes (``_tool_entries``)."""
+    try:
+        parameters = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):  # (a builtin without a signature: left to its calls)
+        return
+    named = [(p.name, p.default is not p.empty) for p in parameters
+             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]  # fmt: skip
+    problem = _tool_entries.signature_problem(schema, named, any(p.kind == p.VAR_KEYWORD for p in parameters),
+                                              target)  # fmt: skip
+    if problem:
+        raise ToolDefinitionError(problem)
 
 
 def _schema(raw: Any) -> OpenAIFunctionToolSchema | None:

@@ -65,8 +65,12 @@ def records(step: StepArrays) -> list[tuple[str, dict[str, Any]]]:
     rewards = step.rewards.float().sum(-1)
     group_stats = _group_stats(step.uids, scores)
     tokens = mask.sum(-1)
-    advantage = (step.advantages.float() * mask).sum(-1) / tokens.clamp(min=1)
-    spread = ((step.advantages.float() - advantage[:, None]).abs() * mask).amax(-1)
+    advantages = step.advantages.float()
+    mean = (advantages * mask).sum(-1) / tokens.clamp(min=1)
+    spread = ((advantages - mean[:, None]).abs() * mask).amax(-1)
+    # GRPO's one value is verl's own (the first loss token's), not a mean that may be an ulp off it
+    first = advantages.gather(1, mask.argmax(-1, keepdim=True)).squeeze(1)
+    advantage = torch.where(spread > _CONSTANT, mean, first)
     positions = torch.arange(mask.shape[-1])[None, :]
     inside = positions < step.lengths[:, None]
     masked = inside & (mask == 0)

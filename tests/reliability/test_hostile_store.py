@@ -72,7 +72,7 @@ def test_the_api_reads_every_good_row_and_marks_each_bad_one(hostile, caplog):
         assert records[ids[0]].num_llm_calls is None and "num_llm_calls is" in records[ids[0]].attributes[UNREADABLE]
         assert "a JSON list, not an object" in records[ids[1]].attributes[UNREADABLE]
         assert "not JSON" in records[ids[2]].attributes[UNREADABLE]
-        assert records[ids[5]].attributes == {"task": "task 5"} and records[ids[5]].num_llm_calls == 1
+        assert records[ids[5]].attributes == {"task": "task 5", "answer": "a5"} and records[ids[5]].num_llm_calls == 1
         bad_json = {s.kind: s for s in store.get(ids[3]).spans}
         assert "not JSON" in bad_json["tool"].attributes[UNREADABLE] and bad_json["llm"].outputs == {"response_text": "a3"}
         bomb = {s.kind: s for s in store.get(ids[4]).spans}

@@ -55,7 +55,7 @@ def test_verls_own_loader_reads_the_shipped_yaml():
          r"tools\[0\] \(tests.tools.sample_tools.NotATool\): 'tests.tools.sample_tools.NotATool' is not a subclass"),
         ("tools:\n  - class_name: rollscope.tools.builtin.CalculatorTool\n    config: {type: native}\n"
          "    tool_schema: {type: function, function: {name: calc}}\n",
-         r"\(rollscope.tools.builtin.CalculatorTool\): bad tool_schema: function.description: Field required"),
+         r"\(rollscope.tools.builtin.CalculatorTool\): tool_schema.function.description: a string is needed, got None"),
         ("tools:\n  - function: tests.tools.sample_tools:shout\n  - function: tests.tools.sample_tools:shout\n",
          r"tools\[1\] \(tests.tools.sample_tools:shout\): duplicate tool name 'shout' \(also tools\[0\]\)"),
         ("tools:\n  - function: no_such_module_xyz:fn\n",

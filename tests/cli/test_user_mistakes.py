@@ -1,0 +1,138 @@
+"""A new user's own tools, schemas, dataset and reward, each with one mistake: ``rollscope run``
+says it in one line naming the file, the entry and the key, before verl, torch or a model is
+imported; a reward that returns no number names the reward and the row."""
+
+import subprocess
+import sys
+import textwrap
+
+from tests.cli.test_run_cli import ENV, REPLIES, assert_one_line_error, rollscope
+
+# The probe runs the command and says, as the process ends, whether anything heavy was imported.
+PROBE = ("import atexit, runpy, sys; sys.argv = ['rollscope', *sys.argv[1:]]\n"
+         "atexit.register(lambda: print('HEAVY' if {'verl', 'torch', 'transformers'} & set(sys.modules)"
+         " else 'LIGHT', file=sys.stderr))\n"
+         "runpy.run_module('rollscope.cli', run_name='__main__')\n")  # fmt: skip
+
+SHOP = '''
+def multiply(a: float, b: float) -> str:
+    """Multiply.
+
+    Args:
+        a: one factor
+        b: the other
+    """
+    return str(a * b)
+
+
+def convert(amount: float, currency: str = "EUR") -> str:
+    """Convert.
+
+    Args:
+        amount: how much
+        currency: into what
+    """
+    return f"{amount} {currency}"
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    if ground_truth in solution_str:
+        return 1.0
+
+
+def format_score(data_source, solution_str, ground_truth, extra_info=None):
+    return 1.0 if "<answer>" in solution_str else 0.0
+'''
+
+SCHEMA = "    tool_schema:\n      type: function\n      function:\n        name: {name}\n        description: d\n"
+TOOL_FILES = {
+    "config_typo.yaml": "tools:\n  - function: shop:multiply\n    confg: {timeout: 5}\n",
+    "schema_typo.yaml": ("tools:\n  - class_name: shop_tools.PriceTool\n    config: {type: native}\n"
+                         + SCHEMA.format(name="price").replace("tool_schema", "tool_shema")),
+    "wrong_parameters.yaml": ("tools:\n  - function: shop:multiply\n" + SCHEMA.format(name="multiply")
+                              + "        parameters: {type: object, properties: {x: {type: number}, y: {type: number}}"
+                                ", required: [x, y]}\n"),
+    "required_undeclared.yaml": ("tools:\n  - function: shop:convert\n" + SCHEMA.format(name="convert")
+                                 + "        parameters: {type: object, properties: {amount: {type: number}},"
+                                   " required: [amount, currency]}\n"),
+}  # fmt: skip
+
+
+def _workspace(tmp_path):
+    (tmp_path / "shop.py").write_text(SHOP)
+    (tmp_path / "shop_tools.py").write_text("from verl.tools.base_tool import BaseTool\n\n\nclass PriceTool(BaseTool):\n"
+                                            "    pass\n")  # fmt: skip
+    for name, body in TOOL_FILES.items():
+        (tmp_path / name).write_text(body)
+    (tmp_path / "replies.yaml").write_text(REPLIES)
+    (tmp_path / "rows.jsonl").write_text('{"prompt": [{"role": "user", "content": "2 * 3?"}], "data_source": "shop"}\n')
+
+
+def test_five_mistakes_each_one_line_before_the_heavy_imports(tmp_path):
+    _workspace(tmp_path)
+    scripted = f"scripted:{tmp_path / 'replies.yaml'}"
+    cases = [
+        ("tools=config_typo.yaml", "config_typo.yaml: tools[0] (shop:multiply): confg: unknown key; did you mean 'config'?"),
+        ("tools=schema_typo.yaml",
+         "schema_typo.yaml: tools[0] (shop_tools.PriceTool): tool_shema: unknown key; did you mean 'tool_schema'?"),
+        ("tools=wrong_parameters.yaml", "wrong_parameters.yaml: tools[0] (shop:multiply): "
+         "tool_schema.function.parameters.properties: 'x', 'y' not parameters of shop:multiply(a, b)"),
+        ("tools=required_undeclared.yaml", "required_undeclared.yaml: tools[0] (shop:convert): "
+         "tool_schema.function.parameters.required: 'currency' not in properties (amount)"),
+        ("reward=shop:compute_score", "dataset rows.jsonl: reward 'shop:compute_score' reads ground_truth (each "
+         "row's reward_model.ground_truth), which 1 of 1 rows lack (row 0 first)"),
+    ]  # fmt: skip
+    for arg, fragment in cases:
+        result = subprocess.run([sys.executable, "-c", PROBE, "run", "gsm8k-calculator", "dataset=rows.jsonl", arg,
+                                 "--llm", scripted], capture_output=True, text=True, env=ENV, timeout=120,
+                                cwd=tmp_path)  # fmt: skip
+        lines = result.stderr.strip().splitlines()
+        assert result.returncode == 2 and "Traceback" not in result.stderr, (arg, result.stderr)
+        assert lines[-1] == "LIGHT", (arg, result.stderr)
+        assert lines[-2].startswith("rollscope: error: ") and fragment in lines[-2], (arg, lines[-2])
+    # A reward that reads no ground truth runs on rows without one.
+    result = rollscope("run", "gsm8k-calculator", "dataset=rows.jsonl", "reward=shop:format_score", "--llm", scripted,
+                       "--quiet", "--dir", str(tmp_path / "t"), cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 0 and "1 of 1" in result.stdout, result.stderr
+
+
+def test_the_same_mistakes_are_said_by_load_tools(tmp_path, monkeypatch, caplog):
+    """``load_tools`` (the Python path, and verl's worker through rollscope) says them the same way;
+    a parameter's misspelt JSON Schema keyword (verl's own search-tool example writes ``item:``) is
+    warned and the tool loads, as verl loads it."""
+    import pytest
+
+    from rollscope.tools import ToolConfigError, load_tools
+
+    _workspace(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name, fragment in (("config_typo.yaml", "confg: unknown key; did you mean 'config'?"),
+                           ("schema_typo.yaml", "tool_shema: unknown key; did you mean 'tool_schema'?"),
+                           ("wrong_parameters.yaml", "'x', 'y' not parameters of shop:multiply(a, b)"),
+                           ("required_undeclared.yaml", "required: 'currency' not in properties")):  # fmt: skip
+        with pytest.raises(ToolConfigError, match=f"^{tmp_path / name}: tools\\[0\\] .*") as err:
+            load_tools(tmp_path / name)
+        assert fragment in str(err.value), str(err.value)
+    (tmp_path / "item_typo.yaml").write_text(
+        "tools:\n  - function: shop:multiply\n" + SCHEMA.format(name="multiply")
+        + "        parameters: {type: object, properties: {a: {type: number}, b: {type: array, item: {type: number}}},"
+          " required: [a, b]}\n")  # fmt: skip
+    [multiply] = load_tools(tmp_path / "item_typo.yaml")
+    assert multiply.name == "multiply"
+    assert "properties.b.item: unknown key; did you mean 'items'?" in caplog.text
+
+
+def test_a_reward_that_returns_none_is_named_with_its_row(tmp_path):
+    """The run's error names the reward, the row and what it returned, and points at the reward's
+    own definition, not into rollscope."""
+    _workspace(tmp_path)
+    (tmp_path / "rows.jsonl").write_text(textwrap.dedent("""\
+        {"prompt": [{"role": "user", "content": "2 * 3?"}], "reward_model": {"ground_truth": "never"}}
+        {"prompt": [{"role": "user", "content": "2 * 4?"}], "reward_model": {"ground_truth": "never"}}
+        """))
+    result = rollscope("run", "gsm8k-calculator", "dataset=rows.jsonl", "reward=shop:compute_score", "--llm",
+                       f"scripted:{tmp_path / 'replies.yaml'}", "--dir", str(tmp_path / "t"), cwd=tmp_path)  # fmt: skip
+    assert_one_line_error(result, 3, "every trajectory failed (2 of 2); the first: RewardError: reward "
+                          "shop:compute_score returned None for row ", "expected a number or a dict with a numeric "
+                          "'score' (at shop.py:22, in compute_score)")  # fmt: skip
+    assert "rollscope/runner" not in result.stderr
