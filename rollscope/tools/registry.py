@@ -33,7 +33,6 @@ from rollscope._files import load_yaml, read_text
 from rollscope.tools.function_tool import FunctionTool, load_object
 from rollscope.tools.schema import ToolDefinitionError
 
-
 log = logging.getLogger("rollscope.tools")
 
 
