@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import logging
 import time
 from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from typing import Any
 
+from rollscope.llm.constrained import CONSTRAIN, TOOL_SCHEMAS
 from rollscope.tracing import SpanKind
 from rollscope.tracing.instrument import (
     Context,
@@ -27,6 +30,44 @@ from rollscope.tracing.instrument import (
 from rollscope.tracing.spans import Span, Trajectory
 
 LLM_SPAN_NAME = "llm.generate"
+log = logging.getLogger("rollscope.agentloops")
+
+# The loop instance whose run is executing in this task (``traced_loop``): its tools' schemas are
+# what ``constrain_tool_calls`` holds a reply to, and a ``super().run()`` adds no second span.
+running_loop: ContextVar[Any] = ContextVar("rollscope_running_loop", default=None)
+_unconstrained_warned: set[type] = set()
+
+
+def tool_schemas_of(loop: Any) -> list[dict[str, Any]]:
+    """The tool schemas a loop shows its model: its ``tool_schemas`` where it keeps them (verl's
+    ``ToolAgentLoop`` does), else those of its tools (``self.tools``, or the ``tools=`` verl gave it)."""
+    schemas = getattr(loop, "tool_schemas", None)
+    if isinstance(schemas, list) and schemas:
+        return [s.model_dump(exclude_unset=True, exclude_none=True) if hasattr(s, "model_dump") else s for s in schemas]
+    tools = loop.__dict__.get("tools") if hasattr(loop, "__dict__") else None
+    tools = tools.values() if isinstance(tools, dict) else tools
+    if not tools:
+        tools = getattr(loop, "_rollscope_given_tools", None) or ()
+    return [t.tool_schema.model_dump(exclude_unset=True, exclude_none=True) for t in tools
+            if getattr(t, "tool_schema", None) is not None]  # fmt: skip
+
+
+def constrained(sampling_params: dict[str, Any]) -> dict[str, Any]:
+    """The sampling parameters without the run's ``constrain_tool_calls`` key (no engine's), with
+    the running loop's tool schemas where it is true: a loop that passes its sampling parameters on
+    to ``generate`` gets its calls constrained as the bundled loop's are. Warned once per loop class
+    where it has no tools to hold them to."""
+    params = {k: v for k, v in sampling_params.items() if k != CONSTRAIN}
+    if sampling_params[CONSTRAIN] and TOOL_SCHEMAS not in params:
+        loop = running_loop.get()
+        schemas = tool_schemas_of(loop) if loop is not None else []
+        if schemas:
+            params[TOOL_SCHEMAS] = schemas
+        elif type(loop) not in _unconstrained_warned:
+            _unconstrained_warned.add(type(loop))
+            log.warning("constrain_tool_calls is set, but %s has no tool schemas (no tools given, no tool_schemas "
+                        "kept): its replies are not constrained", type(loop).__name__ if loop else "this call")  # fmt: skip
+    return params
 
 
 class TracedLLMClient:
@@ -56,6 +97,8 @@ class TracedLLMClient:
         event when it returns (no Span object, no context change: ``Tracer.leaf_span``; what the
         inner client traces itself hangs beside the turn, under the loop's span). Token counts,
         finish reason and latency are derived where the span is shaped (``tracing._shaping``)."""
+        if CONSTRAIN in sampling_params:  # (the run's key; the bundled loop takes it out itself)
+            sampling_params = constrained(sampling_params)
         call = self.inner.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kwargs)
         if state.tracer is None or not trace_enabled.get():
             return call

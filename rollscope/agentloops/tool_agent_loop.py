@@ -29,16 +29,11 @@ from rollscope.agentloops.tool_parser import (
 )
 from rollscope.agentloops.traced_loop import TracedAgentLoop
 from rollscope.llm.constrained import CONSTRAIN, TOOL_SCHEMAS
-from rollscope.store.summary import ERROR_KIND, TURN_LIMIT
+from rollscope.store.summary import TURN_LIMIT
 from rollscope.tools.schema import check_arguments
-from rollscope.tracing import SpanKind, trace_span
 
 _STRICT_FORMATS = {"hermes": RollscopeToolParser, "rollscope": RollscopeToolParser,
                    "llama3_json": Llama3JsonToolParser}  # fmt: skip
-
-
-class ToolCallError(ValueError):
-    """A tool call the loop refused; its message is what the model is told."""
 
 
 @register("rollscope_tool_agent")
@@ -78,12 +73,8 @@ class ToolAgentLoop(TracedAgentLoop, VerlToolAgentLoop):
         if found is None:
             return await super()._call_tool(tool_call, tools_kwargs, agent_data)
         kind, problem = found
-        with trace_span(f"tool_call_error.{tool_call.name}", SpanKind.TOOL,
-                        inputs={"name": tool_call.name, "arguments": tool_call.arguments},
-                        **{ERROR_KIND: kind}) as span:  # fmt: skip
-            span.fail(ToolCallError(problem))
-            span.outputs = problem
-        return ToolResponse(text=f"Error: {problem}"), 0.0, {"error": problem}
+        told = self.record_tool_error(tool_call.name, tool_call.arguments, problem, kind)
+        return ToolResponse(text=told), 0.0, {"error": problem}
 
     def _call_problem(self, call: FunctionCall, agent_data: Any) -> tuple[str, str] | None:
         """(error kind, what the model is told) for a call that cannot run, else None."""
@@ -121,4 +112,5 @@ class ToolAgentLoop(TracedAgentLoop, VerlToolAgentLoop):
         if (state == AgentState.TERMINATED and self.max_assistant_turns
                 and agent_data.assistant_turns >= self.max_assistant_turns):  # fmt: skip
             agent_data.extra_fields["stop"] = TURN_LIMIT
+            self.record_turn_limit()
         return state

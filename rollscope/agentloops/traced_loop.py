@@ -25,19 +25,20 @@ from verl.experimental.agent_loop.agent_loop import AgentLoopBase
 
 from rollscope import _verl
 from rollscope.agentloops import retokenization
-from rollscope.agentloops.llm_client import traced_client
+from rollscope.agentloops.llm_client import running_loop, traced_client
 from rollscope.agentloops.verl_run import VerlTrajectory, current_verl_run, start_from_trainer_config
+from rollscope.store.summary import ERROR_KIND, STOP, TURN_LIMIT
 from rollscope.store.text import REPLAY
 from rollscope.tools.observed import observe_tools
-from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward
+from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward, trace_span
 from rollscope.tracing.instrument import begin_span, current_frame, end_span, native, state, verl_context
 from rollscope.tracing.spans import code_location
 
 _VERL_TRACE = _verl.trace_switch()  # verl's per-task switch for its own decorators
 log = logging.getLogger("rollscope.agentloops")
 
-# The loop instance whose run is executing in this task: a super().run() call adds no second span.
-_running: ContextVar[Any] = ContextVar("rollscope_running_loop", default=None)
+# The run span of the loop running in this task: what ``record_turn_limit`` marks.
+_run_span: ContextVar[Any] = ContextVar("rollscope_run_span", default=None)
 # The name verl's registry knows the loop by, set by the worker hook: trajectories carry it.
 agent_name: ContextVar[str | None] = ContextVar("rollscope_agent_name", default=None)
 
@@ -131,9 +132,9 @@ def _traced_run(run: Any, owner: type) -> Any:
 
     @functools.wraps(run)
     async def traced_run(self: AgentLoopBase, sampling_params: dict[str, Any], **kwargs: Any) -> Any:
-        if state.tracer is None or _running.get() is self:
+        if state.tracer is None or running_loop.get() is self:
             return await run(self, sampling_params, **kwargs)
-        running = _running.set(self)
+        running = running_loop.set(self)
         tools = self.__dict__.get("tools")
         if type(tools) is dict:  # a loop that built its own tools (verl's older loops did)
             observe_tools(tools.values())
@@ -151,11 +152,14 @@ def _traced_run(run: Any, owner: type) -> Any:
                 try:
                     if span is None:  # tracing disabled here (trace=False, or not sampled)
                         return await run(self, sampling_params, **kwargs)
+                    marks = _run_span.set(span)
                     try:
                         output = await run(self, sampling_params, **kwargs)
                     except BaseException as exc:
                         end_span(span, None, exc)
                         raise
+                    finally:
+                        _run_span.reset(marks)
                     record_output_reward(output)
                     await self._check_retokenization(span)
                     end_span(span, RunOutput(output))
@@ -165,7 +169,7 @@ def _traced_run(run: Any, owner: type) -> Any:
                 finally:
                     _VERL_TRACE.reset(verl_silenced)
         finally:
-            _running.reset(running)
+            running_loop.reset(running)
 
     traced_run.__rollscope_traced__ = True  # type: ignore[attr-defined]
     return traced_run
@@ -176,6 +180,10 @@ def _without_verl_trace(fn: Any) -> Any:
     verl's backend; rollscope's wrapper replaces it."""
     wrapped = _verl.verl_trace_wrapper(fn)
     return fn if wrapped is None else wrapped
+
+
+class ToolCallError(ValueError):
+    """A tool call the loop refused; its message is what the model is told."""
 
 
 class TracedAgentLoop(AgentLoopBase):
@@ -193,15 +201,39 @@ class TracedAgentLoop(AgentLoopBase):
     def __new__(cls, *args: Any, **kwargs: Any) -> TracedAgentLoop:
         # Every tool a loop is given (verl's ``tools=ToolListWrap``) is traced, whatever its class;
         # here, before a subclass's ``__init__`` takes the argument and keeps the tools its own way.
+        # They are kept too: their schemas are what ``constrain_tool_calls`` holds replies to.
         given = kwargs.get("tools")
-        observe_tools(getattr(given, "tools", given) if given is not None else None)
-        return super().__new__(cls)
+        tools = getattr(given, "tools", given) if given is not None else None
+        observe_tools(tools)
+        loop = super().__new__(cls)
+        with contextlib.suppress(AttributeError, TypeError):  # (a class that refuses attributes: no schemas kept)
+            object.__setattr__(loop, "_rollscope_given_tools", list(tools or ()))
+        return loop
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         start_from_trainer_config(self.config)  # verl's plain worker: its trace.* keys start tracing
         self.server_manager = traced_client(self.server_manager, self.tokenizer)
         self._rollscope_replay = replay_record(type(self), self.config, self.tokenizer)
+
+    def record_tool_error(self, name: str, arguments: Any, problem: str, kind: str = "malformed_call") -> str:
+        """Record a tool call the loop could not run (JSON that does not parse, an unknown tool,
+        bad arguments) as an error tool span with its kind, as the bundled loop records its own:
+        insights count it among tool errors by kind. Returns what to tell the model
+        (``"Error: <problem>"``). ``kind``: ``malformed_call``, ``unknown_tool``, ``bad_arguments``
+        or one of the loop's own."""
+        with trace_span(f"tool_call_error.{name}", SpanKind.TOOL, inputs={"name": name, "arguments": arguments},
+                        **{ERROR_KIND: kind}) as span:  # fmt: skip
+            span.fail(ToolCallError(problem))
+            span.outputs = problem
+        return f"Error: {problem}"
+
+    def record_turn_limit(self) -> None:
+        """Say that this run stopped because it used every turn it was allowed (insights count
+        such trajectories: ``turn_limit``). Call it from ``run``; outside a traced run it does nothing."""
+        span = _run_span.get()
+        if span is not None:
+            span.attributes[STOP] = TURN_LIMIT
 
     async def _check_retokenization(self, span: Any) -> None:
         conversation = self.traced_conversation()

@@ -40,7 +40,7 @@ def add_filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("--rollout", type=int, dest="rollout_n")
     p.add_argument("--validate", action=argparse.BooleanOptionalAction, default=None)
     p.add_argument("--agent")
-    p.add_argument("--status", choices=["ok", "error", "running"])
+    p.add_argument("--status", choices=["ok", "error", "cancelled", "running"])
     p.add_argument("--min-reward", type=float)
     p.add_argument("--max-reward", type=float)
     p.add_argument("--errors", action=argparse.BooleanOptionalAction, default=None, dest="has_error",

@@ -335,6 +335,7 @@ class Runner:
 
         await self.check_llm()
         tasks = [asyncio.ensure_future(bounded(job)) for job in jobs]
+        why = "cancelled: the run was interrupted"
         try:
             for task in asyncio.as_completed(tasks):
                 outcome = await task
@@ -343,9 +344,13 @@ class Runner:
                 if on_outcome is not None:
                     on_outcome(outcome)
                 self._stop_if_all_fail_alike()
+        except Exception as exc:
+            why = f"cancelled: the run stopped after {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            raise
         finally:
+            # Trajectories still running end as cancelled, with why (no span of theirs failed).
             for task in tasks:
-                task.cancel()
+                task.cancel(why)
             await asyncio.gather(*tasks, return_exceptions=True)
         return self.outcomes
 

@@ -28,6 +28,7 @@ from rollscope.store.records import ERROR_CHARS, TASK_CHARS, last_user_message
 OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
 ERROR_KIND = "tool.error_kind"  # set where a tool call fails: malformed_call, unknown_tool, bad_arguments, ...
 TURN_LIMIT = "max_assistant_turns"  # an agent run's extra_fields["stop"] when it used every turn it had
+STOP = "rollscope.stop"  # a run span's attribute: why the loop stopped (TURN_LIMIT: ``record_turn_limit``)
 RETOKENIZATION = "rollscope.retokenization"  # a run span's attribute: its chat-template check
 SPLIT_ONLY = "split"  # that check's ``cause`` when the text is the template's and only its tokens differ
 _TAG = re.compile(r"<[^<>]{0,64}>")  # template and format tags: <answer>, </tool_call>, <|im_end|>
@@ -148,9 +149,10 @@ class TrajectorySummary:
             if self.task is None:
                 task = last_user_message(_field(inputs, "raw_prompt"))
                 self.task = task[:TASK_CHARS] if task else None
-            if _field(_field(outputs, "extra_fields"), "stop") == TURN_LIMIT:
+            attributes = span.attributes or {}
+            if attributes.get(STOP) == TURN_LIMIT or _field(_field(outputs, "extra_fields"), "stop") == TURN_LIMIT:
                 self.turn_limit = 1
-            check = (span.attributes or {}).get(RETOKENIZATION)
+            check = attributes.get(RETOKENIZATION)
             if isinstance(check, dict) and check.get("match") is False:
                 if check.get("cause") == SPLIT_ONLY:
                     self.split = check.get("position")

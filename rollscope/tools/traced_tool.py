@@ -78,6 +78,22 @@ def error_response(tool: str, message: str) -> ExecuteResult:
     return ToolResponse(text=f"Error: {message}"), 0.0, {"error": message, "tool": tool}
 
 
+_warned: set[tuple[str, str]] = set()
+
+
+def _warn_once(tool: str, error: Exception) -> None:
+    """A tool's failure is logged the first time for each tool and kind of error; the rest are in
+    the trace (error spans, ``rollscope insights``' tool errors by kind), not one line per call
+    through the run's progress."""
+    key = (tool, type(error).__name__)
+    if key in _warned:
+        log.debug("tool %r failed: %s: %s", tool, key[1], error)
+        return
+    _warned.add(key)
+    log.warning("tool %r failed: %s: %s (further %s failures of this tool are traced, not printed)", tool, key[1],
+                error, key[1])  # fmt: skip
+
+
 def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[..., Any]:
     @functools.wraps(func)
     async def execute(self: TracedTool, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
@@ -94,7 +110,7 @@ def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[...
         except ToolError as exc:
             result, failure, kind = error_response(self.name, str(exc)), exc, exc.kind
         except Exception as exc:
-            log.warning("tool %r failed: %s: %s", self.name, type(exc).__name__, exc)
+            _warn_once(self.name, exc)
             result = error_response(self.name, f"tool '{self.name}' failed: {type(exc).__name__}: {exc}")
             failure = exc
         except BaseException as exc:  # cancelled: recorded, and on its way

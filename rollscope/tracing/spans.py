@@ -9,6 +9,7 @@ the event loop.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import itertools
 import os
@@ -49,6 +50,9 @@ def code_location(func: Any) -> dict[str, Any]:
 MAX_STACKTRACE_CHARS = 8000
 STATUS_OK = "ok"
 STATUS_ERROR = "error"
+# Ended by ``asyncio``'s cancellation (a run that stopped, a caller that gave up): nothing in it
+# failed, so it is not an error and blames no span; its message says why, where the canceller did.
+STATUS_CANCELLED = "cancelled"
 
 # Ids: a random per-process prefix plus a zero-padded counter. Unique across processes and hosts,
 # far cheaper on the hot path than uuid4, and increasing, so the store's index appends instead of
@@ -82,7 +86,12 @@ class _Timed:
         An error that was raised keeps where it came from: its traceback (the end, where the
         error is, when long) as the ``exception.stacktrace`` attribute (OpenTelemetry's name),
         redacted like every attribute where the span is shaped (not for an error that says it is a
-        clean message, ``keep_traceback = False``)."""
+        clean message, ``keep_traceback = False``). A cancellation is not a failure: ``STATUS_CANCELLED``,
+        with the canceller's message (``task.cancel(msg)``)."""
+        if isinstance(error, asyncio.CancelledError):
+            self.status = STATUS_CANCELLED
+            self.error_type, self.error_message = "CancelledError", str(error) or "cancelled"
+            return
         self.status = STATUS_ERROR
         self.error_type = type(error).__name__
         self.error_message = str(error)
@@ -96,7 +105,7 @@ class _Timed:
         self.end_ns = time.time_ns()
         if error is not None:
             self.fail(error)
-        elif self.status != STATUS_ERROR:
+        elif self.status == STATUS_RUNNING:
             self.status = STATUS_OK
 
 
@@ -155,7 +164,7 @@ class Span(_Timed):
         self.end_ns = time.time_ns()
         if error is not None:
             self.fail(error)
-        elif self.status != STATUS_ERROR:
+        elif self.status == STATUS_RUNNING:
             self.status = STATUS_OK
 
     def __repr__(self) -> str:

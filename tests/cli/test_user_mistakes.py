@@ -136,3 +136,60 @@ def test_a_reward_that_returns_none_is_named_with_its_row(tmp_path):
                           "shop:compute_score returned None for row ", "expected a number or a dict with a numeric "
                           "'score' (at shop.py:22, in compute_score)")  # fmt: skip
     assert "rollscope/runner" not in result.stderr
+
+
+SLOW = '''
+import asyncio
+
+CALLS = []
+
+
+async def multiply(a: float, b: float) -> str:
+    """Multiply; from the fifth call on, slowly.
+
+    Args:
+        a: one factor
+        b: the other
+    """
+    CALLS.append(a)
+    if len(CALLS) > 4:
+        await asyncio.sleep(120)
+    return str(a * b)
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    raise ValueError("the grader is down")
+'''
+
+
+def test_a_stopped_run_says_its_running_trajectories_were_cancelled(tmp_path):
+    """The first four trajectories fail alike (their reward raises) while four more wait on a slow
+    tool: the run stops, and those four are stored as cancelled, with why, no span of theirs an
+    error and the tool not blamed."""
+    from rollscope.store import TraceStore
+
+    (tmp_path / "slow.py").write_text(SLOW)
+    (tmp_path / "tools.yaml").write_text("tools:\n  - function: slow:multiply\n")
+    (tmp_path / "replies.yaml").write_text("""replies:\n  - '<tool_call>{"name": "multiply", "arguments": """
+                                           """{"a": 6, "b": 7}}</tool_call>'\n  - 'It is 42.'\n""")  # fmt: skip
+    (tmp_path / "rows.jsonl").write_text("".join(f'{{"prompt": [{{"role": "user", "content": "6 * 7, take {i}?"}}], '
+                                                 f'"reward_model": {{"ground_truth": "42"}}}}\n' for i in range(8)))  # fmt: skip
+    result = rollscope("run", "gsm8k-calculator", "dataset=rows.jsonl", "tools=tools.yaml", "reward=slow:compute_score",
+                       "--llm", f"scripted:{tmp_path / 'replies.yaml'}", "--concurrency", "8", "--dir",
+                       str(tmp_path / "t"), cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 3 and "rollscope: error: the first 4 trajectories failed the same way" in result.stderr
+    with TraceStore(tmp_path / "t") as store:
+        records = [store.get(t.id) for t in store.trajectories()]
+        assert store.count(status="cancelled") == 4
+    by_status = {}
+    for record in records:
+        by_status.setdefault(record.status, []).append(record)
+    assert sorted((status, len(found)) for status, found in by_status.items()) == [("cancelled", 4), ("error", 4)]
+    for record in by_status["cancelled"]:
+        assert record.error_message.startswith("cancelled: the run stopped after RunFailed: the first 4 trajectories "
+                                               "failed the same way"), record.error_message  # fmt: skip
+        assert record.num_errors == 0 and "first_error" not in record.attributes
+        [tool] = [s for s in record.spans if s.kind == "tool"]
+        assert tool.status == "cancelled" and not [s for s in record.spans if s.status == "error"]
+    listed = rollscope("traces", "ls", "--dir", str(tmp_path / "t"), "--status", "cancelled", "--json")
+    assert len(__import__("json").loads(listed.stdout)) == 4, listed.stderr
