@@ -65,8 +65,9 @@ def constrained(sampling_params: dict[str, Any]) -> dict[str, Any]:
             params[TOOL_SCHEMAS] = schemas
         elif type(loop) not in _unconstrained_warned:
             _unconstrained_warned.add(type(loop))
+            who = type(loop).__name__ if loop is not None else "this call"
             log.warning("constrain_tool_calls is set, but %s has no tool schemas (no tools given, no tool_schemas "
-                        "kept): its replies are not constrained", type(loop).__name__ if loop else "this call")  # fmt: skip
+                        "kept): its replies are not constrained", who)  # fmt: skip
     return params
 
 

@@ -345,7 +345,8 @@ class Runner:
                     on_outcome(outcome)
                 self._stop_if_all_fail_alike()
         except Exception as exc:
-            why = f"cancelled: the run stopped after {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            said = str(exc).splitlines()[0] if str(exc) else ""
+            why = f"cancelled: the run stopped after {type(exc).__name__}: {said}"
             raise
         finally:
             # Trajectories still running end as cancelled, with why (no span of theirs failed).
