@@ -242,20 +242,22 @@ def show_diff(out: Console, diff: TrajectoryDiff, *, full: bool = False) -> None
     table.add_column("B")
     table.add_column("differs")
     for turn in diff.turns:
-        cells = [_turn_cell(s, limit) for s in (turn.left, turn.right)]
+        cells = [_turn_cell(s, tools, limit) for s, tools in ((turn.left, turn.left_tools), (turn.right, turn.right_tools))]
         marker = "[yellow]" + ", ".join(turn.changed) + "[/yellow]" if turn.changed else "[dim]same[/dim]"
-        if turn.ids_differ:
-            marker += " [dim](per-call ids differ)[/dim]"
         if turn.index == diff.first_divergence:
             marker += " [bold](first divergence)[/bold]"
         table.add_row(str(turn.index), *cells, marker)
     out.print(table)
 
 
-def _turn_cell(span: SpanRecord | None, limit: int | None) -> str:
-    if span is None:
-        return "[dim]—[/dim]"
-    return f"{_styled(str(span.name), _kind_style(span, 'red'))}\n{escape(shorten(turn_text(span), limit) or '')}"
+def _turn_cell(span: SpanRecord | None, tools: list[SpanRecord], limit: int | None) -> str:
+    """A model turn and, under it, the tool calls that answered it."""
+    lines = ["[dim]—[/dim]"] if span is None else [
+        f"{_styled(str(span.name), _kind_style(span, 'red'))}\n{escape(shorten(turn_text(span), limit) or '')}"]
+    for tool in tools:
+        lines.append(f"  ↳ {_styled(str(tool.name), _kind_style(tool, 'red'))} "
+                     f"{escape(shorten(turn_text(tool), limit) or '')}")  # fmt: skip
+    return "\n".join(lines)
 
 
 def show_group(out: Console, step: int, sample: object, mean: float | None, std: float | None,

@@ -6,6 +6,7 @@ import argparse
 import json
 import shutil
 import sys
+from typing import Any
 from pathlib import Path
 
 from rollscope.cli.args import add_dir, add_filters, filters_of, open_reader
@@ -150,10 +151,8 @@ def traces_diff(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({
             "a": diff.left.id, "b": diff.right.id, "fields": diff.fields, "first_divergence": diff.first_divergence,
-            "turns": [{"index": t.index, "changed": t.changed, "ids_differ": t.ids_differ,
-                       "a": None if t.left is None else {"name": t.left.name, "text": turn_text(t.left)},
-                       "b": None if t.right is None else {"name": t.right.name, "text": turn_text(t.right)}}
-                      for t in diff.turns],
+            "turns": [{"index": t.index, "changed": t.changed, "a": _turn_json(t.left, t.left_tools),
+                       "b": _turn_json(t.right, t.right_tools)} for t in diff.turns],
         }, indent=1, default=str))  # fmt: skip
         return 0
     show_diff(console(), diff, full=args.full)
@@ -311,3 +310,11 @@ COMMANDS = {
     "recover": (_add_recover, traces_recover, "publish what dead writers left in a node-local directory"),
     "tail": (add_tail, traces_tail, "a run as it happens: each trajectory as it ends, stalled ones flagged"),
 }
+
+
+def _turn_json(llm: Any, tools: list[Any]) -> dict[str, Any]:
+    """One side of a diff's turn: its LLM call's name and text, and its tool calls'."""
+    from rollscope.store.diff import turn_text
+
+    return {"name": None if llm is None else llm.name, "text": None if llm is None else turn_text(llm),
+            "tool_calls": [{"name": t.name, "text": turn_text(t)} for t in tools]}

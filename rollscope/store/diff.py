@@ -1,9 +1,10 @@
 """Turn-by-turn comparison of two trajectories.
 
-A "turn" is an LLM or tool span, in start order: what the model said and what the tools answered
-are what differ between two rollouts of one prompt, so that is what gets lined up. Identifiers made
-per call (a request id, a tool instance id, anything shaped like a UUID) differ between any two
-rollouts; they are compared apart (``ids``) and never make two turns diverge.
+A turn is one LLM call with the tool calls that answer it (those after it, before the next LLM
+call), in start order: row K of a diff is model turn K on either side, its calls under it, so a
+tool call is never lined up with an LLM call. Identifiers made per call (a request id, a tool
+instance id, anything shaped like a UUID) differ between any two rollouts; they are left out of
+the comparison (``without_ids``) and never make two turns diverge.
 """
 
 from __future__ import annotations
@@ -32,20 +33,6 @@ def without_ids(value: Any) -> Any:
     return value
 
 
-def ids_of(value: Any) -> list[Any]:
-    """The per-call identifiers ``without_ids`` hides, in order."""
-    found: list[Any] = []
-    if isinstance(value, dict):
-        for k, v in value.items():
-            found.extend([v] if k in _ID_KEYS and isinstance(v, str | int) else ids_of(v))
-    elif isinstance(value, list):
-        for v in value:
-            found.extend(ids_of(v))
-    elif isinstance(value, str):
-        found.extend(_ID_SHAPED.findall(value))
-    return found
-
-
 def turn_text(span: SpanRecord) -> str | None:
     """The most readable output of a turn: decoded text when present, else the raw output."""
     out = span.outputs
@@ -61,10 +48,11 @@ def turn_text(span: SpanRecord) -> str | None:
 @dataclass
 class TurnDiff:
     index: int
-    left: SpanRecord | None
+    left: SpanRecord | None  # each side's LLM call of this turn (None: that side has no such turn)
     right: SpanRecord | None
+    left_tools: list[SpanRecord] = field(default_factory=list)  # the tool calls that answered it
+    right_tools: list[SpanRecord] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
-    ids_differ: bool = False  # only per-call identifiers differ (not a divergence)
 
     @property
     def same(self) -> bool:
@@ -84,22 +72,38 @@ class TrajectoryDiff:
 
     @property
     def first_divergent_model_turn(self) -> int | None:
-        """The first diverging row counted in model turns: how many llm turns precede it (itself
-        included when it is one), minus one; None when nothing diverges."""
+        """The first diverging turn counted in model turns (a leading row of tool calls made
+        before any LLM call is not one); None when nothing diverges."""
         first = self.first_divergence
         if first is None:
             return None
-        before = [t for t in self.turns[: first + 1] if (t.left or t.right) is not None
-                  and (t.left or t.right).kind == "llm"]  # type: ignore[union-attr]  # fmt: skip
+        before = [t for t in self.turns[: first + 1] if (t.left or t.right) is not None]
         return max(len(before) - 1, 0)
 
 
-def _turns(record: TrajectoryRecord) -> list[SpanRecord]:
-    return [s for s in record.spans if s.kind in _TURN_KINDS]
+def turns_of(record: TrajectoryRecord) -> list[tuple[SpanRecord | None, list[SpanRecord]]]:
+    """(LLM call, the tool calls after it) per turn, in the record's span order; tool calls made
+    before any LLM call form a first turn without one."""
+    found: list[tuple[SpanRecord | None, list[SpanRecord]]] = []
+    for span in record.spans:
+        if span.kind == "llm":
+            found.append((span, []))
+        elif span.kind == "tool":
+            if not found:
+                found.append((None, []))
+            found[-1][1].append(span)
+    return found
 
 
 # What the trainer did, compared when either side has it (a replay has none: the original's shows)
 _TRAINING_FIELDS = ("advantage", "policy_version", "step", "uid")
+_COMPARED = (("name", lambda s: s.name), ("status", lambda s: s.status), ("inputs", lambda s: without_ids(s.inputs)),
+             ("output", lambda s: without_ids(turn_text(s))), ("error", lambda s: without_ids(s.error_message)))
+
+
+def _call(span: SpanRecord) -> tuple[Any, ...]:
+    """What a tool call did, per-call ids aside."""
+    return tuple(getter(span) for _, getter in _COMPARED)
 
 
 def diff_trajectories(left: TrajectoryRecord, right: TrajectoryRecord) -> TrajectoryDiff:
@@ -111,24 +115,19 @@ def diff_trajectories(left: TrajectoryRecord, right: TrajectoryRecord) -> Trajec
             pair = tuple(None if t is None else getattr(t, f) for t in trained)
             if pair[0] != pair[1]:
                 fields[f"training.{f}"] = pair
-    a, b = _turns(left), _turns(right)
+    a, b = turns_of(left), turns_of(right)
     turns = []
     for i in range(max(len(a), len(b))):
-        ls = a[i] if i < len(a) else None
-        rs = b[i] if i < len(b) else None
+        (ls, ltools), (rs, rtools) = (a[i] if i < len(a) else (None, [])), (b[i] if i < len(b) else (None, []))
         changed: list[str] = []
-        if ls is None or rs is None:
+        if i >= len(a) or i >= len(b):
             changed.append("missing")
         else:
-            for name, getter in (
-                ("name", lambda s: s.name),
-                ("status", lambda s: s.status),
-                ("inputs", lambda s: without_ids(s.inputs)),
-                ("output", lambda s: without_ids(turn_text(s))),
-                ("error", lambda s: without_ids(s.error_message)),
-            ):
-                if getter(ls) != getter(rs):
-                    changed.append(name)
-        ids_differ = ls is not None and rs is not None and ids_of(ls.inputs) != ids_of(rs.inputs)
-        turns.append(TurnDiff(i, ls, rs, changed, ids_differ))
+            if (ls is None) != (rs is None):
+                changed.append("missing")
+            elif ls is not None and rs is not None:
+                changed += [name for name, getter in _COMPARED if getter(ls) != getter(rs)]
+            if [_call(t) for t in ltools] != [_call(t) for t in rtools]:
+                changed.append("tool calls")
+        turns.append(TurnDiff(i, ls, rs, ltools, rtools, changed))
     return TrajectoryDiff(left, right, fields, turns)

@@ -21,7 +21,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from rollscope.sources import TraceSource, open_source
 from rollscope.sources.wandb_history import HistoryError, RunHistory, read_history
 from rollscope.store import rescorings
-from rollscope.store.diff import turn_text, without_ids
+from rollscope.store.diff import turn_text, turns_of, without_ids
 from rollscope.store.grpo import advantages, group_advantages
 from rollscope.store.history import prompt_history
 from rollscope.store.insights import SIGNALS, Signal, Thresholds, insights
@@ -162,12 +162,14 @@ class Viewer:
         records = [self.store().get(i) for i in ids]
         for r in records:
             with_text(r)
-        columns = [[s for s in r.spans if s.kind in ("llm", "tool")] for r in records]
+        columns = [turns_of(r) for r in records]  # a row per model turn, its tool calls under it
         rows = []
         for i in range(max(len(c) for c in columns)):
             cells = [c[i] if i < len(c) else None for c in columns]
             # what was said and done, per-call ids aside (they differ between any two rollouts)
-            texts = [None if s is None else (s.name, without_ids(turn_text(s)), s.status) for s in cells]
+            texts = [None if cell is None else [(s.name, without_ids(turn_text(s)), s.status)
+                                                for s in (cell[0], *cell[1]) if s is not None]
+                     for cell in cells]  # fmt: skip
             rows.append((i, cells, [t != texts[0] for t in texts]))
         # what each was asked and the right answer: a reward of 1 beside one of 0 says why
         tasks = [(first_user_message(r), ground_truth(r)) for r in records]

@@ -46,7 +46,9 @@ def test_diff_turn_by_turn(store_dir):
     assert "calculator 1+0" in out.stdout and "calculator 1+1" in out.stdout and "first divergence" in out.stdout
     data = json.loads(cli("diff", a, b, "--dir", str(store_dir), "--json").stdout)
     assert data["first_divergence"] == 0 and data["fields"]["reward"] == [0.1, 1.1]
-    assert [t["changed"] for t in data["turns"]] == [["output"], ["inputs", "output"], ["output"]]
+    # a row per model turn, its tool call under it (never a tool call beside an llm call)
+    assert [t["changed"] for t in data["turns"]] == [["output", "tool calls"], ["output"]]
+    assert [c["name"] for c in data["turns"][0]["a"]["tool_calls"]] == ["CalculatorTool.execute"]
 
 
 def test_group_with_advantages(store_dir):
@@ -95,10 +97,9 @@ def test_diff_of_rollouts_that_differ_only_in_ids_finds_no_divergence(tmp_path):
     _same_text_rollouts(tmp_path / "t")
     a, b = ids(tmp_path / "t")
     data = json.loads(cli("diff", a, b, "--dir", str(tmp_path / "t"), "--json").stdout)
-    assert data["first_divergence"] is None and [t["changed"] for t in data["turns"]] == [[], []]
-    assert [t["ids_differ"] for t in data["turns"]] == [True, True]  # shown apart
+    assert data["first_divergence"] is None and [t["changed"] for t in data["turns"]] == [[]]
     out = cli("diff", a, b, "--dir", str(tmp_path / "t")).stdout
-    assert "first divergence" not in out and "per-call ids differ" in out
+    assert "first divergence" not in out and "per-call ids differ" not in out and "same" in out  # id noise hidden
 
 
 def test_show_tokens_in_the_terminal(tmp_path):

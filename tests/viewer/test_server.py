@@ -294,3 +294,27 @@ def test_the_wandb_run_column_links_to_the_runs_trajectories(tmp_path):
 
 def test_no_wandb_run_column_without_a_run(server):
     assert "W&amp;B run</th>" not in get(server, "/").text
+
+
+def test_compare_lines_trajectories_up_by_model_turn_with_each_turns_tool_calls(server, store_dir, tmp_path):
+    """Row K is model turn K on every side, the tool calls that answered it under it: a tool call
+    is never beside an llm call; a group of one rollout offers no compare (it needs two)."""
+    with TraceStore(store_dir) as store:
+        group = store.group(1, 0)
+        llm_turns = max(store.get(r.id).num_llm_calls for r in group[:2])
+    page = get(server, "/compare?" + "&".join(f"id={r.id}" for r in group[:2])).text
+    rows = re.findall(r'<tr class="turn">(.*?)</tr>', page, re.S)
+    assert len(rows) == llm_turns
+    for row in rows:
+        for cell in re.findall(r"<td class=[^>]*>(.*?)</td>", row, re.S):
+            names = re.findall(r'<span class="name kind-(\w+)">', cell)
+            assert names[:1] == ["llm"] and set(names[1:]) <= {"tool"}, names  # the turn first, its calls after
+    assert "per-call ids" not in page
+    single = tmp_path / "single"
+    record(single, steps=1, samples=1, rollouts=1)
+    from rollscope.viewer.server import Viewer
+
+    viewer = Viewer(str(single))
+    status, _, body = viewer.handle("/group?step=0&sample=0")
+    viewer.store().close()
+    assert status == 200 and "side by side" not in body.decode() and "1 rollout ·" in body.decode()
