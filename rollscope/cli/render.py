@@ -242,7 +242,8 @@ def show_diff(out: Console, diff: TrajectoryDiff, *, full: bool = False) -> None
     table.add_column("B")
     table.add_column("differs")
     for turn in diff.turns:
-        cells = [_turn_cell(s, tools, limit) for s, tools in ((turn.left, turn.left_tools), (turn.right, turn.right_tools))]
+        sides = ((turn.left, turn.left_tools), (turn.right, turn.right_tools))
+        cells = [_turn_cell(s, tools, limit) for s, tools in sides]
         marker = "[yellow]" + ", ".join(turn.changed) + "[/yellow]" if turn.changed else "[dim]same[/dim]"
         if turn.index == diff.first_divergence:
             marker += " [bold](first divergence)[/bold]"

@@ -6,8 +6,8 @@ import argparse
 import json
 import shutil
 import sys
-from typing import Any
 from pathlib import Path
+from typing import Any
 
 from rollscope.cli.args import add_dir, add_filters, filters_of, open_reader
 from rollscope.cli.tail import add_tail, traces_tail
@@ -141,7 +141,6 @@ def _add_diff(p: argparse.ArgumentParser) -> None:
 
 def traces_diff(args: argparse.Namespace) -> int:
     from rollscope.cli.render import console, show_diff
-    from rollscope.store.diff import turn_text
 
     with open_reader(args, ids=[args.a, args.b]) as store:
         left, right = store.get(args.a), store.get(args.b)
