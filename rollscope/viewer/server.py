@@ -39,6 +39,7 @@ from rollscope.viewer.views import (
     fmt,
     main_text,
     span_facts,
+    spans_matching,
     table_row,
     tool_call,
 )
@@ -91,7 +92,7 @@ class Viewer:
                 return 200, content_type, resources.files("rollscope.viewer").joinpath("static", name).read_bytes()
             if url.path.startswith("/t/") and "/" not in url.path[3:]:
                 with self._lock:
-                    return 200, "text/html; charset=utf-8", self.trajectory(url.path[3:]).encode()
+                    return 200, "text/html; charset=utf-8", self.trajectory(url.path[3:], single.get("q")).encode()
             route = self.routes.get(url.path)
             if route is None:
                 return self._error(404, f"no page at {url.path}")
@@ -134,9 +135,13 @@ class Viewer:
                             all_count=store.total() if any(v is not None for v in filters.values()) else total,
                             page_url=lambda p: "/?" + urlencode({**keep, "page": p}))  # fmt: skip
 
-    def trajectory(self, trajectory_id: str) -> str:
+    def trajectory(self, trajectory_id: str, search: str | None = None) -> str:
+        """A trajectory's page: its span tree beside every span's detail, each span linkable
+        (``#span-ID``); ``search``: the spans whose name, inputs, output or error hold it are listed
+        and marked (case aside)."""
         record = self.store().get(trajectory_id)
         with_text(record)
+        matches = spans_matching(record.spans, search) if search else []
         start = record.start_ns
         total = max((record.end_ns or max((s.end_ns or s.start_ns) for s in record.spans or [record])) - start, 1)
 
@@ -153,7 +158,8 @@ class Viewer:
                             turns=turns(record), task=first_user_message(record), truth=ground_truth(record),
                             replays=replays, training=record.training, tv=training_token_view(record),
                             original=original, drift=drift, drift_at=drift_span(record, drift),
-                            threshold=Thresholds().logprob_delta, overlay_legends=LEGENDS)  # fmt: skip
+                            threshold=Thresholds().logprob_delta, overlay_legends=LEGENDS, search=search,
+                            matches=matches, matched={s.id for s in matches})  # fmt: skip
 
     def compare(self, q: dict[str, str], ids: list[str]) -> str:
         ids = list(dict.fromkeys(i for i in ids if i))

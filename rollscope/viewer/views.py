@@ -185,3 +185,16 @@ def first_user_message(record: TrajectoryRecord) -> str | None:
         if task is not None:
             return task
     return None
+
+
+def spans_matching(spans: list[SpanRecord], text: str) -> list[SpanRecord]:
+    """The spans whose name, error, inputs or output hold ``text`` (case aside), in order."""
+    needle = text.casefold()
+    found = []
+    for span in spans:
+        haystack = " ".join((span.name or "", span.error_message or "",
+                             json.dumps(span.inputs, default=str, ensure_ascii=False),
+                             json.dumps(span.outputs, default=str, ensure_ascii=False)))  # fmt: skip
+        if needle in haystack.casefold():
+            found.append(span)
+    return found

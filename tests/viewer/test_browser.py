@@ -130,6 +130,8 @@ def test_chat_view_tokens_and_ground_truth(rich_server, rich_store, browser):
     texts = [e.text for e in chat.find_elements(By.CSS_SELECTOR, ".msg pre")]
     assert texts == ["You are a calculator.", "What is 6 * 7?", "The answer is 42."]
     tokens = browser.find_elements(By.CSS_SELECTOR, "details.tokens")[0]
+    assert not tokens.find_element(By.CSS_SELECTOR, ".tok").is_displayed()  # folded until asked
+    tokens.find_element(By.TAG_NAME, "summary").click()
     spans = tokens.find_elements(By.CSS_SELECTOR, ".tok")
     assert [s.text for s in spans] == ["The", " answer", " is", " 42", "."]  # spaces kept (pre-wrap)
     assert [s.get_attribute("class") for s in spans] == ["tok b0", "tok b1", "tok b0", "tok b4", "tok b2"]
@@ -142,6 +144,36 @@ def test_chat_view_tokens_and_ground_truth(rich_server, rich_store, browser):
     second = browser.find_elements(By.CSS_SELECTOR, "details.tokens")[1]
     assert "no log-probs returned by the LLM" in second.find_element(By.TAG_NAME, "summary").text
     shot(browser, "9-chat-and-tokens")
+
+
+def test_the_span_tree_beside_the_details_links_folds_and_finds(rich_server, rich_store, browser):
+    """The trajectory page as Weave's call page reads: a span tree beside the spans' details,
+    each tree node a link to its span (outlined when reached), a span folded by its head (its
+    children with it), and a search that lists and marks the spans holding the text."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(f"{rich_server}/t/{_first(rich_store)}")
+    outline = browser.find_element(By.ID, "outline")
+    links = outline.find_elements(By.TAG_NAME, "a")
+    assert [a.text for a in links][:2] == ["ToolAgentLoop.run", "llm.generate"]
+    assert outline.rect["x"] + outline.rect["width"] <= browser.find_element(By.ID, "spans").rect["x"]  # beside
+    tool = next(a for a in links if a.text == "calculator")
+    tool.click()
+    target = browser.execute_script("return location.hash")
+    head = browser.find_element(By.CSS_SELECTOR, f"{target} > details > summary.span-head")
+    assert head.value_of_css_property("outline-style") == "solid"  # the linked span is marked
+    shot(browser, "9b-span-tree-linked")
+    run = browser.find_element(By.CSS_SELECTOR, "#spans > li.kind-agent")
+    child = run.find_element(By.CSS_SELECTOR, "li.kind-llm summary.span-head")
+    assert child.is_displayed()
+    run.find_element(By.CSS_SELECTOR, ":scope > details > summary.span-head").click()
+    assert not child.is_displayed()  # folded with its parent
+    browser.get(f"{rich_server}/t/{_first(rich_store)}?q=answer+is+42")
+    found = browser.find_element(By.ID, "matches")
+    assert found.text.startswith("1 span matches") and "llm.generate" in found.text
+    marked = browser.find_elements(By.CSS_SELECTOR, "#spans li.span.match")
+    assert len(marked) == 1 and "The answer is 42." in marked[0].text
+    shot(browser, "9c-span-search")
 
 
 def test_sorting_the_experiment_selector_and_groups_per_experiment(rich_server, browser):
