@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+from datetime import datetime, timezone
 from html import escape
 from typing import Any
 from urllib.parse import quote, quote_plus
@@ -48,7 +49,7 @@ def table_row(r: TrajectoryRecord, runs: bool = False) -> Markup:
     hundred times a page, and Jinja spends about five times as long on the same seventeen cells.
     ``runs``: with the W&B run's column (its id, a link to the run's trajectories; the path on hover)."""
     attributes = r.attributes or {}
-    run = r.wandb_run
+    run, task = r.wandb_run, attributes.get("task")
     cells = (
         f'<td><input type="checkbox" name="id" value="{escape(r.id)}"></td>',
         f'<td><a href="/t/{escape(quote(r.id))}">{escape(r.id)}</a></td>',
@@ -63,14 +64,22 @@ def table_row(r: TrajectoryRecord, runs: bool = False) -> Markup:
         f"<td>{escape(r.agent_name or '')}</td>",
         f'<td class="status-{escape(r.status)}">{escape(r.status)}</td>',
         f"<td>{escape(fmt(r.reward))}</td>",
-        f'<td class="task">{escape(cut(attributes.get("task"), 60))}</td>',
+        f'<td class="task" title="{escape(str(task or ""))}">{escape(cut(task, 80))}</td>',
         f"<td>{count(r.num_llm_calls)}</td><td>{count(r.num_tool_calls)}</td><td>{count(r.num_tokens)}</td>"
         f"<td>{count(r.num_errors)}</td>",
         f'<td class="first-error">{escape(cut(r.error_message or attributes.get("first_error"), 60))}</td>',
         f"<td>{escape(fmt(r.duration_s))}</td>",
+        f'<td class="started">{started(r.start_ns)}</td>',
     )
     row_class = "row-error" if r.status == "error" or r.num_errors else ""
     return Markup(f'<tr class="{row_class}">{"".join(cells)}</tr>\n')
+
+
+def started(start_ns: int | None) -> str:
+    """When a trajectory started, in UTC to the second (what a run's log lines are matched by)."""
+    if not start_ns:
+        return ""
+    return datetime.fromtimestamp(start_ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def count(value: Any) -> str:

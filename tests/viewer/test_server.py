@@ -34,6 +34,9 @@ def test_table_filters_and_pages(server, store_dir):
     with TraceStore(store_dir) as store:
         best = store.trajectories(order_by="reward", descending=True, limit=1)[0]
     assert ids_on(get(server, "/?sort=reward&desc=1").text)[0] == best.id
+    # each row says when it started (sortable) and its whole task on hover
+    assert re.search(r'<td class="started">20\d\d-\d\d-\d\d \d\d:\d\d:\d\d</td>', page) and 'id="sort-start"' in page
+    assert '<td class="task" title="What is 0 + 0?">What is 0 + 0?</td>' in page
 
 
 def test_trajectory_page_has_the_span_tree(server, store_dir):
