@@ -18,9 +18,13 @@ package a tool needs and lacks, the package).
 
 from __future__ import annotations
 
+import contextlib
 import inspect
+import io
+import json
 import logging
 import os
+import sys
 from collections.abc import Iterable
 from typing import Any
 
@@ -56,7 +60,7 @@ def load_tools(path: str | os.PathLike) -> list[BaseTool]:
         for typo in _tool_entries.property_typos(entry) if isinstance(entry, dict) else ():
             log.warning("%s: %s", label, typo)
         try:
-            tool = _build(entry)
+            tool = _without_verls_schema_print(entry)
         except ImportError as exc:  # raised by the tool's own code (its optional dependency, say)
             raise ToolConfigError(f"{label}: {missing_package(exc)}") from exc
         except (ToolDefinitionError, ValidationError, TypeError, ValueError) as exc:
@@ -96,6 +100,25 @@ def missing_package(exc: ImportError) -> str:
         top = name.split(".")[0]
         return f"needs the package providing {top!r}, which is not installed (pip install {top}): {exc}"
     return f"ImportError: {_one_line(exc)}"
+
+
+def _without_verls_schema_print(entry: Any) -> BaseTool:
+    """``_build``, without the schema verl's ``BaseTool.__init__`` prints for every tool (a dozen
+    lines each, every run); anything else the tool's own code prints is passed on as it was."""
+    printed = io.StringIO()
+    tool = None
+    try:
+        with contextlib.redirect_stdout(printed):
+            tool = _build(entry)
+    finally:
+        text = printed.getvalue()
+        schema = getattr(tool, "tool_schema", None)
+        if schema is not None:
+            shown = json.dumps(schema.model_dump(exclude_unset=True, exclude_none=True), indent=2)
+            text = text.replace(shown + "\n", "", 1)
+        if text:
+            sys.stdout.write(text)
+    return tool
 
 
 def _build(entry: Any) -> BaseTool:

@@ -102,3 +102,23 @@ def test_verls_own_tool_configs_load_as_in_verl(path):
     ours = load_tools(path)
     assert [(type(t), t.name, t.tool_schema.model_dump()) for t in ours] == \
         [(type(t), t.name, t.tool_schema.model_dump()) for t in theirs]  # fmt: skip
+
+
+def test_loading_prints_no_schema_and_keeps_what_a_tool_prints_itself(tmp_path, capsys, monkeypatch):
+    """verl's ``BaseTool.__init__`` prints each tool's schema (a dozen lines a tool, every run):
+    not through rollscope's loader; what a tool's own ``__init__`` prints still shows."""
+    (tmp_path / "loud_tools.py").write_text(
+        "from verl.tools.base_tool import BaseTool\n\n\nclass LoudTool(BaseTool):\n"
+        "    def __init__(self, config, tool_schema):\n        super().__init__(config, tool_schema)\n"
+        "        print('LoudTool ready')\n")  # fmt: skip
+    monkeypatch.syspath_prepend(str(tmp_path))
+    p = _yaml(tmp_path, """
+        tools:
+          - class_name: rollscope.tools.builtin.CalculatorTool
+            config: {type: native}
+          - class_name: loud_tools.LoudTool
+            config: {type: native}
+            tool_schema: {type: function, function: {name: loud, description: Be loud.}}
+        """)
+    assert [t.name for t in load_tools(p)] == ["calculator", "loud"]
+    assert capsys.readouterr().out == "LoudTool ready\n"
