@@ -59,6 +59,15 @@ class RunProgress:
             self.progress.stop()
 
 
+def rollout_time(elapsed: float, done: int) -> str:
+    """The run's time and rate, with the digits the clock can give: a run over in milliseconds (a
+    scripted model) is not shown as "0.0 s" and thousands of trajectories a minute."""
+    shown = f"{elapsed:.1f} s" if elapsed >= 1 else f"{elapsed * 1000:.0f} ms"
+    if elapsed < 1:
+        return f"{shown} (too short for a rate)"
+    return f"{shown} ({60 * done / elapsed:.1f} trajectories/min)"
+
+
 def summary(stats: RunStats, *, name: str, trace_dir: str, experiment: str, backend: str) -> Table:
     table = Table(title=f"rollscope run: {name}", show_header=False, title_justify="left")
     table.add_column(style="bold")
@@ -70,7 +79,7 @@ def summary(stats: RunStats, *, name: str, trace_dir: str, experiment: str, back
         ("tool calls", str(stats.tool_calls)),
         ("error spans", str(stats.span_errors)),
         ("model tokens", f"{stats.tokens} ({stats.tokens / max(elapsed, 1e-9):.1f}/s)"),
-        ("rollout time", f"{elapsed:.1f} s ({60 * stats.done / max(elapsed, 1e-9):.1f} trajectories/min)"),
+        ("rollout time", rollout_time(elapsed, stats.done)),
         ("traces", f"{trace_dir} (backend: {backend}, experiment: {experiment})"
                    + ("" if stats.all_stored else "; NOT ALL STORED YET: tracing was still storing when the run "
                       "ended (the trace sidecar goes on with what it holds; count them with the command below)")),

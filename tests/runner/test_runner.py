@@ -227,3 +227,12 @@ def test_the_summary_says_when_not_everything_was_stored_as_the_run_ended(tmp_pa
     console = Console(record=True, width=400)
     console.print(summary(runner.stats, name="r", trace_dir=str(tmp_path), experiment="e", backend="local,stalling"))
     assert "NOT ALL STORED YET" in console.export_text()
+
+
+def test_the_summary_gives_a_rate_only_where_the_clock_can():
+    """A run over in milliseconds (the scripted model) shows its time, not "0.0 s" at thousands of
+    trajectories a minute."""
+    from rollscope.runner.progress import rollout_time
+
+    assert rollout_time(0.011, 2) == "11 ms (too short for a rate)"
+    assert rollout_time(30.0, 5) == "30.0 s (10.0 trajectories/min)"
