@@ -33,7 +33,7 @@ class AskOnceAgent(TracedAgentLoop):  # verl's AgentLoopBase: write run(), nothi
         )
 
 
-class WordCountTool(TracedTool):  # verl's BaseTool: create / execute / calc_reward / release traced
+class WordCountTool(TracedTool):  # verl's BaseTool: execute traced (create, calc_reward, release where defined)
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
         text = parameters.get("text", "")
         if not isinstance(text, str):

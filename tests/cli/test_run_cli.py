@@ -299,7 +299,9 @@ def test_a_run_whose_trajectories_all_fail_alike_stops_early_with_the_reason(tmp
     assert shown.returncode == 0 and "Traceback (most recent call last)" in shown.stdout, shown.stdout[-2000:]
     assert "missing_field_reward" in shown.stdout and "KeyError" in shown.stdout
     listed = json.loads(rollscope("traces", "ls", "--dir", str(traces), "--json").stdout)
-    assert 4 <= len(listed) < 40 and {t["status"] for t in listed} == {"error"}
+    # the four that failed alike, and those still running when the run stopped: cancelled, not errors
+    assert 4 <= len(listed) < 40 and {t["status"] for t in listed} <= {"error", "cancelled"}
+    assert sum(t["status"] == "error" for t in listed) >= 4
 
 
 def test_a_run_in_which_every_trajectory_failed_is_no_success(tmp_path, replies):

@@ -108,8 +108,9 @@ def test_group_and_diff(trace_dir):
     d = store.diff(group[0].id, group[1].id)
     assert d.fields["reward"] == (0.3, 1.3)
     assert d.fields["num_tool_calls"] == (0, 1)
-    assert d.turns[0].changed == ["output"]
-    assert d.turns[1].changed == ["missing"] and d.turns[1].left is None
+    # one model turn each: its output differs, and only one side's turn called a tool
+    [turn] = d.turns
+    assert turn.changed == ["output", "tool calls"] and turn.left_tools == [] and len(turn.right_tools) == 1
     assert d.first_divergence == 0
 
 
