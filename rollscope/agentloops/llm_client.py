@@ -44,7 +44,7 @@ def tool_schemas_of(loop: Any) -> list[dict[str, Any]]:
     schemas = getattr(loop, "tool_schemas", None)
     if isinstance(schemas, list) and schemas:
         return [s.model_dump(exclude_unset=True, exclude_none=True) if hasattr(s, "model_dump") else s for s in schemas]
-    tools = loop.__dict__.get("tools") if hasattr(loop, "__dict__") else None
+    tools = getattr(loop, "__dict__", {}).get("tools")
     tools = tools.values() if isinstance(tools, dict) else tools
     if not tools:
         tools = getattr(loop, "_rollscope_given_tools", None) or ()

@@ -62,8 +62,7 @@ REWARD_ARGUMENTS = {0: ("data_source",), 2: ("reward_model", "ground_truth"), 3:
 def check_reward_rows(reward: str, source: Path, rows: list[dict[str, Any]], dataset: str) -> None:
     """That every row holds what the reward function reads: an argument its body uses (read from
     its source, never run) must be in each row, ``reward_model.ground_truth`` the usual one."""
-    name = reward.rpartition(":")[2] if ":" in reward else reward.rpartition(".")[2]
-    node = _function_def(source, name)
+    node = _function_def(source, split_target(reward)[1])
     if node is None:
         return
     positional = [a.arg for a in (*node.args.posonlyargs, *node.args.args)]
@@ -88,13 +87,18 @@ def _lookup(row: dict[str, Any], keys: tuple[str, ...]) -> Any:
 
 def _function_def(path: Path, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The top-level ``def name`` of ``path``'s source; None where it is not one (or does not parse)."""
+    return next((n for n in getattr(_parsed(path), "body", ()) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
+                 and n.name == name), None)  # fmt: skip
+
+
+def _parsed(path: Path) -> ast.Module | None:
+    """A module's source parsed; None where it is not read or does not parse (what the import
+    will say, if anything)."""
     source = _source(path)
     try:
-        tree = ast.parse(source) if source is not None else None
+        return ast.parse(source) if source is not None else None
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
-    return next((n for n in getattr(tree, "body", ()) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-                 and n.name == name), None)  # fmt: skip
 
 
 def check_tool_file(path: str) -> None:
@@ -117,7 +121,7 @@ def check_tool_file(path: str) -> None:
                                  f"'function: package.module:function', got {target!r}")  # fmt: skip
         source = check_defined(target, f"{path}: tools[{i}]")
         if "function" in entry and entry.get("tool_schema") is not None and source is not None:
-            found = _parameters(source, target.rpartition(":")[2] if ":" in target else target.rpartition(".")[2])
+            found = _parameters(source, split_target(target)[1])
             problem = found and _tool_entries.signature_problem(entry["tool_schema"], *found, function=target)
             if problem:
                 raise RunConfigError(f"{where}: {problem}")
@@ -137,14 +141,20 @@ def _parameters(path: Path, name: str) -> tuple[list[tuple[str, bool]], bool] | 
     return params, args.kwarg is not None
 
 
+def split_target(target: str) -> tuple[str, str]:
+    """(module, name) of ``package.module.Name``, ``module:name`` or ``path/file.py:name``."""
+    module, sep, name = target.rpartition(":")
+    if not sep:
+        module, _, name = target.rpartition(".")
+    return module, name
+
+
 def check_defined(target: str, what: str) -> Path | None:
     """That ``target`` (``package.module.Name``, ``module:name`` or ``path/file.py:name``) is a
     module on the path that defines ``Name`` at its top level: its source found and read, never
     run (a module that defines names at run time, or is no Python source, is left to the import).
     Returns the module's source file where it is one."""
-    module, sep, name = target.rpartition(":")
-    if not sep:
-        module, _, name = target.rpartition(".")
+    module, name = split_target(target)
     path = Path(module) if module.endswith(".py") else _module_file(module)
     if path is None or (module.endswith(".py") and not path.is_file()):
         missing = f"no file {module}" if module.endswith(".py") else f"no module {module!r} on the path"
@@ -192,11 +202,7 @@ def _top_level_names(path: Path) -> set[str] | None:
     """The names a module's source binds at its top level (also in its top-level ``if`` and
     ``try`` blocks); None where it may bind others at run time (``import *``, ``__getattr__``,
     ``globals()``) or does not parse."""
-    source = _source(path)
-    try:
-        tree = ast.parse(source) if source is not None else None
-    except (SyntaxError, ValueError, RecursionError, MemoryError):  # (what the import will say, if anything)
-        return None
+    tree = _parsed(path)
     if tree is None:
         return None
     names: set[str] = set()

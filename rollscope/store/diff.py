@@ -15,7 +15,6 @@ from typing import Any
 
 from rollscope.store.records import SpanRecord, TrajectoryRecord
 
-_TURN_KINDS = ("llm", "tool")
 _TEXT_KEYS = ("response_text", "text", "content", "result", "output_text")
 _ID_KEYS = frozenset({"request_id", "instance_id", "id", "call_id", "tool_call_id", "session_id", "trace_id"})
 _ID_SHAPED = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
@@ -120,14 +119,11 @@ def diff_trajectories(left: TrajectoryRecord, right: TrajectoryRecord) -> Trajec
     for i in range(max(len(a), len(b))):
         (ls, ltools), (rs, rtools) = (a[i] if i < len(a) else (None, [])), (b[i] if i < len(b) else (None, []))
         changed: list[str] = []
-        if i >= len(a) or i >= len(b):
+        if i >= len(a) or i >= len(b) or (ls is None) != (rs is None):
             changed.append("missing")
-        else:
-            if (ls is None) != (rs is None):
-                changed.append("missing")
-            elif ls is not None and rs is not None:
-                changed += [name for name, getter in _COMPARED if getter(ls) != getter(rs)]
-            if [_call(t) for t in ltools] != [_call(t) for t in rtools]:
-                changed.append("tool calls")
+        elif ls is not None and rs is not None:
+            changed += [name for name, getter in _COMPARED if getter(ls) != getter(rs)]
+        if "missing" not in changed and [_call(t) for t in ltools] != [_call(t) for t in rtools]:
+            changed.append("tool calls")
         turns.append(TurnDiff(i, ls, rs, ltools, rtools, changed))
     return TrajectoryDiff(left, right, fields, turns)
