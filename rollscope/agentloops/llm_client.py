@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from typing import Any
 
-from rollscope.llm.constrained import CONSTRAIN, TOOL_SCHEMAS
+from rollscope.semconv import CONSTRAIN, LLM_SPAN_NAME, TOOL_SCHEMAS
 from rollscope.tracing import SpanKind
 from rollscope.tracing.instrument import (
     Context,
@@ -29,7 +29,6 @@ from rollscope.tracing.instrument import (
 )
 from rollscope.tracing.spans import Span, Trajectory
 
-LLM_SPAN_NAME = "llm.generate"
 log = logging.getLogger("rollscope.agentloops")
 
 # The loop instance whose run is executing in this task (``traced_loop``): its tools' schemas are

@@ -1,4 +1,4 @@
-"""The loop's side of the retokenization check (``rollscope.store.retokenization``): for a fast
+"""The loop's side of the retokenization check (``rollscope.trajectory.retokenization``): for a fast
 tokenizer the run span carries a request and the check runs where the span is shaped, off the
 rollout's thread; any other is checked here, off the event loop."""
 
@@ -8,9 +8,9 @@ import asyncio
 import weakref
 from typing import Any
 
-from rollscope.store.retokenization import REQUEST, RETOKENIZATION, first_difference, tokenizer_file
+from rollscope.trajectory.retokenization import first_difference, tokenizer_file
 
-__all__ = ["REQUEST", "RETOKENIZATION", "check", "request"]
+__all__ = ["check", "request"]
 
 # tokenizer -> (its backend's JSON file, the chat template with and without tools, its special
 # tokens), or None where the check cannot run off the rollout's thread

@@ -28,8 +28,7 @@ from rollscope.agentloops.tool_parser import (
     written_back,  # fmt: skip
 )
 from rollscope.agentloops.traced_loop import TracedAgentLoop
-from rollscope.llm.constrained import CONSTRAIN, TOOL_SCHEMAS
-from rollscope.store.summary import TURN_LIMIT
+from rollscope.semconv import CONSTRAIN, TOOL_SCHEMAS, TURN_LIMIT
 from rollscope.tools.schema import check_arguments
 
 _STRICT_FORMATS = {"hermes": RollscopeToolParser, "rollscope": RollscopeToolParser,

@@ -27,8 +27,15 @@ from rollscope import _verl
 from rollscope.agentloops import retokenization
 from rollscope.agentloops.llm_client import running_loop, traced_client
 from rollscope.agentloops.verl_run import VerlTrajectory, current_verl_run, start_from_trainer_config
-from rollscope.store.summary import ERROR_KIND, STOP, TURN_LIMIT
-from rollscope.store.text import REPLAY
+from rollscope.semconv import (
+    ERROR_KIND,
+    REPLAY,
+    RETOKENIZATION,
+    RETOKENIZATION_REQUEST,
+    STOP,
+    TOOL_ERROR_PREFIX,
+    TURN_LIMIT,
+)
 from rollscope.tools.observed import observe_tools
 from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward, trace_span
 from rollscope.tracing.instrument import begin_span, current_frame, end_span, native, state, verl_context
@@ -222,7 +229,7 @@ class TracedAgentLoop(AgentLoopBase):
         insights count it among tool errors by kind. Returns what to tell the model
         (``"Error: <problem>"``). ``kind``: ``malformed_call``, ``unknown_tool``, ``bad_arguments``
         or one of the loop's own."""
-        with trace_span(f"tool_call_error.{name}", SpanKind.TOOL, inputs={"name": name, "arguments": arguments},
+        with trace_span(f"{TOOL_ERROR_PREFIX}{name}", SpanKind.TOOL, inputs={"name": name, "arguments": arguments},
                         **{ERROR_KIND: kind}) as span:  # fmt: skip
             span.fail(ToolCallError(problem))
             span.outputs = problem
@@ -242,11 +249,11 @@ class TracedAgentLoop(AgentLoopBase):
         kwargs = _plain_kwargs(getattr(self, "apply_chat_template_kwargs", None))
         deferred = retokenization.request(self.tokenizer, *conversation, kwargs)
         if deferred is not None:  # checked where the span is shaped, off the rollout's thread
-            span.attributes[retokenization.REQUEST] = deferred
+            span.attributes[RETOKENIZATION_REQUEST] = deferred
             return
         drift = await retokenization.check(self.tokenizer, *conversation, kwargs)
         if drift is not None:
-            span.attributes[retokenization.RETOKENIZATION] = drift
+            span.attributes[RETOKENIZATION] = drift
 
     def traced_conversation(self) -> tuple[list[dict[str, Any]], Any, list[int]] | None:
         """The messages of the run that just ended, the tool schemas and the token sequence the

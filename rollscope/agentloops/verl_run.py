@@ -20,14 +20,12 @@ import logging
 from typing import Any
 
 from rollscope import _verl
+from rollscope.semconv import TRAJECTORY_KEY
 from rollscope.tracing import Trajectory, init_from_verl_config, instrument, rollout_trace_attr, wandb_run
 
 log = logging.getLogger("rollscope.agentloops")
 
 TAKEN_OVER = "rollscope"  # verl's trace backend name once rollscope records for it
-# The output's extra field holding the trajectory's id: verl carries it into the training batch,
-# where the trainer's side joins what training did with it (``rollscope.trainer.verl_hook``).
-TRAJECTORY_KEY = "rollscope_trajectory_id"
 _started_from: list[Any] = []  # the trainer config tracing was started from in this process
 
 

@@ -11,7 +11,7 @@ from rollscope.cli.args import add_dir
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    from rollscope.tracing.push import DESTINATIONS
+    from rollscope.datasets.push import DESTINATIONS
 
     p.add_argument("--to", required=True, choices=sorted(DESTINATIONS), help="destination backend")
     add_dir(p, source=False)
@@ -25,7 +25,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
 
 
 def push_command(args: argparse.Namespace) -> int:
-    from rollscope.tracing.push import DESTINATIONS, Skipped, push, resend_refused
+    from rollscope.datasets.push import DESTINATIONS, Skipped, push, resend_refused
 
     if args.refused:
         sent, refused, path = resend_refused(args.to, args.project)

@@ -13,8 +13,8 @@ from rich.tree import Tree
 from rollscope.store.diff import TrajectoryDiff, turn_text
 from rollscope.store.grpo import GroupMember
 from rollscope.store.history import PromptStep
-from rollscope.store.records import SpanRecord, TrajectoryRecord
 from rollscope.tracing.spans import STACKTRACE
+from rollscope.trajectory.records import SpanRecord, TrajectoryRecord
 from rollscope.viewer.chat import ground_truth
 from rollscope.viewer.tokens import retokenization, token_view, training_token_view
 from rollscope.viewer.views import as_text, figures, first_user_message, fmt, main_text, shorten

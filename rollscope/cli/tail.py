@@ -17,7 +17,7 @@ from typing import Any, TextIO
 from rollscope.cli.args import add_dir
 from rollscope.store import TraceStore
 from rollscope.store.live import running
-from rollscope.store.records import TrajectoryRecord
+from rollscope.trajectory.records import TrajectoryRecord
 
 
 def add_tail(p: argparse.ArgumentParser) -> None:

@@ -13,7 +13,7 @@ from rollscope.cli.args import add_dir, add_filters, filters_of, open_reader
 from rollscope.cli.tail import add_tail, traces_tail
 from rollscope.store import resolve_dir
 from rollscope.store.reader import ORDERS
-from rollscope.store.text import with_text
+from rollscope.trajectory.text import with_text
 
 
 def _add_filters(p: argparse.ArgumentParser) -> None:

@@ -17,7 +17,7 @@ from rollscope._extras import require
 from rollscope.datasets.rows import COLUMNS, TOKEN_COLUMNS, trajectory_row
 from rollscope.store import TraceStore
 from rollscope.store.grpo import step_groups
-from rollscope.store.records import TrajectoryRecord
+from rollscope.trajectory.records import TrajectoryRecord
 
 FORMATS = ("parquet", "hf", "jsonl", "sft", "dpo")
 _BATCH = 1024  # rows per Parquet row group written

@@ -31,8 +31,8 @@ from rollscope._imports import import_function
 from rollscope.datasets.rows import reward_inputs
 from rollscope.store import TraceStore, rescorings
 from rollscope.store.grpo import advantages, groups_by_step
-from rollscope.store.records import TrajectoryRecord
 from rollscope.store.rescorings import RescoredReward
+from rollscope.trajectory.records import TrajectoryRecord
 
 _EPS = 1e-9  # rewards closer than this are the same reward
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rollscope.semconv import REWARD_DETAILS
 from rollscope.store.grpo import group_advantages
-from rollscope.store.records import SpanRecord, TrajectoryRecord
-from rollscope.store.text import load_decoder, recorded_tokenizer, with_text
+from rollscope.trajectory.records import SpanRecord, TrajectoryRecord
+from rollscope.trajectory.text import load_decoder, recorded_tokenizer, with_text
 
 # Per response token, what the trainer computed (``trainer.training_record``): lists as long as the
 # response, None where the run recorded none. ``token_advantages`` is verl's advantages tensor: the
@@ -47,7 +48,7 @@ def trajectory_row(record: TrajectoryRecord, group: list[TrajectoryRecord]) -> d
         "group_id": training.uid if training is not None and training.uid else group_id(record),
         "data_source": _text(inputs.get("data_source")), "ground_truth": None if truth is None else str(truth),
         "prompt": prompt, "messages": conversation, "response": "".join(replies), "reward": record.reward,
-        "reward_details": json.dumps(record.attributes.get("reward_details") or {}, sort_keys=True),
+        "reward_details": json.dumps(record.attributes.get(REWARD_DETAILS) or {}, sort_keys=True),
         "group_size": len(group), "group_mean": mean, "group_std": std,
         "group_advantage": mine.normalized if mine is not None else None,
         "advantage": training.advantage if training is not None else None,

@@ -25,8 +25,6 @@ import json
 import re
 from typing import Any
 
-CONSTRAIN = "constrain_tool_calls"  # the run config's sampling key asking for it (the loop's, never an LLM's)
-TOOL_SCHEMAS = "constrained_tool_schemas"  # the sampling key the turn's tool schemas travel in
 CALL_OPEN, CALL_CLOSE = "<tool_call>", "</tool_call>"
 
 

@@ -35,7 +35,8 @@ from verl.workers.rollout.replica import TokenOutput
 from rollscope._cache import cache_dir
 from rollscope.configs import path as config_path
 from rollscope.llm.base import LLMServerError, max_new_tokens, stop_list, stop_reason
-from rollscope.llm.constrained import CALL_CLOSE, CALL_OPEN, TOOL_SCHEMAS, tool_call_grammar
+from rollscope.llm.constrained import CALL_CLOSE, CALL_OPEN, tool_call_grammar
+from rollscope.semconv import TOOL_SCHEMAS
 
 CHAT_TEMPLATE = "gemma_tools.jinja"
 END_OF_TURN = "<end_of_turn>"

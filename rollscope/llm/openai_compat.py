@@ -19,8 +19,9 @@ from typing import Any
 from verl.workers.rollout.replica import TokenOutput
 
 from rollscope.llm.base import LLMServerError, max_new_tokens, stop_list, stop_reason
-from rollscope.llm.constrained import TOOL_SCHEMAS, tool_call_structural_tag
+from rollscope.llm.constrained import tool_call_structural_tag
 from rollscope.llm.http_client import JSONEndpoint
+from rollscope.semconv import TOOL_SCHEMAS
 
 API_KEY_ENV = "ROLLSCOPE_LLM_API_KEY"
 

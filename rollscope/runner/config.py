@@ -13,10 +13,11 @@ from typing import Any
 
 from rollscope import _verl
 from rollscope._files import load_yaml, read_text
+from rollscope.semconv import CONSTRAIN
 
 BUNDLED = Path(__file__).resolve().parent.parent / "bundled"  # the bundled examples: configs, data, rewards
-SAMPLING_KEYS = {"temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "repetition_penalty",
-                 "constrain_tool_calls"}  # (the tool loop's: tool calls sampled to their schemas, llm.constrained)
+# (CONSTRAIN is the tool loop's: tool calls sampled to their schemas, llm.constrained)
+SAMPLING_KEYS = {"temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "repetition_penalty", CONSTRAIN}
 
 
 class RunConfigError(ValueError):

@@ -18,12 +18,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rollscope.semconv import REPLAY, RUN
 from rollscope.store import TraceStore, tokens
 from rollscope.store.diff import TrajectoryDiff, turn_text
-from rollscope.store.records import SpanRecord, TrajectoryRecord
-from rollscope.store.text import REPLAY, load_tokenizer
-
-RUN = "rollscope.run"  # the trajectory's attribute (the runner)
+from rollscope.trajectory.records import SpanRecord, TrajectoryRecord
+from rollscope.trajectory.text import load_tokenizer
 
 
 class ReplayError(ValueError):

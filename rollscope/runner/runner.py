@@ -30,6 +30,7 @@ from rollscope.llm.base import LLMServerError
 from rollscope.runner.config import RunConfig, RunConfigError
 from rollscope.runner.dataset import load_rows, loop_kwargs
 from rollscope.runner.trainer_config import trainer_config
+from rollscope.semconv import RUN
 from rollscope.store.schema import resolve_dir
 from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward, trace_span, wandb_run
 
@@ -41,7 +42,6 @@ class Job:
     rollout_n: int
 
 
-RUN = "rollscope.run"  # a trajectory attribute: the reward, tools, LLM and model the runner used
 SAME_FAILURE_STOP = 4  # the first trajectories of a run, all failed for one reason: the run stops
 
 

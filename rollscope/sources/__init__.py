@@ -13,8 +13,8 @@ import os
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from rollscope.store.records import StepStats, TrainingRecord, TrajectoryRecord
 from rollscope.store.rescorings import RescoredReward, Rescoring
+from rollscope.trajectory.records import StepStats, TrainingRecord, TrajectoryRecord
 
 WEAVE = "weave:"
 

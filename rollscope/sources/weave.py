@@ -34,22 +34,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from rollscope._extras import require
+from rollscope.semconv import REPLAY, UNREADABLE
 from rollscope.sources import SourceError
 from rollscope.store import rescorings
 from rollscope.store.reader import TraceStore
-from rollscope.store.records import SpanRecord
-from rollscope.store.schema import (
-    TRAJECTORY_COLUMNS,
-    UNREADABLE,
-    encode_json,
-    encode_payload,
-    span_row,
-    training_row,  # fmt: skip
-)
-from rollscope.store.text import REPLAY
+from rollscope.store.schema import TRAJECTORY_COLUMNS, encode_json, encode_payload, span_row, training_row
 from rollscope.store.writer import ShardWriter
 from rollscope.tracing.backends.records import TRAINING_SCALARS
 from rollscope.tracing.backends.weave import ROLLSCOPE, TRAINING_FEEDBACK, call_id, unpack, wb_run_id
+from rollscope.trajectory.records import SpanRecord
 
 log = logging.getLogger("rollscope.sources")
 PAGE = 2000  # root calls a request

@@ -2,8 +2,8 @@
 
 from rollscope.store.diff import TrajectoryDiff, TurnDiff, diff_trajectories
 from rollscope.store.reader import TraceStore
-from rollscope.store.records import SpanRecord, TrajectoryRecord
 from rollscope.store.schema import resolve_dir
+from rollscope.trajectory.records import SpanRecord, TrajectoryRecord
 
 __all__ = [
     "SpanRecord",

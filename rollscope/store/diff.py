@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollscope.store.records import SpanRecord, TrajectoryRecord
+from rollscope.trajectory.records import SpanRecord, TrajectoryRecord
 
 _TEXT_KEYS = ("response_text", "text", "content", "result", "output_text")
 _ID_KEYS = frozenset({"request_id", "instance_id", "id", "call_id", "tool_call_id", "session_id", "trace_id"})

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rollscope.store.reader import TraceStore
-from rollscope.store.records import TrajectoryRecord
+from rollscope.trajectory.records import TrajectoryRecord
 
 
 @dataclass

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 
 from rollscope.store.reader import TraceStore
-from rollscope.store.records import TrajectoryRecord
+from rollscope.trajectory.records import TrajectoryRecord
 
 
 @dataclass

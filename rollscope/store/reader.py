@@ -14,8 +14,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rollscope.semconv import UNREADABLE, WANDB_RUN
 from rollscope.store import rescorings
-from rollscope.store.records import WANDB_RUN, SpanRecord, StepStats, TrainingRecord, TrajectoryRecord
 from rollscope.store.schema import (
     ADDED_COLUMNS,
     SHARD_SUFFIX,
@@ -23,7 +23,6 @@ from rollscope.store.schema import (
     TRAINING_ADDED_COLUMNS,
     TRAINING_COLUMNS,
     TRAJECTORY_COLUMNS,
-    UNREADABLE,
     PayloadError,
     check_shard,
     decode_payload,
@@ -32,7 +31,8 @@ from rollscope.store.schema import (
 )
 from rollscope.store.segment_index import INDEX, SegmentIndex
 from rollscope.store.segments import LIVE, SEGMENTS, is_segmented, open_immutable, visible
-from rollscope.store.turns import resolve_prompts
+from rollscope.trajectory.records import SpanRecord, StepStats, TrainingRecord, TrajectoryRecord
+from rollscope.trajectory.turns import resolve_prompts
 
 # order name -> SQL sort terms; every order ends with id, so equal keys page deterministically
 _ORDER = {

@@ -28,9 +28,9 @@ from rollscope.store import rescorings
 from rollscope.store.compaction import compact
 from rollscope.store.grpo import groups_by_step
 from rollscope.store.reader import TraceStore
-from rollscope.store.records import TrajectoryRecord
 from rollscope.store.schema import SHARD_SUFFIX
 from rollscope.store.segments import is_segmented
+from rollscope.trajectory.records import TrajectoryRecord
 
 ANOMALIES = ("zero_variance", "truncated", "tool_error", "error", "outlier", "rescored")
 _DEFAULT_KINDS = frozenset(a for a in ANOMALIES if a != "rescored")  # rescored: only with a rescoring named

@@ -21,7 +21,8 @@ from typing import Any
 import orjson
 import zstandard
 
-from rollscope.store.records import SpanRecord
+from rollscope.semconv import UNREADABLE
+from rollscope.trajectory.records import TRAJECTORY_COLUMNS, SpanRecord
 
 SCHEMA_VERSION = 6  # 3: num_tokens, num_tool_errors; 4: the insight columns (num_truncated ... turn_limit), replay_of;
 # 5: the training table; 6: its entropy_mean
@@ -29,36 +30,6 @@ SHARD_SUFFIX = ".rstrace"
 DEFAULT_DIR = "rollscope_traces"
 ENV_DIR = "ROLLSCOPE_TRACE_DIR"
 
-TRAJECTORY_COLUMNS = (
-    "id",
-    "project",
-    "experiment",
-    "step",
-    "sample_index",
-    "rollout_n",
-    "validate",
-    "agent_name",
-    "status",
-    "reward",
-    "start_ns",
-    "end_ns",
-    "num_spans",
-    "num_llm_calls",
-    "num_tool_calls",
-    "num_errors",
-    "num_tokens",
-    "num_tool_errors",
-    "error_type",
-    "error_message",
-    "attributes",
-    "num_truncated",
-    "num_repeated_calls",
-    "logprob_sum",
-    "logprob_count",
-    "answer_chars",
-    "turn_limit",
-    "replay_of",
-)
 
 SPAN_COLUMNS = (
     "id",
@@ -279,7 +250,6 @@ def check_shard(db: sqlite3.Connection) -> None:
         raise sqlite3.DatabaseError(f"not a rollscope shard: its trajectories table has no {', '.join(missing)}")
 
 
-UNREADABLE = "rollscope.unreadable"  # on a span or trajectory whose stored payload could not be read
 
 
 def span_record(columns: Sequence[Any], payload: Any) -> tuple[SpanRecord, str | None]:

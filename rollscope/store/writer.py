@@ -23,7 +23,7 @@ from rollscope.store.schema import (
     TRAJECTORY_COLUMNS,
     span_record,
 )
-from rollscope.store.summary import TrajectorySummary
+from rollscope.trajectory.summary import TrajectorySummary
 
 _UPSERT_TRAJECTORY = (
     f"INSERT INTO trajectories ({', '.join(TRAJECTORY_COLUMNS)}) "

@@ -26,7 +26,7 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.function_tool import FunctionTool as VerlFunctionTool
 from verl.tools.function_tool import normalize_function_tool_return
 
-from rollscope.store.summary import ERROR_KIND
+from rollscope.semconv import ERROR_KIND
 from rollscope.tools.traced_tool import LIFECYCLE, begin_tool_span, describe_result
 from rollscope.tracing import rollout_trace_op
 from rollscope.tracing.instrument import current_frame, end_span, state

@@ -19,7 +19,7 @@ from typing import Any
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-from rollscope.store.summary import ERROR_KIND
+from rollscope.semconv import ERROR_KIND, TOOL_NAME
 from rollscope.tracing import SpanKind, rollout_trace_op
 from rollscope.tracing.instrument import begin_span, end_span, snapshot, state
 
@@ -133,7 +133,7 @@ def begin_tool_span(tool: Any, span_name: str, instance_id: Any, parameters: Any
     """The span of one ``execute``: what every tool call records, whatever the tool's class."""
     params = parameters.copy() if type(parameters) is dict else snapshot(parameters)  # snapshot, inlined
     inputs = {"instance_id": instance_id, "parameters": params}
-    return begin_span(span_name, SpanKind.TOOL, inputs, {"tool.name": tool.name})
+    return begin_span(span_name, SpanKind.TOOL, inputs, {TOOL_NAME: tool.name})
 
 
 if sys.version_info >= (3, 11):

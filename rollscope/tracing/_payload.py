@@ -16,10 +16,10 @@ from typing import Any
 
 import orjson
 
-from rollscope.store.tokens import decode_each
 from rollscope.tracing._redaction import REDACTED, Redactor
 from rollscope.tracing._redaction.tokens import redacted, secret_positions
 from rollscope.tracing._values import MAX_ITEMS, UNKNOWN, error_text, native
+from rollscope.trajectory.tokens import decode_each
 
 log = logging.getLogger("rollscope.tracing")
 

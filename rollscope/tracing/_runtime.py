@@ -14,12 +14,13 @@ import time
 from collections.abc import Iterable
 from typing import Any
 
+from rollscope.semconv import STATUS_ERROR
 from rollscope.tracing import _events as ev
 from rollscope.tracing._payload import DEFAULT_MAX_PAYLOAD_CHARS, PayloadShaper
 from rollscope.tracing._pipeline import build_pipeline
 from rollscope.tracing._redaction import Redactor
 from rollscope.tracing._sampling import TraceSampler
-from rollscope.tracing.spans import STATUS_ERROR, Span, SpanKind, Trajectory
+from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
 log = logging.getLogger("rollscope.tracing")
 

@@ -12,16 +12,28 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from rollscope.store.retokenization import REQUEST as RETOKENIZATION_REQUEST
-from rollscope.store.retokenization import RETOKENIZATION, check_request
-from rollscope.store.tokens import REDACTED_TOKENS
-from rollscope.store.turns import ADDED_IDS, ADDED_TEXT, BASE, is_continuation, text_after
+from rollscope.semconv import (
+    CONSTRAINED,
+    FINISH_REASONS,
+    INPUT_TOKENS,
+    LATENCY_S,
+    OUTPUT_TOKENS,
+    PROMPT_BASE,
+    PROMPT_IDS_ADDED,
+    PROMPT_TEXT_ADDED,
+    REDACTED_TOKENS,
+    RETOKENIZATION,
+    RETOKENIZATION_REQUEST,
+    TOOL_SCHEMAS,
+)
 from rollscope.tracing import _events as ev
 from rollscope.tracing._callargs import CallArgs
 from rollscope.tracing._payload import UNRECORDED, PayloadShaper, unrecorded
 from rollscope.tracing._turns import TurnTexts
 from rollscope.tracing._wire import tokenizer_name
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
+from rollscope.trajectory.retokenization import check_request
+from rollscope.trajectory.turns import is_continuation, text_after
 
 log = logging.getLogger("rollscope.tracing")
 
@@ -146,38 +158,30 @@ class EventShaper:
         shaped. Where the turn it continues is not known here (a sidecar that took over
         mid-trajectory) its added tokens are checked alone, their text is left out and said, and
         their ids still make the prompt whole."""
-        decoder, added = span.decoder, raw[ADDED_IDS]
+        decoder, added = span.decoder, raw[PROMPT_IDS_ADDED]
         known = self.turns.before(span.trajectory_id, raw)
         tail, reply = known if known is not None else ([], [])
         try:
             text, cut = text_after(lambda ids: decoder.decode(ids), tail, reply + added)
             kept, clean = self.shaper.without_secrets(added, decoder, text, tail + reply)
-            inputs = raw if kept is added else {**raw, ADDED_IDS: kept}
+            inputs = raw if kept is added else {**raw, PROMPT_IDS_ADDED: kept}
         except Exception as exc:  # a tokenizer that cannot decode these ids: they stay ids
-            return {**raw, ADDED_TEXT: f"<not decoded: {type(exc).__name__}>"} if self.shaper.token2text else raw
+            return {**raw, PROMPT_TEXT_ADDED: f"<not decoded: {type(exc).__name__}>"} if self.shaper.token2text else raw
         if not self.shaper.token2text:
             return inputs
         if known is None:
-            return {**inputs, ADDED_TEXT: "<not decoded: the turn this prompt continues was not seen here>"}
-        base = dict(raw[BASE])
+            return {**inputs, PROMPT_TEXT_ADDED: "<not decoded: the turn this prompt continues was not seen here>"}
+        base = dict(raw[PROMPT_BASE])
         if cut:
             base["text_cut"] = cut
         name = tokenizer_name(decoder)
         limit = self.shaper.max_chars
         if name is not None and (limit is None or len(text) <= limit) and clean == text:
             base["text"], base["decoder"] = "ids", name
-            return {**inputs, BASE: base}
-        return {**inputs, BASE: base, ADDED_TEXT: clean}
+            return {**inputs, PROMPT_BASE: base}
+        return {**inputs, PROMPT_BASE: base, PROMPT_TEXT_ADDED: clean}
 
 
-# An llm span's usage attributes (OpenTelemetry GenAI names), derived here from its raw inputs and
-# output rather than computed on the rollout's thread at each turn. Values the caller set win.
-INPUT_TOKENS = "gen_ai.usage.input_tokens"
-OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
-FINISH_REASONS = "gen_ai.response.finish_reasons"
-LATENCY_S = "latency_s"
-CONSTRAINED = "rollscope.constrained"  # the reply was sampled with its tool calls held to their schemas
-_TOOL_SCHEMAS = "constrained_tool_schemas"  # where the loop puts those schemas (``llm.constrained.TOOL_SCHEMAS``)
 
 
 def _field(value: Any, name: str) -> Any:
@@ -198,11 +202,11 @@ def _input_usage(inputs: Any, attributes: dict[str, Any]) -> None:
     if isinstance(prompt_ids, list | tuple):
         attributes.setdefault(INPUT_TOKENS, len(prompt_ids))
     elif is_continuation(inputs):
-        base, added = inputs[BASE], inputs.get(ADDED_IDS)
+        base, added = inputs[PROMPT_BASE], inputs.get(PROMPT_IDS_ADDED)
         if type(base) is dict and type(added) is list:
             attributes.setdefault(INPUT_TOKENS, base.get("tokens", 0) + base.get("reply", 0) + len(added))
     sampling = _field(inputs, "sampling_params")
-    if isinstance(sampling, dict) and sampling.get(_TOOL_SCHEMAS):
+    if isinstance(sampling, dict) and sampling.get(TOOL_SCHEMAS):
         attributes.setdefault(CONSTRAINED, "tool_schemas")
 
 

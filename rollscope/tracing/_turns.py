@@ -1,4 +1,4 @@
-"""An LLM turn recorded as what it adds (the vocabulary: ``rollscope.store.turns``), in two halves:
+"""An LLM turn recorded as what it adds (the vocabulary: ``rollscope.trajectory.turns``), in two halves:
 
 - on the rollout's thread (``prompt_inputs``, ``replied``): whether a turn's prompt continues the
   trajectory's previous turn, found with one comparison in C against the trajectory's own copy of
@@ -14,8 +14,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
-from rollscope.store.turns import ADDED_IDS, BASE, PROMPT_IDS, WINDOW
+from rollscope.semconv import PROMPT_BASE, PROMPT_IDS, PROMPT_IDS_ADDED
 from rollscope.tracing.spans import Trajectory
+from rollscope.trajectory.turns import WINDOW
 
 
 class Context:
@@ -53,8 +54,8 @@ def _continued(trajectory: Trajectory, last: Context, span_id: str, ids: list[in
                inputs: dict[str, Any]) -> Context:  # fmt: skip
     """``prompt`` recorded as ``last``'s prompt, ``reply`` tokens of its reply and the rest;
     ``ids``, the trajectory's copy of its context, already equal to ``prompt``."""
-    inputs[BASE] = {"span": last.span_id, "tokens": last.prompt_len, "reply": reply}
-    inputs[ADDED_IDS] = prompt[last.prompt_len + reply :]
+    inputs[PROMPT_BASE] = {"span": last.span_id, "tokens": last.prompt_len, "reply": reply}
+    inputs[PROMPT_IDS_ADDED] = prompt[last.prompt_len + reply :]
     context = trajectory.turns = Context(span_id, ids, len(prompt))
     return context
 
@@ -96,12 +97,12 @@ class TurnTexts:
         """After an llm span is shaped from its raw ``inputs``: its prompt's last tokens and its reply."""
         if type(inputs) is not dict:
             return
-        if BASE in inputs:
+        if PROMPT_BASE in inputs:
             before = self.before(trajectory_id, inputs)
             if before is None:
                 return
             tail, reply = before
-            tail = (tail + reply + inputs[ADDED_IDS])[-WINDOW:]
+            tail = (tail + reply + inputs[PROMPT_IDS_ADDED])[-WINDOW:]
         elif type(inputs.get(PROMPT_IDS)) is list:
             tail = inputs[PROMPT_IDS][-WINDOW:]
         else:
@@ -120,7 +121,7 @@ class TurnTexts:
         """A continuation's base as known here: the last tokens of its prompt, and the reply tokens
         the continuation includes (its text is ``store.turns.text_after`` them and the added ones);
         None when its base is not known here (or it is malformed)."""
-        base, added = inputs[BASE], inputs.get(ADDED_IDS)
+        base, added = inputs[PROMPT_BASE], inputs.get(PROMPT_IDS_ADDED)
         turns = self._turns.get(trajectory_id)
         known = turns.get(base.get("span")) if turns is not None and type(base) is dict else None
         if known is None or type(added) is not list:

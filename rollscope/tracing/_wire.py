@@ -19,6 +19,7 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from rollscope.semconv import STATUS_OK
 from rollscope.tracing._callargs import CallArgs
 from rollscope.tracing._events import (
     KIND,
@@ -32,7 +33,7 @@ from rollscope.tracing._events import (
 )
 from rollscope.tracing._payload import CUT_MARGIN_CHARS, UNRECORDED, CutText, NoRedaction, PayloadShaper, unrecorded
 from rollscope.tracing._values import CONVERTERS, UNKNOWN, converter_for, error_text, native
-from rollscope.tracing.spans import STATUS_OK, Span, SpanKind, Trajectory, new_id
+from rollscope.tracing.spans import Span, SpanKind, Trajectory, new_id
 
 _PROTOCOL = 5
 _KIND_VALUE = {k: k.value for k in SpanKind}

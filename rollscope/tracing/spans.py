@@ -18,6 +18,8 @@ import traceback
 from enum import Enum
 from typing import Any
 
+from rollscope.semconv import STATUS_CANCELLED, STATUS_ERROR, STATUS_OK, STATUS_RUNNING
+
 
 class SpanKind(str, Enum):
     AGENT = "agent"  # the trajectory root (gen_ai invoke_agent)
@@ -31,7 +33,6 @@ class SpanKind(str, Enum):
     __hash__ = str.__hash__
 
 
-STATUS_RUNNING = "running"
 STACKTRACE = "exception.stacktrace"
 # OpenTelemetry's code attributes: where a traced function is defined (Weave publishes it as the op's code)
 CODE_FILE, CODE_LINE, CODE_FUNCTION = "code.file.path", "code.line.number", "code.function.name"
@@ -48,11 +49,6 @@ def code_location(func: Any) -> dict[str, Any]:
     return {CODE_FILE: code.co_filename, CODE_LINE: code.co_firstlineno,
             CODE_FUNCTION: getattr(func, "__qualname__", code.co_name)}  # fmt: skip
 MAX_STACKTRACE_CHARS = 8000
-STATUS_OK = "ok"
-STATUS_ERROR = "error"
-# Ended by ``asyncio``'s cancellation (a run that stopped, a caller that gave up): nothing in it
-# failed, so it is not an error and blames no span; its message says why, where the canceller did.
-STATUS_CANCELLED = "cancelled"
 
 # Ids: a random per-process prefix plus a zero-padded counter. Unique across processes and hosts,
 # far cheaper on the hot path than uuid4, and increasing, so the store's index appends instead of

@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any
 
-from rollscope.store.records import WANDB_RUN
+from rollscope.semconv import WANDB_RUN
 
 log = logging.getLogger("rollscope.trainer")
 

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from rollscope import configs
 from rollscope.bundled import rewards
+from rollscope.semconv import REWARD_DETAILS
 from rollscope.store import TraceStore, resolve_dir
 from rollscope.trainer import demo_task
 from rollscope.trainer.cpu import ROLLOUT_NAME, UnsupportedOnCPU
@@ -94,7 +95,7 @@ def hacks(store: TraceStore, experiment: str) -> dict[int, tuple[float, float, f
     check = store.rescoring(CHECK).rewards
     by_step: dict[int, list] = {}
     for t in store.trajectories(experiment=experiment, limit=None):
-        details = t.attributes.get("reward_details") or {}
+        details = t.attributes.get(REWARD_DETAILS) or {}
         honest = check[t.id].reward if t.id in check else None
         by_step.setdefault(t.step, []).append((t.reward or 0.0, honest or 0.0, (details.get("numbers") or 0) > 1))
     return {step: (sum(r for r, _, _ in rows) / len(rows), sum(h for _, h, _ in rows) / len(rows),

@@ -144,7 +144,7 @@ def capture_v0(trainer: Any, batch: Any) -> None:
 def v0_step(batch: Any, step: int, estimator: str, entropy: Any = None) -> Callable[[], Any]:
     """The step's arrays from a v0 batch (and the entropies of its old-log-prob pass), built when
     called (on the recorder's thread): until then only references to the batch's tensors are held."""
-    from rollscope.agentloops.verl_run import TRAJECTORY_KEY
+    from rollscope.semconv import TRAJECTORY_KEY
 
     tensors, non_tensor = batch.batch, dict(batch.non_tensor_batch)
 
@@ -180,7 +180,7 @@ def capture_v1(trainer: Any, batch: Any, data: Any) -> None:
         return
     import transfer_queue as tq
 
-    from rollscope.agentloops.verl_run import TRAJECTORY_KEY
+    from rollscope.semconv import TRAJECTORY_KEY
 
     try:  # the entropies verl's old-log-prob pass put beside the rows (none where it was bypassed)
         extra = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,

@@ -6,7 +6,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollscope.store.records import StepStats
+from rollscope.trajectory.records import StepStats
 
 WIDTH, HEIGHT, PAD = 420, 150, 34
 METRICS = [

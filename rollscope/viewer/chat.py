@@ -10,9 +10,9 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
-from rollscope.store.chat import Message, messages, reply_text
 from rollscope.store.diff import turn_text
-from rollscope.store.records import SpanRecord, TrajectoryRecord
+from rollscope.trajectory.chat import Message, messages, reply_text
+from rollscope.trajectory.records import SpanRecord, TrajectoryRecord
 
 # Special tokens left in a message's text (a BOS, an end-of-text, ``<|eot_id|>``, a tool-call tag):
 # ``<|word|>`` (ChatML, Llama 3), Gemma's and sentencepiece's named ones, the hermes tool and

@@ -28,7 +28,7 @@ from rollscope.store.insights import SIGNALS, Signal, Thresholds, insights
 from rollscope.store.live import running
 from rollscope.store.metric_changes import metric_changes
 from rollscope.store.reader import ORDERS
-from rollscope.store.text import with_text
+from rollscope.trajectory.text import with_text
 from rollscope.viewer.charts import Chart, charts, distribution, series_charts, sparkline
 from rollscope.viewer.chat import ground_truth, turns, with_markers
 from rollscope.viewer.tokens import LEGENDS, drift_span, retokenization, token_view, training_token_view

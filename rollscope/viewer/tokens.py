@@ -12,9 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rollscope.store.records import SpanRecord, TrajectoryRecord
-from rollscope.store.summary import RETOKENIZATION
-from rollscope.store.tokens import REDACTED_ID, REDACTED_TEXT, count
+from rollscope.semconv import INPUT_TOKENS, OUTPUT_TOKENS, REDACTED_ID, REDACTED_TEXT, RETOKENIZATION
+from rollscope.trajectory.records import SpanRecord, TrajectoryRecord
+from rollscope.trajectory.tokens import count
 
 # Upper edges of the buckets, most likely first: p >= 0.9, 0.6, 0.37, 0.14, 0.02, below.
 BUCKETS = (-0.1, -0.5, -1.0, -2.0, -4.0)
@@ -240,8 +240,8 @@ def drift_span(record: TrajectoryRecord, drift: dict | None) -> str | None:
         return None
     before = None
     for span in sorted((s for s in record.spans if s.kind == "llm"), key=lambda s: s.start_ns):
-        start = (span.attributes or {}).get("gen_ai.usage.input_tokens")
-        length = (span.attributes or {}).get("gen_ai.usage.output_tokens")
+        start = (span.attributes or {}).get(INPUT_TOKENS)
+        length = (span.attributes or {}).get(OUTPUT_TOKENS)
         if isinstance(start, int) and isinstance(length, int):
             if start <= position < start + length:
                 return span.id

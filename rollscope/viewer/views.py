@@ -12,8 +12,17 @@ from urllib.parse import quote, quote_plus
 
 from markupsafe import Markup
 
+from rollscope.semconv import (
+    CONSTRAINED,
+    INPUT_TOKENS,
+    OUTPUT_TOKENS,
+    RETOKENIZATION,
+    TOOL_NAME,
+    TOOL_SCHEMAS,
+    UNREADABLE,
+)
 from rollscope.store.diff import turn_text
-from rollscope.store.records import SpanRecord, TrajectoryRecord, last_user_message
+from rollscope.trajectory.records import SpanRecord, TrajectoryRecord, last_user_message
 
 
 def fmt(value: object, digits: int = 3) -> str:
@@ -124,7 +133,7 @@ def as_text(value: Any) -> str:
 
 def tokens(span: SpanRecord) -> tuple[int | None, int | None]:
     a = span.attributes or {}
-    return a.get("gen_ai.usage.input_tokens"), a.get("gen_ai.usage.output_tokens")
+    return a.get(INPUT_TOKENS), a.get(OUTPUT_TOKENS)
 
 
 def figures(span: SpanRecord) -> str:
@@ -146,7 +155,7 @@ def figures(span: SpanRecord) -> str:
 
 def tool_call(span: SpanRecord) -> tuple[str, str | None, str | None]:
     """(tool name, arguments, result) of a tool span."""
-    name = (span.attributes or {}).get("tool.name") or span.name
+    name = (span.attributes or {}).get(TOOL_NAME) or span.name
     inputs = span.inputs if isinstance(span.inputs, dict) else {}
     arguments = inputs.get("parameters", inputs.get("arguments", inputs or None))
     return name, None if arguments is None else as_text(arguments), turn_text(span)
@@ -164,7 +173,7 @@ def main_text(span: SpanRecord) -> str | None:
 
 
 # Shown elsewhere on the page, or too long for a table of facts.
-_NOT_FACTS = frozenset({"exception.stacktrace", "rollscope.retokenization", "rollscope.unreadable"})
+_NOT_FACTS = frozenset({"exception.stacktrace", RETOKENIZATION, UNREADABLE})
 FACT_CHARS = 300
 
 
@@ -176,13 +185,13 @@ def span_facts(span: SpanRecord) -> list[tuple[str, str]]:
     inputs = span.inputs if isinstance(span.inputs, dict) else {}
     sampling = inputs.get("sampling_params")
     if isinstance(sampling, dict):
-        facts += [(f"sampling · {k}", as_text(v)) for k, v in sampling.items() if k != "constrained_tool_schemas"]
+        facts += [(f"sampling · {k}", as_text(v)) for k, v in sampling.items() if k != TOOL_SCHEMAS]
     attributes = span.attributes or {}
     if span.kind == "llm":
-        constrained = attributes.get("rollscope.constrained")
+        constrained = attributes.get(CONSTRAINED)
         facts.append(("tool calls constrained", f"yes ({constrained})" if constrained else "no"))
     facts += [(k, as_text(v)) for k, v in sorted(attributes.items())
-              if k not in _NOT_FACTS and k != "rollscope.constrained"]  # fmt: skip
+              if k not in _NOT_FACTS and k != CONSTRAINED]  # fmt: skip
     return [(k, v if len(v) <= FACT_CHARS else v[:FACT_CHARS] + "…") for k, v in facts]
 
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rollscope.llm.constrained import CONSTRAIN, TOOL_SCHEMAS
+from rollscope.semconv import CONSTRAIN, TOOL_SCHEMAS
 from rollscope.store import TraceStore
 from tests.cli.test_run_cli import rollscope
 

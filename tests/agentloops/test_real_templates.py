@@ -13,7 +13,7 @@ from transformers import AutoTokenizer
 from rollscope import tracing
 from rollscope.agentloops import ToolAgentLoop
 from rollscope.llm import ScriptedLLM
-from rollscope.store.summary import RETOKENIZATION
+from rollscope.semconv import RETOKENIZATION
 from rollscope.testing import compose_config
 from rollscope.tools.builtin import CalculatorTool
 from tests.agentloops.conftest import build_loop

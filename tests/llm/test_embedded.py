@@ -170,7 +170,7 @@ def test_constrained_tool_calls_match_a_tools_schema_even_at_high_temperature(ll
 
     from verl.tools.schemas import OpenAIFunctionToolSchema
 
-    from rollscope.llm.constrained import TOOL_SCHEMAS
+    from rollscope.semconv import TOOL_SCHEMAS
     from rollscope.tools.builtin.answer_checker import AnswerCheckerTool
     from rollscope.tools.schema import check_arguments
 

@@ -66,7 +66,7 @@ def test_sglang_client_holds_tool_calls_to_their_schemas_with_a_structural_tag()
     one structure per tool, opened by the hermes tag and the tool's name, its arguments' schema."""
     import json
 
-    from rollscope.llm.constrained import TOOL_SCHEMAS
+    from rollscope.semconv import TOOL_SCHEMAS
     from rollscope.tools.builtin.calculator import SCHEMA
 
     def answer(path, body):

@@ -102,7 +102,7 @@ class Collected:
 
 
 def test_push_sends_the_healthy_shards(damaged, caplog):
-    from rollscope.tracing.push import push
+    from rollscope.datasets.push import push
 
     trace_dir, shards = damaged
     destination = Collected()

@@ -12,8 +12,9 @@ import pytest
 import zstandard
 
 from rollscope import tracing
+from rollscope.semconv import UNREADABLE
 from rollscope.store import TraceStore
-from rollscope.store.schema import MAX_PAYLOAD_BYTES, UNREADABLE
+from rollscope.store.schema import MAX_PAYLOAD_BYTES
 from tests.viewer.conftest import HOSTILE_TAGS, assert_drawn_as_text, serving
 
 pytestmark = pytest.mark.slow

@@ -264,7 +264,7 @@ def test_a_hostile_project_costs_each_bad_call_only_itself(weave_trace_server):
     and every page of the viewer answers, the hostile text drawn as text."""
     import uuid
 
-    from rollscope.store.schema import UNREADABLE
+    from rollscope.semconv import UNREADABLE
     from rollscope.tracing.backends.weave import call_id
     from rollscope.viewer.server import Viewer
 

@@ -31,7 +31,7 @@ def offline_run(directory: Path, rows: list[tuple[int, dict]]) -> str:
 def traced_runs(trace_dir: Path, runs: list[str | None]) -> None:
     """One trajectory a run path (None: a trajectory of no run), as rollouts 0, 1, … of step 1."""
     from rollscope import tracing
-    from rollscope.store.records import WANDB_RUN
+    from rollscope.semconv import WANDB_RUN
 
     tracing.init_tracing(project="p", experiment="runs", trace_dir=str(trace_dir))
     for n, run in enumerate(runs):

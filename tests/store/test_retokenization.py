@@ -11,9 +11,10 @@ from transformers import AutoTokenizer
 
 from rollscope.agentloops import retokenization as loop_side
 from rollscope.llm.tokenizer_dir import CHAT_TEMPLATE, make_model_dir
-from rollscope.store.retokenization import check_request, first_difference, render
-from rollscope.store.summary import RETOKENIZATION, TrajectorySummary
+from rollscope.semconv import RETOKENIZATION
 from rollscope.trainer import demo_task
+from rollscope.trajectory.retokenization import check_request, first_difference, render
+from rollscope.trajectory.summary import TrajectorySummary
 
 TOOLS_TEMPLATE = (
     "{{ bos_token }}{% if tools %}<tools>{% for t in tools %}{{ t | tojson }}\n{% endfor %}</tools>{% endif %}"

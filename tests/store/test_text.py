@@ -8,8 +8,9 @@ import sys
 import httpx
 
 from rollscope import tracing
+from rollscope.semconv import REPLAY
 from rollscope.store import TraceStore
-from rollscope.store.text import REPLAY, Decoder, load_decoder, load_tokenizer, with_text
+from rollscope.trajectory.text import Decoder, load_decoder, load_tokenizer, with_text
 from tests.viewer.conftest import serve
 
 
@@ -78,7 +79,7 @@ def test_ids_decode_without_transformers_exactly_as_transformers_does(tmp_path, 
     assert decoder.decode(ids) == tiny_tokenizer.decode(ids) and "<eos>" in decoder.decode(ids)
     assert decoder.decode(ids, skip_special_tokens=True) == tiny_tokenizer.decode(ids, skip_special_tokens=True)
     assert decoder.batch_decode([[i] for i in ids]) == tiny_tokenizer.batch_decode([[i] for i in ids])
-    probe = ("import sys; from rollscope.store.text import load_decoder; "
+    probe = ("import sys; from rollscope.trajectory.text import load_decoder; "
              f"print(load_decoder({str(tokenizer_dir)!r}).decode({ids!r})); print('transformers' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.stdout.splitlines() == [tiny_tokenizer.decode(ids), "False"], out.stderr

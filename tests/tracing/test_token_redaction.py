@@ -13,7 +13,7 @@ import sys
 import pytest
 
 from rollscope.store import TraceStore, tokens
-from rollscope.store.text import load_decoder
+from rollscope.trajectory.text import load_decoder
 from tests.agentloops.real_models import model_dir
 
 pytestmark = pytest.mark.slow
@@ -96,7 +96,7 @@ def test_what_readers_and_exports_show_carries_neither(run):
 
 def test_a_reader_decoding_ids_shows_the_secret_redacted(run):
     """With token2text off the viewer decodes the ids where it reads them (``store.text``)."""
-    from rollscope.store.text import with_text
+    from rollscope.trajectory.text import with_text
 
     _, record, tokenizer = run
     first = next(s for s in record.spans if s.kind == "llm")

@@ -1,5 +1,5 @@
 """Long trajectories: each llm turn stored as what it adds to the turn before, every prompt read
-back whole (rollscope/tracing/_turns.py, rollscope/store/turns.py), with Qwen's real vocabulary."""
+back whole (rollscope/tracing/_turns.py, rollscope/trajectory/turns.py), with Qwen's real vocabulary."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ import pytest
 
 from rollscope import tracing
 from rollscope.agentloops.llm_client import TracedLLMClient
-from rollscope.store import tokens
+from rollscope.semconv import PROMPT_BASE, PROMPT_CONTINUES, PROMPT_IDS_ADDED, PROMPT_UNRESOLVED
 from rollscope.store.reader import TraceStore
 from rollscope.store.schema import decode_payload
-from rollscope.store.turns import ADDED_IDS, BASE, CONTINUES, UNRESOLVED
 from rollscope.tracing.backends import register_backend
 from rollscope.tracing.backends.buffered import TrajectoryBackend
+from rollscope.trajectory import tokens
 from tests.agentloops.real_models import model_dir
 
 
@@ -95,14 +95,14 @@ def test_every_prompt_of_a_long_trajectory_reads_back_whole_with_its_text_exact(
         assert span.inputs["prompt_ids"] == prompt
         assert span.inputs["prompt_text"] == qwen.decode(prompt)
         assert span.attributes["gen_ai.usage.input_tokens"] == len(prompt)
-        assert BASE not in span.inputs and ADDED_IDS not in span.inputs
+        assert PROMPT_BASE not in span.inputs and PROMPT_IDS_ADDED not in span.inputs
     assert "🦜" in spans[-1].inputs["prompt_text"].split("<tool_response>")[-2]  # (the split character, whole)
     stored = stored_inputs(trace_dir)
-    whole = [i for i, s in enumerate(stored) if BASE not in s]
+    whole = [i for i, s in enumerate(stored) if PROMPT_BASE not in s]
     assert whole == [0, 15, 28]  # the first turn and the two after a cut
     sizes = [len(str(s)) for s in stored]
     assert sizes[39] < 2 * sizes[5]
-    assert spans[39].attributes[CONTINUES]["span"] == spans[38].id
+    assert spans[39].attributes[PROMPT_CONTINUES]["span"] == spans[38].id
     from rollscope.viewer.server import Viewer
 
     [t] = TraceStore(trace_dir).trajectories()
@@ -157,8 +157,8 @@ def test_a_turn_whose_base_is_missing_keeps_what_it_added_and_says_why(trace_dir
     spans = llm_spans(trace_dir)
     assert spans[0].inputs["prompt_ids"] == passed[0]
     for span in spans[1:]:  # the third continues the second, the fourth the third
-        assert "prompt_ids" not in span.inputs and span.inputs[ADDED_IDS]
-        assert "not in the trace" in span.attributes[UNRESOLVED] or "could not be made whole" in span.attributes[UNRESOLVED]
+        assert "prompt_ids" not in span.inputs and span.inputs[PROMPT_IDS_ADDED]
+        assert "not in the trace" in span.attributes[PROMPT_UNRESOLVED] or "could not be made whole" in span.attributes[PROMPT_UNRESOLVED]
 
 
 def test_a_turns_text_is_stored_only_where_redaction_changed_it(trace_dir, qwen):
@@ -182,7 +182,7 @@ def test_a_turns_text_is_stored_only_where_redaction_changed_it(trace_dir, qwen)
     asyncio.run(main())
     assert tracing.flush_tracing(60)
     stored = stored_inputs(trace_dir)
-    assert [s[BASE].get("text") for s in stored[1:]] == ["ids", None, "ids"]
+    assert [s[PROMPT_BASE].get("text") for s in stored[1:]] == ["ids", None, "ids"]
     assert "[REDACTED]" in stored[2]["prompt_text_added"] and secret not in str(stored)
     spans = llm_spans(trace_dir)
     for turn, (span, prompt) in enumerate(zip(spans, passed, strict=True)):

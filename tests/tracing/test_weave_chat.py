@@ -13,7 +13,7 @@ import pytest
 
 from rollscope.sources import open_source
 from rollscope.store import TraceStore
-from rollscope.store.chat import messages
+from rollscope.trajectory.chat import messages
 from tests.agentloops.real_models import model_dir
 from tests.engines import weave_calls
 from tests.tracing.weave_chat import is_message, is_openai_chat

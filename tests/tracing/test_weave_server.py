@@ -104,7 +104,7 @@ def test_the_traces_table_shows_each_trajectory_as_one_filterable_tree(weave_tra
 
 def test_filter_columns_hold_what_users_filter_by_and_replay_data_is_in_the_summary(weave_trace_server):
 
-    from rollscope.store.text import REPLAY
+    from rollscope.semconv import REPLAY
 
     tracing.init_tracing(backend="weave", project="columns", weave_project="ent/columns")
     replay = {"class": "my_pkg.loops.MathLoop", "tokenizer": "/models/qwen"}
@@ -164,7 +164,7 @@ def test_push_publishes_no_file_a_stored_span_names_as_its_op_source(weave_trace
     store is pushed; the calls are sent, their ops are stubs."""
     import weave
 
-    from rollscope.tracing.push import push, weave_destination
+    from rollscope.datasets.push import push, weave_destination
 
     secret = tmp_path / "id_rsa"
     secret.write_text("-----BEGIN OPENSSH PRIVATE KEY----- not-for-weave\n")

@@ -16,7 +16,7 @@ import torch
 from transformers import AutoTokenizer
 
 from rollscope.store import TraceStore
-from rollscope.store.records import last_user_message
+from rollscope.trajectory.records import last_user_message
 from tests.trainer.main_ppo import PROMPTS, ROLLOUTS, STEPS, question, train
 
 pytestmark = pytest.mark.slow

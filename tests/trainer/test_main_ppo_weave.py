@@ -11,7 +11,7 @@ from collections import Counter
 import pytest
 import torch
 
-from rollscope.store.records import last_user_message
+from rollscope.trajectory.records import last_user_message
 from tests.engines import weave_calls, weave_feedback
 from tests.trainer.main_ppo import PROMPTS, ROLLOUTS, STEPS, question, train
 

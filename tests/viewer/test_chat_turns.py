@@ -119,7 +119,7 @@ def test_the_embedded_models_few_shot_prompt_reads_as_turns_with_tool_responses_
     from jinja2 import Environment
 
     from rollscope.configs import path
-    from rollscope.store.chat import messages
+    from rollscope.trajectory.chat import messages
 
     schema = {"type": "function", "function": {"name": "calculator", "description": "arithmetic",
                                                "parameters": {"properties": {"expression": {}}}}}  # fmt: skip

@@ -217,7 +217,7 @@ def test_one_store_serves_concurrent_requests_and_follows_new_and_compacted_segm
 def test_every_retokenization_difference_is_listed_as_text_with_its_cause(tmp_path):
     """The run span's chat-template check with two differences: the banner lists both, each with
     its cause and both sides as text (escaped: a template's text is markup)."""
-    from rollscope.store.summary import RETOKENIZATION
+    from rollscope.semconv import RETOKENIZATION
 
     check = {"match": False, "rollout_length": 40, "template_length": 44, "position": 12, "window_start": 4,
              "rollout": [1, 2], "template": [1, 3], "difference_count": 2, "cause": "text",

@@ -20,11 +20,11 @@ import re
 import time
 from collections.abc import Iterable, Mapping
 
+from rollscope.semconv import REDACTED_TEXT as REDACTED
 from rollscope.tracing._redaction import named_tokens
 from rollscope.tracing._redaction.detect_secrets import ASSIGNMENT, KEYWORD_POINTER, Keywords, is_code, value_span
 from rollscope.tracing._redaction.engine import SecretEngine, shared
 
-REDACTED = "[REDACTED]"
 _GLOBAL_MIN = 8  # a found secret this long is redacted wherever it occurs, not only where found
 _REMEMBERED_LEN = 512  # strings up to this long are redacted once per redactor (``text``)
 _REMEMBERED = 8192

@@ -18,7 +18,8 @@ from __future__ import annotations
 import bisect
 from typing import Any
 
-from rollscope.store.tokens import REDACTED_ID, decode
+from rollscope.semconv import REDACTED_ID
+from rollscope.trajectory.tokens import decode
 
 
 def secret_positions(ids: list[int], tokenizer: Any, redactor: Any, start: int = 0) -> list[int]:

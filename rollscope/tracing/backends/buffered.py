@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rollscope.store.turns import resolve_prompts
+from rollscope.semconv import REWARD_DETAILS
 from rollscope.tracing.backends.base import TraceBackend
-from rollscope.tracing.backends.records import REWARD_DETAILS
 from rollscope.tracing.spans import Span, Trajectory
+from rollscope.trajectory.turns import resolve_prompts
 
 
 class TrajectoryBackend(TraceBackend):

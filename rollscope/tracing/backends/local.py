@@ -7,6 +7,7 @@ import os
 import sqlite3
 from typing import Any
 
+from rollscope.semconv import REPLAY_OF, REWARD_DETAILS
 from rollscope.store.filesystems import filesystem_of, is_network, node_local_dir
 from rollscope.store.publish import DEFAULT_PUBLISH_INTERVAL_S
 from rollscope.store.retention import parse_policy
@@ -20,12 +21,11 @@ from rollscope.store.schema import (
     training_row,
     trajectory_row,
 )
-from rollscope.store.summary import COLUMNS as SUMMARY_COLUMNS
-from rollscope.store.summary import TrajectorySummary
 from rollscope.store.writer import ShardWriter
 from rollscope.tracing.backends.base import TraceBackend
-from rollscope.tracing.backends.records import REWARD_DETAILS
 from rollscope.tracing.spans import Span, Trajectory
+from rollscope.trajectory.summary import COLUMNS as SUMMARY_COLUMNS
+from rollscope.trajectory.summary import TrajectorySummary
 
 log = logging.getLogger("rollscope.tracing")
 ENV_LOCAL_DIR = "ROLLSCOPE_LOCAL_DIR"
@@ -121,7 +121,7 @@ class LocalBackend(TraceBackend):
             "start_ns": t.start_ns, "end_ns": None if running else t.end_ns,
             "error_type": None if running else t.error_type, "error_message": None if running else t.error_message,
             "attributes": encode_json(attributes).decode() if attributes else None,
-            "replay_of": t.attributes.get("replay_of"), **dict(zip(SUMMARY_COLUMNS, summary.columns(), strict=True)),
+            "replay_of": t.attributes.get(REPLAY_OF), **dict(zip(SUMMARY_COLUMNS, summary.columns(), strict=True)),
         })  # fmt: skip
 
     def on_trajectory_start(self, trajectory: Trajectory) -> None:

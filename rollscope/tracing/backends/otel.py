@@ -23,6 +23,7 @@ import uuid
 from contextvars import ContextVar
 from typing import Any
 
+from rollscope.semconv import INPUT_TOKENS, OUTPUT_TOKENS, REQUEST_MODEL, TOOL_NAME
 from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.backends.conversation import prompt_messages
 from rollscope.tracing.backends.records import (
@@ -194,10 +195,10 @@ def _name_and_attributes(span: Any) -> tuple[str, dict[str, Any]]:
     out: dict[str, Any] = {"rollscope.kind": kind, "rollscope.span_id": span.id,
                            "openinference.span.kind": _OPENINFERENCE_KIND.get(kind, "CHAIN")}  # fmt: skip
     if kind == "llm":
-        model = attrs.get("gen_ai.request.model", "model")
+        model = attrs.get(REQUEST_MODEL, "model")
         out.update({"gen_ai.operation.name": "chat", "gen_ai.request.model": model, "llm.model_name": model})
         out.update(_conversation(span))
-        prompt, completion = attrs.get("gen_ai.usage.input_tokens"), attrs.get("gen_ai.usage.output_tokens")
+        prompt, completion = attrs.get(INPUT_TOKENS), attrs.get(OUTPUT_TOKENS)
         if isinstance(prompt, int):
             out["llm.token_count.prompt"] = prompt
         if isinstance(completion, int):
@@ -206,7 +207,7 @@ def _name_and_attributes(span: Any) -> tuple[str, dict[str, Any]]:
             out["llm.token_count.total"] = prompt + completion
         name = f"chat {model}"
     elif kind == "tool":
-        tool = attrs.get("tool.name") or span.name
+        tool = attrs.get(TOOL_NAME) or span.name
         out.update({"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool})
         out.update(_tool_call(span, tool))
         name = f"execute_tool {tool}"

@@ -8,6 +8,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
+from rollscope.semconv import REWARD_DETAILS
+
 
 class SpanLike(Protocol):
     id: str
@@ -42,7 +44,6 @@ class TrajectoryLike(Protocol):
     attributes: dict[str, Any] | None
 
 
-REWARD_DETAILS = "reward_details"  # the trajectory attribute holding a reward's components
 
 
 def reward_details(t: TrajectoryLike) -> dict[str, Any]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from rollscope.semconv import INPUT_TOKENS, OUTPUT_TOKENS, REQUEST_MODEL, TOOL_NAME
 from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.backends.conversation import prompt_messages
 from rollscope.tracing.backends.records import SpanLike, TrajectoryLike, in_start_order, kind_of
@@ -74,7 +75,7 @@ def trace_fields(t: TrajectoryLike, spans: list[SpanLike], experiment: str | Non
             messages.append({"role": "assistant", "content": reply if isinstance(reply, str) else str(outputs)})
         elif kind == "tool":
             text = outputs.get("text")
-            name = (s.attributes or {}).get("tool.name") or s.name
+            name = (s.attributes or {}).get(TOOL_NAME) or s.name
             messages.append({"role": "tool", "name": name, "tool_call_id": str(inputs.get("instance_id", s.id)),
                              "content": text if isinstance(text, str) else str(s.outputs)})  # fmt: skip
     metadata = {"trajectory_id": t.id, "step": t.step, "sample_index": t.sample_index, "rollout_n": t.rollout_n,
@@ -97,8 +98,8 @@ def _span(s: Any) -> dict[str, Any]:
     if s.status == "error":
         span["error"] = f"{s.error_type}: {s.error_message}"
     if kind == "llm":
-        prompt, completion = attrs.get("gen_ai.usage.input_tokens"), attrs.get("gen_ai.usage.output_tokens")
-        span["model"] = attrs.get("gen_ai.request.model") or "model"
+        prompt, completion = attrs.get(INPUT_TOKENS), attrs.get(OUTPUT_TOKENS)
+        span["model"] = attrs.get(REQUEST_MODEL) or "model"
         span["usage"] = {"prompt_tokens": prompt or 0, "completion_tokens": completion or 0,
                          "total_tokens": (prompt or 0) + (completion or 0)}  # fmt: skip
     return span

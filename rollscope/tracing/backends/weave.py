@@ -27,25 +27,18 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from rollscope.store import tokens
-from rollscope.store.chat import openai_messages, openai_reply
-from rollscope.store.records import TrajectoryRecord
-from rollscope.store.schema import TRAJECTORY_COLUMNS
-from rollscope.store.summary import COLUMNS as SUMMARY_COLUMNS
-from rollscope.store.summary import TrajectorySummary
-from rollscope.store.text import REPLAY, load_decoder, recorded_tokenizer
+from rollscope.semconv import INPUT_TOKENS, OUTPUT_TOKENS, REPLAY, REPLAY_OF, REQUEST_MODEL, REWARD_DETAILS
 from rollscope.tracing import wandb_run
 from rollscope.tracing._spool import destination_dir, spool_root
 from rollscope.tracing.backends.buffered import TrajectoryBackend
-from rollscope.tracing.backends.records import (
-    REWARD_DETAILS,
-    SpanLike,
-    in_start_order,
-    kind_of,
-    reward_details,
-    training_summary,
-)
+from rollscope.tracing.backends.records import SpanLike, in_start_order, kind_of, reward_details, training_summary
 from rollscope.tracing.spans import CODE_ATTRIBUTES, CODE_FILE, CODE_FUNCTION, CODE_LINE, Span, Trajectory
+from rollscope.trajectory import tokens
+from rollscope.trajectory.chat import openai_messages, openai_reply
+from rollscope.trajectory.records import TRAJECTORY_COLUMNS, TrajectoryRecord
+from rollscope.trajectory.summary import COLUMNS as SUMMARY_COLUMNS
+from rollscope.trajectory.summary import TrajectorySummary
+from rollscope.trajectory.text import load_decoder, recorded_tokenizer
 
 log = logging.getLogger("rollscope.tracing")
 TRAINING_FEEDBACK = "rollscope.training"  # the feedback type of a trajectory's training record
@@ -228,7 +221,7 @@ def stored_row(t: Any, spans: list[SpanLike]) -> dict[str, Any]:
             "rollout_n": t.rollout_n, "validate": bool(t.validate), "agent_name": t.agent_name, "status": t.status,
             "reward": t.reward, "start_ns": t.start_ns, "end_ns": t.end_ns, "error_type": t.error_type,
             "error_message": t.error_message, "attributes": attributes,
-            "replay_of": (t.attributes or {}).get("replay_of"),
+            "replay_of": (t.attributes or {}).get(REPLAY_OF),
             **dict(zip(SUMMARY_COLUMNS, summary.columns(), strict=True))}  # fmt: skip
 
 
@@ -279,12 +272,12 @@ def _defines(path: str, line: int, qualname: str) -> bool:
 
 def _usage(span: Any) -> dict[str, Any] | None:
     attrs = span.attributes or {}
-    prompt, completion = attrs.get("gen_ai.usage.input_tokens"), attrs.get("gen_ai.usage.output_tokens")
+    prompt, completion = attrs.get(INPUT_TOKENS), attrs.get(OUTPUT_TOKENS)
     if prompt is None and completion is None:
         return None
     prompt, completion = prompt or 0, completion or 0
     return {
-        attrs.get("gen_ai.request.model") or "model": {
+        attrs.get(REQUEST_MODEL) or "model": {
             "requests": 1,
             "prompt_tokens": prompt,
             "completion_tokens": completion,
@@ -437,8 +430,8 @@ def as_chat(s: SpanLike, inputs: Any, output: Any, decode: Any) -> tuple[Any, An
     finish = ("error" if s.status == "error" else "tool_calls" if "tool_calls" in message
               else "length" if stop == "length" else "stop")  # fmt: skip
     attrs = s.attributes or {}
-    prompt_tokens, completion_tokens = (attrs.get("gen_ai.usage.input_tokens") or 0,
-                                        attrs.get("gen_ai.usage.output_tokens") or 0)  # fmt: skip
+    prompt_tokens, completion_tokens = (attrs.get(INPUT_TOKENS) or 0,
+                                        attrs.get(OUTPUT_TOKENS) or 0)  # fmt: skip
     chat = {"choices": [{"index": 0, "message": message, "finish_reason": finish}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens}}  # fmt: skip

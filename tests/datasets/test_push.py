@@ -4,8 +4,8 @@ trace server: tests.engines), with no duplicate on a second push and a resume af
 import pytest
 
 from rollscope import tracing
+from rollscope.datasets.push import Ledger, ledger_key, push, weave_destination
 from rollscope.tracing.backends.weave import call_id
-from rollscope.tracing.push import Ledger, ledger_key, push, weave_destination
 from tests.engines import weave_calls
 
 

@@ -18,7 +18,7 @@ prevent a split; any re-tokenized export still differs there, so it is kept and 
 from the drift a template causes (``SPLIT_ONLY``).
 
 Rendering costs a few hundred microseconds, more than the rest of tracing a trajectory, so it is
-not done on the rollout's thread where it can be avoided: the loop puts a ``REQUEST`` (the
+not done on the rollout's thread where it can be avoided: the loop puts a ``RETOKENIZATION_REQUEST`` (the
 messages, the template, the tokens) on its run span, and the check runs where spans are shaped —
 the trace sidecar, or the exporter's thread (``check_request``) — as transformers'
 ``apply_chat_template`` would render and encode it.
@@ -36,11 +36,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from rollscope.store.summary import RETOKENIZATION, SPLIT_ONLY
+from rollscope.semconv import SPLIT_ONLY
 
-__all__ = ["REQUEST", "RETOKENIZATION", "SPLIT_ONLY", "check_request", "first_difference", "render", "tokenizer_file"]
+__all__ = ["check_request", "first_difference", "render", "tokenizer_file"]
 log = logging.getLogger("rollscope.tracing")
-REQUEST = "rollscope.retokenization.request"  # a run span's attribute until the check has run
 WINDOW = 8  # tokens shown on each side of the first difference
 
 
@@ -180,7 +179,7 @@ def tokenizer_file(backend: Any) -> str:
 
 
 def check_request(request: Any) -> dict[str, Any] | None:
-    """The drift of a ``REQUEST`` (``first_difference``), or None when it cannot be rendered here
+    """The drift of a ``RETOKENIZATION_REQUEST`` (``first_difference``), or None when it cannot be rendered here
     (a template error, a tokenizer that cannot be loaded): the same as the loop's own check."""
     try:
         return first_difference(list(request["sequence"]), render(request), decode=_decoder(request))

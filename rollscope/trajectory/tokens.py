@@ -12,9 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
-REDACTED_ID = -1  # no tokenizer has a negative id
-REDACTED_TOKENS = "rollscope.redacted_tokens"  # a span's attribute: how many of its token ids are REDACTED_ID
-REDACTED_TEXT = "[REDACTED]"
+from rollscope.semconv import REDACTED_ID, REDACTED_TEXT
 
 
 def count(ids: Any) -> int:

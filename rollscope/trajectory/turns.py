@@ -27,23 +27,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rollscope.store import tokens
-from rollscope.store.text import load_decoder
-
-BASE = "prompt_base"
-ADDED_IDS = "prompt_ids_added"
-ADDED_TEXT = "prompt_text_added"
-PROMPT_IDS = "prompt_ids"
-PROMPT_TEXT = "prompt_text"
-# On an llm span whose prompt was made whole: the turn it continues, how many of its tokens (and
-# characters of its text) come from there; a reader shows what follows them as what the turn added.
-CONTINUES = "rollscope.prompt_continues"
-# On an llm span whose prompt could not be made whole (the turn it continues is not in the trace).
-UNRESOLVED = "rollscope.prompt_unresolved"
+from rollscope.semconv import (
+    PROMPT_BASE,
+    PROMPT_CONTINUES,
+    PROMPT_IDS,
+    PROMPT_IDS_ADDED,
+    PROMPT_TEXT,
+    PROMPT_TEXT_ADDED,
+    PROMPT_UNRESOLVED,
+)
+from rollscope.trajectory import tokens
+from rollscope.trajectory.text import load_decoder
 
 
 def is_continuation(inputs: Any) -> bool:
-    return type(inputs) is dict and BASE in inputs
+    return type(inputs) is dict and PROMPT_BASE in inputs
 
 
 WINDOW = 8  # tokens before added ones that their text is decoded after: more than a character's bytes
@@ -67,12 +65,12 @@ def resolve_prompts(spans: list[Any], decoder: Callable[[str], Any] = load_decod
     """Makes the prompt of every continuing llm span among ``spans`` (one trajectory's, stored or
     live; anything with ``id``, ``kind``, ``inputs``, ``outputs`` and ``attributes``) whole, in
     place; returns how many could not be (the turn they continue is missing or was not recorded
-    as expected): those keep what they added, and say why under ``UNRESOLVED``. Linear in the
+    as expected): those keep what they added, and say why under ``PROMPT_UNRESOLVED``. Linear in the
     spans' tokens: each turn's prompt is built once, from its base's. ``decoder``: the tokenizer
     a continuation's text is decoded with where only its ids were stored (by name); without it
     here the prompt's ids are whole and its text absent, as with token2text off."""
     llm = {s.id: s for s in spans if s.kind == "llm" and type(s.inputs) is dict}
-    pending = [s for s in llm.values() if BASE in s.inputs]
+    pending = [s for s in llm.values() if PROMPT_BASE in s.inputs]
     if not pending:
         return 0
     whole: dict[str, tuple[list[int], str | None]] = {}  # span id -> its prompt ids and text, whole
@@ -80,9 +78,9 @@ def resolve_prompts(spans: list[Any], decoder: Callable[[str], Any] = load_decod
     for span in pending:
         chain = []  # the continuations from ``span`` down to a prompt already whole
         s: Any = span
-        while s is not None and BASE in s.inputs and s.id not in whole:
+        while s is not None and PROMPT_BASE in s.inputs and s.id not in whole:
             chain.append(s)
-            base = s.inputs[BASE]
+            base = s.inputs[PROMPT_BASE]
             s = llm.get(base.get("span")) if type(base) is dict else None
             if s is not None and s in chain:  # (a cycle: only a crafted store holds one)
                 s = None
@@ -90,23 +88,23 @@ def resolve_prompts(spans: list[Any], decoder: Callable[[str], Any] = load_decod
             problem = _make_whole(c, llm, whole, decoder)
             if problem is not None:
                 failed += 1
-                c.attributes = {**(c.attributes or {}), UNRESOLVED: problem}
+                c.attributes = {**(c.attributes or {}), PROMPT_UNRESOLVED: problem}
     return failed
 
 
 def _make_whole(span: Any, llm: dict[str, Any], whole: dict[str, tuple[list[int], str | None]],
                 decoder: Callable[[str], Any]) -> str | None:  # fmt: skip
     inputs = span.inputs
-    base = inputs.get(BASE)
-    added = inputs.get(ADDED_IDS)
+    base = inputs.get(PROMPT_BASE)
+    added = inputs.get(PROMPT_IDS_ADDED)
     if type(base) is not dict or type(added) is not list:
-        return f"a malformed {BASE}"
+        return f"a malformed {PROMPT_BASE}"
     source = llm.get(base.get("span"))
     if source is None:
         return f"the turn it continues ({str(base.get('span'))[:40]}) is not in the trace"
     if source.id in whole:
         ids, text = whole[source.id]
-    elif BASE not in source.inputs:
+    elif PROMPT_BASE not in source.inputs:
         ids, text = source.inputs.get(PROMPT_IDS), source.inputs.get(PROMPT_TEXT)
     else:
         return f"the turn it continues ({source.id}) could not be made whole"
@@ -117,7 +115,7 @@ def _make_whole(span: Any, llm: dict[str, Any], whole: dict[str, tuple[list[int]
     if type(reply_ids) is not list or len(reply_ids) < reply:
         return f"the turn it continues ({source.id}) does not hold the {reply} reply tokens it starts with"
     prompt = ids + reply_ids[:reply] + added
-    new_text = inputs.get(ADDED_TEXT)
+    new_text = inputs.get(PROMPT_TEXT_ADDED)
     cut = base.get("text_cut", 0)
     if new_text is None and base.get("text") == "ids" and isinstance(text, str):
         new_text, cut = _decoded(decoder, base.get("decoder"), ids, reply_ids[:reply] + added)
@@ -126,15 +124,15 @@ def _make_whole(span: Any, llm: dict[str, Any], whole: dict[str, tuple[list[int]
         full_text = text[: len(text) - cut] + new_text
     whole[span.id] = (prompt, full_text)
     shared = len(ids) + reply
-    span.attributes = {**(span.attributes or {}), CONTINUES: {
+    span.attributes = {**(span.attributes or {}), PROMPT_CONTINUES: {
         "span": source.id, "tokens": shared, "chars": len(text) - cut if full_text is not None else None}}
     rebuilt: dict[str, Any] = {}
     for key, value in inputs.items():  # the inputs as they were recorded whole, in their order
-        if key == BASE:
+        if key == PROMPT_BASE:
             rebuilt[PROMPT_IDS] = prompt
             if full_text is not None:
                 rebuilt[PROMPT_TEXT] = full_text
-        elif key not in (ADDED_IDS, ADDED_TEXT):
+        elif key not in (PROMPT_IDS_ADDED, PROMPT_TEXT_ADDED):
             rebuilt[key] = value
     span.inputs = rebuilt
     return None

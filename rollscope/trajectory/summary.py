@@ -23,14 +23,18 @@ from typing import Any
 
 import orjson
 
-from rollscope.store.records import ERROR_CHARS, TASK_CHARS, last_user_message
+from rollscope.semconv import (
+    ERROR_KIND,
+    OUTPUT_TOKENS,
+    RETOKENIZATION,
+    SPLIT_ONLY,
+    STOP,
+    TOOL_ERROR_PREFIX,
+    TOOL_NAME,
+    TURN_LIMIT,
+)
+from rollscope.trajectory.records import ERROR_CHARS, TASK_CHARS, last_user_message
 
-OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
-ERROR_KIND = "tool.error_kind"  # set where a tool call fails: malformed_call, unknown_tool, bad_arguments, ...
-TURN_LIMIT = "max_assistant_turns"  # an agent run's extra_fields["stop"] when it used every turn it had
-STOP = "rollscope.stop"  # a run span's attribute: why the loop stopped (TURN_LIMIT: ``record_turn_limit``)
-RETOKENIZATION = "rollscope.retokenization"  # a run span's attribute: its chat-template check
-SPLIT_ONLY = "split"  # that check's ``cause`` when the text is the template's and only its tokens differ
 _TAG = re.compile(r"<[^<>]{0,64}>")  # template and format tags: <answer>, </tool_call>, <|im_end|>
 _WORD = re.compile(r"\w")
 _WORDS = re.compile(r"\w+")
@@ -180,7 +184,7 @@ class TrajectorySummary:
     def _tool(self, span: Any, error: bool) -> None:
         self.tools += 1
         attributes = span.attributes or {}
-        name = attributes.get("tool.name") or span.name.removeprefix("tool_call_error.")
+        name = attributes.get(TOOL_NAME) or span.name.removeprefix(TOOL_ERROR_PREFIX)
         inputs = span.inputs if isinstance(span.inputs, dict) else {}
         arguments = inputs.get("parameters", inputs.get("arguments"))
         key = f"{name}\0{_canonical(arguments)}"

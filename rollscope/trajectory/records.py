@@ -6,9 +6,41 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollscope.semconv import WANDB_RUN
+
 TASK_CHARS = 200  # a trajectory's task as listed: the start of its last user message
 ERROR_CHARS = 200
-WANDB_RUN = "wandb.run"  # a trajectory's attribute: the W&B run it belongs to, "entity/project/run_id"
+# A stored trajectory's columns, in the order the store's table holds them.
+TRAJECTORY_COLUMNS = (
+    "id",
+    "project",
+    "experiment",
+    "step",
+    "sample_index",
+    "rollout_n",
+    "validate",
+    "agent_name",
+    "status",
+    "reward",
+    "start_ns",
+    "end_ns",
+    "num_spans",
+    "num_llm_calls",
+    "num_tool_calls",
+    "num_errors",
+    "num_tokens",
+    "num_tool_errors",
+    "error_type",
+    "error_message",
+    "attributes",
+    "num_truncated",
+    "num_repeated_calls",
+    "logprob_sum",
+    "logprob_count",
+    "answer_chars",
+    "turn_limit",
+    "replay_of",
+)
 
 
 def last_user_message(raw_prompt: Any) -> str | None:

@@ -16,12 +16,12 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rollscope.store import tokens
-from rollscope.store.records import TrajectoryRecord
+from rollscope.semconv import REPLAY
+from rollscope.trajectory import tokens
+from rollscope.trajectory.records import TrajectoryRecord
 
-log = logging.getLogger("rollscope.store")
+log = logging.getLogger("rollscope.trajectory")
 
-REPLAY = "rollscope.replay"  # the run span's attribute: what a replay rebuilds the loop from (its tokenizer too)
 
 
 def recorded_tokenizer(spans: Iterable[Any]) -> str | None:

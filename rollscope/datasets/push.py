@@ -18,9 +18,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Protocol
 
+from rollscope.semconv import UNREADABLE
 from rollscope.store import TraceStore
-from rollscope.store.records import TrajectoryRecord
-from rollscope.store.schema import UNREADABLE
+from rollscope.trajectory.records import TrajectoryRecord
 
 log = logging.getLogger("rollscope.push")
 
