@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from rollscope.store import TraceStore, tokens
+from rollscope.store import TraceStore
+from rollscope.trajectory import tokens
 from rollscope.trajectory.text import load_decoder
 from tests.agentloops.real_models import model_dir
 
