@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from rollscope import semconv
 from rollscope.store import TraceStore
 from rollscope.trajectory import tokens
 from rollscope.trajectory.text import load_decoder
@@ -65,8 +66,8 @@ def test_the_replys_tokens_carry_neither_secret_in_any_stored_form(run):
     first, second = [s for s in record.spans if s.kind == "llm"]
     ids = first.outputs["token_ids"]
     hidden = tokens.count(ids)
-    assert hidden and first.attributes[tokens.REDACTED_TOKENS] == hidden
-    assert not leaks(tokenizer.decode([t for t in ids if t != tokens.REDACTED_ID]))
+    assert hidden and first.attributes[semconv.REDACTED_TOKENS] == hidden
+    assert not leaks(tokenizer.decode([t for t in ids if t != semconv.REDACTED_ID]))
     assert not leaks(tokens.decode(tokenizer, ids)) and "[REDACTED]" in tokens.decode(tokenizer, ids)
     assert "61 * 16" in tokens.decode(tokenizer, ids)  # only the secrets' tokens
     # the next turn's prompt holds the reply: built on the stored one, it carries no secret either
@@ -88,7 +89,7 @@ def test_what_readers_and_exports_show_carries_neither(run):
         exported = rollscope("export", "--format", form, "--dir", str(root / "traces"), str(root / f"{form}.jsonl"))
         assert exported.returncode == 0, exported.stderr
         texts.append((root / f"{form}.jsonl").read_text())
-    assert all(not leaks(text) for text in texts) and str(tokens.REDACTED_ID) in texts[0]
+    assert all(not leaks(text) for text in texts) and str(semconv.REDACTED_ID) in texts[0]
     tokens_shown = rollscope("traces", "show", record.id, "--dir", str(root / "traces"), "--tokens")
     assert tokens_shown.returncode == 0 and not leaks(tokens_shown.stdout)
     hidden = tokens.count(next(s for s in record.spans if s.kind == "llm").outputs["token_ids"])

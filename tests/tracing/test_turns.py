@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rollscope import tracing
+from rollscope import semconv, tracing
 from rollscope.agentloops.llm_client import TracedLLMClient
 from rollscope.semconv import PROMPT_BASE, PROMPT_CONTINUES, PROMPT_IDS_ADDED, PROMPT_UNRESOLVED
 from rollscope.store.reader import TraceStore
@@ -187,14 +187,14 @@ def test_a_turns_text_is_stored_only_where_redaction_changed_it(trace_dir, qwen)
     spans = llm_spans(trace_dir)
     for turn, (span, prompt) in enumerate(zip(spans, passed, strict=True)):
         ids = span.inputs["prompt_ids"]
-        hidden = [i for i, token in enumerate(ids) if token == tokens.REDACTED_ID]
+        hidden = [i for i, token in enumerate(ids) if token == semconv.REDACTED_ID]
         assert len(ids) == len(prompt) and [t for i, t in enumerate(prompt) if i not in hidden] == [
-            t for t in ids if t != tokens.REDACTED_ID]
+            t for t in ids if t != semconv.REDACTED_ID]
         assert bool(hidden) == (turn >= 2) and secret not in tokens.decode(qwen, ids)
         if hidden:  # the secret's own tokens, and no more than the token before and after it
             assert hidden == list(range(hidden[0], hidden[-1] + 1)) and secret in qwen.decode(prompt[hidden[0]: hidden[-1] + 1])
             assert secret not in qwen.decode(prompt[hidden[0] + 1: hidden[-1] + 1]) + qwen.decode(prompt[hidden[0]: hidden[-1]])
-        assert span.attributes.get(tokens.REDACTED_TOKENS) == (len(hidden) if turn == 2 else None)
+        assert span.attributes.get(semconv.REDACTED_TOKENS) == (len(hidden) if turn == 2 else None)
     assert spans[1].inputs["prompt_text"] == qwen.decode(passed[1])
     for span, prompt in zip(spans[2:], passed[2:], strict=True):
         assert secret not in span.inputs["prompt_text"]
