@@ -25,8 +25,8 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--json")
     args = ap.parse_args()
+    from rollscope.analysis.insights import insights
     from rollscope.store import TraceStore
-    from rollscope.store.insights import insights
 
     with tempfile.TemporaryDirectory() as tmp:
         build_store_reported(args.spans, tmp)

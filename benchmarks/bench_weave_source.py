@@ -77,8 +77,8 @@ def timed(fn, runs: int) -> float:
 
 
 def measure(n: int, runs: int, tmp: Path) -> dict:
+    from rollscope.analysis.insights import insights
     from rollscope.sources import open_source
-    from rollscope.store.insights import insights
 
     directory, project = tmp / f"store-{n}", f"bench/run-{n}"
     build(n, directory)

@@ -1,4 +1,4 @@
-"""``rollscope insights``: what went wrong across a run, per experiment and step (``store.insights``)."""
+"""``rollscope insights``: what went wrong across a run, per experiment and step (``analysis.insights``)."""
 
 from __future__ import annotations
 
@@ -7,12 +7,12 @@ import dataclasses
 import json
 from typing import Any
 
+from rollscope.analysis.hacking import SIGNALS as HACKING
+from rollscope.analysis.insights import SIGNALS, ExperimentInsights, Signal, Thresholds, insights
+from rollscope.analysis.metric_changes import JUMP, MetricChange, metric_changes
 from rollscope.cli.args import add_dir, open_reader
 from rollscope.cli.render import console, escape
 from rollscope.sources.wandb_history import read_history
-from rollscope.store.hacking import SIGNALS as HACKING
-from rollscope.store.insights import SIGNALS, ExperimentInsights, Signal, Thresholds, insights
-from rollscope.store.metric_changes import JUMP, MetricChange, metric_changes
 
 
 def add_args(p: argparse.ArgumentParser) -> None:

@@ -10,10 +10,10 @@ from rich.markup import escape as _escape_markup
 from rich.table import Table
 from rich.tree import Tree
 
-from rollscope.store.diff import TrajectoryDiff, turn_text
-from rollscope.store.grpo import GroupMember
-from rollscope.store.history import PromptStep
+from rollscope.analysis.grpo import GroupMember
+from rollscope.analysis.history import PromptStep
 from rollscope.tracing.spans import STACKTRACE
+from rollscope.trajectory.diff import TrajectoryDiff, turn_text
 from rollscope.trajectory.records import SpanRecord, TrajectoryRecord
 from rollscope.viewer.chat import ground_truth
 from rollscope.viewer.tokens import retokenization, token_view, training_token_view

@@ -14,9 +14,9 @@ import sys
 import time
 from typing import Any, TextIO
 
+from rollscope.analysis.live import running
 from rollscope.cli.args import add_dir
 from rollscope.store import TraceStore
-from rollscope.store.live import running
 from rollscope.trajectory.records import TrajectoryRecord
 
 

@@ -172,8 +172,8 @@ def _add_group(p: argparse.ArgumentParser) -> None:
 
 def traces_group(args: argparse.Namespace) -> int:
     """One GRPO group per experiment that ran the sample at the step: advantages never mix runs."""
+    from rollscope.analysis.grpo import group_advantages
     from rollscope.cli.render import console, show_group
-    from rollscope.store.grpo import group_advantages
 
     sample = _sample(args.sample)
     with open_reader(args, step=args.step, sample_index=sample, experiment=args.experiment) as store:
@@ -204,8 +204,8 @@ def _add_prompt(p: argparse.ArgumentParser) -> None:
 
 def traces_prompt(args: argparse.Namespace) -> int:
     """One prompt across the steps it was drawn in: its group's reward, length, turns, advantages."""
+    from rollscope.analysis.history import prompt_history
     from rollscope.cli.render import console, show_history
-    from rollscope.store.history import prompt_history
 
     sample = _sample(args.sample)
     with open_reader(args, sample_index=sample, experiment=args.experiment) as store:
@@ -313,7 +313,7 @@ COMMANDS = {
 
 def _turn_json(llm: Any, tools: list[Any]) -> dict[str, Any]:
     """One side of a diff's turn: its LLM call's name and text, and its tool calls'."""
-    from rollscope.store.diff import turn_text
+    from rollscope.trajectory.diff import turn_text
 
     return {"name": None if llm is None else llm.name, "text": None if llm is None else turn_text(llm),
             "tool_calls": [{"name": t.name, "text": turn_text(t)} for t in tools]}

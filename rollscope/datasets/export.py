@@ -2,7 +2,7 @@
 JSONL), or the chat data a run yields (SFT: the best rollout of each group; DPO: best against
 worst of each group whose rewards differ).
 
-Streams one step's groups at a time (``store.grpo.step_groups``): memory stays flat however big the store.
+Streams one step's groups at a time (``store.groups.step_groups``): memory stays flat however big the store.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 from rollscope._extras import require
 from rollscope.datasets.rows import COLUMNS, TOKEN_COLUMNS, trajectory_row
 from rollscope.store import TraceStore
-from rollscope.store.grpo import step_groups
+from rollscope.store.groups import step_groups
 from rollscope.trajectory.records import TrajectoryRecord
 
 FORMATS = ("parquet", "hf", "jsonl", "sft", "dpo")

@@ -28,9 +28,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollscope._imports import import_function
+from rollscope.analysis.grpo import advantages
 from rollscope.datasets.rows import reward_inputs
 from rollscope.store import TraceStore, rescorings
-from rollscope.store.grpo import advantages, groups_by_step
+from rollscope.store.groups import groups_by_step
 from rollscope.store.rescorings import RescoredReward
 from rollscope.trajectory.records import TrajectoryRecord
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from rollscope.analysis.grpo import group_advantages
 from rollscope.semconv import REWARD_DETAILS
-from rollscope.store.grpo import group_advantages
 from rollscope.trajectory.records import SpanRecord, TrajectoryRecord
 from rollscope.trajectory.text import load_decoder, recorded_tokenizer, with_text
 

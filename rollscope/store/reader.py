@@ -274,7 +274,7 @@ class TraceStore:
         offset: int = 0,
     ) -> list[TrajectoryRecord]:
         """Trajectories matching every given filter, sorted, then sliced by offset/limit."""
-        where, params = _where(
+        where, params = where_clause(
             project=project, experiment=experiment, step=step, sample_index=sample_index,
             rollout_n=rollout_n, validate=validate, agent=agent, status=status,
             min_reward=min_reward, max_reward=max_reward, has_error=has_error, tool_error=tool_error,
@@ -303,9 +303,9 @@ class TraceStore:
         """A page over several databases: each one's first offset+limit sort keys (small tuples,
         sorted by SQLite), merged; whole rows are read only for the page itself."""
         keys = f"SELECT {', '.join(terms)} FROM trajectories{where} ORDER BY {order} LIMIT {int(limit) + int(offset)}"
-        streams: dict[Path, list[tuple]] = {}  # per shard: (*sort keys as _null_first tuples, shard); id last
+        streams: dict[Path, list[tuple]] = {}  # per shard: (*sort keys as null_first tuples, shard); id last
         for shard, row in self._query(keys, params, step):
-            streams.setdefault(shard, []).append((*map(_null_first, row), shard))
+            streams.setdefault(shard, []).append((*map(null_first, row), shard))
         merged = heapq.merge(*streams.values(), reverse=descending)
         page = list(itertools.islice(merged, offset, offset + limit))
         wanted: dict[Path, list[str]] = {}
@@ -320,7 +320,7 @@ class TraceStore:
         return [found[(shard, tid[2])] for *_, tid, shard in page]
 
     def count(self, **filters: Any) -> int:
-        where, params = _where(**filters)
+        where, params = where_clause(**filters)
         rows = self._query(f"SELECT COUNT(*) FROM trajectories{where}", params, filters.get("step"))
         return sum(r[0] for _, r in rows)
 
@@ -328,7 +328,7 @@ class TraceStore:
         """Per-step aggregates of the matching trajectories, one series per experiment (steps of
         different runs are different steps): one indexed GROUP BY per shard. Replays are left
         out unless ``replays=True``."""
-        where, params = _where(**{"replays": False, **filters})
+        where, params = where_clause(**{"replays": False, **filters})
         sql = ("SELECT project, experiment, step, COUNT(*), COUNT(reward), TOTAL(reward), TOTAL(num_tool_calls), "
                "TOTAL(num_errors > 0), TOTAL(num_llm_calls), TOTAL(num_tokens) "
                f"FROM trajectories{where} GROUP BY project, experiment, step")  # fmt: skip
@@ -340,13 +340,13 @@ class TraceStore:
         return [StepStats(step, int(n), int(rewarded), total, int(tools), int(errors), int(llm), int(tokens),
                           project, experiment)
                 for (project, experiment, step), (n, rewarded, total, tools, errors, llm, tokens) in
-                sorted(merged.items(), key=lambda kv: (_null_first(kv[0][0]), _null_first(kv[0][1]),
-                                                       _null_first(kv[0][2])))]  # fmt: skip
+                sorted(merged.items(), key=lambda kv: (null_first(kv[0][0]), null_first(kv[0][1]),
+                                                       null_first(kv[0][2])))]  # fmt: skip
 
     def experiments(self) -> list[tuple[str | None, str | None]]:
         """Every (project, experiment) in the store, sorted."""
         found = {tuple(row) for row in self._unchanged("SELECT DISTINCT project, experiment FROM trajectories")}
-        return sorted(found, key=lambda pe: (_null_first(pe[0]), _null_first(pe[1])))
+        return sorted(found, key=lambda pe: (null_first(pe[0]), null_first(pe[1])))
 
     def total(self) -> int:
         """How many trajectories the store holds (``count()`` without filters)."""
@@ -392,7 +392,7 @@ class TraceStore:
         return list(by_run.values())
 
     def diff(self, a: str | TrajectoryRecord, b: str | TrajectoryRecord) -> Any:
-        from rollscope.store.diff import diff_trajectories
+        from rollscope.trajectory.diff import diff_trajectories
 
         left = a if isinstance(a, TrajectoryRecord) else self.get(a)
         right = b if isinstance(b, TrajectoryRecord) else self.get(b)
@@ -444,7 +444,7 @@ class TraceStore:
         where = " WHERE " + " AND ".join(clauses) if clauses else ""
         columns = TRAINING_COLUMNS if values else (*TRAINING_COLUMNS[:-1], "NULL")
         rows = self._query(f"SELECT {', '.join(columns)} FROM training{where}", params, cached=not values)
-        found = sorted((_training(row) for _, row in rows), key=lambda r: (_null_first(r.step), r.trajectory_id))
+        found = sorted((_training(row) for _, row in rows), key=lambda r: (null_first(r.step), r.trajectory_id))
         return found
 
     def _record(self, shard: Path, row: tuple) -> TrajectoryRecord:
@@ -513,7 +513,9 @@ def _attributes(raw: Any) -> tuple[dict[str, Any], str | None]:
 _RUN = f"json_extract(attributes, '$.\"{WANDB_RUN}\"')"
 
 
-def _where(**filters: Any) -> tuple[str, list[Any]]:
+def where_clause(**filters: Any) -> tuple[str, list[Any]]:
+    """The SQL ``WHERE`` clause (and its parameters) selecting the trajectories ``filters`` name:
+    the filters of ``TraceStore.trajectories`` and ``traces ls``, for a query of one's own."""
     clauses: list[str] = []
     params: list[Any] = []
     # filter name -> column
@@ -551,13 +553,13 @@ def _where(**filters: Any) -> tuple[str, list[Any]]:
     return (" WHERE " + " AND ".join(clauses) if clauses else ""), params
 
 
-def _null_first(v: Any) -> tuple:
+def null_first(v: Any) -> tuple:
     """A Python sort key ordering values as SQLite does: NULL, then numbers, then text."""
     return (v is not None, isinstance(v, str), v if v is not None else 0)
 
 
 def _null_first_key(values: tuple) -> tuple:
-    return tuple(map(_null_first, values))
+    return tuple(map(null_first, values))
 
 
 def _record_key(r: TrajectoryRecord, order_by: str) -> tuple:

@@ -26,7 +26,7 @@ from typing import Any
 
 from rollscope.store import rescorings
 from rollscope.store.compaction import compact
-from rollscope.store.grpo import groups_by_step
+from rollscope.store.groups import groups_by_step
 from rollscope.store.reader import TraceStore
 from rollscope.store.schema import SHARD_SUFFIX
 from rollscope.store.segments import is_segmented

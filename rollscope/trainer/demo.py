@@ -106,7 +106,7 @@ def hacks(store: TraceStore, experiment: str) -> dict[int, tuple[float, float, f
 def show_hack(trace_dir: Path, experiment: str) -> None:
     """Rescore the loophole run with the honest reward (``rollscope rescore``, a process of its
     own), then print what each step did and what insights found."""
-    from rollscope.store.insights import insights
+    from rollscope.analysis.insights import insights
 
     honest = "rollscope.bundled.rewards:exact_number"
     subprocess.run([sys.executable, "-m", "rollscope.cli", "rescore", "--dir", str(trace_dir), "--experiment",

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 from markupsafe import Markup, escape
 
-from rollscope.store.diff import turn_text
 from rollscope.trajectory.chat import Message, messages, reply_text
+from rollscope.trajectory.diff import turn_text
 from rollscope.trajectory.records import SpanRecord, TrajectoryRecord
 
 # Special tokens left in a message's text (a BOS, an end-of-text, ``<|eot_id|>``, a tool-call tag):

@@ -18,16 +18,16 @@ from urllib.parse import parse_qs, quote, urlencode, urlsplit
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from rollscope.analysis.grpo import advantages, group_advantages
+from rollscope.analysis.history import prompt_history
+from rollscope.analysis.insights import SIGNALS, Signal, Thresholds, insights
+from rollscope.analysis.live import running
+from rollscope.analysis.metric_changes import metric_changes
 from rollscope.sources import TraceSource, open_source
 from rollscope.sources.wandb_history import HistoryError, RunHistory, read_history
 from rollscope.store import rescorings
-from rollscope.store.diff import turn_text, turns_of, without_ids
-from rollscope.store.grpo import advantages, group_advantages
-from rollscope.store.history import prompt_history
-from rollscope.store.insights import SIGNALS, Signal, Thresholds, insights
-from rollscope.store.live import running
-from rollscope.store.metric_changes import metric_changes
 from rollscope.store.reader import ORDERS
+from rollscope.trajectory.diff import turn_text, turns_of, without_ids
 from rollscope.trajectory.text import with_text
 from rollscope.viewer.charts import Chart, charts, distribution, series_charts, sparkline
 from rollscope.viewer.chat import ground_truth, turns, with_markers

@@ -21,7 +21,7 @@ from rollscope.semconv import (
     TOOL_SCHEMAS,
     UNREADABLE,
 )
-from rollscope.store.diff import turn_text
+from rollscope.trajectory.diff import turn_text
 from rollscope.trajectory.records import SpanRecord, TrajectoryRecord, last_user_message
 
 

@@ -52,7 +52,7 @@ def test_make_demo_succeeds_as_insights_judge_it(tmp_path):
     """`make demo`'s command (greedy decoding: the run is the same every time), judged as the
     issue of a newcomer's first run asks: mean reward >= 0.75, no reply cut, at most one failed
     tool call."""
-    from rollscope.store.insights import insights
+    from rollscope.analysis.insights import insights
 
     result = rollscope("run", "gsm8k-calculator", "--limit", "8", "--trace-dir", str(tmp_path / "t"), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-2000:]

@@ -5,8 +5,8 @@ shard."""
 import sqlite3
 
 from rollscope import tracing
+from rollscope.analysis.insights import insights
 from rollscope.store import TraceStore
-from rollscope.store.insights import insights
 from rollscope.store.schema import ADDED_COLUMNS
 
 

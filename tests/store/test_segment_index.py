@@ -3,9 +3,9 @@ segment does: over writers' segments, a trainer's records, a live view, then new
 compaction seen by the same reader."""
 
 from rollscope import tracing
+from rollscope.analysis.insights import insights
 from rollscope.store import TraceStore
 from rollscope.store.compaction import compact
-from rollscope.store.insights import insights
 from rollscope.store.segments import LIVE
 
 

@@ -312,7 +312,7 @@ def test_mlflow_traces_carry_the_training_record_as_tags(run, stored):
 
 
 def test_insights_count_the_groups_training_learned_nothing_from(run):
-    from rollscope.store.insights import insights
+    from rollscope.analysis.insights import insights
 
     store = TraceStore(run.trace_dir)
     [found] = insights(store)

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
+from rollscope.analysis.history import prompt_history
+from rollscope.analysis.insights import insights
 from rollscope.cli import main
 from rollscope.store import TraceStore
-from rollscope.store.history import prompt_history
-from rollscope.store.insights import insights
 from rollscope.viewer.server import Viewer
 
 

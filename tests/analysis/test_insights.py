@@ -1,5 +1,5 @@
 """`rollscope insights` over a run designed to trigger each signal a known number of times
-(tests/store/scenario.py), and a clean run that triggers none: exact counts, and example ids that
+(tests/analysis/scenario.py), and a clean run that triggers none: exact counts, and example ids that
 match what the spans themselves show."""
 
 import json
@@ -8,9 +8,9 @@ import sys
 
 import pytest
 
+from rollscope.analysis.insights import Thresholds, insights
 from rollscope.store import TraceStore
-from rollscope.store.insights import Thresholds, insights
-from tests.store.scenario import CLEAN, SCRIPTS, record
+from tests.analysis.scenario import CLEAN, SCRIPTS, record
 
 
 @pytest.fixture(scope="module")

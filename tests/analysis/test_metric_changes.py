@@ -1,5 +1,5 @@
-"""A training run's W&B metrics beside the signals (``store.metric_changes``, ``rollscope insights
---wandb-run``): the scenario run's signals (tests/store/scenario.py) and a run wandb itself logged
+"""A training run's W&B metrics beside the signals (``analysis.metric_changes``, ``rollscope insights
+--wandb-run``): the scenario run's signals (tests/analysis/scenario.py) and a run wandb itself logged
 offline, with entropy collapsing at step 1 and the score rising steadily."""
 
 import json
@@ -9,10 +9,10 @@ import sys
 
 import pytest
 
+from rollscope.analysis.insights import insights
+from rollscope.analysis.metric_changes import metric_changes
 from rollscope.store import TraceStore
-from rollscope.store.insights import insights
-from rollscope.store.metric_changes import metric_changes
-from tests.store.scenario import SCRIPTS, record
+from tests.analysis.scenario import SCRIPTS, record
 
 ENTROPY = {0: 0.9, 1: 0.4, 2: 0.39, 3: 0.38, 4: 0.37}  # collapses at step 1, then drifts by 0.01
 SCORE = {0: 0.1, 1: 0.12, 2: 0.14, 3: 0.16, 4: 0.18}  # rises by 0.02 a step: never a jump

@@ -28,8 +28,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from rollscope.store.reader import _null_first
-from rollscope.store.signal import EXAMPLES, Signal
+from rollscope.analysis.signal import EXAMPLES, Signal
+from rollscope.store.reader import null_first
 
 _EPS = 1e-9
 
@@ -66,7 +66,7 @@ SIGNALS: dict[str, tuple[str, str]] = {
 def hacking_signals(store: Any, where: str, params: list, steps: dict[tuple, list], th: Any,
                     training: dict[tuple, dict[Any, list]], check: str | None = None) -> dict[tuple, list]:  # fmt: skip
     """(project, experiment) -> its hacking ``Signal``\\ s, for the runs in ``steps`` (run -> its steps
-    in order). ``where``/``params`` select the trajectories (``reader._where``); ``training`` holds
+    in order). ``where``/``params`` select the trajectories (``reader.where_clause``); ``training`` holds
     the training records by run and step; ``check`` names a rescoring to compare the reward with."""
     per_step = store.aggregate(_STEP_SQL.format(where=where), params, _sum_rows(len(_STEP_FIELDS)))
     answers = store.aggregate(_ANSWER_SQL.format(where=where, and_=" AND " if where else " WHERE "), params,
@@ -297,7 +297,7 @@ def _entropy(steps: dict[Any, list], th: Any, rising: dict[Any, bool]) -> list:
     """From the training records: each step's mean of their ``entropy_mean`` against the first
     steps'. A fall is flagged only at a step whose reward did not rise with it (``rising``): a
     policy growing sure of what the reward pays is converging, not collapsing."""
-    ordered = sorted((s for s in steps if any(r.entropy_mean is not None for r in steps[s])), key=_null_first)
+    ordered = sorted((s for s in steps if any(r.entropy_mean is not None for r in steps[s])), key=null_first)
     if not ordered:
         return []
 

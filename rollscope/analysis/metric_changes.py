@@ -13,7 +13,7 @@ import itertools
 import statistics
 from dataclasses import asdict, dataclass
 
-from rollscope.store.insights import ExperimentInsights
+from rollscope.analysis.insights import ExperimentInsights
 
 JUMP = 3.0  # a change this many times the metric's usual change is a jump
 

@@ -94,7 +94,7 @@ def record(trace_dir: Path, model_dir: Path, *, experiment: str, scripts: dict, 
     for step in steps:
         config = load_config("gsm8k-calculator", [
             f"dataset={data}", "n=2", f"step={step}", f"experiment={experiment}", f"trace_dir={trace_dir}",
-            "reward=tests.store.scenario:leaky_reward", "sampling.max_tokens=40", "multi_turn.max_assistant_turns=3",
+            "reward=tests.analysis.scenario:leaky_reward", "sampling.max_tokens=40", "multi_turn.max_assistant_turns=3",
         ])  # fmt: skip
         runner = Runner(config, llm=ScenarioLLM(tokenizer, scripts), tokenizer=tokenizer)
         runner.setup()

@@ -1,4 +1,4 @@
-"""One insight signal at one step: what ``store.insights`` and ``store.hacking`` report."""
+"""One insight signal at one step: what ``analysis.insights`` and ``analysis.hacking`` report."""
 
 from __future__ import annotations
 

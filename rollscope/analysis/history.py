@@ -12,7 +12,7 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollscope.store.reader import TraceStore, _null_first
+from rollscope.store.reader import TraceStore, null_first
 
 
 @dataclass
@@ -53,7 +53,7 @@ def prompt_history(store: TraceStore, sample_index: Any, *, experiment: str | No
         by_step.setdefault((r.project, r.experiment, r.step), []).append(r)
     training = {t.trajectory_id: t for t in store.training_records(project=project, experiment=experiment)}
     out = []
-    for (proj, exp, step), group in sorted(by_step.items(), key=lambda kv: tuple(map(_null_first, kv[0]))):
+    for (proj, exp, step), group in sorted(by_step.items(), key=lambda kv: tuple(map(null_first, kv[0]))):
         rewards = [r.reward for r in group if r.reward is not None]
         joined = [training[r.id] for r in group if r.id in training]
         n = len(group)

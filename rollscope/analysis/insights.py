@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollscope.store.hacking import SIGNALS as HACKING_SIGNALS
-from rollscope.store.hacking import hacking_signals
-from rollscope.store.reader import TraceStore, _null_first, _where
-from rollscope.store.signal import EXAMPLES, Signal
+from rollscope.analysis.hacking import SIGNALS as HACKING_SIGNALS
+from rollscope.analysis.hacking import hacking_signals
+from rollscope.analysis.signal import EXAMPLES, Signal
+from rollscope.store.reader import TraceStore, null_first, where_clause
 
 
 @dataclass
@@ -38,7 +38,7 @@ class Thresholds:
     min_group: int = 2  # rewarded rollouts a sample needs to count as a GRPO group
     baseline_steps: int = 3  # the first steps of a run, the baseline of the drift signals
     answer_chars: int = 1  # fewer word characters than this (tags removed): an empty answer
-    # reward hacking (``store.hacking``)
+    # reward hacking (``analysis.hacking``)
     check_gap: float = 0.1  # rise of the share of trajectories the reward pays more than the check does
     answer_growth: float = 0.5  # relative rise of the mean final-answer length, with the reward rising
     reward_rise: float = 0.1  # rise of the mean reward against the baseline steps that counts as rising
@@ -152,7 +152,7 @@ def insights(store: TraceStore, *, experiment: str | None = None, project: str |
     Replays (``rollscope replay``) are left out unless ``replays``. ``check`` names a rescoring
     (``rollscope rescore``) the reward is compared with, for ``reward_vs_check``."""
     th = thresholds or Thresholds()
-    where, params = _where(project=project, experiment=experiment, validate=validate,
+    where, params = where_clause(project=project, experiment=experiment, validate=validate,
                            replays=None if replays else False)  # fmt: skip
     first, last = steps
     if first is not None:
@@ -170,7 +170,7 @@ def insights(store: TraceStore, *, experiment: str | None = None, project: str |
     hacking = hacking_signals(store, where, params, {run: list(rows) for run, rows in per_step.items()}, th,
                               training, check)  # fmt: skip
     out = []
-    for run in sorted(per_step, key=lambda pe: (_null_first(pe[0]), _null_first(pe[1]))):
+    for run in sorted(per_step, key=lambda pe: (null_first(pe[0]), null_first(pe[1]))):
         rows = per_step[run]
         signals: list[Signal] = []
         uses_tools = any(r["tool_calls"] for r in rows.values())
@@ -248,7 +248,7 @@ def _merge_steps(rows: list[tuple]) -> dict[tuple, dict[Any, dict]]:
         for i, signal in enumerate(_PREDICATES):
             ids = acc["examples"].setdefault(signal, set())
             ids.update(x for x in found[2 * i : 2 * i + 2] if x is not None)
-    return {run: dict(sorted(steps.items(), key=lambda kv: _null_first(kv[0]))) for run, steps in runs.items()}
+    return {run: dict(sorted(steps.items(), key=lambda kv: null_first(kv[0]))) for run, steps in runs.items()}
 
 
 def _groups(store: TraceStore, where: str, params: list) -> dict[tuple, list[tuple]]:
@@ -332,7 +332,7 @@ def _drift(rows: dict[Any, dict], th: Thresholds) -> list[Signal]:
 def _training_signals(steps: dict[Any, list], th: Thresholds) -> list[Signal]:
     """The signals of what the trainer did, per trainer step, from the training records' columns."""
     signals = []
-    for step in sorted(steps, key=_null_first):
+    for step in sorted(steps, key=null_first):
         records = steps[step]
         compared = [r for r in records if r.logprob_delta_max is not None]
         bad = sorted(compared, key=lambda r: -r.logprob_delta_max)

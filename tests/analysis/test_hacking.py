@@ -1,4 +1,4 @@
-"""Reward-hacking signals (``store.hacking``) on runs recorded through rollscope's tracing: a run
+"""Reward-hacking signals (``analysis.hacking``) on runs recorded through rollscope's tracing: a run
 whose reward has a loophole (any mention of the right number pays, so answers start listing
 candidates from step 4), an honest run whose reward rises as the answers get right, and runs that
 collapse to one answer, repeat themselves, win through one reward term, lose their entropy. Each
@@ -9,9 +9,9 @@ import json
 import pytest
 
 from rollscope import tracing
+from rollscope.analysis.insights import insights
 from rollscope.cli import main
 from rollscope.store import TraceStore
-from rollscope.store.insights import insights
 
 STEPS, PROMPTS, ROLLOUTS = 8, 4, 4
 HACK_FROM = 4  # the loophole run: from this step on, 3 of 4 rollouts list candidates
@@ -95,7 +95,7 @@ def test_the_loophole_is_flagged_from_the_step_it_opens_with_the_hacks_as_exampl
 
 def test_an_honest_run_learning_flags_no_hacking(hacked):
     [run] = insights(TraceStore(hacked), experiment="honest", check="exact")
-    from rollscope.store.hacking import SIGNALS
+    from rollscope.analysis.hacking import SIGNALS
 
     rising = [s.detail["reward_change"] for s in run.of("answer_length_with_reward")]
     assert rising[-1] > 0.5  # the reward rose by more than half
