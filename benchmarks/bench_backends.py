@@ -2,7 +2,7 @@
 (what a rollout pays) and end-to-end throughput (spans per second until the backend confirmed).
 
   local   the embedded store
-  weave   the real weave client into an in-process trace server (rollscope.testing.weave_server)
+  weave   the real weave client into an in-process trace server (tests.doubles.weave_server)
   mlflow  a real SQLite MLflow tracking store
   otel    OTLP http/protobuf to a local receiver (a thread here that reads and discards)
 
@@ -18,11 +18,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import tempfile
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: its test doubles (tests/doubles)
 
 from fresh import run_fresh
 
@@ -53,7 +56,7 @@ def one(backend: str, n: int) -> dict:
     options: dict = {"trace_dir": f"{tmp}/traces"} if backend == "local" else {}
     client = None
     if backend == "weave":
-        from rollscope.testing.weave_server import InMemoryTraceServer, make_client
+        from tests.doubles.weave_server import InMemoryTraceServer, make_client
 
         client = make_client(InMemoryTraceServer(), project="bench")
     elif backend == "mlflow":

@@ -4,7 +4,7 @@ local store must still get every trajectory).
 
 The runner runs the gsm8k-calculator loop (calculator call, answer) over 1,000 trajectories, 64 at
 a time, with ScriptedLLM (a test double) answering instantly or after 200 ms per turn. The faulty
-backends are the test doubles from ``rollscope.testing.register_fault_backends``. Each (setting,
+backends are the test doubles from ``tests.doubles.fault_backends.register_fault_backends``. Each (setting,
 round, variant) in a fresh interpreter; medians over rounds.
 
 usage: python benchmarks/bench_faults.py [--trajectories 1000] [--rounds 3] [--latency-ms 0,200] [--json OUT]
@@ -23,6 +23,7 @@ from pathlib import Path
 
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: its test doubles (tests/doubles)
 from bench_runner import run_rounds, scripted_runner, variant_cli  # a sibling script, not a package
 
 VARIANTS = ["off", "local", "local,fault-down", "local,fault-slow", "local,fault-raising"]
@@ -31,7 +32,7 @@ VARIANTS = ["off", "local", "local,fault-down", "local,fault-slow", "local,fault
 def one_variant(variant: str, n: int, latency_s: float) -> dict:
     from rollscope import tracing
     from rollscope.store import TraceStore
-    from rollscope.testing import register_fault_backends
+    from tests.doubles.fault_backends import register_fault_backends
 
     register_fault_backends(delay_s=5.0)
     runner, jobs, trace_dir = scripted_runner(n, latency_s)

@@ -22,8 +22,12 @@ import asyncio
 import json
 import os
 import statistics
+import sys
 import tempfile
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: its test doubles (tests/doubles)
 
 from fresh import run_fresh
 
@@ -32,7 +36,7 @@ os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
 from verl.utils import rollout_trace as vt
 
 from rollscope import tracing
-from rollscope.testing.weave_server import InMemoryTraceServer, make_client
+from tests.doubles.weave_server import InMemoryTraceServer, make_client
 
 
 class Plain:

@@ -4,7 +4,7 @@ Trajectories as verl's tool loop makes them: a run span, 3 LLM turns (300 prompt
 ids with log-probs, as a verl TokenOutput), 2 tool calls; 7 Weave calls each (root + 6).
 
 Throughput, end to end until the backend's client confirmed (``flush``), into the in-process
-trace server (``rollscope.testing.weave_server``; the weave client is the real one):
+trace server (``tests.doubles.weave_server``; the weave client is the real one):
   calls    rollscope's weave backend: complete call records to the client's trace server
   client   the same trajectories through the weave client's ``create_call``/``finish_call`` (the
            way rollscope's backend wrote them before, and how verl's own decorator writes)
@@ -37,6 +37,8 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # the repository: its test doubles (tests/doubles)
+
 from fresh import run_fresh
 
 os.environ.setdefault("WANDB_ERROR_REPORTING", "false")
@@ -61,7 +63,8 @@ sys.stdin.read()
 
 
 def _serve(args: list[str]) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                            cwd=Path(__file__).resolve().parent.parent)  # (the repository: -m finds tests.doubles)
     return proc, proc.stdout.readline().strip()
 
 
@@ -120,7 +123,7 @@ def one(variant: str, n: int) -> dict:
     options: dict = {"trace_dir": f"{tmp}/traces"}
     client = server = None
     if variant in ("calls", "client"):
-        from rollscope.testing.weave_server import InMemoryTraceServer, make_client
+        from tests.doubles.weave_server import InMemoryTraceServer, make_client
 
         if variant == "client":
             _register_client_path()
@@ -129,7 +132,7 @@ def one(variant: str, n: int) -> dict:
         backend = "weave" if variant == "calls" else "weave-client-path"
         options = {"weave_client": client}
     elif variant in ("local+weave", "burst", "burst-memory"):
-        proc, url = _serve(["-m", "rollscope.testing.weave_server"])
+        proc, url = _serve(["-m", "tests.doubles.weave_server"])
         servers.append(proc)
         if variant == "burst-memory":
             os.environ["ROLLSCOPE_SPOOL_DIR"] = "/dev/null/no-spool"

@@ -1,10 +1,10 @@
-"""The ``wandb`` fixture: W&B's HTTP endpoints on 127.0.0.1 (``rollscope.testing.weave_server.WandbStandIn``),
+"""The ``wandb`` fixture: W&B's HTTP endpoints on 127.0.0.1 (``tests.doubles.weave_server.WandbStandIn``),
 with the environment pointing the real weave client and ``weave.init`` at them, here and in the
 trace sidecar."""
 
 import pytest
 
-from rollscope.testing.weave_server import WandbStandIn
+from tests.doubles.weave_server import WandbStandIn
 
 
 @pytest.fixture

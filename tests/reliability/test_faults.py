@@ -12,7 +12,8 @@ from rollscope.llm import ScriptedLLM
 from rollscope.runner.config import load_config
 from rollscope.runner.runner import Runner
 from rollscope.store import TraceStore
-from rollscope.testing import make_model_dir, register_fault_backends
+from rollscope.testing import make_model_dir
+from tests.doubles.fault_backends import register_fault_backends
 
 pytestmark = pytest.mark.slow
 REPLIES = ['<tool_call>{"name": "calculator", "arguments": {"expression": "61 * 16"}}</tool_call>', "The answer is 976."]

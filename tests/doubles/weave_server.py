@@ -1,6 +1,6 @@
 """Test doubles of W&B's servers for the real weave client (no W&B account, no network), for tests
 and benchmarks: an in-process Weave trace server, and a stand-in of W&B's HTTP endpoints on
-127.0.0.1 (``python -m rollscope.testing.weave_server`` serves one in its own process and prints its URL).
+127.0.0.1 (``python -m tests.doubles.weave_server`` serves one in its own process and prints its URL).
 
 Used as the anchor in benchmarks: verl's own ``rollout_trace_op`` with the weave backend, recording
 through the real ``WeaveClient`` into this server. It stores what it is sent, so the benchmark can
