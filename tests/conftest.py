@@ -190,7 +190,7 @@ def shared_model(tmp_path_factory, name: str, **options) -> Path:
     """The training demo's warm-started model (``demo_task.build_model(**options)``, a minute or more
     of training on a busy machine), built once per test session in a folder xdist's workers share:
     the first to take the lock builds it, the others find it built."""
-    from rollscope.trainer import demo_task
+    from rollscope.cpu import demo_task
 
     folder = tmp_path_factory.getbasetemp().parent / name
     with open(folder.with_suffix(".lock"), "w") as lock:
@@ -202,7 +202,7 @@ def shared_model(tmp_path_factory, name: str, **options) -> Path:
 def engine_model(tmp_path_factory):
     """The model the engines (vLLM, SGLang) serve: the training demo's, with heads vLLM's CPU
     attention takes (32 wide), half its demonstrations calling the calculator."""
-    from rollscope.trainer import demo_task
+    from rollscope.cpu import demo_task
 
     return shared_model(tmp_path_factory, "engine-model", tool_share=0.5, sizes=demo_task.ENGINE_MODEL_SIZES)
 
@@ -225,3 +225,10 @@ def sglang_server(tmp_path_factory, engine_model):
     server = SGLangServer(engine_model, tmp_path_factory.mktemp("sglang-server") / "server.log")
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def demo_model(tmp_path_factory):
+    """The training demo's warm-started model, with half its demonstrations calling the
+    calculator: every run of a few trajectories has tool calls in it."""
+    return shared_model(tmp_path_factory, "demo-model", tool_share=0.5)

@@ -1,6 +1,6 @@
 """verl's and MLflow's internals, read in one place (``rollscope._verl``): one contract per
 internal, each failing with the verl version and the internal that moved; and nothing outside that
-module (and the CPU platform's own registrations, ``rollscope.trainer.cpu``) reaches them.
+module (and the CPU platform's own registrations, ``rollscope.cpu``) reaches them.
 
 import-linter sees an external package whole (``verl``), not its modules, so the second half is
 checked here, over every module's source: its imports (ast) and the private names it spells."""

@@ -1,6 +1,7 @@
-"""verl's own trainer (``python -m verl.trainer.main_ppo``) without a GPU, and the training demo.
+"""verl's trainer, joined to the traces: what every training job verl starts runs, on any hardware.
 
-``cpu`` is the plugin verl loads in every process (``VERL_USE_EXTERNAL_MODULES=rollscope.trainer.cpu.plugin``):
-a CPU platform and a CPU rollout server behind verl's own plugin points. ``launch`` builds the
-environment and overrides that run ``main_ppo`` with it; ``demo`` is ``make demo-train``.
+``verl_hook`` is loaded by verl on its driver (the ``verl.plugins`` entry point): it wraps the
+trainer's step so that what training did with each trajectory (``training_record``: its advantage,
+log-probs, entropy and loss mask, token by token) is stored beside it, and ties the run's W&B run to
+its traces. Running verl without a GPU is apart, in ``rollscope.cpu``.
 """

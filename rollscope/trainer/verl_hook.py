@@ -25,18 +25,16 @@ through rollscope's tracing, started from verl's own ``trace.*`` keys in this pr
 from __future__ import annotations
 
 import functools
-import importlib.abc
-import importlib.util
 import logging
 import os
 import queue
-import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from rollscope import _verl
+from rollscope._import_hooks import after_import
 
 log = logging.getLogger("rollscope.trainer")
 
@@ -338,41 +336,21 @@ def patch_tracking(module: Any) -> None:
 _PATCHES = {_V0: patch_v0, _V1: patch_v1, _verl.TRACKING: patch_tracking}
 
 
-class _PatchOnImport(importlib.abc.MetaPathFinder):
-    """Wraps a trainer module once it has been executed (no verl module is imported early)."""
-
-    def find_spec(self, name: str, path: Any = None, target: Any = None) -> Any:
-        patch = _PATCHES.get(name)
-        if patch is None:
-            return None
-        sys.meta_path.remove(self)  # find the real spec without finding ourselves
+def _guarded(name: str, patch: Callable[[Any], None]) -> Callable[[Any], None]:
+    def patch_or_warn(module: Any) -> None:
         try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            sys.meta_path.insert(0, self)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        exec_module = spec.loader.exec_module
+            patch(module)
+        except Exception as exc:  # a verl whose trainer looks different: training as it was
+            log.warning("rollscope: verl's trainer (%s) not joined: %s", name, exc)
 
-        def exec_and_patch(module: Any) -> None:
-            exec_module(module)
-            try:
-                patch(module)
-            except Exception as exc:  # a verl whose trainer looks different: training as it was
-                log.warning("rollscope: verl's trainer (%s) not joined: %s", name, exc)
-
-        spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]
-        return spec
+    return patch_or_warn
 
 
 def install() -> None:
     """Join verl's trainer in this process: now for a trainer module already imported, on import
-    for the others. Idempotent."""
+    for the others (no verl module is imported early). Idempotent."""
     for name, patch in _PATCHES.items():
-        if name in sys.modules:
-            patch(sys.modules[name])
-    if not any(isinstance(f, _PatchOnImport) for f in sys.meta_path):
-        sys.meta_path.insert(0, _PatchOnImport())
+        after_import(name, _guarded(name, patch))
 
 
 install()

@@ -168,8 +168,8 @@ WRITTEN = [
 def demo_template_tokenizer(tmp_path_factory):
     from transformers import AutoTokenizer
 
+    from rollscope.cpu.demo_task import CHAT_TEMPLATE
     from rollscope.llm.tokenizer_dir import make_model_dir
-    from rollscope.trainer.demo_task import CHAT_TEMPLATE
 
     return AutoTokenizer.from_pretrained(make_model_dir(tmp_path_factory.mktemp("demo_template"),
                                                         chat_template=CHAT_TEMPLATE))  # fmt: skip

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import httpx
 
-from rollscope.trainer.cpu.sglang import ENVIRONMENT as SGLANG_CPU_ENVIRONMENT
-from rollscope.trainer.cpu.sglang import SERVER_ARGUMENTS as SGLANG_CPU_ARGUMENTS
+from rollscope.cpu.sglang import ENVIRONMENT as SGLANG_CPU_ENVIRONMENT
+from rollscope.cpu.sglang import SERVER_ARGUMENTS as SGLANG_CPU_ARGUMENTS
 
 ROOT = Path(__file__).resolve().parents[2]
 WEAVE_VENV = ROOT / ".venv-weave"

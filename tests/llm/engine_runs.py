@@ -46,7 +46,7 @@ def stored_runs(llm: str, model: Path, tmp_path_factory) -> dict[bool, list]:
     """``rollscope run gsm8k-calculator --llm LLM`` on the training demo's problems (the model's own
     task), sampled at temperature 1, with the tools' constraint off and on: constrained -> [(the
     trajectory, its spans)]."""
-    from rollscope.trainer import demo_task
+    from rollscope.cpu import demo_task
 
     data = tmp_path_factory.mktemp("engine-data") / "problems.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in demo_task.dataset_rows(demo_task.problems(), "test")))

@@ -25,7 +25,7 @@ def kill_the_server_then_score(data_source, solution_str, ground_truth, extra_in
 
 
 def test_a_server_that_dies_mid_run_stops_it_at_once_and_what_finished_is_kept(sglang_server, tmp_path):
-    from rollscope.trainer import demo_task
+    from rollscope.cpu import demo_task
 
     data = tmp_path / "problems.jsonl"
     data.write_text("".join(json.dumps(row) + "\n" for row in demo_task.dataset_rows(demo_task.problems(), "test")))

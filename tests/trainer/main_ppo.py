@@ -8,8 +8,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollscope.trainer import demo, demo_task
-from rollscope.trainer.launch import run_main_ppo
+from rollscope.cpu import demo, demo_task
+from rollscope.cpu.launch import run_main_ppo
 
 STEPS, PROMPTS, ROLLOUTS = 2, 4, 2
 

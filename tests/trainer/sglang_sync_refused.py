@@ -5,7 +5,7 @@ first is verl's initial one, before step 1), so that SGLang's own weight loader 
 
 from types import ModuleType
 
-from rollscope.trainer.cpu.after_import import after_import
+from rollscope._import_hooks import after_import
 
 NAME = "model.norm.weight"
 

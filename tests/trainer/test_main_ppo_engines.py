@@ -5,7 +5,7 @@ SGLang (``rollout.name=sglang``: verl's ``SGLangReplica`` and ``SGLangHttpServer
 server at once: every trajectory stored, complete; the LLM spans' tokens and log-probs are the ones
 the engine returned — the trainer's own batch holds the same log-probs, and the actor's
 recomputation differs by float noise only, because verl synced the actor's weights into the engine
-at every step (rollscope.trainer.cpu's ``vllm_weights`` and ``sglang_weights``): step 2 was sampled
+at every step (rollscope.cpu's ``vllm_weights`` and ``sglang_weights``): step 2 was sampled
 from the trained weights, not the initial ones. One trainer run per engine."""
 
 import os

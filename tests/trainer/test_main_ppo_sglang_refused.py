@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from rollscope.cpu.launch import TrainerFailed
 from rollscope.store import TraceStore
-from rollscope.trainer.launch import TrainerFailed
 from tests.trainer.main_ppo import PROMPTS, ROLLOUTS, train
 
 pytestmark = pytest.mark.slow

@@ -10,9 +10,9 @@ import pytest
 from transformers import AutoTokenizer
 
 from rollscope.agentloops import retokenization as loop_side
+from rollscope.cpu import demo_task
 from rollscope.llm.tokenizer_dir import CHAT_TEMPLATE, make_model_dir
 from rollscope.semconv import RETOKENIZATION
-from rollscope.trainer import demo_task
 from rollscope.trajectory.retokenization import check_request, first_difference, render
 from rollscope.trajectory.summary import TrajectorySummary
 

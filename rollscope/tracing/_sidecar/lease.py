@@ -2,7 +2,7 @@
 
 A sidecar is nobody's child (``child.detach``): when its traced process ends without closing
 tracing — a Ray worker ended with its children at the end of a run — it stores what it was sent,
-then exits. A launcher that must not read the store before that (``rollscope.trainer.launch``)
+then exits. A launcher that must not read the store before that (``rollscope.cpu.launch``)
 names a file in ``ROLLSCOPE_SIDECAR_LOCK`` for the processes it starts; every sidecar started
 under it holds a shared ``flock`` on that file from its start until it exits (the kernel lets go
 of it however the sidecar ends), so an exclusive lock on it means all of them are done.

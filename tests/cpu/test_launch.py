@@ -1,4 +1,4 @@
-"""What ``rollscope.trainer.launch`` hands verl: refusals before Ray starts, one value per key,
+"""What ``rollscope.cpu.launch`` hands verl: refusals before Ray starts, one value per key,
 the environment verl's processes need."""
 
 import os
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from rollscope.trainer.cpu import UnsupportedOnCPU
-from rollscope.trainer.launch import (
+from rollscope.cpu import UnsupportedOnCPU
+from rollscope.cpu.launch import (
     CPU_OVERRIDES,
     PLUGIN,
     ROLLOUT_KEY,
@@ -85,7 +85,7 @@ def test_verls_processes_load_the_plugin_beside_the_users_modules():
 
 def test_a_trainer_that_outlives_its_timeout_is_killed_and_said(tmp_path, monkeypatch):
     """run_main_ppo's own process handling, on a stand-in that never ends (``sleep``)."""
-    import rollscope.trainer.launch as launch
+    import rollscope.cpu.launch as launch
 
     monkeypatch.setattr(launch, "main_ppo_command", lambda overrides: ["sleep", "60"])
     lines = []
@@ -98,7 +98,7 @@ def test_a_trainer_gone_silent_after_an_engine_error_is_killed_and_the_error_nam
     """A rollout engine that dies mid-sync leaves verl waiting for ever, saying nothing: past the
     silence limit the trainer's whole process group is killed (a stand-in: a shell whose child
     sleeps) and the first error logged is named in the one line."""
-    import rollscope.trainer.launch as launch
+    import rollscope.cpu.launch as launch
 
     script = "echo 'step 0'; echo \"AttributeError: 'Parameter' object has no attribute 'weight_loader'\"; sleep 60 & wait"
     monkeypatch.setattr(launch, "main_ppo_command", lambda overrides: ["sh", "-c", script])
@@ -131,7 +131,7 @@ tracing.shutdown_tracing(0.5)
 def test_the_launcher_waits_for_the_runs_trace_sidecars_and_says_so(tmp_path, monkeypatch):
     """The run's process is gone, its trace sidecar is not (its destination has not answered):
     ``run_main_ppo`` says it waits, and returns once the sidecar has delivered everything."""
-    import rollscope.trainer.launch as launch
+    import rollscope.cpu.launch as launch
 
     root = Path(__file__).resolve().parents[2]
     ledger, gate = tmp_path / "ledger", tmp_path / "gate"

@@ -24,7 +24,7 @@ import torch
 from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
-from rollscope.trainer.cpu import ROLLOUT_NAME, UnsupportedOnCPU
+from rollscope.cpu import ROLLOUT_NAME, UnsupportedOnCPU
 
 MAX_BATCH = 64  # requests generated together; more wait for the next batch
 

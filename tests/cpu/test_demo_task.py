@@ -3,8 +3,8 @@ that make it findable, the trainer's keys that name them. The run itself is meas
 benchmarks/RESULTS.md (a 12-step ``main_ppo`` run: minutes of CI this suite keeps for its engines)."""
 
 from rollscope.bundled.rewards import exact_number, mentions_answer
+from rollscope.cpu import demo, demo_task
 from rollscope.tools.builtin.answer_checker import final_number, numbers
-from rollscope.trainer import demo, demo_task
 
 
 def test_the_loophole_pays_a_list_holding_the_answer_and_the_honest_reward_does_not():

@@ -1,7 +1,7 @@
 """``make demo-train``: verl's own GRPO trainer on CPU teaches a tiny policy to use the calculator.
 ``make demo-hack``: the same trainer, a reward with a loophole, and a policy that finds it.
 
-    python -m rollscope.trainer.demo [--steps 12] [--rollout hf_cpu|vllm|sglang] [--dir rollscope_traces]
+    python -m rollscope.cpu.demo [--steps 12] [--rollout hf_cpu|vllm|sglang] [--dir rollscope_traces]
                                      [--work .rollscope-demo] [--task calculator|loophole]
 
 ``--task loophole`` pays any mention of the right number (``rewards.mentions_answer``): the policy,
@@ -29,11 +29,10 @@ from pathlib import Path
 
 from rollscope import configs
 from rollscope.bundled import rewards
+from rollscope.cpu import ROLLOUT_NAME, UnsupportedOnCPU, demo_task
+from rollscope.cpu.launch import ENGINES, ROLLOUT_KEY, TrainerFailed, check_overrides, run_main_ppo
 from rollscope.semconv import REWARD_DETAILS
 from rollscope.store import TraceStore, resolve_dir
-from rollscope.trainer import demo_task
-from rollscope.trainer.cpu import ROLLOUT_NAME, UnsupportedOnCPU
-from rollscope.trainer.launch import ENGINES, ROLLOUT_KEY, TrainerFailed, check_overrides, run_main_ppo
 
 EXPERIMENT = "demo-train"
 PROJECT = "rollscope-demo"
@@ -125,7 +124,7 @@ def show_hack(trace_dir: Path, experiment: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rollscope.trainer.demo", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m rollscope.cpu.demo", description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", type=int, default=12, help="GRPO steps (default 12)")
     p.add_argument("--dir", default=None, help="trace store (default $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
     p.add_argument("--rollout", choices=[ROLLOUT_NAME, *ENGINES], default=ROLLOUT_NAME,

@@ -1,7 +1,7 @@
 """Running verl's own ``main_ppo`` on CPU: the environment, the overrides, the checks, the process.
 
 Everything here is verl's public interface — environment variables verl reads and Hydra
-overrides of its ``ppo_trainer`` config — plus the plugin ``rollscope.trainer.cpu`` that verl
+overrides of its ``ppo_trainer`` config — plus the plugin ``rollscope.cpu`` that verl
 imports itself. ``make demo-train`` and the trainer tests start runs through ``run_main_ppo``.
 """
 
@@ -20,11 +20,11 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TextIO
 
+from rollscope.cpu import ROLLOUT_NAME, UnsupportedOnCPU
+from rollscope.cpu import sglang as sglang_cpu
 from rollscope.tracing import SIDECAR_LOCK_ENV, wait_for_sidecars
-from rollscope.trainer.cpu import ROLLOUT_NAME, UnsupportedOnCPU
-from rollscope.trainer.cpu import sglang as sglang_cpu
 
-PLUGIN = "rollscope.trainer.cpu.plugin"
+PLUGIN = "rollscope.cpu.plugin"
 ROLLOUT_KEY = "actor_rollout_ref.rollout.name"
 VLLM, SGLANG = "vllm", "sglang"
 
@@ -60,7 +60,7 @@ VLLM_ENVIRONMENT = {
     "VLLM_HOST_IP": "127.0.0.1",  # vLLM's own message queues on loopback
 }
 # verl's own SGLang rollout on the CPU (docs/verl.md, "SGLang on CPU"): SGLang's CPU switches as
-# verl's engine_kwargs (rollscope.trainer.cpu.sglang.ENGINE_KWARGS), and a KV cache sized in tokens
+# verl's engine_kwargs (rollscope.cpu.sglang.ENGINE_KWARGS), and a KV cache sized in tokens
 # (SGLang sizes it from free GPU memory otherwise).
 SGLANG_OVERRIDES = (
     *(f"+actor_rollout_ref.rollout.engine_kwargs.sglang.{key}={value}"  # (Hydra reads True/False as booleans)

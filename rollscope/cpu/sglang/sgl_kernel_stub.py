@@ -1,5 +1,5 @@
 """``sgl_kernel`` for a CPU without AMX (installed as that package by ``make sglang``: see
-``rollscope.trainer.cpu.sglang``): any function of it or of a submodule raises ``NotImplementedError``.
+``rollscope.cpu.sglang``): any function of it or of a submodule raises ``NotImplementedError``.
 
 SGLang imports names from ``sgl_kernel`` at module level on every platform, and calls them only on
 CUDA, ROCm, or a CPU with AMX. ``sgl_kernel.scalar_type`` is refused (an ``ImportError``): SGLang

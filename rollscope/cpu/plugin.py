@@ -11,9 +11,9 @@ import importlib
 from verl.workers.rollout import base as verl_rollout_base
 from verl.workers.rollout.replica import RolloutReplicaRegistry
 
-from rollscope.trainer.cpu import ROLLOUT_NAME, platform, sglang_weights, vllm_weights
+from rollscope.cpu import ROLLOUT_NAME, platform, sglang_weights, vllm_weights
 
-_ROLLOUT_MODULE = "rollscope.trainer.cpu.rollout"
+_ROLLOUT_MODULE = "rollscope.cpu.rollout"
 
 
 def _replica_class() -> type:

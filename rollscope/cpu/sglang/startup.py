@@ -1,7 +1,7 @@
 """Two fixes for SGLang on a CPU, run at interpreter start-up in every process of the venv (a
 ``.pth`` line of the wheel ``make sglang`` installs, where this module is ``_rollscope_sglang_cpu``;
-see ``rollscope.trainer.cpu.sglang``). Each is applied only when its module is imported, and only
-acts on the CPU case; importing this costs a finder on ``sys.meta_path``.
+see ``rollscope.cpu.sglang``). Each is applied only when its module is imported, and only
+acts on the CPU case; installing them costs a finder on ``sys.meta_path``.
 
 - ``torchvision._meta_registrations`` is skipped where torchvision's operators did not load. PyPI's
   torchvision for Linux is a CUDA build; beside torch's CPU build its ``_C`` extension does not
@@ -14,7 +14,6 @@ acts on the CPU case; importing this costs a finder on ``sys.meta_path``.
   the mask (``apply_token_bitmask_inplace_torch``, its NPU path).
 """
 
-import sys
 
 TORCHVISION_META = "torchvision._meta_registrations"
 XGRAMMAR_BACKEND = "sglang.srt.constrained.xgrammar_backend"
@@ -50,29 +49,8 @@ def _xgrammar_backend(module, execute):
 FIXES = {TORCHVISION_META: _torchvision_meta, XGRAMMAR_BACKEND: _xgrammar_backend}
 
 
-class _AfterImport:
-    """A meta path finder that hands the module's real loader to its fix."""
-
-    def __init__(self):
-        self._finding = False
-
-    def find_spec(self, name, path, target=None):
-        if name not in FIXES or self._finding:
-            return None
-        import importlib.util
-
-        self._finding = True  # (find the real spec below without finding ourselves)
-        try:
-            spec = importlib.util.find_spec(name)
-        finally:
-            self._finding = False
-        if spec is None or spec.loader is None:
-            return spec
-        execute, fix = spec.loader.exec_module, FIXES[name]
-        spec.loader.exec_module = lambda module: fix(module, execute)
-        return spec
-
-
 def install():
-    if not any(isinstance(finder, _AfterImport) for finder in sys.meta_path):
-        sys.meta_path.insert(0, _AfterImport())
+    from _rollscope_import_hooks import wrap_import  # (rollscope._import_hooks, shipped beside this module)
+
+    for name, fix in FIXES.items():
+        wrap_import(name, fix)

@@ -18,7 +18,7 @@ from __future__ import annotations
 from types import ModuleType
 from typing import Any
 
-from rollscope.trainer.cpu.after_import import after_import
+from rollscope._import_hooks import after_import
 
 LINEAR = "vllm.model_executor.layers.linear"
 _KEEPS = "_rollscope_keeps_cpu_weights"
