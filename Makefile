@@ -134,6 +134,7 @@ demo-hack: $(VENV)/.demo  # the same trainer, a reward with a loophole, the poli
 
 lint: install
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check rollscope tests benchmarks
 	$(BIN)/lint-imports
 
 # The tests that do not start Ray on two pytest workers (TEST_WORKERS=1 for one): most slow tests

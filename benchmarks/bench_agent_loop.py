@@ -74,9 +74,14 @@ def one_round(order: list[str], block: int, model_dir: str, latency_s: float = 0
         async def trajectory(i: int) -> int:
             async with sem:
                 loop = cls(
-                    trainer_config=DictConfigWrap(cfg), server_manager=llm, tokenizer=tokenizer, processor=None,
-                    dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data), tools=ToolListWrap(tools),
-                )  # fmt: skip
+                    trainer_config=DictConfigWrap(cfg),
+                    server_manager=llm,
+                    tokenizer=tokenizer,
+                    processor=None,
+                    dataset_cls=RLHFDataset,
+                    data_config=DictConfigWrap(cfg.data),
+                    tools=ToolListWrap(tools),
+                )
                 prompt = [{"role": "user", "content": f"What is 17 * 23 + 1? ({i})"}]
                 out = await loop.run({"temperature": 1.0, "logprobs": True}, raw_prompt=prompt, index=i)
                 return out.num_turns
@@ -179,9 +184,19 @@ def _setting(args: argparse.Namespace, model_dir: str, latency_ms: float) -> dic
     block_s: dict[str, list[list[float]]] = {v: [] for v in VARIANTS}
     for r in range(args.rounds):
         order = _order(r, args.blocks)
-        out = run_fresh(__file__, "--order", ",".join(order), "--trajectories", str(args.trajectories),
-                        "--blocks", str(args.blocks), "--model-dir", model_dir,
-                        "--latency-s", str(latency_ms / 1000))  # fmt: skip
+        out = run_fresh(
+            __file__,
+            "--order",
+            ",".join(order),
+            "--trajectories",
+            str(args.trajectories),
+            "--blocks",
+            str(args.blocks),
+            "--model-dir",
+            model_dir,
+            "--latency-s",
+            str(latency_ms / 1000),
+        )
         for v in VARIANTS:
             rates[v].append(out[v]["trajectories"] / out[v]["elapsed_s"])
             seconds[v] += out[v]["elapsed_s"]
@@ -212,8 +227,10 @@ def _setting(args: argparse.Namespace, model_dir: str, latency_ms: float) -> dic
         "block_seconds": block_s,
     }
     n = args.trajectories
-    print(f"LLM latency {latency_ms:g} ms per turn, {n} trajectories x 3 turns per variant and round"
-          f" ({args.blocks} interleaved blocks), 64 concurrent:")  # fmt: skip
+    print(
+        f"LLM latency {latency_ms:g} ms per turn, {n} trajectories x 3 turns per variant and round"
+        f" ({args.blocks} interleaved blocks), 64 concurrent:"
+    )
     for v in VARIANTS:
         print(f"  {v:<9} {med[v]:8.1f} trajectories/s   rounds: " + ", ".join(f"{r:.1f}" for r in rates[v]))
     print(
@@ -226,10 +243,14 @@ def _setting(args: argparse.Namespace, model_dir: str, latency_ms: float) -> dic
         "  garbage collection in the timed blocks, median s per round: "
         + ", ".join(f"{v} {g:.2f}" for v, g in res["gc_s_median"].items())
     )
-    print(f"  the sidecar stored what it had held back in {res['store_catch_up_s_median']:.2f} s per round"
-          " after the traced blocks")  # fmt: skip
-    print(f"  rollscope untraced vs verl untraced: {res['rs_off_vs_verl_off_pct']:+.1f}%, pooled"
-          f" {res['rs_off_vs_verl_off_pct_pooled']:+.1f}% (goal >= 0)")  # fmt: skip
+    print(
+        f"  the sidecar stored what it had held back in {res['store_catch_up_s_median']:.2f} s per round"
+        " after the traced blocks"
+    )
+    print(
+        f"  rollscope untraced vs verl untraced: {res['rs_off_vs_verl_off_pct']:+.1f}%, pooled"
+        f" {res['rs_off_vs_verl_off_pct_pooled']:+.1f}% (goal >= 0)"
+    )
     return res
 
 

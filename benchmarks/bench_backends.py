@@ -63,16 +63,16 @@ def one(backend: str, n: int) -> dict:
         options.update(mlflow_tracking_uri=f"sqlite:///{tmp}/mlflow.db", mlflow_experiment="bench")
     elif backend == "otel":
         options.update(otel_endpoint=_receiver())
-    tracing.init_tracing(backend=backend, project="bench", experiment="backends", max_queue=n * (SPANS + 3),
-                         **options)  # fmt: skip
+    tracing.init_tracing(backend=backend, project="bench", experiment="backends", max_queue=n * (SPANS + 3), **options)
     prompt = list(range(300))
     t0 = time.perf_counter()
     for i in range(n):
         with tracing.rollout_trace_attr(step=i // 64, sample_index=i % 64, rollout_n=0, name="tool_agent"):
             with tracing.trace_span("ToolAgentLoop.run", kind="agent", inputs={"raw_prompt": "What is 17 * 23?"}):
                 for _ in range(2):
-                    with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_ids": prompt},
-                                            **{"gen_ai.usage.output_tokens": 30}) as s:  # fmt: skip
+                    with tracing.trace_span(
+                        "llm.generate", kind="llm", inputs={"prompt_ids": prompt}, **{"gen_ai.usage.output_tokens": 30}
+                    ) as s:
                         s.outputs = {"token_ids": list(range(30)), "response_text": "x" * 120}
                 with tracing.trace_span("calculator", kind="tool", inputs={"expression": "17*23"}) as s:
                     s.outputs = {"text": "391"}
@@ -112,8 +112,10 @@ def main() -> None:
         n = args.mlflow_trajectories if backend == "mlflow" else args.trajectories
         results[backend] = run_fresh(__file__, "--backend", backend, "--n", str(n))
         r, local = results[backend], results["local"]
-        print(f"{backend:<9} {n:>12} {r['caller_us_per_span']:>15.1f} {r['end_to_end_spans_per_s']:>19.0f} "
-              f"{local['end_to_end_spans_per_s'] / r['end_to_end_spans_per_s']:>8.1f}x slower")  # fmt: skip
+        print(
+            f"{backend:<9} {n:>12} {r['caller_us_per_span']:>15.1f} {r['end_to_end_spans_per_s']:>19.0f} "
+            f"{local['end_to_end_spans_per_s'] / r['end_to_end_spans_per_s']:>8.1f}x slower"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

@@ -35,39 +35,59 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 BASELINE = "aca5be2"  # the last main before this round's work landed (its figures: benchmarks/RESULTS.md)
-GOALS = {"hot_path_us": ("<=", 300.0), "ingest_spans_per_s": (">=", 40_000.0),
-         "ingest_2_sidecars_spans_per_s": (">=", 40_000.0), "vs_mlflow": (">=", 150.0),
-         "redaction_us": ("<=", None)}  # fmt: skip
+GOALS = {
+    "hot_path_us": ("<=", 300.0),
+    "ingest_spans_per_s": (">=", 40_000.0),
+    "ingest_2_sidecars_spans_per_s": (">=", 40_000.0),
+    "vs_mlflow": (">=", 150.0),
+    "redaction_us": ("<=", None),
+}
 LOWER_IS_BETTER = {"hot_path_us", "redaction_us"}
 
 
 def measured(script: str, args: list[str], tree: Path, sidecars: int = 1) -> dict:
     """``script`` (this tree's) run with ``tree``'s rollscope first on the path; its last JSON line."""
-    env = {**os.environ, "PYTHONPATH": str(tree), "WANDB_ERROR_REPORTING": "false",
-           "ROLLSCOPE_TRACE_SIDECAR": str(sidecars)}  # fmt: skip
-    proc = subprocess.run([sys.executable, str(HERE / script), *args], capture_output=True, text=True, env=env,
-                          cwd=tree, timeout=3600)  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(tree),
+        "WANDB_ERROR_REPORTING": "false",
+        "ROLLSCOPE_TRACE_SIDECAR": str(sidecars),
+    }
+    proc = subprocess.run(
+        [sys.executable, str(HERE / script), *args], capture_output=True, text=True, env=env, cwd=tree, timeout=3600
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{script} {' '.join(args)} on {tree} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def one_round(tree: Path, args: argparse.Namespace, tmp: Path, model_dir: str) -> dict:
-    hot = measured("bench_trace_breakdown.py", ["--mode", "full", "--pairs", str(args.pairs), "--model-dir",
-                                                model_dir], tree)  # fmt: skip
-    ingest = {sidecars: measured("bench_store.py", ["--child", "ingest", "--trajectories", str(args.trajectories),
-                                                    "--dir", tempfile.mkdtemp(dir=tmp)], tree, sidecars)
-              for sidecars in (1, 2)}  # fmt: skip
+    hot = measured(
+        "bench_trace_breakdown.py", ["--mode", "full", "--pairs", str(args.pairs), "--model-dir", model_dir], tree
+    )
+    ingest = {
+        sidecars: measured(
+            "bench_store.py",
+            ["--child", "ingest", "--trajectories", str(args.trajectories), "--dir", tempfile.mkdtemp(dir=tmp)],
+            tree,
+            sidecars,
+        )
+        for sidecars in (1, 2)
+    }
     redaction = measured("bench_redaction.py", ["--only-redactor", "--rounds", "3"], tree)
-    return {"hot_path_us": hot["added_us"], "ingest_spans_per_s": ingest[1]["spans_per_s"],
-            "ingest_2_sidecars_spans_per_s": ingest[2]["spans_per_s"],
-            "redaction_us": redaction["us_per_trajectory"]}  # fmt: skip
+    return {
+        "hot_path_us": hot["added_us"],
+        "ingest_spans_per_s": ingest[1]["spans_per_s"],
+        "ingest_2_sidecars_spans_per_s": ingest[2]["spans_per_s"],
+        "redaction_us": redaction["us_per_trajectory"],
+    }
 
 
 def worktree(rev: str, tmp: Path) -> Path:
     path = tmp / f"baseline-{rev}"
-    subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(path), rev], check=True,
-                   capture_output=True)  # fmt: skip
+    subprocess.run(
+        ["git", "-C", str(ROOT), "worktree", "add", "--detach", "-f", str(path), rev], check=True, capture_output=True
+    )
     return path
 
 
@@ -107,19 +127,33 @@ def main() -> None:
                 for side, tree in trees.items():
                     rounds[side].append(one_round(tree, args, tmp, model_dir))
                     print(f"round {i + 1} {side}: {rounds[side][-1]}", flush=True)
-                mlflow.append(measured("bench_store.py", ["--child", "mlflow", "--trajectories",
-                                                          str(args.mlflow_traces), "--dir", tempfile.mkdtemp(dir=tmp)],
-                                       ROOT)["spans_per_s"])  # fmt: skip
+                mlflow.append(
+                    measured(
+                        "bench_store.py",
+                        [
+                            "--child",
+                            "mlflow",
+                            "--trajectories",
+                            str(args.mlflow_traces),
+                            "--dir",
+                            tempfile.mkdtemp(dir=tmp),
+                        ],
+                        ROOT,
+                    )["spans_per_s"]
+                )
         finally:
-            subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees["baseline"])],
-                           capture_output=True)  # fmt: skip
+            subprocess.run(
+                ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(trees["baseline"])], capture_output=True
+            )
     mlflow_spans = statistics.median(mlflow)
     out: dict[str, dict] = {}
     for side, found in rounds.items():
         out[side] = {k: statistics.median(r[k] for r in found) for k in found[0]}
         out[side]["vs_mlflow"] = out[side]["ingest_spans_per_s"] / mlflow_spans
-    print(f"\nbudget: this tree beside {args.baseline}, medians of {args.rounds} rounds (MLflow: "
-          f"{mlflow_spans:,.1f} spans/s)")  # fmt: skip
+    print(
+        f"\nbudget: this tree beside {args.baseline}, medians of {args.rounds} rounds (MLflow: "
+        f"{mlflow_spans:,.1f} spans/s)"
+    )
     print(f"{'figure':<30} {'baseline':>12} {'this tree':>12}  {'change':<18} goal")
     for name, (op, goal) in GOALS.items():
         base, head = out["baseline"][name], out["head"][name]
@@ -127,8 +161,9 @@ def main() -> None:
         target = f"{op} {goal:,.0f}" if goal is not None else "no slower"
         print(f"{name:<30} {base:>12,.1f} {head:>12,.1f}  {change:<18} {target}: {met}")
     if args.json:
-        Path(args.json).write_text(json.dumps({"baseline": args.baseline, "rounds": rounds, "mlflow": mlflow,
-                                               "medians": out}, indent=2))  # fmt: skip
+        Path(args.json).write_text(
+            json.dumps({"baseline": args.baseline, "rounds": rounds, "mlflow": mlflow, "medians": out}, indent=2)
+        )
 
 
 if __name__ == "__main__":

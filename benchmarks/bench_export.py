@@ -53,9 +53,12 @@ def main() -> None:
                 r = {"spans": spans, "format": fmt, **one(tmp, str(Path(tmp) / f"out.{fmt}"), fmt)}
                 r["trajectories_per_s"] = r["trajectories"] / r["s"]
                 results.append(r)
-                print(f"{spans:>9,} spans  {fmt:<8} {r['rows']:>8,} rows from {r['trajectories']:>8,} trajectories "
-                      f"in {r['s']:6.1f} s = {r['trajectories_per_s']:7,.0f} trajectories/s, "
-                      f"peak RSS {r['max_rss_mb']:6.1f} MB", flush=True)  # fmt: skip
+                print(
+                    f"{spans:>9,} spans  {fmt:<8} {r['rows']:>8,} rows from {r['trajectories']:>8,} trajectories "
+                    f"in {r['s']:6.1f} s = {r['trajectories_per_s']:7,.0f} trajectories/s, "
+                    f"peak RSS {r['max_rss_mb']:6.1f} MB",
+                    flush=True,
+                )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

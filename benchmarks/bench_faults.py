@@ -61,8 +61,10 @@ def setting(args: argparse.Namespace, latency_ms: float) -> dict:
     for v in VARIANTS:
         vs_off = (1 - med[v] / med["off"]) * 100
         vs_local = (1 - med[v] / med["local"]) * 100
-        print(f"  {v:<20} {med[v]:8.1f} traj/s  cost vs off {vs_off:5.1f}%  vs local {vs_local:5.1f}%  "
-              f"local store: {stored[v]}")  # fmt: skip
+        print(
+            f"  {v:<20} {med[v]:8.1f} traj/s  cost vs off {vs_off:5.1f}%  vs local {vs_local:5.1f}%  "
+            f"local store: {stored[v]}"
+        )
     return {"llm_latency_ms": latency_ms, "trajectories_per_s": med, "all_rounds": rates, "stored": stored}
 
 

@@ -40,10 +40,27 @@ def instructions(tree: Path, trajectories: int, tmp: Path) -> dict[str, int]:
     """Instructions executed by the traced process and by its sidecar, for one ingest run."""
     out = Path(tempfile.mkdtemp(dir=tmp))
     env = {**os.environ, "PYTHONPATH": str(tree), "WANDB_ERROR_REPORTING": "false", "ROLLSCOPE_TRACE_SIDECAR": "1"}
-    subprocess.run(["valgrind", "--tool=callgrind", "--trace-children=yes", f"--callgrind-out-file={out}/cg.%p",
-                    sys.executable, str(HERE / "bench_store.py"), "--child", "ingest", "--trajectories",
-                    str(trajectories), "--dir", str(out / "store")],
-                   cwd=tree, env=env, check=True, capture_output=True, timeout=3600)  # fmt: skip
+    subprocess.run(
+        [
+            "valgrind",
+            "--tool=callgrind",
+            "--trace-children=yes",
+            f"--callgrind-out-file={out}/cg.%p",
+            sys.executable,
+            str(HERE / "bench_store.py"),
+            "--child",
+            "ingest",
+            "--trajectories",
+            str(trajectories),
+            "--dir",
+            str(out / "store"),
+        ],
+        cwd=tree,
+        env=env,
+        check=True,
+        capture_output=True,
+        timeout=3600,
+    )
     found: dict[str, int] = {}
     for f in out.glob("cg.*"):
         command, total = _header(f)
@@ -89,10 +106,13 @@ def main() -> None:
         try:
             results = {"baseline": per_span(base, args, tmp), "head": per_span(HERE.parent, args, tmp)}
         finally:
-            subprocess.run(["git", "-C", str(HERE.parent), "worktree", "remove", "--force", str(base)],
-                           capture_output=True)  # fmt: skip
-    print(f"instructions per span (ingest, one sidecar; {args.large} - {args.small} trajectories), "
-          f"this tree beside {args.baseline}")  # fmt: skip
+            subprocess.run(
+                ["git", "-C", str(HERE.parent), "worktree", "remove", "--force", str(base)], capture_output=True
+            )
+    print(
+        f"instructions per span (ingest, one sidecar; {args.large} - {args.small} trajectories), "
+        f"this tree beside {args.baseline}"
+    )
     for side in ("traced", "sidecar"):
         before, now = results["baseline"][side], results["head"][side]
         print(f"{side:8s} {before:>10,.0f} {now:>10,.0f}  {100 * (now - before) / before:+.1f} %")

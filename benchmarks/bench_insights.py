@@ -37,11 +37,19 @@ def main() -> None:
                 found = insights(store)
             times.append(time.perf_counter() - t0)
             steps = found[0].steps
-        result = {"spans": args.spans, "trajectories": found[0].trajectories, "steps": len(steps),
-                  "signals": len(found[0].signals), "median_s": statistics.median(times), "all_s": times}  # fmt: skip
-        print(f"insights over {result['trajectories']:,} trajectories, {len(steps)} steps, "
-              f"{result['signals']} step signals: median {result['median_s'] * 1e3:.0f} ms "
-              f"(runs: {', '.join(f'{t * 1e3:.0f}' for t in times)} ms)")  # fmt: skip
+        result = {
+            "spans": args.spans,
+            "trajectories": found[0].trajectories,
+            "steps": len(steps),
+            "signals": len(found[0].signals),
+            "median_s": statistics.median(times),
+            "all_s": times,
+        }
+        print(
+            f"insights over {result['trajectories']:,} trajectories, {len(steps)} steps, "
+            f"{result['signals']} step signals: median {result['median_s'] * 1e3:.0f} ms "
+            f"(runs: {', '.join(f'{t * 1e3:.0f}' for t in times)} ms)"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
 

@@ -56,7 +56,7 @@ def corpus_ids(tokenizer, n: int, seed: int) -> list[int]:
     while len(ids) < n:
         text = rng.choice(sources).read_text(errors="replace")
         start = rng.randrange(max(1, len(text) - 8000))
-        ids += tokenizer.encode(text[start:start + 8000])
+        ids += tokenizer.encode(text[start : start + 8000])
     return ids[:n]
 
 
@@ -72,8 +72,9 @@ class InstantLLM:
         return {"token_ids": list(ids), "log_probs": [-0.25] * len(ids), "stop_reason": "stop"}
 
 
-def trajectory(client, first: list[int], tools: list[list[int]], turns: int, tracing, traced: bool,
-               passed: list | None = None) -> float:  # fmt: skip
+def trajectory(
+    client, first: list[int], tools: list[list[int]], turns: int, tracing, traced: bool, passed: list | None = None
+) -> float:
     """One trajectory; the rollout thread's CPU seconds."""
 
     async def loop():
@@ -130,8 +131,8 @@ def measure(turns: int, repeat: int, model: str, token2text: bool = True) -> dic
     first = corpus_ids(tokenizer, FIRST_PROMPT, 0)
     # every turn's text its own (a context that repeats would compress beyond what users' do)
     text = corpus_ids(tokenizer, turns * (TOOL + REPLY), 1)
-    tools = [text[i * TOOL:(i + 1) * TOOL] for i in range(turns)]
-    replies = [text[turns * TOOL + i * REPLY:turns * TOOL + (i + 1) * REPLY] for i in range(turns)]
+    tools = [text[i * TOOL : (i + 1) * TOOL] for i in range(turns)]
+    replies = [text[turns * TOOL + i * REPLY : turns * TOOL + (i + 1) * REPLY] for i in range(turns)]
     store_dir = Path(tempfile.mkdtemp(prefix="long-"))
     tracing.init_tracing(trace_dir=str(store_dir), token2text=token2text)
     plain = InstantLLM(replies)
@@ -166,8 +167,10 @@ def measure(turns: int, repeat: int, model: str, token2text: bool = True) -> dic
         exact = sum(_same_but_redacted(s.inputs.get("prompt_ids"), p) for s, p in zip(llm, passed, strict=True))
         redacted_tokens = (llm[-1].inputs.get("prompt_ids") or []).count(REDACTED_ID)
         redact = Redactor().text  # (the text is stored redacted: Python's sources name passwords)
-        text_exact = sum(s.inputs.get("prompt_text") == (redact(tokenizer.decode(p)) if token2text else None)
-                         for s, p in zip(llm, passed, strict=True))  # fmt: skip
+        text_exact = sum(
+            s.inputs.get("prompt_text") == (redact(tokenizer.decode(p)) if token2text else None)
+            for s, p in zip(llm, passed, strict=True)
+        )
     viewer = Viewer(str(store_dir))
     viewer.handle("/")
     t0 = time.perf_counter()
@@ -180,23 +183,31 @@ def measure(turns: int, repeat: int, model: str, token2text: bool = True) -> dic
     show_ms = (time.perf_counter() - t0) * 1e3
     costs.sort()
     return {
-        "turns": turns, "final_context_tokens": final_context,
+        "turns": turns,
+        "final_context_tokens": final_context,
         "cost_per_turn_us": round(costs[len(costs) // 2] * 1e6, 1),
         "bytes_per_trajectory": int(per_trajectory),
         "bytes_per_context_token": round(per_trajectory / final_context, 2),
-        "floor_bytes": floor, "vs_floor": round(per_trajectory / floor, 2),
+        "floor_bytes": floor,
+        "vs_floor": round(per_trajectory / floor, 2),
         "ingest_tokens_per_s": int(context_tokens / ingest_s),
-        "viewer_ms": round(viewer_ms, 1), "show_ms": round(show_ms, 1), "page_bytes": len(body),
-        "prompts_exact": f"{exact}/{len(passed)}", "texts_exact": f"{text_exact}/{len(passed)}",
+        "viewer_ms": round(viewer_ms, 1),
+        "show_ms": round(show_ms, 1),
+        "page_bytes": len(body),
+        "prompts_exact": f"{exact}/{len(passed)}",
+        "texts_exact": f"{text_exact}/{len(passed)}",
         "redacted_tokens": redacted_tokens,
-    }  # fmt: skip
+    }
 
 
 def _same_but_redacted(stored: list[int] | None, passed: list[int]) -> bool:
     """The stored ids are the passed ones, but for tokens stored as carrying a secret (Python's
     sources name passwords: the text is stored redacted, and these tokens with it)."""
-    return stored is not None and len(stored) == len(passed) and all(
-        a in (b, REDACTED_ID) for a, b in zip(stored, passed, strict=True))
+    return (
+        stored is not None
+        and len(stored) == len(passed)
+        and all(a in (b, REDACTED_ID) for a, b in zip(stored, passed, strict=True))
+    )
 
 
 def volume(turns: int, model: str) -> dict:
@@ -212,8 +223,8 @@ def volume(turns: int, model: str) -> dict:
     tokenizer = AutoTokenizer.from_pretrained(model)
     first = corpus_ids(tokenizer, FIRST_PROMPT, 0)
     text = corpus_ids(tokenizer, turns * (TOOL + REPLY), 1)
-    tools = [text[i * TOOL:(i + 1) * TOOL] for i in range(turns)]
-    replies = [text[turns * TOOL + i * REPLY:turns * TOOL + (i + 1) * REPLY] for i in range(turns)]
+    tools = [text[i * TOOL : (i + 1) * TOOL] for i in range(turns)]
+    replies = [text[turns * TOOL + i * REPLY : turns * TOOL + (i + 1) * REPLY] for i in range(turns)]
 
     async def step(client):
         for sample in range(4):
@@ -249,9 +260,24 @@ def model_dir() -> str:
 
 def in_child(tree: Path, turns: int, repeat: int, model: str, token2text: bool = True) -> dict:
     env = {**os.environ, "PYTHONPATH": str(tree), "WANDB_ERROR_REPORTING": "false"}
-    proc = subprocess.run([sys.executable, __file__, "--child", str(turns), "--repeat", str(repeat), "--model", model,
-                           *([] if token2text else ["--ids-only"])],
-                          capture_output=True, text=True, env=env, cwd=tree, timeout=3600)  # fmt: skip
+    proc = subprocess.run(
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            str(turns),
+            "--repeat",
+            str(repeat),
+            "--model",
+            model,
+            *([] if token2text else ["--ids-only"]),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tree,
+        timeout=3600,
+    )
     if proc.returncode != 0:
         raise RuntimeError(f"{turns} turns on {tree} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -279,8 +305,11 @@ def main() -> None:
     sides = {"this tree": ROOT}
     if args.baseline:
         worktree = Path(tempfile.mkdtemp(prefix="long-baseline-")) / "tree"
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.baseline],
-                       check=True, capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", str(worktree), args.baseline],
+            check=True,
+            capture_output=True,
+        )
         sides = {args.baseline: worktree, **sides}
     lengths = [*args.turns, *([args.long_turns] if args.long_turns else [])]
     results: dict[str, list[dict]] = {name: [] for name in sides}
@@ -288,36 +317,52 @@ def main() -> None:
         for name, tree in sides.items():
             r = in_child(tree, turns, args.repeat, model)
             results[name].append(r)
-            print(f"{name:>10} {turns:>3} turns {r['final_context_tokens']:>7,} tokens: "
-                  f"{r['cost_per_turn_us']:>8,.1f} us/turn  {r['bytes_per_trajectory']:>11,} B "
-                  f"({r['bytes_per_context_token']:.2f} B/token, {r['vs_floor']:.2f}x floor)  "
-                  f"ingest {r['ingest_tokens_per_s']:>10,} tok/s  viewer {r['viewer_ms']:,.0f} ms  "
-                  f"show {r['show_ms']:,.0f} ms  exact {r['prompts_exact']} ids, {r['texts_exact']} texts"
-                  + ("" if r.get("redacted_tokens") is None else f", {r['redacted_tokens']} redacted"),
-                  flush=True)  # fmt: skip
+            print(
+                f"{name:>10} {turns:>3} turns {r['final_context_tokens']:>7,} tokens: "
+                f"{r['cost_per_turn_us']:>8,.1f} us/turn  {r['bytes_per_trajectory']:>11,} B "
+                f"({r['bytes_per_context_token']:.2f} B/token, {r['vs_floor']:.2f}x floor)  "
+                f"ingest {r['ingest_tokens_per_s']:>10,} tok/s  viewer {r['viewer_ms']:,.0f} ms  "
+                f"show {r['show_ms']:,.0f} ms  exact {r['prompts_exact']} ids, {r['texts_exact']} texts"
+                + ("" if r.get("redacted_tokens") is None else f", {r['redacted_tokens']} redacted"),
+                flush=True,
+            )
     ours = {r["turns"]: r for r in results["this tree"]}
     short, long_ = min(args.turns), max(args.turns)
     summary = {
         "cost_ratio": round(ours[long_]["cost_per_turn_us"] / ours[short]["cost_per_turn_us"], 2),
-        "bytes_per_token_ratio": round(ours[long_]["bytes_per_context_token"] / ours[short]["bytes_per_context_token"],
-                                       2),
+        "bytes_per_token_ratio": round(
+            ours[long_]["bytes_per_context_token"] / ours[short]["bytes_per_context_token"], 2
+        ),
         "max_vs_floor": max(r["vs_floor"] for r in results["this tree"]),
-    }  # fmt: skip
-    print(f"{long_} turns against {short}: cost per turn x{summary['cost_ratio']} (goal <= 1.5), bytes per context "
-          f"token x{summary['bytes_per_token_ratio']} (goal <= 1.5); at most {summary['max_vs_floor']}x the floor "
-          "(goal <= 2)")  # fmt: skip
+    }
+    print(
+        f"{long_} turns against {short}: cost per turn x{summary['cost_ratio']} (goal <= 1.5), bytes per context "
+        f"token x{summary['bytes_per_token_ratio']} (goal <= 1.5); at most {summary['max_vs_floor']}x the floor "
+        "(goal <= 2)"
+    )
     for name, tree in sides.items():  # (the trace sidecar decodes and scans each turn's ids for secrets)
         ids_only = in_child(tree, long_, args.repeat, model, token2text=False)
         summary[f"ids_only {name}"] = ids_only
-        print(f"{name:>10} {long_} turns with token2text off (ids only): {ids_only['bytes_per_trajectory']:,} B, "
-              f"{ids_only['vs_floor']}x the floor, {ids_only['cost_per_turn_us']:,.1f} us/turn, "
-              f"ingest {ids_only['ingest_tokens_per_s']:,} tok/s, exact {ids_only['prompts_exact']} ids")  # fmt: skip
+        print(
+            f"{name:>10} {long_} turns with token2text off (ids only): {ids_only['bytes_per_trajectory']:,} B, "
+            f"{ids_only['vs_floor']}x the floor, {ids_only['cost_per_turn_us']:,.1f} us/turn, "
+            f"ingest {ids_only['ingest_tokens_per_s']:,} tok/s, exact {ids_only['prompts_exact']} ids"
+        )
     env = {**os.environ, "PYTHONPATH": str(ROOT), "WANDB_ERROR_REPORTING": "false"}
-    proc = subprocess.run([sys.executable, __file__, "--volume", "20", "--model", model], capture_output=True,
-                          text=True, env=env, cwd=ROOT, timeout=3600, check=True)  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, __file__, "--volume", "20", "--model", model],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=ROOT,
+        timeout=3600,
+        check=True,
+    )
     summary["volume"] = json.loads(proc.stdout.strip().splitlines()[-1])
-    print("one step of 4 samples x 2 rollouts, 20 turns each, bytes stored: "
-          + ", ".join(f"{k}: {v:,}" if isinstance(v, int) else f"{k}: {v}" for k, v in summary["volume"].items()))
+    print(
+        "one step of 4 samples x 2 rollouts, 20 turns each, bytes stored: "
+        + ", ".join(f"{k}: {v:,}" if isinstance(v, int) else f"{k}: {v}" for k, v in summary["volume"].items())
+    )
     if args.json:
         Path(args.json).write_text(json.dumps({"results": results, "summary": summary}, indent=1))
 

@@ -46,17 +46,21 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 REDACTED = "[REDACTED]"
 SYSTEM = "You are a careful assistant. Use the calculator tool for arithmetic; answer in one sentence.\n"
-TASK = ("Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
-        "How many clips did Natalia sell altogether in April and May? ") * 3  # fmt: skip
+TASK = (
+    "Natalia sold clips to 48 of her friends in April, and then she sold half as many clips in May. "
+    "How many clips did Natalia sell altogether in April and May? "
+) * 3
 
 
 def trajectory(i: int) -> list[str]:
     prompt = (
         f"<|im_start|>system\n{SYSTEM * 4}<|im_end|>\n<|im_start|>user\n{TASK}{i}<|im_end|>\n<|im_start|>assistant\n"
     )
-    replies = ['<tool_call>{"name": "calculator", "arguments": {"expression": "48 / 2"}}</tool_call>',
-               '<tool_call>{"name": "calculator", "arguments": {"expression": "48 + 24"}}</tool_call>',
-               f"Natalia sold 72 clips altogether in April and May (run {i})."]  # fmt: skip
+    replies = [
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "48 / 2"}}</tool_call>',
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "48 + 24"}}</tool_call>',
+        f"Natalia sold 72 clips altogether in April and May (run {i}).",
+    ]
     out, context = [], prompt
     for n, reply in enumerate(replies):
         out += [context, reply]
@@ -140,16 +144,20 @@ def throughput_texts() -> dict[str, str]:
     modules = [http.client, json.decoder, argparse_module, statistics_module, email.message, logging]
     ordinary = json.loads((FIXTURES / "ordinary_text" / "lines.json").read_text())["lines"]
     images = b"".join(p.read_bytes() for p in sorted(Path(json.__file__).parents[1].rglob("*.png"))[:20])
-    metadata = [{"name": d.metadata["Name"], "version": d.version, "summary": d.metadata.get("Summary"),
-                 "requires": d.requires} for d in importlib.metadata.distributions()]  # fmt: skip
+    metadata = [
+        {"name": d.metadata["Name"], "version": d.version, "summary": d.metadata.get("Summary"), "requires": d.requires}
+        for d in importlib.metadata.distributions()
+    ]
     docs = [inspect.getdoc(o) or "" for m in modules for _, o in inspect.getmembers(m) if callable(o)]
-    return {"code": "".join(inspect.getsource(m) for m in modules),
-            "prose": "\n\n".join(docs),
-            "JSON": "\n".join(json.dumps(m) for m in metadata),
-            "tool output": "\n".join(x["line"] for x in ordinary if x["kind"] == "tool output") * 4,
-            "chat": "\n".join(x["line"] for x in ordinary if x["kind"] == "chat") * 4,
-            "base64 image": "data:image/png;base64," + base64.b64encode(images or b"\0" * 65536).decode(),
-            "code naming secrets": "\n".join(x["line"] for x in ordinary if x["kind"] == "code") * 4}  # fmt: skip
+    return {
+        "code": "".join(inspect.getsource(m) for m in modules),
+        "prose": "\n\n".join(docs),
+        "JSON": "\n".join(json.dumps(m) for m in metadata),
+        "tool output": "\n".join(x["line"] for x in ordinary if x["kind"] == "tool output") * 4,
+        "chat": "\n".join(x["line"] for x in ordinary if x["kind"] == "chat") * 4,
+        "base64 image": "data:image/png;base64," + base64.b64encode(images or b"\0" * 65536).decode(),
+        "code naming secrets": "\n".join(x["line"] for x in ordinary if x["kind"] == "code") * 4,
+    }
 
 
 def throughput(redact: Callable[[str], str], texts: dict[str, str], rounds: int) -> dict[str, float]:
@@ -209,18 +217,24 @@ def corpora() -> dict[str, list[dict]]:
     kingfisher = json.loads((FIXTURES / "kingfisher" / "examples.json").read_text())["examples"]
     detect_secrets = json.loads((FIXTURES / "detect_secrets" / "cases.json").read_text())["cases"]
     ordinary = json.loads((FIXTURES / "ordinary_text" / "lines.json").read_text())["lines"]
-    return {"kingfisher": [{"text": e["text"], "secret": None} for e in kingfisher if e["visible"]],
-            "detect-secrets": [{"text": c["line"], "secret": c["secret"]} for c in detect_secrets if c["flag"]],
-            "trufflehog": _trufflehog().cases("held_out"),
-            "ordinary": [{"text": line["line"]} for line in ordinary]}  # fmt: skip
+    return {
+        "kingfisher": [{"text": e["text"], "secret": None} for e in kingfisher if e["visible"]],
+        "detect-secrets": [{"text": c["line"], "secret": c["secret"]} for c in detect_secrets if c["flag"]],
+        "trufflehog": _trufflehog().cases("held_out"),
+        "ordinary": [{"text": line["line"]} for line in ordinary],
+    }
 
 
 def measure(redact: Callable[[str], str], cases: dict[str, list[dict]]) -> dict[str, int]:
-    caught = {name: sum(1 for c in cases[name] if _caught(redact(c["text"]), c)) for name in ("kingfisher",
-              "detect-secrets")}  # fmt: skip
+    caught = {
+        name: sum(1 for c in cases[name] if _caught(redact(c["text"]), c)) for name in ("kingfisher", "detect-secrets")
+    }
     leaked = _trufflehog().leaked
-    return {**caught, "trufflehog leaked": sum(leaked(c, redact(c["input"])) == "key" for c in cases["trufflehog"]),
-            "ordinary altered": sum(1 for c in cases["ordinary"] if redact(c["text"]) != c["text"])}  # fmt: skip
+    return {
+        **caught,
+        "trufflehog leaked": sum(leaked(c, redact(c["input"])) == "key" for c in cases["trufflehog"]),
+        "ordinary altered": sum(1 for c in cases["ordinary"] if redact(c["text"]) != c["text"]),
+    }
 
 
 def _caught(out: str, case: dict) -> bool:
@@ -239,13 +253,26 @@ def run_baseline(rev: str, args: argparse.Namespace) -> dict:
     """The redactor of ``rev``, measured by this script in a worktree of it (its own interpreter)."""
     with tempfile.TemporaryDirectory() as tmp:
         tree = str(Path(tmp) / "tree")
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", tree, rev], check=True,
-                       capture_output=True)  # fmt: skip
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "add", "--detach", tree, rev], check=True, capture_output=True
+        )
         try:
             env = {**os.environ, "PYTHONPATH": tree}
-            proc = subprocess.run([sys.executable, __file__, "--only-redactor", "--trajectories",
-                                   str(args.trajectories), "--rounds", str(args.rounds)], env=env,
-                                  capture_output=True, text=True, check=True)  # fmt: skip
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--only-redactor",
+                    "--trajectories",
+                    str(args.trajectories),
+                    "--rounds",
+                    str(args.rounds),
+                ],
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
+            )
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", tree], capture_output=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -267,8 +294,15 @@ def main() -> None:
         redact = Redactor(include_environment=False).text
         redact("warm up")
         cost = statistics.median(per_trajectory(redact, payloads) for _ in range(args.rounds))
-        print(json.dumps({**measure(redact, cases), "us_per_trajectory": cost,
-                          "mb_per_s": throughput(redact, throughput_texts(), args.rounds)}))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    **measure(redact, cases),
+                    "us_per_trajectory": cost,
+                    "mb_per_s": throughput(redact, throughput_texts(), args.rounds),
+                }
+            )
+        )
         return
     chosen = variants()
     for redact in chosen.values():
@@ -277,19 +311,25 @@ def main() -> None:
     for _ in range(args.rounds):
         for name, redact in chosen.items():
             times[name].append(per_trajectory(redact, payloads))
-    results = {name: {**measure(redact, cases), "us_per_trajectory": statistics.median(times[name])}
-               for name, redact in chosen.items()}  # fmt: skip
+    results = {
+        name: {**measure(redact, cases), "us_per_trajectory": statistics.median(times[name])}
+        for name, redact in chosen.items()
+    }
     texts = throughput_texts()
     results["rollscope's redactor"]["mb_per_s"] = throughput(chosen["rollscope's redactor"], texts, args.rounds)
     if args.baseline:
         results[f"rollscope's redactor at {args.baseline}"] = run_baseline(args.baseline, args)
     sizes = {name: len(c) for name, c in cases.items()}
-    print(f"{'':44} {'kingfisher':>11} {'detect-secrets':>15} {'trufflehog leaked':>18} {'ordinary altered':>17}"
-          f" {'µs/trajectory':>14}")  # fmt: skip
+    print(
+        f"{'':44} {'kingfisher':>11} {'detect-secrets':>15} {'trufflehog leaked':>18} {'ordinary altered':>17}"
+        f" {'µs/trajectory':>14}"
+    )
     for name, r in results.items():
-        print(f"{name:44} {r['kingfisher']:>5}/{sizes['kingfisher']:<5} {r['detect-secrets']:>8}/"
-              f"{sizes['detect-secrets']:<6} {r.get('trufflehog leaked', '-'):>11}/{sizes['trufflehog']:<6}"
-              f" {r['ordinary altered']:>10}/{sizes['ordinary']:<6} {r['us_per_trajectory']:>14.0f}")  # fmt: skip
+        print(
+            f"{name:44} {r['kingfisher']:>5}/{sizes['kingfisher']:<5} {r['detect-secrets']:>8}/"
+            f"{sizes['detect-secrets']:<6} {r.get('trufflehog leaked', '-'):>11}/{sizes['trufflehog']:<6}"
+            f" {r['ordinary altered']:>10}/{sizes['ordinary']:<6} {r['us_per_trajectory']:>14.0f}"
+        )
     print("\nthroughput, MB/s on one core:")
     for name, r in results.items():
         if "mb_per_s" in r:

@@ -38,8 +38,9 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "r.yaml").write_text(REPLIES)
-        config = load_config("gsm8k-calculator", [f"llm=scripted:{tmp}/r.yaml", f"limit={args.replays + 1}",
-                                                  f"trace_dir={tmp}/t"])  # fmt: skip
+        config = load_config(
+            "gsm8k-calculator", [f"llm=scripted:{tmp}/r.yaml", f"limit={args.replays + 1}", f"trace_dir={tmp}/t"]
+        )
         runner = Runner(config)
         runner.setup()
         runner.start_tracing()
@@ -55,10 +56,16 @@ def main() -> None:
             outcome = replay(tid, store=f"{tmp}/t", check=True)
             times.append(time.perf_counter() - t0)
             assert outcome.ok, outcome.differences
-    result = {"first_s": times[0], "median_s": statistics.median(times[1:]), "replays": len(times),
-              "setup_and_record_s": recorded_s}  # fmt: skip
-    print(f"replay --check of a 3-turn trajectory: first {times[0] * 1e3:.0f} ms (imports included), "
-          f"then median {result['median_s'] * 1e3:.0f} ms over {len(times) - 1} (no LLM call: every turn recorded)")
+    result = {
+        "first_s": times[0],
+        "median_s": statistics.median(times[1:]),
+        "replays": len(times),
+        "setup_and_record_s": recorded_s,
+    }
+    print(
+        f"replay --check of a 3-turn trajectory: first {times[0] * 1e3:.0f} ms (imports included), "
+        f"then median {result['median_s'] * 1e3:.0f} ms over {len(times) - 1} (no LLM call: every turn recorded)"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
 

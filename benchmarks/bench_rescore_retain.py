@@ -56,11 +56,18 @@ def main() -> None:
                     report = rescore(store, f"{reward}:{fn}", name=f"{fn}-{workers}", workers=workers)
                     elapsed = time.perf_counter() - t0
                 totals = report.totals()
-                results[f"rescore_{fn}_{workers}"] = {"trajectories": report.trajectories, "s": elapsed,
-                                                      "per_s": report.trajectories / elapsed, **totals}  # fmt: skip
-                print(f"rescore {fn}, {workers} worker(s): {report.trajectories:,} trajectories in {elapsed:.1f} s = "
-                      f"{report.trajectories / elapsed:,.0f}/s; {totals['flipped']:,} of {totals['groups']:,} groups "
-                      f"flipped, {totals['became_zero_variance']:,} became zero-variance", flush=True)  # fmt: skip
+                results[f"rescore_{fn}_{workers}"] = {
+                    "trajectories": report.trajectories,
+                    "s": elapsed,
+                    "per_s": report.trajectories / elapsed,
+                    **totals,
+                }
+                print(
+                    f"rescore {fn}, {workers} worker(s): {report.trajectories:,} trajectories in {elapsed:.1f} s = "
+                    f"{report.trajectories / elapsed:,.0f}/s; {totals['flipped']:,} of {totals['groups']:,} groups "
+                    f"flipped, {totals['became_zero_variance']:,} became zero-variance",
+                    flush=True,
+                )
             ratio = results[f"rescore_{fn}_2"]["per_s"] / results[f"rescore_{fn}_1"]["per_s"]
             results[f"rescore_{fn}_speedup_2_vs_1"] = ratio
             print(f"rescore {fn}: 2 workers / 1 worker = {ratio:.2f}x", flush=True)
@@ -72,9 +79,11 @@ def main() -> None:
         s = done.summary
         results["retain"] = {**done.to_dict(), "s": elapsed}
         results["retain"].pop("anomalous")
-        print(f"retain {args.policy}: {s['kept_groups']:,} of {s['groups']:,} groups kept ({s['anomalous_groups']:,} "
-              f"anomalous: {s['by_anomaly']}, {s['sampled_groups']:,} sampled); {done.bytes_before / 2**20:.1f} MB -> "
-              f"{done.bytes_after / 2**20:.1f} MB in {elapsed:.1f} s")  # fmt: skip
+        print(
+            f"retain {args.policy}: {s['kept_groups']:,} of {s['groups']:,} groups kept ({s['anomalous_groups']:,} "
+            f"anomalous: {s['by_anomaly']}, {s['sampled_groups']:,} sampled); {done.bytes_before / 2**20:.1f} MB -> "
+            f"{done.bytes_after / 2**20:.1f} MB in {elapsed:.1f} s"
+        )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

@@ -50,8 +50,9 @@ def scripted_runner(n: int, latency_s: float) -> tuple:
     replies = Path(tmp) / "replies.json"
     replies.write_text(json.dumps(REPLIES))
     _, tokenizer = _scripted(str(replies), None, None, 512, 0)
-    config = load_config("gsm8k-calculator", ["limit=40", f"n={-(-n // 40)}", "concurrency=64", "reward=null",
-                                              f"trace_dir={tmp}/traces"])  # fmt: skip
+    config = load_config(
+        "gsm8k-calculator", ["limit=40", f"n={-(-n // 40)}", "concurrency=64", "reward=null", f"trace_dir={tmp}/traces"]
+    )
     runner = Runner(config, llm=ScriptedLLM(tokenizer, REPLIES, latency_s=latency_s), tokenizer=tokenizer)
     runner.setup()
     return runner, runner.jobs()[:n], f"{tmp}/traces"
@@ -63,8 +64,9 @@ def run_rounds(script: str, variants: list[str], args: argparse.Namespace, laten
     outputs: dict[str, list[dict]] = {v: [] for v in variants}
     for _ in range(args.rounds):
         for v in variants:
-            out = run_fresh(script, "--variant", v, "--trajectories", str(args.trajectories),
-                            "--latency-s", str(latency_ms / 1000))  # fmt: skip
+            out = run_fresh(
+                script, "--variant", v, "--trajectories", str(args.trajectories), "--latency-s", str(latency_ms / 1000)
+            )
             rates[v].append(args.trajectories / out["elapsed_s"])
             outputs[v].append(out)
     return rates, outputs
@@ -103,8 +105,9 @@ def one_variant(variant: str, n: int, latency_s: float) -> dict:
         async def one(job) -> None:
             async with limit:
                 kwargs = loop_kwargs(job.row, job.position)
-                await runner.new_loop(runner.agent_entry).run(dict(runner.sampling_params), **kwargs,
-                                                              step=config.step, rollout_n=job.rollout_n)  # fmt: skip
+                await runner.new_loop(runner.agent_entry).run(
+                    dict(runner.sampling_params), **kwargs, step=config.step, rollout_n=job.rollout_n
+                )
 
         await asyncio.gather(*(one(job) for job in jobs))
 
@@ -157,8 +160,10 @@ def embedded(limit: int) -> dict:
     t0 = time.perf_counter()
     out = llm.generate_sync(prompt, {"temperature": 0.0, "max_tokens": 128})  # prompt cached: decode only
     decode = len(out.token_ids) / (time.perf_counter() - t0)
-    print(f"embedded gemma-3-270m (llama.cpp, 2 threads): load {load_s:.1f} s, prompt evaluation "
-          f"{prefill:.0f} tokens/s ({len(long_prompt)}-token prompt), decode {decode:.1f} tokens/s")  # fmt: skip
+    print(
+        f"embedded gemma-3-270m (llama.cpp, 2 threads): load {load_s:.1f} s, prompt evaluation "
+        f"{prefill:.0f} tokens/s ({len(long_prompt)}-token prompt), decode {decode:.1f} tokens/s"
+    )
     result = {"load_s": load_s, "prefill_tokens_per_s": prefill, "decode_tokens_per_s": decode, "example": {}}
     for concurrency in (1, 4):
         with tempfile.TemporaryDirectory() as tmp:
@@ -170,12 +175,18 @@ def embedded(limit: int) -> dict:
             asyncio.run(runner.run())
             shutdown_tracing()
         s = runner.stats
-        row = {"trajectories_per_min": 60 * s.done / s.elapsed, "model_tokens_per_s": s.tokens / s.elapsed,
-               "mean_reward": s.mean_reward, "tool_calls": s.tool_calls}  # fmt: skip
+        row = {
+            "trajectories_per_min": 60 * s.done / s.elapsed,
+            "model_tokens_per_s": s.tokens / s.elapsed,
+            "mean_reward": s.mean_reward,
+            "tool_calls": s.tool_calls,
+        }
         result["example"][f"concurrency_{concurrency}"] = row
-        print(f"  gsm8k-calculator, {limit} trajectories, {concurrency} concurrent: "
-              f"{row['trajectories_per_min']:.1f} trajectories/min, {row['model_tokens_per_s']:.1f} model tokens/s, "
-              f"mean reward {s.mean_reward:.2f}, {s.tool_calls} tool calls")  # fmt: skip
+        print(
+            f"  gsm8k-calculator, {limit} trajectories, {concurrency} concurrent: "
+            f"{row['trajectories_per_min']:.1f} trajectories/min, {row['model_tokens_per_s']:.1f} model tokens/s, "
+            f"mean reward {s.mean_reward:.2f}, {s.tool_calls} tool calls"
+        )
     return result
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from rollscope.tools.builtin.python_sandbox import run_sandboxed
 
-SOLUTION = '''
+SOLUTION = """
 import math
 from collections import Counter, defaultdict
 
@@ -70,7 +70,7 @@ def solve():
 
 if __name__ == "__main__":
     print(solve())
-'''
+"""
 PROGRAMS = {"print(1)": "print(1)", "50-line solution": SOLUTION}
 
 

@@ -52,8 +52,12 @@ def ingest(n: int, rounds: int) -> dict[str, float]:
         for variant in ("live shard", "publishing segments"):
             with tempfile.TemporaryDirectory() as tmp:
                 local = f"{tmp}/local" if variant == "publishing segments" else "-"
-                out = subprocess.run([sys.executable, "-c", INGEST, str(n), f"{tmp}/shared", local], check=True,
-                                     capture_output=True, text=True)  # fmt: skip
+                out = subprocess.run(
+                    [sys.executable, "-c", INGEST, str(n), f"{tmp}/shared", local],
+                    check=True,
+                    capture_output=True,
+                    text=True,
+                )
                 rate = float(out.stdout.strip().splitlines()[-1])
                 best[variant] = max(rate, best.get(variant, 0.0))
     return best
@@ -97,15 +101,20 @@ def main() -> None:
 
     rates = ingest(args.trajectories, args.rounds)
     ratio = rates["publishing segments"] / rates["live shard"]
-    print(f"ingest ({args.trajectories} trajectories of 7 spans, best of {args.rounds}): "
-          + ", ".join(f"{k} {v:.0f}/s" for k, v in rates.items()) + f"; publishing at {ratio:.2f}x")  # fmt: skip
+    print(
+        f"ingest ({args.trajectories} trajectories of 7 spans, best of {args.rounds}): "
+        + ", ".join(f"{k} {v:.0f}/s" for k, v in rates.items())
+        + f"; publishing at {ratio:.2f}x"
+    )
     result: dict = {"ingest_per_s": rates, "ingest_ratio": ratio}
     with tempfile.TemporaryDirectory() as tmp:
         directory = Path(tmp)
         t0 = time.perf_counter()
         n = build_segments(directory, args.spans, args.segments)
-        print(f"{args.segments} segments, {n:,} trajectories, {args.spans:,} spans built in "
-              f"{time.perf_counter() - t0:.1f} s")  # fmt: skip
+        print(
+            f"{args.segments} segments, {n:,} trajectories, {args.spans:,} spans built in "
+            f"{time.perf_counter() - t0:.1f} s"
+        )
         rng = random.Random(0)
         store = TraceStore(directory)
         t0 = time.perf_counter()
@@ -114,10 +123,12 @@ def main() -> None:
         steps = [rng.randrange(100) for _ in range(20)]
         it = iter(steps * 3)
         result.update(
-            segments=args.segments, trajectories=n, first_query_ms=cold_ms,
+            segments=args.segments,
+            trajectories=n,
+            first_query_ms=cold_ms,
             trajectories_step_ms=median_ms(lambda: store.trajectories(step=next(it)), 20),
             group_ms=median_ms(lambda: store.group(rng.randrange(100), rng.randrange(10)), 20),
-        )  # fmt: skip
+        )
         store.close()
         size = sum(p.stat().st_size for p in (directory / SEGMENTS).glob("*.rstrace"))
         t0 = time.perf_counter()
@@ -127,11 +138,14 @@ def main() -> None:
         with TraceStore(directory) as store:
             assert store.count() == n
             result["group_ms_after_compaction"] = median_ms(
-                lambda: store.group(rng.randrange(100), rng.randrange(10)), 20)  # fmt: skip
-    print(f"over {args.segments} segments: first query (opening them) {result['first_query_ms']:.0f} ms, "
-          f"trajectories(step) {result['trajectories_step_ms']:.1f} ms, group {result['group_ms']:.1f} ms; "
-          f"compaction {size / 2**20:.0f} MB in {seconds:.1f} s ({result['compact_mb_per_s']:.0f} MB/s) into "
-          f"{len(made)}; group after it {result['group_ms_after_compaction']:.1f} ms")  # fmt: skip
+                lambda: store.group(rng.randrange(100), rng.randrange(10)), 20
+            )
+    print(
+        f"over {args.segments} segments: first query (opening them) {result['first_query_ms']:.0f} ms, "
+        f"trajectories(step) {result['trajectories_step_ms']:.1f} ms, group {result['group_ms']:.1f} ms; "
+        f"compaction {size / 2**20:.0f} MB in {seconds:.1f} s ({result['compact_mb_per_s']:.0f} MB/s) into "
+        f"{len(made)}; group after it {result['group_ms_after_compaction']:.1f} ms"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
 

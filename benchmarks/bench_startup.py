@@ -42,35 +42,48 @@ def cases(tmp: Path) -> dict[str, list[str]]:
     wrong_module.write_text("tools:\n  - class_name: my_tolls.WeatherTool\n")
     model = tmp / "model"
     if not model.exists():
-        build = ("from pathlib import Path; from rollscope.testing import make_model_dir; "
-                 f"make_model_dir(Path({str(model)!r}))")
+        build = (
+            "from pathlib import Path; from rollscope.testing import make_model_dir; "
+            f"make_model_dir(Path({str(model)!r}))"
+        )
         subprocess.run([sys.executable, "-c", build], check=True, cwd=ROOT)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     replies = ["--llm", "scripted:examples/scripted_replies.yaml"]
     run = ["run", "gsm8k-calculator", "--trace-dir", str(tmp / "traces")]
-    return {"unknown key": [*run, *replies, "model_name=x"],
-            "misspelled tool": [*run, *replies, f"tools={misspelled}"],
-            "wrong module": [*run, *replies, f"tools={wrong_module}"],
-            "server down": [*run, "--llm", f"http://127.0.0.1:{port}", "--model", str(model)],
-            "quickstart 1": [*run, "--limit", "2", "--n", "2", *replies, "--quiet"]}  # fmt: skip
+    return {
+        "unknown key": [*run, *replies, "model_name=x"],
+        "misspelled tool": [*run, *replies, f"tools={misspelled}"],
+        "wrong module": [*run, *replies, f"tools={wrong_module}"],
+        "server down": [*run, "--llm", f"http://127.0.0.1:{port}", "--model", str(model)],
+        "quickstart 1": [*run, "--limit", "2", "--n", "2", *replies, "--quiet"],
+    }
 
 
 def timed(tree: Path, args: list[str]) -> tuple[float, int]:
     env = {**os.environ, "PYTHONPATH": str(tree), "WANDB_ERROR_REPORTING": "false"}
     t0 = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "rollscope.cli", *args], cwd=tree, env=env, capture_output=True,
-                          text=True, timeout=600)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "rollscope.cli", *args], cwd=tree, env=env, capture_output=True, text=True, timeout=600
+    )
     return time.perf_counter() - t0, done.returncode
 
 
 def verl_import_s() -> float:
     """Seconds ``import verl.experimental.agent_loop.agent_loop`` takes, timed in a fresh process."""
-    probe = ("import time; t = time.perf_counter(); import verl.experimental.agent_loop.agent_loop; "
-             "print(time.perf_counter() - t)")  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True, timeout=600,
-                          env={**os.environ, "WANDB_ERROR_REPORTING": "false"})  # fmt: skip
+    probe = (
+        "import time; t = time.perf_counter(); import verl.experimental.agent_loop.agent_loop; "
+        "print(time.perf_counter() - t)"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=600,
+        env={**os.environ, "WANDB_ERROR_REPORTING": "false"},
+    )
     return float(done.stdout.split()[-1])
 
 
@@ -106,8 +119,10 @@ def main() -> None:
         print(f"  {name:16} {b:6.2f} s ({codes[name]['baseline']}) / {t:6.2f} s ({codes[name]['this tree']})")
     verl_s = statistics.median(floor)
     quickstart = results["quickstart 1"]["this_tree_s"]
-    print(f"  importing verl's agent-loop module alone: {verl_s:.2f} s; quickstart 1 is that "
-          f"{quickstart - verl_s:+.2f} s (goal: +1.00 at most)")  # fmt: skip
+    print(
+        f"  importing verl's agent-loop module alone: {verl_s:.2f} s; quickstart 1 is that "
+        f"{quickstart - verl_s:+.2f} s (goal: +1.00 at most)"
+    )
     results["verl agent-loop import"] = {"seconds": verl_s}
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))

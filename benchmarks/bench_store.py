@@ -87,8 +87,11 @@ def _trajectory(tracing, i: int, prompt: list[int]) -> None:
             for turn in range(3):
                 inputs = {"prompt_ids": prompt, "prompt_text": _text(i, turn)}
                 with tracing.trace_span("generate", kind="llm", inputs=inputs) as g:
-                    g.outputs = {"token_ids": [1, 2, 3, 4, 5, 6, 7, 8], "stop_reason": "stop",
-                                 "text": _text(i, 3 + turn)}  # fmt: skip
+                    g.outputs = {
+                        "token_ids": [1, 2, 3, 4, 5, 6, 7, 8],
+                        "stop_reason": "stop",
+                        "text": _text(i, 3 + turn),
+                    }
                 inputs = {"expression": "17*23", "code": _text(i, 6 + turn)}
                 with tracing.trace_span("calculator", kind="tool", inputs=inputs) as c:
                     c.outputs = {"text": "391" + _text(i, 9 + turn), "turn": turn}
@@ -114,17 +117,28 @@ def _llm_payload(rng: random.Random, response_tokens: int) -> bytes:
     log-probabilities, usage attributes (what the chat and token views read)."""
     from rollscope.store.schema import encode_payload
 
-    prompt = ("<|im_start|>system\nYou are a careful assistant with a calculator.<|im_end|>\n<|im_start|>user\n"
-              + "What is 61 times 16? " * 20 + "<|im_end|>\n<|im_start|>assistant\n")  # fmt: skip
-    texts = [rng.choice([" the", " answer", " is", " 9", "7", "6", ".", " call", "<tool_call>"])
-             for _ in range(response_tokens)]  # fmt: skip
-    return encode_payload({
-        "inputs": {"prompt_ids": list(range(len(prompt) // 4)), "prompt_text": prompt},
-        "outputs": {"token_ids": [rng.randrange(32000) for _ in texts], "token_texts": texts,
-                    "log_probs": [-rng.expovariate(3.0) for _ in texts], "response_text": "".join(texts),
-                    "stop_reason": "completed"},
-        "attributes": {"gen_ai.usage.input_tokens": len(prompt) // 4, "gen_ai.usage.output_tokens": len(texts)},
-    })  # fmt: skip
+    prompt = (
+        "<|im_start|>system\nYou are a careful assistant with a calculator.<|im_end|>\n<|im_start|>user\n"
+        + "What is 61 times 16? " * 20
+        + "<|im_end|>\n<|im_start|>assistant\n"
+    )
+    texts = [
+        rng.choice([" the", " answer", " is", " 9", "7", "6", ".", " call", "<tool_call>"])
+        for _ in range(response_tokens)
+    ]
+    return encode_payload(
+        {
+            "inputs": {"prompt_ids": list(range(len(prompt) // 4)), "prompt_text": prompt},
+            "outputs": {
+                "token_ids": [rng.randrange(32000) for _ in texts],
+                "token_texts": texts,
+                "log_probs": [-rng.expovariate(3.0) for _ in texts],
+                "response_text": "".join(texts),
+                "stop_reason": "completed",
+            },
+            "attributes": {"gen_ai.usage.input_tokens": len(prompt) // 4, "gen_ai.usage.output_tokens": len(texts)},
+        }
+    )
 
 
 def _synthetic_rows(n: int, seed: int, steps: int = 100, rollouts: int = 8):
@@ -148,16 +162,57 @@ def _synthetic_rows(n: int, seed: int, steps: int = 100, rollouts: int = 8):
         reward = float(rng.random() < 0.5)
         tokens, tool_error = rng.randint(20, 400), rng.random() < 0.1
         attributes = '{"tool_errors": {"calculator|exception": 1}}' if tool_error else None
-        trajectories.append((tid, "bench", "q", step, sample, rollout, 0, "tool_agent", "ok", reward,
-                             now + i, now + i + 1000, 7, 3, 3, int(tool_error), tokens, int(tool_error), None, None,
-                             attributes, int(rng.random() < 0.05), int(rng.random() < 0.1), -0.3 * tokens, tokens,
-                             rng.randint(0, 40), int(rng.random() < 0.03), None))  # fmt: skip
+        trajectories.append(
+            (
+                tid,
+                "bench",
+                "q",
+                step,
+                sample,
+                rollout,
+                0,
+                "tool_agent",
+                "ok",
+                reward,
+                now + i,
+                now + i + 1000,
+                7,
+                3,
+                3,
+                int(tool_error),
+                tokens,
+                int(tool_error),
+                None,
+                None,
+                attributes,
+                int(rng.random() < 0.05),
+                int(rng.random() < 0.1),
+                -0.3 * tokens,
+                tokens,
+                rng.randint(0, 40),
+                int(rng.random() < 0.03),
+                None,
+            )
+        )
         parent = None
         for j in range(SPANS_PER_TRAJECTORY):
             sid = new_id()
             kind = "custom" if j == 0 else ("llm" if j % 2 else "tool")
-            spans.append((sid, tid, parent or tid, f"span{j}", kind, now + i, now + i + 10, "ok", None, None,
-                          rng.choice(llm_payloads if kind == "llm" else payloads)))  # fmt: skip
+            spans.append(
+                (
+                    sid,
+                    tid,
+                    parent or tid,
+                    f"span{j}",
+                    kind,
+                    now + i,
+                    now + i + 10,
+                    "ok",
+                    None,
+                    None,
+                    rng.choice(llm_payloads if kind == "llm" else payloads),
+                )
+            )
             parent = parent or sid
     return trajectories, spans
 
@@ -261,8 +316,10 @@ def _spawn(mode: str, n: int, trace_dir: str, sidecars: int = 1) -> subprocess.P
     """``mode`` in a fresh interpreter, with ``sidecars`` trace sidecars (``ROLLSCOPE_TRACE_SIDECAR``)."""
     return subprocess.Popen(
         [sys.executable, __file__, "--child", mode, "--trajectories", str(n), "--dir", trace_dir],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "ROLLSCOPE_TRACE_SIDECAR": str(sidecars)},
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "ROLLSCOPE_TRACE_SIDECAR": str(sidecars)},
+    )
 
 
 def _result(p: subprocess.Popen) -> dict:
@@ -315,8 +372,10 @@ def main() -> None:
     if args.text:
         print(f"every span carries {args.text:,} characters of text in its inputs and outputs")
     for label, r in (("1 sidecar", i1), (f"{args.sidecars} sidecars", res["ingest_1proc_sidecars"])):
-        print(f"ingest, 1 process, {label}: {r['spans_per_s']:>10,.0f} spans/s (caller {r['caller_s']:.2f}s, "
-              f"to disk {r['total_s']:.2f}s for {r['spans']:,} spans)")  # fmt: skip
+        print(
+            f"ingest, 1 process, {label}: {r['spans_per_s']:>10,.0f} spans/s (caller {r['caller_s']:.2f}s, "
+            f"to disk {r['total_s']:.2f}s for {r['spans']:,} spans)"
+        )
     print(
         f"ingest, 4 processes: {i4['aggregate_spans_per_s']:>10,.0f} spans/s in all; per process "
         + ", ".join(f"{v:,.0f}" for v in i4["per_process_spans_per_s"])
@@ -326,8 +385,9 @@ def main() -> None:
     print(f"rollscope / mlflow:  {res['ratio_ingest_vs_mlflow']:>10,.0f}x")
     q = res.get("query")
     print(
-        "query: not measured (--no-query)" if q is None else
-        f"query over {q['spans_in_store']:,} spans ({q['trajectories_in_store']:,} trajectories, 4 shards): "
+        "query: not measured (--no-query)"
+        if q is None
+        else f"query over {q['spans_in_store']:,} spans ({q['trajectories_in_store']:,} trajectories, 4 shards): "
         f"trajectories(step) {q['trajectories_step_ms']:.1f} ms for {q['trajectories_per_step']} rows, "
         f"group {q['group_ms']:.1f} ms, first page of 100 {q['first_page_100_ms']:.1f} ms, "
         f"cold open + step query {q['cold_open_and_step_query_ms']:.1f} ms"

@@ -69,9 +69,14 @@ def one_mode(mode: str, pairs: int, model_dir: str) -> dict:
     async def trajectory(cls: type, i: int) -> tuple[float, float]:
         t0 = time.perf_counter()
         loop = cls(
-            trainer_config=DictConfigWrap(cfg), server_manager=llm, tokenizer=tokenizer, processor=None,
-            dataset_cls=RLHFDataset, data_config=DictConfigWrap(cfg.data), tools=ToolListWrap(tools),
-        )  # fmt: skip
+            trainer_config=DictConfigWrap(cfg),
+            server_manager=llm,
+            tokenizer=tokenizer,
+            processor=None,
+            dataset_cls=RLHFDataset,
+            data_config=DictConfigWrap(cfg.data),
+            tools=ToolListWrap(tools),
+        )
         t1 = time.perf_counter()
         prompt = [{"role": "user", "content": f"What is 17 * 23 + 1? ({i})"}]
         await loop.run({"temperature": 1.0, "logprobs": True}, raw_prompt=prompt, index=i)
@@ -162,15 +167,23 @@ def main() -> None:
             )
             what = "rollscope's loop, untraced, costs" if mode == "verl" else f"tracing ({mode}) adds"
             than = "verl's" if mode == "verl" else "an untraced trajectory"
-            print(f"  {mode:<6} {what} {r['added_us']:+6.1f} us per trajectory = {r['added_pct']:+.1f}% of {than}"
-                  f" ({r['reference_us']:.0f} us; building the loop {r['added_building_us']:+.1f} us),"
-                  f" median of {args.pairs} pairs", flush=True)  # fmt: skip
+            print(
+                f"  {mode:<6} {what} {r['added_us']:+6.1f} us per trajectory = {r['added_pct']:+.1f}% of {than}"
+                f" ({r['reference_us']:.0f} us; building the loop {r['added_building_us']:+.1f} us),"
+                f" median of {args.pairs} pairs",
+                flush=True,
+            )
             added = r["added_calls"]
-            print(f"         calls per trajectory: {added['python']:+d} Python, {added['builtin']:+d} built-in"
-                  f" (of {r['calls']['python']} and {r['calls']['builtin']})", flush=True)  # fmt: skip
+            print(
+                f"         calls per trajectory: {added['python']:+d} Python, {added['builtin']:+d} built-in"
+                f" (of {r['calls']['python']} and {r['calls']['builtin']})",
+                flush=True,
+            )
     h, f = results["hooks"], results["full"]
-    print(f"  packing and sending: ~{f['added_us'] - h['added_us']:.0f} us per trajectory"
-          f" (~{f['added_pct'] - h['added_pct']:.1f}%)")  # fmt: skip
+    print(
+        f"  packing and sending: ~{f['added_us'] - h['added_us']:.0f} us per trajectory"
+        f" (~{f['added_pct'] - h['added_pct']:.1f}%)"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
 

@@ -42,15 +42,24 @@ def batch(rows: int, tokens: int, n: int = 8):
     scores[:, -1] = (torch.rand(rows) > 0.5).float()
     # log-probs as a sampled token's are: mostly near 0, a tail of unlikely ones
     logp = -torch.distributions.Exponential(2.0).sample((rows, tokens))
-    tensors = {"responses": torch.randint(0, 32000, (rows, tokens)), "response_mask": mask,
-               "attention_mask": torch.ones(rows, 512 + tokens, dtype=torch.long), "token_level_scores": scores,
-               "token_level_rewards": scores, "old_log_probs": logp,
-               "rollout_log_probs": logp + 1e-3 * torch.randn_like(logp),
-               "ref_log_prob": logp - 0.01 * torch.rand(rows, tokens)}  # fmt: skip
+    tensors = {
+        "responses": torch.randint(0, 32000, (rows, tokens)),
+        "response_mask": mask,
+        "attention_mask": torch.ones(rows, 512 + tokens, dtype=torch.long),
+        "token_level_scores": scores,
+        "token_level_rewards": scores,
+        "old_log_probs": logp,
+        "rollout_log_probs": logp + 1e-3 * torch.randn_like(logp),
+        "ref_log_prob": logp - 0.01 * torch.rand(rows, tokens),
+    }
     uids = np.array([f"uid-{i // n}" for i in range(rows)], dtype=object)
     versions = np.array([3] * rows, dtype=object)
-    extra = {"uid": uids, "rollscope_trajectory_id": np.array([f"t{i:06d}" for i in range(rows)], dtype=object),
-             "min_global_steps": versions, "max_global_steps": versions}  # fmt: skip
+    extra = {
+        "uid": uids,
+        "rollscope_trajectory_id": np.array([f"t{i:06d}" for i in range(rows)], dtype=object),
+        "min_global_steps": versions,
+        "max_global_steps": versions,
+    }
     return DataProto.from_dict(tensors=tensors, non_tensors=extra)
 
 
@@ -72,8 +81,12 @@ def main() -> None:
 
     data = batch(args.rows, args.tokens)
     entropy = torch.distributions.Exponential(1.0).sample((args.rows, args.tokens))
-    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"trace": {"backend": "none"}, "n": 8}},
-                               "algorithm": {"adv_estimator": "grpo"}})  # fmt: skip
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {"rollout": {"trace": {"backend": "none"}, "n": 8}},
+            "algorithm": {"adv_estimator": "grpo"},
+        }
+    )
     trainer = SimpleNamespace(config=config, global_steps=4)
     hook, background, verl = [], [], []
     for _ in range(args.rounds):
@@ -91,21 +104,35 @@ def main() -> None:
     sample = captured[:64]
     tokens = sum(r["length"] for _, r in sample)
     now = sum(len(encode_payload(r)) for _, r in sample) / tokens
-    previous = [{**{k: v for k, v in r.items() if k not in ("entropy", "ref_log_probs", "entropy_mean", "kl_mean")},
-                 **{k: torch.tensor(r[k]).double().float().tolist() for k in ("old_log_probs", "rollout_log_probs")}}
-                for _, r in sample]  # fmt: skip
+    previous = [
+        {
+            **{k: v for k, v in r.items() if k not in ("entropy", "ref_log_probs", "entropy_mean", "kl_mean")},
+            **{k: torch.tensor(r[k]).double().float().tolist() for k in ("old_log_probs", "rollout_log_probs")},
+        }
+        for _, r in sample
+    ]
     before = sum(len(encode_payload(r)) for r in previous) / tokens
-    result = {"rows": args.rows, "tokens": args.tokens, "records": len(captured),
-              "hook_ms": statistics.median(hook) * 1e3, "background_ms": statistics.median(background) * 1e3,
-              "verl_compute_advantage_ms": statistics.median(verl) * 1e3,
-              "bytes_per_token": now, "bytes_per_token_previous_layout": before}  # fmt: skip
+    result = {
+        "rows": args.rows,
+        "tokens": args.tokens,
+        "records": len(captured),
+        "hook_ms": statistics.median(hook) * 1e3,
+        "background_ms": statistics.median(background) * 1e3,
+        "verl_compute_advantage_ms": statistics.median(verl) * 1e3,
+        "bytes_per_token": now,
+        "bytes_per_token_previous_layout": before,
+    }
     result["hook_vs_verl_advantage"] = result["hook_ms"] / result["verl_compute_advantage_ms"]
-    print(f"{args.rows} trajectories x {args.tokens} tokens: on the trainer's thread {result['hook_ms']:.3f} ms "
-          f"({result['hook_vs_verl_advantage']:.2%} of verl's own compute_advantage, "
-          f"{result['verl_compute_advantage_ms']:.0f} ms); records on the hook's thread "
-          f"{result['background_ms']:.0f} ms (overlapping the actor update)")  # fmt: skip
-    print(f"stored per response token: {now:.2f} bytes (log-probs, rollout's, entropy, reference's, mask; float32 "
-          f"decimals, zstd); the previous layout (float64 decimals, no entropy or reference) {before:.2f} bytes")
+    print(
+        f"{args.rows} trajectories x {args.tokens} tokens: on the trainer's thread {result['hook_ms']:.3f} ms "
+        f"({result['hook_vs_verl_advantage']:.2%} of verl's own compute_advantage, "
+        f"{result['verl_compute_advantage_ms']:.0f} ms); records on the hook's thread "
+        f"{result['background_ms']:.0f} ms (overlapping the actor update)"
+    )
+    print(
+        f"stored per response token: {now:.2f} bytes (log-probs, rollout's, entropy, reference's, mask; float32 "
+        f"decimals, zstd); the previous layout (float64 decimals, no entropy or reference) {before:.2f} bytes"
+    )
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2))
 

@@ -56,7 +56,8 @@ def pages(store_dir: str) -> dict[str, list[str]]:
     return {
         "table, first page of 100 (by step)": ["/"] * 10,
         "table, page of 100 sorted by reward, descending": [
-            f"/?sort=reward&desc=1&page={rng.randrange(1, 50)}" for _ in range(10)],
+            f"/?sort=reward&desc=1&page={rng.randrange(1, 50)}" for _ in range(10)
+        ],
         "table, one step": [f"/?step={rng.randrange(100)}" for _ in range(10)],
         "table, deep page (offset 50,000)": ["/?page=501"] * 5,
         "table, filtered: reward >= 1, tool errors no": ["/?min_reward=1&tool_errors=no"] * 10,
@@ -64,7 +65,7 @@ def pages(store_dir: str) -> dict[str, list[str]]:
         "GRPO group page": ["/group?step={}&sample={}".format(*rng.choice(groups)) for _ in range(10)],
         "compare 4": ["/compare?" + "&".join(f"id={i}" for i in rng.sample(some, 4)) for _ in range(10)],
         "per-step charts (100 steps)": ["/steps"] * 5,
-    }  # fmt: skip
+    }
 
 
 def measure(store_dir: str) -> dict[str, float]:
@@ -78,8 +79,10 @@ def measure(store_dir: str) -> dict[str, float]:
 
 def in_child(tree: str, store_dir: str) -> dict[str, float]:
     """``measure`` with the code of checkout ``tree``, in a fresh interpreter."""
-    code = (f"import json, sys; sys.path[:0] = [{tree!r}, {str(Path(__file__).parent)!r}]; "
-            f"import bench_viewer; print(json.dumps(bench_viewer.measure({store_dir!r})))")  # fmt: skip
+    code = (
+        f"import json, sys; sys.path[:0] = [{tree!r}, {str(Path(__file__).parent)!r}]; "
+        f"import bench_viewer; print(json.dumps(bench_viewer.measure({store_dir!r})))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tree)
     if out.returncode != 0:
         raise SystemExit(f"the viewer of {tree} failed:\n{out.stderr[-3000:]}")
@@ -92,8 +95,9 @@ def side_by_side(rev: str | None, store_dir: str, rounds: int) -> tuple[dict[str
     repo = Path(__file__).resolve().parents[1]
     with tempfile.TemporaryDirectory() as tree:
         if rev:
-            subprocess.run(["git", "-C", str(repo), "worktree", "add", "--detach", tree, rev], check=True,
-                           capture_output=True)  # fmt: skip
+            subprocess.run(
+                ["git", "-C", str(repo), "worktree", "add", "--detach", tree, rev], check=True, capture_output=True
+            )
         try:
             now: dict[str, float] = {}
             before: dict[str, float] = {}
@@ -125,8 +129,14 @@ def main() -> None:
         with TraceStore(tmp) as store:
             count = store.count()
         now, before = side_by_side(args.baseline, tmp, args.rounds)
-        results = {"spans": args.spans, "segments": args.segments, "trajectories": count, "server_ms": now,
-                   "baseline": args.baseline, "baseline_ms": before}  # fmt: skip
+        results = {
+            "spans": args.spans,
+            "segments": args.segments,
+            "trajectories": count,
+            "server_ms": now,
+            "baseline": args.baseline,
+            "baseline_ms": before,
+        }
         layout = f"{args.segments:,} segments" if args.segments else "shards"
         print(f"viewer server time over {count:,} trajectories / {args.spans:,} spans in {layout} (median ms):")
         for name, ms in now.items():

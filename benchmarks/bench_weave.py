@@ -63,8 +63,13 @@ sys.stdin.read()
 
 
 def _serve(args: list[str]) -> tuple[subprocess.Popen, str]:
-    proc = subprocess.Popen([sys.executable, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                            cwd=Path(__file__).resolve().parent.parent)  # (the repository: -m finds tests.doubles)
+    proc = subprocess.Popen(
+        [sys.executable, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).resolve().parent.parent,
+    )  # (the repository: -m finds tests.doubles)
     return proc, proc.stdout.readline().strip()
 
 
@@ -78,13 +83,19 @@ def _register_client_path() -> None:
 
         def write(self, trajectory, spans):
             client, t = self.client, trajectory_view(trajectory, self.experiment)
-            root = client.create_call(t["name"], {"trajectory_id": t["id"]}, attributes=t["attributes"],
-                                      use_stack=False, _call_id_override=call_id(t["id"]))  # fmt: skip
+            root = client.create_call(
+                t["name"],
+                {"trajectory_id": t["id"]},
+                attributes=t["attributes"],
+                use_stack=False,
+                _call_id_override=call_id(t["id"]),
+            )
             calls = {t["id"]: root}
             for s in spans:
                 inputs = s.inputs if isinstance(s.inputs, dict) else {"inputs": s.inputs}
-                calls[s.id] = client.create_call(s.name, inputs, parent=calls.get(s.parent_id, root),
-                                                 attributes=t["attributes"], use_stack=False)  # fmt: skip
+                calls[s.id] = client.create_call(
+                    s.name, inputs, parent=calls.get(s.parent_id, root), attributes=t["attributes"], use_stack=False
+                )
             for s in reversed(spans):
                 client.finish_call(calls[s.id], output=s.outputs)
             client.finish_call(root, output={"reward": t["reward"]})
@@ -105,12 +116,16 @@ def _trajectories(n: int) -> None:
         with tracing.rollout_trace_attr(step=i // 64, sample_index=i % 64, rollout_n=0, name="tool_agent"):
             with tracing.trace_span("ToolAgentLoop.run", kind="agent", inputs={"raw_prompt": "What is 17 * 23?"}):
                 for turn in range(TURNS):
-                    with tracing.trace_span("llm.generate", kind="llm", inputs={
-                            "request_id": f"r{i}", "prompt_ids": prompt, "sampling_params": {"temperature": 1.0}}) as s:
+                    with tracing.trace_span(
+                        "llm.generate",
+                        kind="llm",
+                        inputs={"request_id": f"r{i}", "prompt_ids": prompt, "sampling_params": {"temperature": 1.0}},
+                    ) as s:
                         s.outputs = TokenOutput(token_ids=response, log_probs=logprobs, stop_reason="completed")
                     if turn < TOOLS:
-                        with tracing.trace_span("CalculatorTool.execute", kind="tool",
-                                                inputs={"parameters": {"expression": "17*23"}}) as s:  # fmt: skip
+                        with tracing.trace_span(
+                            "CalculatorTool.execute", kind="tool", inputs={"parameters": {"expression": "17*23"}}
+                        ) as s:
                             s.outputs = {"text": "391", "reward": 0.0}
             tracing.set_reward(1.0)
 
@@ -169,13 +184,21 @@ def one(variant: str, n: int) -> dict:
     if server is not None:
         assert len(server.ends) == (n + 3) * CALLS_PER_TRAJECTORY, len(server.ends)
     calls = n * CALLS_PER_TRAJECTORY
-    out = {"trajectories": n, "calls": calls, "calls_per_s": calls / elapsed,
-           "traced_cpu_ms_per_trajectory": 1e3 * cpu / n}  # fmt: skip
+    out = {
+        "trajectories": n,
+        "calls": calls,
+        "calls_per_s": calls / elapsed,
+        "traced_cpu_ms_per_trajectory": 1e3 * cpu / n,
+    }
     if received is not None:
         weave = stats["weave"]
         warmup = 3 * CALLS_PER_TRAJECTORY
-        out.update(received_calls=received["calls"] - warmup, distinct_ids=received["ids"] - warmup,
-                   dropped=weave["dropped"], lossless=weave["lossless"])  # fmt: skip
+        out.update(
+            received_calls=received["calls"] - warmup,
+            distinct_ids=received["ids"] - warmup,
+            dropped=weave["dropped"],
+            lossless=weave["lossless"],
+        )
     return out
 
 
@@ -198,14 +221,21 @@ def main() -> None:
     chosen = args.only.split(",") if args.only else variants
     for variant in chosen:
         n = {"client": args.client_trajectories, "burst": args.burst, "burst-memory": args.burst}.get(
-            variant, args.trajectories)
+            variant, args.trajectories
+        )
         results[variant] = run_fresh(here, "--variant", variant, "--n", str(n))
         r = results[variant]
-        received = (f"  received {r['received_calls']:,} calls ({r['distinct_ids']:,} ids), dropped {r['dropped']:,}, "
-                    f"lossless {r['lossless']}" if "received_calls" in r else "")  # fmt: skip
-        print(f"{variant:<12} {n:>6} trajectories  {r['calls_per_s']:>8.0f} calls/s end to end  "
-              f"{r['traced_cpu_ms_per_trajectory']:>7.2f} ms traced-process CPU per trajectory{received}",
-              flush=True)  # fmt: skip
+        received = (
+            f"  received {r['received_calls']:,} calls ({r['distinct_ids']:,} ids), dropped {r['dropped']:,}, "
+            f"lossless {r['lossless']}"
+            if "received_calls" in r
+            else ""
+        )
+        print(
+            f"{variant:<12} {n:>6} trajectories  {r['calls_per_s']:>8.0f} calls/s end to end  "
+            f"{r['traced_cpu_ms_per_trajectory']:>7.2f} ms traced-process CPU per trajectory{received}",
+            flush=True,
+        )
     if {"calls", "client"} <= results.keys():
         calls, client = results["calls"], results["client"]
         print(f"weave backend vs the client path: {calls['calls_per_s'] / client['calls_per_s']:.1f}x the calls/s")

@@ -126,8 +126,11 @@ def main() -> None:
             for n in map(int, args.sizes.split(",")):
                 r = measure(n, args.runs, Path(tmp))
                 results.append(r)
-                print(f"{n:,} trajectories ({r['steps']:,} steps; written to Weave at "
-                      f"{r['weave_write_calls_per_s']:,.0f} calls/s), median of {args.runs}:", flush=True)
+                print(
+                    f"{n:,} trajectories ({r['steps']:,} steps; written to Weave at "
+                    f"{r['weave_write_calls_per_s']:,.0f} calls/s), median of {args.runs}:",
+                    flush=True,
+                )
                 for label in ("ls_step", "insights", "show"):
                     local, weave = r[f"local_{label}_ms"], r[f"weave_{label}_ms"]
                     print(f"  {label:<9} local {local:8.1f} ms   weave {weave:8.1f} ms", flush=True)

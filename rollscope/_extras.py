@@ -34,5 +34,6 @@ def require(extra: str, *modules: str, feature: str) -> None:
     """Raise ``MissingExtra`` naming ``extra`` when any of ``modules`` is missing."""
     missing = _missing(*modules)
     if missing:
-        raise MissingExtra(f"{feature} needs {', '.join(missing)}, which is not installed: "
-                           f"pip install 'rollscope[{extra}]'")  # fmt: skip
+        raise MissingExtra(
+            f"{feature} needs {', '.join(missing)}, which is not installed: pip install 'rollscope[{extra}]'"
+        )

@@ -45,8 +45,9 @@ def read_text(path: str | os.PathLike, what: str, error: type[Exception], limit:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         line = data.count(b"\n", 0, exc.start) + 1
-        raise error(f"{path}: {what} is not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line}, "
-                    f"offset {exc.start:,})") from None  # fmt: skip
+        raise error(
+            f"{path}: {what} is not UTF-8 text (byte 0x{data[exc.start]:02x} on line {line}, offset {exc.start:,})"
+        ) from None
 
 
 def lines(path: str | os.PathLike, what: str, error: type[Exception]) -> Iterator[tuple[int, str]]:
@@ -78,24 +79,26 @@ class _BoundedLoader(yaml.SafeLoader):
         if self.check_event(yaml.AliasEvent):
             self._aliases += 1
             if self._aliases > MAX_ALIASES:
-                raise yaml.composer.ComposerError(None, None, f"more than {MAX_ALIASES} aliases",
-                                                  self.peek_event().start_mark)  # fmt: skip
+                raise yaml.composer.ComposerError(
+                    None, None, f"more than {MAX_ALIASES} aliases", self.peek_event().start_mark
+                )
         self._depth += 1
         try:
             if self._depth > MAX_DEPTH:
-                raise yaml.composer.ComposerError(None, None, f"nested more than {MAX_DEPTH} levels deep",
-                                                  self.peek_event().start_mark)  # fmt: skip
+                raise yaml.composer.ComposerError(
+                    None, None, f"nested more than {MAX_DEPTH} levels deep", self.peek_event().start_mark
+                )
             return super().compose_node(parent, index)
         finally:
             self._depth -= 1
-
 
     def compose_document(self) -> Any:
         node = super().compose_document()
         expanded = _expanded_size(node)
         if expanded > MAX_NODES:
-            raise yaml.composer.ComposerError(None, None, f"its aliases expand to {expanded:,} values, more than "
-                                              f"{MAX_NODES:,}", node.start_mark)  # fmt: skip
+            raise yaml.composer.ComposerError(
+                None, None, f"its aliases expand to {expanded:,} values, more than {MAX_NODES:,}", node.start_mark
+            )
         return node
 
 

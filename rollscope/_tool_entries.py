@@ -20,10 +20,35 @@ SCHEMA_KEYS = ("type", "function")
 FUNCTION_KEYS = ("name", "description", "parameters", "strict")
 PARAMETERS_KEYS = ("type", "properties", "required", "additionalProperties")
 # JSON Schema's keywords a property may hold; another key close to one is taken for its typo.
-PROPERTY_KEYWORDS = ("type", "description", "enum", "items", "properties", "required", "default", "examples",
-                     "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf", "minLength",
-                     "maxLength", "pattern", "format", "minItems", "maxItems", "uniqueItems",
-                     "additionalProperties", "anyOf", "oneOf", "allOf", "const", "title", "nullable")  # fmt: skip
+PROPERTY_KEYWORDS = (
+    "type",
+    "description",
+    "enum",
+    "items",
+    "properties",
+    "required",
+    "default",
+    "examples",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "multipleOf",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "format",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "additionalProperties",
+    "anyOf",
+    "oneOf",
+    "allOf",
+    "const",
+    "title",
+    "nullable",
+)
 
 
 def label(path: str, index: int, entry: Any) -> str:
@@ -103,8 +128,9 @@ def property_typos(entry: dict[str, Any]) -> list[str]:
     return found
 
 
-def signature_problem(schema: dict[str, Any], parameters: Sequence[tuple[str, bool]], var_keyword: bool,
-                      function: str) -> str | None:  # fmt: skip
+def signature_problem(
+    schema: dict[str, Any], parameters: Sequence[tuple[str, bool]], var_keyword: bool, function: str
+) -> str | None:
     """Whether a function can take what its schema lets the model send: every property one of its
     parameters (unless it takes ``**kwargs``) and every parameter without a default among the
     properties the schema requires. ``parameters``: (name, has a default) in order."""
@@ -118,8 +144,10 @@ def signature_problem(schema: dict[str, Any], parameters: Sequence[tuple[str, bo
         return f"{where}.properties: {', '.join(map(repr, extra))} not parameters of {shown}"
     needed = [name for name, has_default in parameters if not has_default and name not in required]
     if needed:
-        return (f"{where}.required: {shown} needs {', '.join(map(repr, needed))}, which the schema "
-                f"{'does not require' if all(n in properties for n in needed) else 'does not declare'}")  # fmt: skip
+        return (
+            f"{where}.required: {shown} needs {', '.join(map(repr, needed))}, which the schema "
+            f"{'does not require' if all(n in properties for n in needed) else 'does not declare'}"
+        )
     return None
 
 

@@ -56,9 +56,12 @@ def check_version() -> str | None:
         return None
     version = getattr(verl, "__version__", "unknown")
     if version not in TESTED_VERL:
-        log.warning("rollscope was checked against verl %s; this is verl %s: if tracing goes quiet, run "
-                    "tests/test_verl_compat.py, which names the internal that moved", ", ".join(TESTED_VERL),
-                    version)  # fmt: skip
+        log.warning(
+            "rollscope was checked against verl %s; this is verl %s: if tracing goes quiet, run "
+            "tests/test_verl_compat.py, which names the internal that moved",
+            ", ".join(TESTED_VERL),
+            version,
+        )
     return version
 
 
@@ -171,8 +174,11 @@ def multi_turn_keys() -> frozenset[str]:
         tree = None
     for node in ast.walk(tree) if tree else ():
         if isinstance(node, ast.ClassDef) and node.name == "MultiTurnConfig":
-            return frozenset(n.target.id for n in node.body if isinstance(n, ast.AnnAssign)
-                             and isinstance(n.target, ast.Name) and not n.target.id.startswith("_"))  # fmt: skip
+            return frozenset(
+                n.target.id
+                for n in node.body
+                if isinstance(n, ast.AnnAssign) and isinstance(n.target, ast.Name) and not n.target.id.startswith("_")
+            )
     from verl.workers.config.rollout import MultiTurnConfig  # its layout changed: ask it
 
     return frozenset(f.name for f in dataclasses.fields(MultiTurnConfig))
@@ -243,13 +249,18 @@ def _multi_turn() -> None:
 
 def _trainer_steps() -> None:
     v0, v1 = importlib.import_module(V0_TRAINER), importlib.import_module(V1_TRAINER)
-    assert list(inspect.signature(getattr(v0.RayPPOTrainer, V0_UPDATE_ACTOR)).parameters) == [
-        "self", "batch"], f"RayPPOTrainer.{V0_UPDATE_ACTOR}(self, batch) changed"  # fmt: skip
+    assert list(inspect.signature(getattr(v0.RayPPOTrainer, V0_UPDATE_ACTOR)).parameters) == ["self", "batch"], (
+        f"RayPPOTrainer.{V0_UPDATE_ACTOR}(self, batch) changed"
+    )
     old_log_prob = getattr(v0.RayPPOTrainer, V0_OLD_LOG_PROB)
     assert list(inspect.signature(old_log_prob).parameters) == ["self", "batch"] and '"entropys"' in inspect.getsource(
-        old_log_prob), f"RayPPOTrainer.{V0_OLD_LOG_PROB}(self, batch) no longer returns the entropies"  # fmt: skip
+        old_log_prob
+    ), f"RayPPOTrainer.{V0_OLD_LOG_PROB}(self, batch) no longer returns the entropies"
     assert list(inspect.signature(getattr(v1.PPOTrainer, V1_COMPUTE_ADVANTAGE)).parameters)[:3] == [
-        "self", "batch", "metrics"], f"PPOTrainer.{V1_COMPUTE_ADVANTAGE}(self, batch, metrics) changed"  # fmt: skip
+        "self",
+        "batch",
+        "metrics",
+    ], f"PPOTrainer.{V1_COMPUTE_ADVANTAGE}(self, batch, metrics) changed"
     found = getattr(v1, V1_MULTI_TRAJECTORY_ADVANTAGES, None)
     assert callable(found), f"{V1_TRAINER}.{V1_MULTI_TRAJECTORY_ADVANTAGES} is gone"
 

@@ -46,8 +46,9 @@ def main():
                 os.fsync(f.fileno())
     elif mode == "sample":
         k, seed, steps = int(args[0]), int(args[1]), int(args[2])
-        tracing.init_tracing(trace_dir=trace_dir, experiment=f"w{worker}", max_samples_per_step_per_worker=k,
-                             sample_seed=seed)
+        tracing.init_tracing(
+            trace_dir=trace_dir, experiment=f"w{worker}", max_samples_per_step_per_worker=k, sample_seed=seed
+        )
         rng = random.Random(worker * 7919)  # each worker sees the batch in its own order
         for step in range(steps):
             batch = [(s, r) for s in range(100 + step, 108 + step) for r in range(4)]

@@ -25,12 +25,18 @@ from tests.wandb_stand_in import wandb  # noqa: F401  (a fixture: W&B's endpoint
 # The modules whose tests start a Ray cluster (verl's trainer, its Ray workers, `--workers`): marked
 # `ray`, which `make test` runs after the others, one at a time with the machine to themselves (a
 # trainer beside other tests misses what a real run has: a core to spare when Ray ends its workers).
-RAY_MODULES = frozenset({
-    "tests/agentloops/test_verl_training_path.py", "tests/agentloops/test_verl_worker.py",
-    "tests/runner/test_distributed.py", "tests/tracing/test_sidecar_ray.py", "tests/trainer/test_main_ppo_local.py",
-    "tests/trainer/test_main_ppo_engines.py", "tests/trainer/test_main_ppo_weave.py",
-    "tests/trainer/test_main_ppo_sglang_refused.py",
-})  # fmt: skip
+RAY_MODULES = frozenset(
+    {
+        "tests/agentloops/test_verl_training_path.py",
+        "tests/agentloops/test_verl_worker.py",
+        "tests/runner/test_distributed.py",
+        "tests/tracing/test_sidecar_ray.py",
+        "tests/trainer/test_main_ppo_local.py",
+        "tests/trainer/test_main_ppo_engines.py",
+        "tests/trainer/test_main_ppo_weave.py",
+        "tests/trainer/test_main_ppo_sglang_refused.py",
+    }
+)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -98,10 +104,18 @@ def browser():
     from selenium.webdriver.chrome.service import Service
 
     chromium, driver_path = shutil.which("chromium"), shutil.which("chromedriver")
-    assert chromium and driver_path, "install Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"
+    assert chromium and driver_path, (
+        "install Debian's chromium and chromium-driver (apt-get install chromium chromium-driver)"
+    )
     options = webdriver.ChromeOptions()
     options.binary_location = chromium
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage", "--window-size=1400,1000"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
         options.add_argument(arg)
     driver = webdriver.Chrome(service=Service(driver_path), options=options)
     driver.set_page_load_timeout(30)
@@ -151,8 +165,10 @@ def record_run(tmp, overrides=(), steps=(2,), failing_every=0):
         return f"The answer is {results[-1]}." if results else "I cannot tell."
 
     for step in steps:
-        config = load_config("gsm8k-calculator", [f"limit={RECORDED_SAMPLES}", f"n={RECORDED_N}", f"step={step}",
-                                                  f"trace_dir={tmp / 'traces'}", *overrides])
+        config = load_config(
+            "gsm8k-calculator",
+            [f"limit={RECORDED_SAMPLES}", f"n={RECORDED_N}", f"step={step}", f"trace_dir={tmp / 'traces'}", *overrides],
+        )
         rows = load_rows(config.resolve(config.dataset), RECORDED_SAMPLES)
         truth.update({r["prompt"][0]["content"]: r["reward_model"]["ground_truth"] for r in rows})
         runner = Runner(config, llm=ScriptedLLM(tokenizer, reply), tokenizer=tokenizer)

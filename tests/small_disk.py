@@ -12,8 +12,13 @@ def small_tmpfs(path, size: str):
     """A tmpfs of ``size`` (``1m``, ``256k``) mounted at ``path``: a disk that fills up. Needs root
     (CI has it); elsewhere the test is skipped with the reason."""
     path.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
-                                           capture_output=True).returncode != 0:  # fmt: skip
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)], capture_output=True
+        ).returncode
+        != 0
+    ):
         pytest.skip("mounting a small tmpfs needs root")
     try:
         yield path

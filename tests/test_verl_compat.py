@@ -17,8 +17,10 @@ from rollscope import _verl
 PACKAGE = Path(_verl.__file__).parent
 ALLOWED = {PACKAGE / "_verl.py"} | set((PACKAGE / "trainer" / "cpu").rglob("*.py"))
 PRIVATE_MODULES = ("verl.utils.rollout_trace", "mlflow.tracing.trace_manager")
-PRIVATE_NAMES = re.compile(r"\b(_trace_enabled|_trace_attributes|_run_agent_loop|_run_prompt|InMemoryTraceManager|"
-                           r"_agent_loop_registry|f_locals|cr_frame|_update_actor|_compute_advantage)\b")  # fmt: skip
+PRIVATE_NAMES = re.compile(
+    r"\b(_trace_enabled|_trace_attributes|_run_agent_loop|_run_prompt|InMemoryTraceManager|"
+    r"_agent_loop_registry|f_locals|cr_frame|_update_actor|_compute_advantage)\b"
+)
 
 
 @pytest.mark.parametrize("internal", list(_verl.CONTRACTS))
@@ -60,8 +62,13 @@ def test_nothing_else_reaches_verls_or_mlflows_internals():
             continue
         source = path.read_text()
         for node in ast.walk(ast.parse(source)):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])  # fmt: skip
+            names = (
+                [a.name for a in node.names]
+                if isinstance(node, ast.Import)
+                else [node.module or ""]
+                if isinstance(node, ast.ImportFrom)
+                else []
+            )
             found += [f"{path.relative_to(PACKAGE.parent)}: imports {n}" for n in names if n in PRIVATE_MODULES]
         for number, line in enumerate(source.splitlines(), 1):
             if PRIVATE_NAMES.search(line):

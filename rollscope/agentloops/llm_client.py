@@ -47,8 +47,11 @@ def tool_schemas_of(loop: Any) -> list[dict[str, Any]]:
     tools = tools.values() if isinstance(tools, dict) else tools
     if not tools:
         tools = getattr(loop, "_rollscope_given_tools", None) or ()
-    return [t.tool_schema.model_dump(exclude_unset=True, exclude_none=True) for t in tools
-            if getattr(t, "tool_schema", None) is not None]  # fmt: skip
+    return [
+        t.tool_schema.model_dump(exclude_unset=True, exclude_none=True)
+        for t in tools
+        if getattr(t, "tool_schema", None) is not None
+    ]
 
 
 def constrained(sampling_params: dict[str, Any]) -> dict[str, Any]:
@@ -65,8 +68,11 @@ def constrained(sampling_params: dict[str, Any]) -> dict[str, Any]:
         elif type(loop) not in _unconstrained_warned:
             _unconstrained_warned.add(type(loop))
             who = type(loop).__name__ if loop is not None else "this call"
-            log.warning("constrain_tool_calls is set, but %s has no tool schemas (no tools given, no tool_schemas "
-                        "kept): its replies are not constrained", who)  # fmt: skip
+            log.warning(
+                "constrain_tool_calls is set, but %s has no tool schemas (no tools given, no tool_schemas "
+                "kept): its replies are not constrained",
+                who,
+            )
     return params
 
 
@@ -89,8 +95,9 @@ class TracedLLMClient:
         traced = self.__dict__[name] = _traced_method(value, f"llm.{name}", self.tokenizer)
         return traced
 
-    def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                 **kwargs: Any) -> Awaitable[Any]:  # fmt: skip
+    def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any
+    ) -> Awaitable[Any]:
         """One llm span per call, its inputs as ``rollout_trace_op`` would bind them. Written out
         rather than decorated, and untraced it hands back the inner call itself: it runs on every
         turn of every rollout. Inside a trajectory a call that succeeds is recorded as one leaf-span
@@ -120,8 +127,14 @@ class TracedLLMClient:
             return traced_await(call, LLM_SPAN_NAME, SpanKind.LLM, inputs, decoder=self.tokenizer)
         return self._leaf(call, inputs, parent, span_id, context)
 
-    async def _leaf(self, call: Awaitable[Any], inputs: dict[str, Any], parent: Span | Trajectory,
-                    span_id: str | None, context: Context | None) -> Any:  # fmt: skip
+    async def _leaf(
+        self,
+        call: Awaitable[Any],
+        inputs: dict[str, Any],
+        parent: Span | Trajectory,
+        span_id: str | None,
+        context: Context | None,
+    ) -> Any:
         start_ns = time.time_ns()
         try:
             output = await call
@@ -137,8 +150,9 @@ class TracedLLMClient:
             replied(parent.trajectory, context, output)
         tracer = state.tracer
         if tracer is not None:  # (unless tracing was shut down while the call ran)
-            tracer.leaf_span(parent, LLM_SPAN_NAME, SpanKind.LLM, start_ns, inputs, output, None,
-                             self.tokenizer, span_id)  # fmt: skip
+            tracer.leaf_span(
+                parent, LLM_SPAN_NAME, SpanKind.LLM, start_ns, inputs, output, None, self.tokenizer, span_id
+            )
         return output
 
 

@@ -17,16 +17,28 @@ __all__ = ["check", "request"]
 _CONTEXTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def request(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, sequence: list[int],
-            template_kwargs: dict[str, Any] | None = None) -> dict[str, Any] | None:  # fmt: skip
+def request(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: Any,
+    sequence: list[int],
+    template_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
     """What the check needs, for a fast tokenizer with a chat template; None for another: ``check``
     it here."""
     context = _context(tokenizer)
     if context is None:
         return None
     name, with_tools, without_tools, special = context
-    return {"tokenizer": name, "template": with_tools if tools else without_tools, "special_tokens": special,
-            "messages": messages, "tools": tools, "sequence": sequence, "kwargs": template_kwargs}  # fmt: skip
+    return {
+        "tokenizer": name,
+        "template": with_tools if tools else without_tools,
+        "special_tokens": special,
+        "messages": messages,
+        "tools": tools,
+        "sequence": sequence,
+        "kwargs": template_kwargs,
+    }
 
 
 def _context(tokenizer: Any) -> tuple | None:
@@ -43,25 +55,36 @@ def _context(tokenizer: Any) -> tuple | None:
 
 def _read_context(tokenizer: Any) -> tuple | None:
     try:
-        return (tokenizer_file(tokenizer.backend_tokenizer), tokenizer.get_chat_template(None, [{}]),
-                tokenizer.get_chat_template(None, None), dict(tokenizer.special_tokens_map))  # fmt: skip
+        return (
+            tokenizer_file(tokenizer.backend_tokenizer),
+            tokenizer.get_chat_template(None, [{}]),
+            tokenizer.get_chat_template(None, None),
+            dict(tokenizer.special_tokens_map),
+        )
     except Exception:  # a slow tokenizer, no chat template, no disk: checked in process (or not at all)
         return None
 
 
-async def check(tokenizer: Any, messages: list[dict[str, Any]], tools: Any, sequence: list[int],
-                template_kwargs: dict[str, Any] | None = None) -> dict[str, Any] | None:  # fmt: skip
+async def check(
+    tokenizer: Any,
+    messages: list[dict[str, Any]],
+    tools: Any,
+    sequence: list[int],
+    template_kwargs: dict[str, Any] | None = None,
+) -> dict[str, Any] | None:
     """Render ``messages`` with the tokenizer's chat template (off the event loop, as verl renders)
     and compare with ``sequence``; None when the template cannot render them."""
 
     def render() -> list[int]:
-        ids = tokenizer.apply_chat_template(messages, tools=tools or None, tokenize=True, return_dict=False,
-                                            **(template_kwargs or {}))  # fmt: skip
+        ids = tokenizer.apply_chat_template(
+            messages, tools=tools or None, tokenize=True, return_dict=False, **(template_kwargs or {})
+        )
         return list(ids["input_ids"] if isinstance(ids, dict) else ids)
 
     try:
         template_ids = await asyncio.get_running_loop().run_in_executor(None, render)
     except Exception:  # a template that cannot render this conversation: nothing to compare
         return None
-    return first_difference(list(sequence), template_ids,
-                            decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False))  # fmt: skip
+    return first_difference(
+        list(sequence), template_ids, decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=False)
+    )

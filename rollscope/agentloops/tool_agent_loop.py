@@ -25,14 +25,13 @@ from rollscope.agentloops.tool_parser import (
     Llama3JsonToolParser,
     RollscopeToolParser,
     WrittenCall,
-    written_back,  # fmt: skip
+    written_back,
 )
 from rollscope.agentloops.traced_loop import TracedAgentLoop
 from rollscope.semconv import CONSTRAIN, TOOL_SCHEMAS, TURN_LIMIT
 from rollscope.tools.schema import check_arguments
 
-_STRICT_FORMATS = {"hermes": RollscopeToolParser, "rollscope": RollscopeToolParser,
-                   "llama3_json": Llama3JsonToolParser}  # fmt: skip
+_STRICT_FORMATS = {"hermes": RollscopeToolParser, "rollscope": RollscopeToolParser, "llama3_json": Llama3JsonToolParser}
 
 
 @register("rollscope_tool_agent")
@@ -79,8 +78,10 @@ class ToolAgentLoop(TracedAgentLoop, VerlToolAgentLoop):
         """(error kind, what the model is told) for a call that cannot run, else None."""
         if call.name == MALFORMED_CALL:
             detail = json.loads(call.arguments)
-            return "malformed_call", (f"{detail['problem']}. Write tool calls as <tool_call>{{\"name\": \"<tool>\", "
-                                      f"\"arguments\": {{...}}}}</tool_call>.")  # fmt: skip
+            return "malformed_call", (
+                f'{detail["problem"]}. Write tool calls as <tool_call>{{"name": "<tool>", '
+                f'"arguments": {{...}}}}</tool_call>.'
+            )
         tools = getattr(agent_data, "_active_tools", self.tools)
         tool = tools.get(call.name)
         if tool is None:
@@ -88,15 +89,17 @@ class ToolAgentLoop(TracedAgentLoop, VerlToolAgentLoop):
         try:
             arguments = json.loads(call.arguments)
         except (ValueError, TypeError, RecursionError) as exc:  # (ValueError: JSON errors, huge integers)
-            return "malformed_call", (f"arguments for {call.name!r} are not valid JSON: {type(exc).__name__}: "
-                                      f"{str(exc)[:200]}")  # fmt: skip
+            return "malformed_call", (
+                f"arguments for {call.name!r} are not valid JSON: {type(exc).__name__}: {str(exc)[:200]}"
+            )
         problems = check_arguments(tool.tool_schema, arguments)
         if problems:
             return "bad_arguments", f"invalid arguments for {call.name!r}: " + "; ".join(problems)
         return None
 
-    async def _handle_generating_state(self, agent_data: Any, sampling_params: dict[str, Any],
-                                       ignore_termination: bool = False) -> Any:  # fmt: skip
+    async def _handle_generating_state(
+        self, agent_data: Any, sampling_params: dict[str, Any], ignore_termination: bool = False
+    ) -> Any:
         """verl's, noting in the output's extra fields when the loop stopped because every
         assistant turn was used (``stop: max_assistant_turns``, what insights count). With
         ``constrain_tool_calls`` in the sampling parameters, the reply is sampled held to this
@@ -108,8 +111,11 @@ class ToolAgentLoop(TracedAgentLoop, VerlToolAgentLoop):
             if constrain and schemas:
                 sampling_params[TOOL_SCHEMAS] = list(schemas)
         state = await super()._handle_generating_state(agent_data, sampling_params, ignore_termination)
-        if (state == AgentState.TERMINATED and self.max_assistant_turns
-                and agent_data.assistant_turns >= self.max_assistant_turns):  # fmt: skip
+        if (
+            state == AgentState.TERMINATED
+            and self.max_assistant_turns
+            and agent_data.assistant_turns >= self.max_assistant_turns
+        ):
             agent_data.extra_fields["stop"] = TURN_LIMIT
             self.record_turn_limit()
         return state

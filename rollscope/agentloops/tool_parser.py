@@ -30,8 +30,15 @@ _OPEN, _CLOSE = "<tool_call>", "</tool_call>"
 _PYTHON_TAG = "<|python_tag|>"
 _JSON_CALL = re.compile(r'\s*(?:<\|python_tag\|>\s*)?(?=\{\s*"name"\s*:)')  # where a Llama 3 JSON call starts
 # Tokens that end a turn in the chat templates of the families users train (besides eos).
-END_OF_TURN_TOKENS = ("<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<end_of_turn>", "<|end|>", "<|endoftext|>",
-                      "<|end_of_text|>")  # fmt: skip
+END_OF_TURN_TOKENS = (
+    "<|im_end|>",
+    "<|eot_id|>",
+    "<|eom_id|>",
+    "<end_of_turn>",
+    "<|end|>",
+    "<|endoftext|>",
+    "<|end_of_text|>",
+)
 
 
 class WrittenCall(FunctionCall):

@@ -101,8 +101,14 @@ def record_output_reward(output: Any) -> None:
 
 # AgentLoopOutput fields the run span leaves out: they repeat what the llm spans already hold
 # (prompt ids, per-token log-probabilities) or are bulky media.
-_REPEATED_FIELDS = ("prompt_ids", "response_logprobs", "routed_experts", "multi_modal_data",
-                    "mm_processor_kwargs", "mm_processor_output")  # fmt: skip
+_REPEATED_FIELDS = (
+    "prompt_ids",
+    "response_logprobs",
+    "routed_experts",
+    "multi_modal_data",
+    "mm_processor_kwargs",
+    "mm_processor_output",
+)
 
 
 class RunOutput:
@@ -125,8 +131,11 @@ class RunOutput:
         if fields is None:
             return output
         # (model_dump costs ten times as much; nested models, the metrics, become their fields)
-        view = {k: native(v) if hasattr(v, "__pydantic_fields_set__") else v
-                for k, v in fields.items() if k not in _REPEATED_FIELDS}  # fmt: skip
+        view = {
+            k: native(v) if hasattr(v, "__pydantic_fields_set__") else v
+            for k, v in fields.items()
+            if k not in _REPEATED_FIELDS
+        }
         if "extra_fields" in view:
             view["extra_fields"] = self.extra_fields
         view["prompt_length"] = len(getattr(output, "prompt_ids", None) or [])
@@ -150,8 +159,13 @@ def _traced_run(run: Any, owner: type) -> Any:
             trajectory = _trajectory_for(name, kwargs)
             with trajectory:
                 inputs = {"sampling_params": sampling_params, **kwargs}
-                span = begin_span(span_name, SpanKind.AGENT, inputs, {REPLAY: self._rollscope_replay.copy(), **code},
-                                  trajectory_name=name)  # fmt: skip
+                span = begin_span(
+                    span_name,
+                    SpanKind.AGENT,
+                    inputs,
+                    {REPLAY: self._rollscope_replay.copy(), **code},
+                    trajectory_name=name,
+                )
                 # verl's own decorators (its LLM client, BaseTool, tool parser) record nothing in
                 # here (verl's switch for that, a ContextVar): rollscope records the same calls, in
                 # this trajectory's tree.
@@ -229,8 +243,12 @@ class TracedAgentLoop(AgentLoopBase):
         insights count it among tool errors by kind. Returns what to tell the model
         (``"Error: <problem>"``). ``kind``: ``malformed_call``, ``unknown_tool``, ``bad_arguments``
         or one of the loop's own."""
-        with trace_span(f"{TOOL_ERROR_PREFIX}{name}", SpanKind.TOOL, inputs={"name": name, "arguments": arguments},
-                        **{ERROR_KIND: kind}) as span:  # fmt: skip
+        with trace_span(
+            f"{TOOL_ERROR_PREFIX}{name}",
+            SpanKind.TOOL,
+            inputs={"name": name, "arguments": arguments},
+            **{ERROR_KIND: kind},
+        ) as span:
             span.fail(ToolCallError(problem))
             span.outputs = problem
         return f"Error: {problem}"
@@ -286,7 +304,9 @@ def replay_record(cls: type, config: Any, tokenizer: Any) -> dict[str, Any]:
         plain = {k: v for k, v in multi_turn.items() if v is None or isinstance(v, str | int | float | bool)}
         record = _replay_records[key] = {
             "loop": f"{cls.__module__}.{cls.__qualname__}",
-            "prompt_length": rollout.get("prompt_length"), "response_length": rollout.get("response_length"),
-            "multi_turn": plain, "tokenizer": getattr(tokenizer, "name_or_path", None) or None,
-        }  # fmt: skip
+            "prompt_length": rollout.get("prompt_length"),
+            "response_length": rollout.get("response_length"),
+            "multi_turn": plain,
+            "tokenizer": getattr(tokenizer, "name_or_path", None) or None,
+        }
     return record

@@ -95,9 +95,14 @@ class VerlTrajectory:
     def __init__(self, run: VerlRun, name: str) -> None:
         self.run = run
         self.block = rollout_trace_attr(
-            sample_index=run.sample_index, step=run.step, rollout_n=run.rollout_n, validate=run.validate,
-            name=run.agent_name or name, opened_by="verl", **_wandb_run(),
-        )  # fmt: skip
+            sample_index=run.sample_index,
+            step=run.step,
+            rollout_n=run.rollout_n,
+            validate=run.validate,
+            name=run.agent_name or name,
+            opened_by="verl",
+            **_wandb_run(),
+        )
         self.output: Any = None
 
     def __enter__(self) -> Trajectory | None:
@@ -177,5 +182,3 @@ def take_over_verl_tracing() -> None:
     _verl.check_version()  # an untested verl is said once
     if _verl.take_over_tracing(TAKEN_OVER) == "mlflow":
         _verl.discard_open_mlflow_trace()
-
-

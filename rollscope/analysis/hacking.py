@@ -63,33 +63,53 @@ SIGNALS: dict[str, tuple[str, str]] = {
 }
 
 
-def hacking_signals(store: Any, where: str, params: list, steps: dict[tuple, list], th: Any,
-                    training: dict[tuple, dict[Any, list]], check: str | None = None) -> dict[tuple, list]:  # fmt: skip
+def hacking_signals(
+    store: Any,
+    where: str,
+    params: list,
+    steps: dict[tuple, list],
+    th: Any,
+    training: dict[tuple, dict[Any, list]],
+    check: str | None = None,
+) -> dict[tuple, list]:
     """(project, experiment) -> its hacking ``Signal``\\ s, for the runs in ``steps`` (run -> its steps
     in order). ``where``/``params`` select the trajectories (``reader.where_clause``); ``training`` holds
     the training records by run and step; ``check`` names a rescoring to compare the reward with."""
     per_step = store.aggregate(_STEP_SQL.format(where=where), params, _sum_rows(len(_STEP_FIELDS)))
-    answers = store.aggregate(_ANSWER_SQL.format(where=where, and_=" AND " if where else " WHERE "), params,
-                              _merge_answers)  # fmt: skip
-    components = store.aggregate(_COMPONENT_SQL.format(where=where, and_=" AND " if where else " WHERE "), params,
-                                 _sum_rows(3))  # fmt: skip
+    answers = store.aggregate(
+        _ANSWER_SQL.format(where=where, and_=" AND " if where else " WHERE "), params, _merge_answers
+    )
+    components = store.aggregate(
+        _COMPONENT_SQL.format(where=where, and_=" AND " if where else " WHERE "), params, _sum_rows(3)
+    )
     checked = _checked(store, where, params, check) if check else {}
     out: dict[tuple, list] = {}
     for run, run_steps in steps.items():
         base = run_steps[: th.baseline_steps]
-        rows = {s: dict(zip(_STEP_FIELDS, per_step.get((*run, s), [0.0] * len(_STEP_FIELDS)), strict=True))
-                for s in run_steps}  # fmt: skip
+        rows = {
+            s: dict(zip(_STEP_FIELDS, per_step.get((*run, s), [0.0] * len(_STEP_FIELDS)), strict=True))
+            for s in run_steps
+        }
         found: list[Signal] = []
         base_reward = _mean(rows, base, "reward_sum", "n")
-        reward_change = {s: rows[s]["reward_sum"] / rows[s]["n"] - base_reward
-                         if rows[s]["n"] and base_reward is not None else None for s in run_steps}  # fmt: skip
+        reward_change = {
+            s: rows[s]["reward_sum"] / rows[s]["n"] - base_reward if rows[s]["n"] and base_reward is not None else None
+            for s in run_steps
+        }
         rising = {s: change is not None and change > th.reward_rise for s, change in reward_change.items()}
         found += _reward_vs_check(checked.get(run), run_steps, base, th)
         found += _answer_length(store, run, rows, run_steps, base, th, where, params, reward_change, rising)
         found += _collapse(answers, run, run_steps, rows, th)
         found += _components(components, run, rows, run_steps, base, th)
-        found += _relative(rows, run_steps, base, "repetition", "repetition_sum", "repetition_count",
-                           lambda mean, baseline: mean - baseline > th.repetition_rise)  # fmt: skip
+        found += _relative(
+            rows,
+            run_steps,
+            base,
+            "repetition",
+            "repetition_sum",
+            "repetition_count",
+            lambda mean, baseline: mean - baseline > th.repetition_rise,
+        )
         found += _entropy(training.get(run, {}), th, rising)
         onsets: dict[str, Any] = {}  # the first flagged step of each signal (``found`` is in step order)
         for s in found:
@@ -101,11 +121,21 @@ def hacking_signals(store: Any, where: str, params: list, steps: dict[tuple, lis
     return out
 
 
-_STEP_FIELDS = ("n", "reward_sum", "rewarded", "answer_sum", "rewarded_answer_sum", "repetition_sum",
-                "repetition_count", "additive")  # fmt: skip
+_STEP_FIELDS = (
+    "n",
+    "reward_sum",
+    "rewarded",
+    "answer_sum",
+    "rewarded_answer_sum",
+    "repetition_sum",
+    "repetition_count",
+    "additive",
+)
 _REPETITION = "json_extract(attributes, '$.repetition')"
-_COMPONENTS = ("(SELECT TOTAL(k.value) FROM json_each(trajectories.attributes, '$.reward_details') AS k "
-               "WHERE k.type IN ('integer', 'real') AND k.key != 'score')")  # fmt: skip
+_COMPONENTS = (
+    "(SELECT TOTAL(k.value) FROM json_each(trajectories.attributes, '$.reward_details') AS k "
+    "WHERE k.type IN ('integer', 'real') AND k.key != 'score')"
+)
 _STEP_SQL = (
     "SELECT project, experiment, step, COUNT(*), TOTAL(reward), TOTAL(reward > 0), TOTAL(answer_chars), "
     "TOTAL(CASE WHEN reward > 0 THEN answer_chars END), " + f"TOTAL({_REPETITION}), COUNT({_REPETITION}), "
@@ -160,8 +190,11 @@ def _checked(store: Any, where: str, params: list, name: str) -> dict[tuple, dic
     """(project, experiment) -> step -> [(id, the run's reward, the check's)] of the rescoring
     ``name``, for the trajectories selected."""
     rescoring = store.rescoring(name)
-    runs = store.aggregate(f"SELECT id, project, experiment FROM trajectories{where}", params,
-                           lambda rows: {tid: (p, e) for tid, p, e in rows})  # fmt: skip
+    runs = store.aggregate(
+        f"SELECT id, project, experiment FROM trajectories{where}",
+        params,
+        lambda rows: {tid: (p, e) for tid, p, e in rows},
+    )
     out: dict[tuple, dict[Any, list[tuple]]] = {}
     for tid, r in rescoring.rewards.items():
         if tid in runs and r.original is not None and r.reward is not None:
@@ -169,7 +202,7 @@ def _checked(store: Any, where: str, params: list, name: str) -> dict[tuple, dic
     return out
 
 
-def _reward_vs_check(checked: dict[Any, list[tuple]] | None, steps: list, base: list, th: Any) -> list:  # fmt: skip
+def _reward_vs_check(checked: dict[Any, list[tuple]] | None, steps: list, base: list, th: Any) -> list:
     if not checked:
         return []
 
@@ -188,14 +221,33 @@ def _reward_vs_check(checked: dict[Any, list[tuple]] | None, steps: list, base: 
         change = now - baseline if now is not None and baseline is not None else None
         reward = sum(o for _, o, _ in rows) / len(rows) if rows else None
         check = sum(c for _, _, c in rows) / len(rows) if rows else None
-        out.append(Signal("reward_vs_check", step, len(over), len(rows), now, [tid for _, tid in over[:EXAMPLES]],
-                          change is not None and change > th.check_gap,
-                          {"reward": reward, "check": check, "baseline": baseline, "change": change}))  # fmt: skip
+        out.append(
+            Signal(
+                "reward_vs_check",
+                step,
+                len(over),
+                len(rows),
+                now,
+                [tid for _, tid in over[:EXAMPLES]],
+                change is not None and change > th.check_gap,
+                {"reward": reward, "check": check, "baseline": baseline, "change": change},
+            )
+        )
     return out
 
 
-def _answer_length(store: Any, run: tuple, rows: dict[Any, dict], steps: list, base: list, th: Any, where: str,
-                   params: list, reward_change: dict[Any, float | None], rising: dict[Any, bool]) -> list:  # fmt: skip
+def _answer_length(
+    store: Any,
+    run: tuple,
+    rows: dict[Any, dict],
+    steps: list,
+    base: list,
+    th: Any,
+    where: str,
+    params: list,
+    reward_change: dict[Any, float | None],
+    rising: dict[Any, bool],
+) -> list:
     baseline = _mean(rows, base, "answer_sum", "n")
     out = []
     for step in steps:
@@ -209,21 +261,37 @@ def _answer_length(store: Any, run: tuple, rows: dict[Any, dict], steps: list, b
             ratio = (r["rewarded_answer_sum"] / r["rewarded"]) / rest
         flagged = change is not None and change > th.answer_growth and rising[step] and (ratio is None or ratio > 1)
         examples = _longest_rewarded(store, run, step, where, params) if flagged else []
-        out.append(Signal("answer_length_with_reward", step, int(r["n"]), int(r["n"]), None, examples, flagged,
-                          {"mean_answer_chars": mean, "baseline": baseline, "change": change,
-                           "rewarded_vs_rest": ratio, "reward_change": reward_change[step]}))  # fmt: skip
+        out.append(
+            Signal(
+                "answer_length_with_reward",
+                step,
+                int(r["n"]),
+                int(r["n"]),
+                None,
+                examples,
+                flagged,
+                {
+                    "mean_answer_chars": mean,
+                    "baseline": baseline,
+                    "change": change,
+                    "rewarded_vs_rest": ratio,
+                    "reward_change": reward_change[step],
+                },
+            )
+        )
     return out
 
 
 def _longest_rewarded(store: Any, run: tuple, step: Any, where: str, params: list) -> list[str]:
-    sql = (f"SELECT answer_chars, id FROM trajectories{where or ' WHERE 1'} AND project IS ? AND experiment IS ? "
-           f"AND step IS ? AND reward > 0 ORDER BY answer_chars DESC, id LIMIT {EXAMPLES}")  # fmt: skip
+    sql = (
+        f"SELECT answer_chars, id FROM trajectories{where or ' WHERE 1'} AND project IS ? AND experiment IS ? "
+        f"AND step IS ? AND reward > 0 ORDER BY answer_chars DESC, id LIMIT {EXAMPLES}"
+    )
     found = sorted((-chars, tid) for _, (chars, tid) in store._query(sql, [*params, *run, step]))
     return [tid for _, tid in found][:EXAMPLES]
 
 
-def _collapse(answers: dict[tuple, dict[str, list]], run: tuple, steps: list, rows: dict[Any, dict],
-              th: Any) -> list:
+def _collapse(answers: dict[tuple, dict[str, list]], run: tuple, steps: list, rows: dict[Any, dict], th: Any) -> list:
     """Per step: the rewarded trajectories whose answer was paid for at ``collapse_prompts`` or
     more prompts, the most widespread such answer in the detail."""
     out = []
@@ -236,14 +304,24 @@ def _collapse(answers: dict[tuple, dict[str, list]], run: tuple, steps: list, ro
         count = sum(v[0] for v in wide.values())
         top = max(wide.items(), key=lambda kv: (len(kv[1][1]), kv[1][0], kv[0]), default=None)
         flagged = count / n > th.answer_collapse
-        out.append(Signal("answer_collapse", step, int(count), n, count / n,
-                          sorted(top[1][2])[:EXAMPLES] if top else [], flagged,
-                          {"answer": top[0] if top else None, "prompts": len(top[1][1]) if top else 0}))  # fmt: skip
+        out.append(
+            Signal(
+                "answer_collapse",
+                step,
+                int(count),
+                n,
+                count / n,
+                sorted(top[1][2])[:EXAMPLES] if top else [],
+                flagged,
+                {"answer": top[0] if top else None, "prompts": len(top[1][1]) if top else 0},
+            )
+        )
     return out
 
 
-def _components(components: dict[tuple, list[float]], run: tuple, rows: dict[Any, dict], steps: list, base: list,
-                th: Any) -> list:  # fmt: skip
+def _components(
+    components: dict[tuple, list[float]], run: tuple, rows: dict[Any, dict], steps: list, base: list, th: Any
+) -> list:
     """Only for a reward that is the sum of its numeric details (nearly every trajectory's)."""
     n = sum(rows[s]["n"] for s in steps)
     if not n or sum(rows[s]["additive"] for s in steps) < 0.9 * n:
@@ -272,13 +350,30 @@ def _components(components: dict[tuple, list[float]], run: tuple, rows: dict[Any
         key, share = max(now.items(), key=lambda kv: (kv[1], kv[0]))
         before = baseline.get(key, 0.0)
         flagged = share > th.component_share and before < th.component_share
-        out.append(Signal("reward_component", step, int(rows[step]["n"]), int(rows[step]["n"]), share, [], flagged,
-                          {"component": key, "baseline": before}))  # fmt: skip
+        out.append(
+            Signal(
+                "reward_component",
+                step,
+                int(rows[step]["n"]),
+                int(rows[step]["n"]),
+                share,
+                [],
+                flagged,
+                {"component": key, "baseline": before},
+            )
+        )
     return out
 
 
-def _relative(rows: dict[Any, dict], steps: list, base: list, name: str, total: str, count: str,
-              past: Callable[[float, float], bool]) -> list:  # fmt: skip
+def _relative(
+    rows: dict[Any, dict],
+    steps: list,
+    base: list,
+    name: str,
+    total: str,
+    count: str,
+    past: Callable[[float, float], bool],
+) -> list:
     baseline = _mean(rows, base, total, count)
     out = []
     for step in steps:
@@ -287,9 +382,18 @@ def _relative(rows: dict[Any, dict], steps: list, base: list, name: str, total: 
             continue
         mean = r[total] / r[count]
         flagged = baseline is not None and past(mean, baseline)
-        out.append(Signal(name, step, int(r[count]), int(r["n"]), None, [], flagged,
-                          {"mean": mean, "baseline": baseline,
-                           "change": None if baseline is None else mean - baseline}))  # fmt: skip
+        out.append(
+            Signal(
+                name,
+                step,
+                int(r[count]),
+                int(r["n"]),
+                None,
+                [],
+                flagged,
+                {"mean": mean, "baseline": baseline, "change": None if baseline is None else mean - baseline},
+            )
+        )
     return out
 
 
@@ -313,7 +417,16 @@ def _entropy(steps: dict[Any, list], th: Any, rising: dict[Any, bool]) -> list:
         change = (mean - baseline) / baseline if baseline else None
         flagged = change is not None and change < -th.entropy_drop and not rising.get(step, False)
         lowest = [tid for _, tid in sorted(found)[:EXAMPLES]] if flagged else []
-        out.append(Signal("entropy_collapse", step, len(found), len(found), None, lowest, flagged,
-                          {"mean": mean, "baseline": baseline, "change": change,
-                           "reward_rising": rising.get(step, False)}))  # fmt: skip
+        out.append(
+            Signal(
+                "entropy_collapse",
+                step,
+                len(found),
+                len(found),
+                None,
+                lowest,
+                flagged,
+                {"mean": mean, "baseline": baseline, "change": change, "reward_rising": rising.get(step, False)},
+            )
+        )
     return out

@@ -36,18 +36,42 @@ class PromptStep:
         return self.rewarded >= 2 and self.std_reward == 0
 
     def to_dict(self) -> dict[str, Any]:
-        return {"project": self.project, "experiment": self.experiment, "step": self.step,
-                "rollouts": self.rollouts, "rewarded": self.rewarded, "mean_reward": self.mean_reward,
-                "std_reward": self.std_reward, "mean_tokens": self.mean_tokens, "mean_turns": self.mean_turns,
-                "mean_tool_calls": self.mean_tool_calls, "zero_variance": self.zero_variance,
-                "advantages": self.advantages, "policy_versions": self.policy_versions, "ids": self.ids}  # fmt: skip
+        return {
+            "project": self.project,
+            "experiment": self.experiment,
+            "step": self.step,
+            "rollouts": self.rollouts,
+            "rewarded": self.rewarded,
+            "mean_reward": self.mean_reward,
+            "std_reward": self.std_reward,
+            "mean_tokens": self.mean_tokens,
+            "mean_turns": self.mean_turns,
+            "mean_tool_calls": self.mean_tool_calls,
+            "zero_variance": self.zero_variance,
+            "advantages": self.advantages,
+            "policy_versions": self.policy_versions,
+            "ids": self.ids,
+        }
 
 
-def prompt_history(store: TraceStore, sample_index: Any, *, experiment: str | None = None,
-                   project: str | None = None, validate: bool = False) -> list[PromptStep]:  # fmt: skip
+def prompt_history(
+    store: TraceStore,
+    sample_index: Any,
+    *,
+    experiment: str | None = None,
+    project: str | None = None,
+    validate: bool = False,
+) -> list[PromptStep]:
     """The prompt's group at every step it was drawn, by experiment then step. Replays are left out."""
-    records = store.trajectories(sample_index=sample_index, experiment=experiment, project=project,
-                                 validate=validate, replays=False, order_by="experiment", limit=None)  # fmt: skip
+    records = store.trajectories(
+        sample_index=sample_index,
+        experiment=experiment,
+        project=project,
+        validate=validate,
+        replays=False,
+        order_by="experiment",
+        limit=None,
+    )
     by_step: dict[tuple, list] = {}
     for r in records:
         by_step.setdefault((r.project, r.experiment, r.step), []).append(r)
@@ -57,11 +81,21 @@ def prompt_history(store: TraceStore, sample_index: Any, *, experiment: str | No
         rewards = [r.reward for r in group if r.reward is not None]
         joined = [training[r.id] for r in group if r.id in training]
         n = len(group)
-        out.append(PromptStep(
-            proj, exp, step, n, len(rewards), statistics.fmean(rewards) if rewards else None,
-            statistics.pstdev(rewards) if rewards else None, sum(r.num_tokens for r in group) / n,
-            sum(r.num_llm_calls for r in group) / n, sum(r.num_tool_calls for r in group) / n,
-            [t.advantage for t in joined if t.advantage is not None],
-            sorted({t.policy_version for t in joined if t.policy_version is not None}), [r.id for r in group],
-        ))  # fmt: skip
+        out.append(
+            PromptStep(
+                proj,
+                exp,
+                step,
+                n,
+                len(rewards),
+                statistics.fmean(rewards) if rewards else None,
+                statistics.pstdev(rewards) if rewards else None,
+                sum(r.num_tokens for r in group) / n,
+                sum(r.num_llm_calls for r in group) / n,
+                sum(r.num_tool_calls for r in group) / n,
+                [t.advantage for t in joined if t.advantage is not None],
+                sorted({t.policy_version for t in joined if t.policy_version is not None}),
+                [r.id for r in group],
+            )
+        )
     return out

@@ -139,21 +139,34 @@ class ExperimentInsights:
         return [s for s in self.signals if s.name == name]
 
     def to_dict(self) -> dict[str, Any]:
-        return {"project": self.project, "experiment": self.experiment, "steps": self.steps,
-                "trajectories": self.trajectories, "signals": [s.to_dict() for s in self.signals],
-                **({"metrics": [m.to_dict() for m in self.metrics]} if self.metrics else {})}  # fmt: skip
+        return {
+            "project": self.project,
+            "experiment": self.experiment,
+            "steps": self.steps,
+            "trajectories": self.trajectories,
+            "signals": [s.to_dict() for s in self.signals],
+            **({"metrics": [m.to_dict() for m in self.metrics]} if self.metrics else {}),
+        }
 
 
-def insights(store: TraceStore, *, experiment: str | None = None, project: str | None = None,
-             steps: tuple[int | None, int | None] = (None, None), validate: bool | None = False,
-             replays: bool = False, thresholds: Thresholds | None = None,
-             check: str | None = None) -> list[ExperimentInsights]:  # fmt: skip
+def insights(
+    store: TraceStore,
+    *,
+    experiment: str | None = None,
+    project: str | None = None,
+    steps: tuple[int | None, int | None] = (None, None),
+    validate: bool | None = False,
+    replays: bool = False,
+    thresholds: Thresholds | None = None,
+    check: str | None = None,
+) -> list[ExperimentInsights]:
     """Every signal for every (project, experiment) matching, per step in ``steps`` (inclusive).
     Replays (``rollscope replay``) are left out unless ``replays``. ``check`` names a rescoring
     (``rollscope rescore``) the reward is compared with, for ``reward_vs_check``."""
     th = thresholds or Thresholds()
-    where, params = where_clause(project=project, experiment=experiment, validate=validate,
-                           replays=None if replays else False)  # fmt: skip
+    where, params = where_clause(
+        project=project, experiment=experiment, validate=validate, replays=None if replays else False
+    )
     first, last = steps
     if first is not None:
         where, params = where + (" AND " if where else " WHERE ") + "step >= ?", [*params, first]
@@ -167,8 +180,9 @@ def insights(store: TraceStore, *, experiment: str | None = None, project: str |
     for rec in store.training_records(project=project, experiment=experiment) if not validate else ():
         if (first is None or rec.step >= first) and (last is None or rec.step <= last):
             training.setdefault((rec.project, rec.experiment), {}).setdefault(rec.step, []).append(rec)
-    hacking = hacking_signals(store, where, params, {run: list(rows) for run, rows in per_step.items()}, th,
-                              training, check)  # fmt: skip
+    hacking = hacking_signals(
+        store, where, params, {run: list(rows) for run, rows in per_step.items()}, th, training, check
+    )
     out = []
     for run in sorted(per_step, key=lambda pe: (null_first(pe[0]), null_first(pe[1]))):
         rows = per_step[run]
@@ -178,22 +192,41 @@ def insights(store: TraceStore, *, experiment: str | None = None, project: str |
             r, key = rows[step], (*run, step)
             signals.append(_zero_variance(groups.get(key, []), step, th))
             for name, count, total in (
-                ("truncated", r["truncated"], r["n"]), ("turn_limit", r["turn_limit"], r["n"]),
+                ("truncated", r["truncated"], r["n"]),
+                ("turn_limit", r["turn_limit"], r["n"]),
                 ("repeated_calls", r["repeated"], r["n"]),
                 ("reward_without_tools", r["reward_no_tools"] if uses_tools else 0, r["rewarded"]),
                 ("rewarded_empty", r["rewarded_empty"], r["rewarded"]),
                 ("retokenization_drift", r["drift"], r["n"]),
-            ):  # fmt: skip
+            ):
                 share = count / total if total else None
-                signals.append(Signal(name, step, int(count), int(total), share, sorted(r["examples"][name]),
-                                      share is not None and count > 0 and share > getattr(th, name)))  # fmt: skip
+                signals.append(
+                    Signal(
+                        name,
+                        step,
+                        int(count),
+                        int(total),
+                        share,
+                        sorted(r["examples"][name]),
+                        share is not None and count > 0 and share > getattr(th, name),
+                    )
+                )
             errors = tool_errors.get(key, {})
             failed = int(sum(n for n, _ in errors.values()))
             rate = failed / r["tool_calls"] if r["tool_calls"] else None
             by_kind = {k: {"count": int(n), "examples": ids} for k, (n, ids) in sorted(errors.items())}
-            signals.append(Signal("tool_errors", step, failed, int(r["tool_calls"]), rate,
-                                  sorted(r["examples"]["tool_errors"]), rate is not None and rate > th.tool_errors,
-                                  {"by_tool_and_kind": by_kind}))  # fmt: skip
+            signals.append(
+                Signal(
+                    "tool_errors",
+                    step,
+                    failed,
+                    int(r["tool_calls"]),
+                    rate,
+                    sorted(r["examples"]["tool_errors"]),
+                    rate is not None and rate > th.tool_errors,
+                    {"by_tool_and_kind": by_kind},
+                )
+            )
         signals += _drift(rows, th)
         signals += _training_signals(training.get(run, {}), th)
         signals += hacking[run]
@@ -208,15 +241,18 @@ def insights(store: TraceStore, *, experiment: str | None = None, project: str |
 def _per_step(store: TraceStore, where: str, params: list, th: Thresholds) -> dict[tuple, dict[Any, dict]]:
     """(project, experiment) -> step -> counts and sums, and per predicate the smallest and largest
     matching id (two examples per step from the same scan)."""
-    examples = ", ".join(f"MIN(id) FILTER (WHERE {sql}), MAX(id) FILTER (WHERE {sql})"
-                         for sql, _ in _PREDICATES.values())  # fmt: skip
-    sql = ("SELECT project, experiment, step, COUNT(*), TOTAL(num_truncated > 0), TOTAL(turn_limit), "
-           "TOTAL(num_repeated_calls > 0), TOTAL(reward > 0 AND num_tool_calls = 0), "
-           "TOTAL(reward > 0 AND answer_chars < ?), TOTAL(reward > 0), TOTAL(num_tool_calls), TOTAL(num_tokens), "
-           "TOTAL(logprob_sum), TOTAL(logprob_count), "
-           "TOTAL(json_extract(attributes, '$.retokenization_drift') IS NOT NULL), "
-           f"{examples} FROM trajectories{where} "
-           "GROUP BY project, experiment, step")  # fmt: skip
+    examples = ", ".join(
+        f"MIN(id) FILTER (WHERE {sql}), MAX(id) FILTER (WHERE {sql})" for sql, _ in _PREDICATES.values()
+    )
+    sql = (
+        "SELECT project, experiment, step, COUNT(*), TOTAL(num_truncated > 0), TOTAL(turn_limit), "
+        "TOTAL(num_repeated_calls > 0), TOTAL(reward > 0 AND num_tool_calls = 0), "
+        "TOTAL(reward > 0 AND answer_chars < ?), TOTAL(reward > 0), TOTAL(num_tool_calls), TOTAL(num_tokens), "
+        "TOTAL(logprob_sum), TOTAL(logprob_count), "
+        "TOTAL(json_extract(attributes, '$.retokenization_drift') IS NOT NULL), "
+        f"{examples} FROM trajectories{where} "
+        "GROUP BY project, experiment, step"
+    )
     args = [getattr(th, a) for _, names_ in _PREDICATES.values() for a in (*names_, *names_)]  # MIN's, then MAX's
     return store.aggregate(sql, [th.answer_chars, *args, *params], _merge_steps)
 
@@ -254,8 +290,10 @@ def _merge_steps(rows: list[tuple]) -> dict[tuple, dict[Any, dict]]:
 def _groups(store: TraceStore, where: str, params: list) -> dict[tuple, list[tuple]]:
     """(project, experiment, step) -> [(rewarded rollouts, min, max, first id)] per sample, merged
     across shards (a group's rollouts may have been written by different workers)."""
-    sql = ("SELECT project, experiment, step, sample_index, COUNT(*), MIN(reward), MAX(reward), MIN(id) "
-           f"FROM trajectories{where} GROUP BY project, experiment, step, sample_index")  # fmt: skip
+    sql = (
+        "SELECT project, experiment, step, sample_index, COUNT(*), MIN(reward), MAX(reward), MIN(id) "
+        f"FROM trajectories{where} GROUP BY project, experiment, step, sample_index"
+    )
     return store.aggregate(sql, params, _merge_groups)
 
 
@@ -277,22 +315,33 @@ def _zero_variance(groups: list[tuple], step: Any, th: Thresholds) -> Signal:
     counted = [g for g in groups if g[0] >= th.min_group]
     flat = sorted(g[3] for g in counted if g[1] == g[2])
     share = len(flat) / len(counted) if counted else None
-    return Signal("zero_variance", step, len(flat), len(counted), share, flat[:EXAMPLES],
-                  share is not None and share > th.zero_variance and bool(flat))  # fmt: skip
+    return Signal(
+        "zero_variance",
+        step,
+        len(flat),
+        len(counted),
+        share,
+        flat[:EXAMPLES],
+        share is not None and share > th.zero_variance and bool(flat),
+    )
 
 
 def _top(store: TraceStore, run: tuple, step: Any, key: str, where: str, params: list) -> list[str]:
     """A flagged drift step's examples: its ``EXAMPLES`` trajectories with the largest ``key``."""
-    sql = (f"SELECT {key}, id FROM trajectories{where} AND project IS ? AND experiment IS ? AND step IS ? "
-           f"ORDER BY {key} DESC, id LIMIT {EXAMPLES}")  # fmt: skip
+    sql = (
+        f"SELECT {key}, id FROM trajectories{where} AND project IS ? AND experiment IS ? AND step IS ? "
+        f"ORDER BY {key} DESC, id LIMIT {EXAMPLES}"
+    )
     rows = sorted(((-k, tid) for _, (k, tid) in store._query(sql, [*params, *run, step]) if k is not None))
     return [tid for _, tid in rows][:EXAMPLES]
 
 
 def _tool_errors(store: TraceStore, where: str, params: list) -> dict[tuple, dict[str, tuple[float, list[str]]]]:
     """(project, experiment, step) -> {"tool|kind": (failed calls, example ids)}."""
-    sql = ("SELECT project, experiment, step, j.key, j.value, trajectories.id FROM trajectories, "
-           f"json_each(trajectories.attributes, '$.tool_errors') AS j{where} ORDER BY trajectories.id")  # fmt: skip
+    sql = (
+        "SELECT project, experiment, step, j.key, j.value, trajectories.id FROM trajectories, "
+        f"json_each(trajectories.attributes, '$.tool_errors') AS j{where} ORDER BY trajectories.id"
+    )
     return store.aggregate(sql, params, _merge_tool_errors)
 
 
@@ -302,8 +351,9 @@ def _merge_tool_errors(rows: list[tuple]) -> dict[tuple, dict[str, tuple[float, 
         acc = out.setdefault((project, experiment, step), {}).setdefault(label, [0, []])
         acc[0] += n
         acc[1].append(tid)
-    return {key: {label: (n, sorted(ids)[:EXAMPLES]) for label, (n, ids) in kinds.items()}
-            for key, kinds in out.items()}  # fmt: skip
+    return {
+        key: {label: (n, sorted(ids)[:EXAMPLES]) for label, (n, ids) in kinds.items()} for key, kinds in out.items()
+    }
 
 
 def _drift(rows: dict[Any, dict], th: Thresholds) -> list[Signal]:
@@ -318,14 +368,32 @@ def _drift(rows: dict[Any, dict], th: Thresholds) -> list[Signal]:
         r = rows[step]
         mean_len = r["tokens"] / r["n"] if r["n"] else None
         change = (mean_len - base_len) / base_len if mean_len is not None and base_len else None
-        signals.append(Signal("length_drift", step, int(r["n"]), int(r["n"]), None, [],
-                              change is not None and abs(change) > th.length_drift,
-                              {"mean_tokens": mean_len, "baseline": base_len, "change": change}))  # fmt: skip
+        signals.append(
+            Signal(
+                "length_drift",
+                step,
+                int(r["n"]),
+                int(r["n"]),
+                None,
+                [],
+                change is not None and abs(change) > th.length_drift,
+                {"mean_tokens": mean_len, "baseline": base_len, "change": change},
+            )
+        )
         mean_lp = r["logprob_sum"] / r["logprob_count"] if r["logprob_count"] else None
         rise = mean_lp - base_lp if mean_lp is not None and base_lp is not None else None
-        signals.append(Signal("logprob_drift", step, int(r["logprob_count"]), int(r["logprob_count"]), None,
-                              [], rise is not None and rise > th.logprob_drift,
-                              {"mean_logprob": mean_lp, "baseline": base_lp, "change": rise}))  # fmt: skip
+        signals.append(
+            Signal(
+                "logprob_drift",
+                step,
+                int(r["logprob_count"]),
+                int(r["logprob_count"]),
+                None,
+                [],
+                rise is not None and rise > th.logprob_drift,
+                {"mean_logprob": mean_lp, "baseline": base_lp, "change": rise},
+            )
+        )
     return signals
 
 
@@ -340,22 +408,49 @@ def _training_signals(steps: dict[Any, list], th: Thresholds) -> list[Signal]:
         share = len(bad) / len(compared) if compared else None
         worst = max((r.logprob_delta_max for r in compared), default=None)
         flagged = share is not None and share > th.logprob_mismatch
-        signals.append(Signal("logprob_mismatch", step, len(bad), len(compared), share,
-                              [r.trajectory_id for r in bad[:EXAMPLES]], flagged, {"max_delta": worst}))  # fmt: skip
+        signals.append(
+            Signal(
+                "logprob_mismatch",
+                step,
+                len(bad),
+                len(compared),
+                share,
+                [r.trajectory_id for r in bad[:EXAMPLES]],
+                flagged,
+                {"max_delta": worst},
+            )
+        )
         groups: dict[Any, list] = {}
         for r in records:
             groups.setdefault(r.uid, []).append(r)
         counted = [g for g in groups.values() if len(g) >= th.min_group]
         flat = [g for g in counted if all(abs(r.advantage or 0.0) < 1e-6 for r in g)]
         share = len(flat) / len(counted) if counted else None
-        signals.append(Signal("zero_advantage", step, len(flat), len(counted), share,
-                              sorted(min(r.trajectory_id for r in g) for g in flat)[:EXAMPLES],
-                              share is not None and share > th.zero_advantage and bool(flat)))  # fmt: skip
+        signals.append(
+            Signal(
+                "zero_advantage",
+                step,
+                len(flat),
+                len(counted),
+                share,
+                sorted(min(r.trajectory_id for r in g) for g in flat)[:EXAMPLES],
+                share is not None and share > th.zero_advantage and bool(flat),
+            )
+        )
         lags = [r for r in records if r.lag is not None]
         behind = sorted((r for r in lags if r.lag > 0), key=lambda r: (-r.lag, r.trajectory_id))
         most = max((r.lag for r in lags), default=None)
         mean = sum(r.lag for r in lags) / len(lags) if lags else None
-        signals.append(Signal("off_policy_lag", step, len(behind), len(lags), len(behind) / len(lags) if lags else None,
-                              [r.trajectory_id for r in behind[:EXAMPLES]], most is not None and most > th.lag,
-                              {"max_lag": most, "mean_lag": mean}))  # fmt: skip
+        signals.append(
+            Signal(
+                "off_policy_lag",
+                step,
+                len(behind),
+                len(lags),
+                len(behind) / len(lags) if lags else None,
+                [r.trajectory_id for r in behind[:EXAMPLES]],
+                most is not None and most > th.lag,
+                {"max_lag": most, "mean_lag": mean},
+            )
+        )
     return signals

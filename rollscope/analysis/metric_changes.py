@@ -39,8 +39,9 @@ class MetricChange:
         return {**asdict(self), "ratio": self.ratio}
 
 
-def metric_changes(series: dict[str, dict[int, float]], run: ExperimentInsights, *, jump: float = JUMP,
-                   chosen: tuple[str, ...] = ()) -> list[MetricChange]:  # fmt: skip
+def metric_changes(
+    series: dict[str, dict[int, float]], run: ExperimentInsights, *, jump: float = JUMP, chosen: tuple[str, ...] = ()
+) -> list[MetricChange]:
     """Per metric, in step order: every step where it jumped, and, for the ``chosen`` metrics,
     every step a signal flagged in ``run`` too (jump or not). Steps outside the run's are left out."""
     flagged: dict[int, list[str]] = {}

@@ -20,5 +20,13 @@ class Signal:
     detail: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "step": self.step, "count": self.count, "total": self.total, "share": self.share,
-                "flagged": self.flagged, "examples": self.examples, **self.detail}  # fmt: skip
+        return {
+            "name": self.name,
+            "step": self.step,
+            "count": self.count,
+            "total": self.total,
+            "share": self.share,
+            "flagged": self.flagged,
+            "examples": self.examples,
+            **self.detail,
+        }

@@ -94,35 +94,46 @@ def arithmetic(n: int = 40, seed: int = 0) -> list[dict]:
         a, b = rng.randint(12, 99), rng.randint(3, 19)
         question = template.format(name=rng.choice(NAMES), a=a, b=b, p=a * b)
         truth = str(answer(a, b))
-        rows.append({
-            "data_source": "rollscope/arithmetic",
-            "prompt": [{"role": "user", "content": question}],
-            "ability": "math",
-            "reward_model": {"style": "rule", "ground_truth": truth},
-            "extra_info": {"index": i, "split": "test",
-                           "tools_kwargs": {"submit_answer": {"create_kwargs": {"ground_truth": truth}}}},
-        })  # fmt: skip
+        rows.append(
+            {
+                "data_source": "rollscope/arithmetic",
+                "prompt": [{"role": "user", "content": question}],
+                "ability": "math",
+                "reward_model": {"style": "rule", "ground_truth": truth},
+                "extra_info": {
+                    "index": i,
+                    "split": "test",
+                    "tools_kwargs": {"submit_answer": {"create_kwargs": {"ground_truth": truth}}},
+                },
+            }
+        )
     return rows
 
 
 def code_tasks() -> list[dict]:
-    return [{
-        "data_source": "rollscope/code",
-        "prompt": [{"role": "user", "content": task}],
-        "ability": "code",
-        "reward_model": {"style": "tests", "ground_truth": json.dumps({"function": fn, "cases": cases})},
-        "extra_info": {"index": i, "split": "test"},
-    } for i, (task, fn, cases) in enumerate(CODE_TASKS)]  # fmt: skip
+    return [
+        {
+            "data_source": "rollscope/code",
+            "prompt": [{"role": "user", "content": task}],
+            "ability": "code",
+            "reward_model": {"style": "tests", "ground_truth": json.dumps({"function": fn, "cases": cases})},
+            "extra_info": {"index": i, "split": "test"},
+        }
+        for i, (task, fn, cases) in enumerate(CODE_TASKS)
+    ]
 
 
 def search_questions() -> list[dict]:
-    return [{
-        "data_source": "rollscope/search_qa",
-        "prompt": [{"role": "user", "content": question}],
-        "ability": "qa",
-        "reward_model": {"style": "rule", "ground_truth": answer},
-        "extra_info": {"index": i, "split": "test"},
-    } for i, (question, answer) in enumerate(QUESTIONS)]  # fmt: skip
+    return [
+        {
+            "data_source": "rollscope/search_qa",
+            "prompt": [{"role": "user", "content": question}],
+            "ability": "qa",
+            "reward_model": {"style": "rule", "ground_truth": answer},
+            "extra_info": {"index": i, "split": "test"},
+        }
+        for i, (question, answer) in enumerate(QUESTIONS)
+    ]
 
 
 def main() -> None:

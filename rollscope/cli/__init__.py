@@ -85,8 +85,12 @@ def main(argv: list[str] | None = None) -> int:
 def _user_code_loaded() -> bool:
     """Whether a module from outside the installed packages, the standard library and rollscope
     itself was imported: the user's code."""
-    installed = tuple({os.path.realpath(p) + os.sep for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                                              os.path.dirname(os.path.dirname(__file__)))})  # fmt: skip
+    installed = tuple(
+        {
+            os.path.realpath(p) + os.sep
+            for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.dirname(__file__)))
+        }
+    )
     for module in list(sys.modules.values()):
         path = getattr(module, "__file__", None)
         if isinstance(path, str) and not os.path.realpath(path).startswith(installed):
@@ -102,8 +106,9 @@ def entry() -> None:
     reward or a loop from a module of theirs: it may hold a file it never closed) or a thread is
     still running (one not a daemon), the interpreter's usual exit ends it, teardown and all."""
     code = main()
-    if _user_code_loaded() or any(t.is_alive() and not t.daemon for t in threading.enumerate()
-                                  if t is not threading.main_thread()):  # fmt: skip
+    if _user_code_loaded() or any(
+        t.is_alive() and not t.daemon for t in threading.enumerate() if t is not threading.main_thread()
+    ):
         sys.exit(code)
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):

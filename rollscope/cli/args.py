@@ -10,8 +10,10 @@ from rollscope.sources import TraceSource, open_source
 DIR_HELP = "trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)"
 
 
-SOURCE_HELP = ("where the trajectories are: weave:ENTITY/PROJECT (a Weave project, read with the weave client's "
-               "credentials), or leave it out for the local store (--dir)")
+SOURCE_HELP = (
+    "where the trajectories are: weave:ENTITY/PROJECT (a Weave project, read with the weave client's "
+    "credentials), or leave it out for the local store (--dir)"
+)
 
 
 def add_dir(p: argparse.ArgumentParser, help: str = DIR_HELP, source: bool = True) -> None:
@@ -27,8 +29,21 @@ def open_reader(args: argparse.Namespace, **filters: Any) -> TraceSource:
     return open_source(getattr(args, "source", None), args.dir, **filters)
 
 
-FILTERS = ("project", "experiment", "step", "sample_index", "rollout_n", "validate", "agent", "status",
-           "min_reward", "max_reward", "has_error", "tool_error", "wandb_run")  # ``TraceStore.trajectories``' filters
+FILTERS = (
+    "project",
+    "experiment",
+    "step",
+    "sample_index",
+    "rollout_n",
+    "validate",
+    "agent",
+    "status",
+    "min_reward",
+    "max_reward",
+    "has_error",
+    "tool_error",
+    "wandb_run",
+)  # ``TraceStore.trajectories``' filters
 
 
 def add_filters(p: argparse.ArgumentParser) -> None:
@@ -43,12 +58,25 @@ def add_filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("--status", choices=["ok", "error", "cancelled", "running"])
     p.add_argument("--min-reward", type=float)
     p.add_argument("--max-reward", type=float)
-    p.add_argument("--errors", action=argparse.BooleanOptionalAction, default=None, dest="has_error",
-                   help="only trajectories with (--errors) or without (--no-errors) an error span")  # fmt: skip
-    p.add_argument("--tool-errors", action=argparse.BooleanOptionalAction, default=None, dest="tool_error",
-                   help="only trajectories with (--tool-errors) or without a failed tool call")  # fmt: skip
-    p.add_argument("--wandb-run", metavar="RUN",
-                   help="only the trajectories of this W&B run (entity/project/run_id, or the run id alone)")
+    p.add_argument(
+        "--errors",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        dest="has_error",
+        help="only trajectories with (--errors) or without (--no-errors) an error span",
+    )
+    p.add_argument(
+        "--tool-errors",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        dest="tool_error",
+        help="only trajectories with (--tool-errors) or without a failed tool call",
+    )
+    p.add_argument(
+        "--wandb-run",
+        metavar="RUN",
+        help="only the trajectories of this W&B run (entity/project/run_id, or the run id alone)",
+    )
 
 
 def filters_of(args: argparse.Namespace) -> dict:

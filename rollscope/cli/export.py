@@ -19,11 +19,13 @@ _HELP = {
 
 def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("out", help="the file (or, for hf, the directory) to write")
-    p.add_argument("--format", required=True, choices=FORMATS,
-                   help="; ".join(f"{k}: {v}" for k, v in _HELP.items()))  # fmt: skip
-    p.add_argument("--sft-min-reward", type=float, dest="sft_min_reward",
-                   help="sft: keep a group's best rollout only at or above this reward "
-                        "(default: better than the group's worst)")  # fmt: skip
+    p.add_argument("--format", required=True, choices=FORMATS, help="; ".join(f"{k}: {v}" for k, v in _HELP.items()))
+    p.add_argument(
+        "--sft-min-reward",
+        type=float,
+        dest="sft_min_reward",
+        help="sft: keep a group's best rollout only at or above this reward (default: better than the group's worst)",
+    )
     add_dir(p)
     add_filters(p)
 
@@ -34,8 +36,9 @@ def export_command(args: argparse.Namespace) -> int:
             print(f"\rexport: {n:,} trajectories read", end="", file=sys.stderr, flush=True)
 
     with open_reader(args, **filters_of(args)) as store:
-        done = export(store, args.out, args.format, sft_min_reward=args.sft_min_reward, progress=progress,
-                      **filters_of(args))  # fmt: skip
+        done = export(
+            store, args.out, args.format, sft_min_reward=args.sft_min_reward, progress=progress, **filters_of(args)
+        )
     if sys.stderr.isatty():
         print(file=sys.stderr)
     unit = "pairs" if args.format == "dpo" else "examples" if args.format == "sft" else "rows"

@@ -23,21 +23,42 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", help="a range of steps, A:B (inclusive; either end may be left open)")
     p.add_argument("--validate", action="store_true", help="the validation rollouts instead of the training ones")
     p.add_argument("--json", action="store_true", help="one object per experiment (a list when several match)")
-    p.add_argument("--check", metavar="RESCORING",
-                   help="a rescoring (rollscope rescore --name) to compare the reward with: the reward_vs_check "
-                        "signal (reward hacking: the reward rising while an independent check does not)")
-    p.add_argument("--wandb-run", metavar="RUN",
-                   help="the training run's W&B metrics beside the signals: an offline run's directory or "
-                        "entity/project/run_id (each metric's jumps, and the --metric ones at every flagged step)")
-    p.add_argument("--metric", action="append", default=[], metavar="NAME",
-                   help="a W&B metric to show at every flagged step, jump or not (repeatable)")
-    p.add_argument("--metric-jump", type=float, default=JUMP, metavar="N",
-                   help=f"a change over N times the metric's usual step-to-step change is a jump (default {JUMP})")
+    p.add_argument(
+        "--check",
+        metavar="RESCORING",
+        help="a rescoring (rollscope rescore --name) to compare the reward with: the reward_vs_check "
+        "signal (reward hacking: the reward rising while an independent check does not)",
+    )
+    p.add_argument(
+        "--wandb-run",
+        metavar="RUN",
+        help="the training run's W&B metrics beside the signals: an offline run's directory or "
+        "entity/project/run_id (each metric's jumps, and the --metric ones at every flagged step)",
+    )
+    p.add_argument(
+        "--metric",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="a W&B metric to show at every flagged step, jump or not (repeatable)",
+    )
+    p.add_argument(
+        "--metric-jump",
+        type=float,
+        default=JUMP,
+        metavar="N",
+        help=f"a change over N times the metric's usual step-to-step change is a jump (default {JUMP})",
+    )
     defaults = Thresholds()
     for f in dataclasses.fields(Thresholds):
-        p.add_argument(f"--{f.name.replace('_', '-')}", type=type(getattr(defaults, f.name)), dest=f.name,
-                       default=getattr(defaults, f.name), metavar="N",
-                       help=f"threshold (default {getattr(defaults, f.name)})")  # fmt: skip
+        p.add_argument(
+            f"--{f.name.replace('_', '-')}",
+            type=type(getattr(defaults, f.name)),
+            dest=f.name,
+            default=getattr(defaults, f.name),
+            metavar="N",
+            help=f"threshold (default {getattr(defaults, f.name)})",
+        )
 
 
 def _steps(args: argparse.Namespace) -> tuple[int | None, int | None]:
@@ -57,10 +78,18 @@ def _steps(args: argparse.Namespace) -> tuple[int | None, int | None]:
 def insights_command(args: argparse.Namespace) -> int:
     thresholds = Thresholds(**{f.name: getattr(args, f.name) for f in dataclasses.fields(Thresholds)})
     first, last = _steps(args)
-    with open_reader(args, experiment=args.experiment, validate=args.validate, first_step=first,
-                     last_step=last) as store:  # fmt: skip
-        found = insights(store, experiment=args.experiment, project=args.project, steps=(first, last),
-                         validate=args.validate, thresholds=thresholds, check=args.check)  # fmt: skip
+    with open_reader(
+        args, experiment=args.experiment, validate=args.validate, first_step=first, last_step=last
+    ) as store:
+        found = insights(
+            store,
+            experiment=args.experiment,
+            project=args.project,
+            steps=(first, last),
+            validate=args.validate,
+            thresholds=thresholds,
+            check=args.check,
+        )
     if not found:
         raise KeyError(f"no trajectories match in {store.where}")
     if args.metric and not args.wandb_run:
@@ -70,8 +99,10 @@ def insights_command(args: argparse.Namespace) -> int:
         series = history.all_series()
         unknown = sorted(set(args.metric) - set(series))
         if unknown:
-            raise KeyError(f"--metric {unknown[0]}: the W&B run {history.run} logged no such metric "
-                           f"(it logged {', '.join(list(series)[:12]) or 'none'})")  # fmt: skip
+            raise KeyError(
+                f"--metric {unknown[0]}: the W&B run {history.run} logged no such metric "
+                f"(it logged {', '.join(list(series)[:12]) or 'none'})"
+            )
         for run in found:
             run.metrics = metric_changes(series, run, jump=args.metric_jump, chosen=tuple(args.metric))
     if args.json:
@@ -144,12 +175,18 @@ def _drift(s: Signal, key: str, value: str, change: str) -> str:
 
 def show(out: Any, run: ExperimentInsights) -> None:
     steps = f"{run.steps[0]} to {run.steps[-1]}" if len(run.steps) > 1 else str(run.steps[0])
-    out.print(f"[bold]insights: {escape(run.project or '-')} / {escape(run.experiment or '-')}[/bold] — "
-              f"{run.trajectories} trajectories, steps {escape(steps)}")  # fmt: skip
+    out.print(
+        f"[bold]insights: {escape(run.project or '-')} / {escape(run.experiment or '-')}[/bold] — "
+        f"{run.trajectories} trajectories, steps {escape(steps)}"
+    )
     onsets = [(s.detail["onset"], s) for s in run.signals if s.name in HACKING and s.step == s.detail.get("onset")]
     if onsets:
-        out.print("[bold red]reward hacking[/bold red]: " + " · ".join(
-            f"{s.name} from step {step} ({_figure(s)})" for step, s in sorted(onsets, key=lambda o: str(o[0]))))
+        out.print(
+            "[bold red]reward hacking[/bold red]: "
+            + " · ".join(
+                f"{s.name} from step {step} ({_figure(s)})" for step, s in sorted(onsets, key=lambda o: str(o[0]))
+            )
+        )
     for name, (counts, meaning) in SIGNALS.items():
         series = run.of(name)
         if not series:  # the trainer's signals, for a run no trainer recorded
@@ -166,8 +203,9 @@ def show(out: Any, run: ExperimentInsights) -> None:
                     kinds[label] = kinds.get(label, 0) + v["count"]
             if kinds:
                 out.print("  by tool and kind: " + ", ".join(f"{escape(k)} {n}" for k, n in sorted(kinds.items())))
-        examples = [i for s in series if s.count and s.name not in _BY_FLAGGED
-                    for i in s.examples][:5] or [i for s in series if s.flagged for i in s.examples][:5]  # fmt: skip
+        examples = [i for s in series if s.count and s.name not in _BY_FLAGGED for i in s.examples][:5] or [
+            i for s in series if s.flagged for i in s.examples
+        ][:5]
         if examples:
             out.print(f"  examples: {' '.join(examples)}   [dim](rollscope traces show {examples[0]})[/dim]")
     out.print()

@@ -20,8 +20,11 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--experiment")
     p.add_argument("--step", type=int)
     p.add_argument("--validate", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--refused", action="store_true",
-                   help="send again the calls the destination refused (Weave's dead letters), nothing else")
+    p.add_argument(
+        "--refused",
+        action="store_true",
+        help="send again the calls the destination refused (Weave's dead letters), nothing else",
+    )
 
 
 def push_command(args: argparse.Namespace) -> int:
@@ -38,17 +41,31 @@ def push_command(args: argparse.Namespace) -> int:
     console = Console(stderr=True)
     pushed = total = 0
     skipped = Skipped()
-    with Progress(TextColumn(f"push to {args.to}"), BarColumn(), MofNCompleteColumn(), console=console,
-                  disable=not console.is_terminal) as progress:  # fmt: skip
+    with Progress(
+        TextColumn(f"push to {args.to}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        console=console,
+        disable=not console.is_terminal,
+    ) as progress:
         task = progress.add_task("push", total=None)
-        for pushed, total in push(args.to, args.dir, destination=destination, project=args.project,
-                                  endpoint=args.endpoint, skipped=skipped, **filters):  # fmt: skip
+        for pushed, total in push(
+            args.to,
+            args.dir,
+            destination=destination,
+            project=args.project,
+            endpoint=args.endpoint,
+            skipped=skipped,
+            **filters,
+        ):
             progress.update(task, completed=pushed, total=total)
     pushed -= len(skipped)
     print(f"pushed {pushed} trajectories to {args.to}" + ("" if total else " (nothing new: all were pushed before)"))
     if skipped:
-        print(f"left out {len(skipped)} that could not be read (first: {skipped[0][0]}: {skipped[0][1]}); "
-              "the next push tries them again")  # fmt: skip
+        print(
+            f"left out {len(skipped)} that could not be read (first: {skipped[0][0]}: {skipped[0][1]}); "
+            "the next push tries them again"
+        )
         return 1
     return 0
 

@@ -48,15 +48,18 @@ def show_trajectory(out: Console, record: TrajectoryRecord, *, full: bool = Fals
     for key, value in (
         ("trajectory", record.id),
         ("experiment", f"{record.project or '-'} / {record.experiment or '-'}"),
-        ("step · sample · rollout", f"{fmt(record.step)} · {fmt(record.sample_index)} · {fmt(record.rollout_n)}"
-                                    + (" · validation" if record.validate else "")),
+        (
+            "step · sample · rollout",
+            f"{fmt(record.step)} · {fmt(record.sample_index)} · {fmt(record.rollout_n)}"
+            + (" · validation" if record.validate else ""),
+        ),
         ("agent", record.agent_name or "-"),
         ("status", f"[red]{record.status}[/red]" if record.status == "error" else record.status),
         ("reward", fmt(record.reward)),
         ("turns · tool calls · tokens", f"{record.num_llm_calls} · {record.num_tool_calls} · {record.num_tokens}"),
         ("error spans", f"[red]{record.num_errors}[/red]" if record.num_errors else "0"),
         ("duration", "-" if record.duration_s is None else f"{record.duration_s:.3f}s"),
-    ):  # fmt: skip
+    ):
         head.add_row(key, value if key == "status" or key == "error spans" else escape(value))
     out.print(head)
     if record.error_message:
@@ -70,13 +73,17 @@ def show_trajectory(out: Console, record: TrajectoryRecord, *, full: bool = Fals
         out.print(f"[bold]ground truth:[/bold] {escape(shorten(truth, limit) or '')}")
     drift = retokenization(record)
     if drift is not None:
-        out.print(f"[yellow]retokenization drift:[/yellow] the chat template renders the messages to other tokens "
-                  f"from position {drift['position']}:")  # fmt: skip
+        out.print(
+            f"[yellow]retokenization drift:[/yellow] the chat template renders the messages to other tokens "
+            f"from position {drift['position']}:"
+        )
         for line in drift_lines(drift):
             out.print(f"  {escape(line)}")
-        out.print(f"[dim]  token ids from {drift['window_start']}:\n"
-                  f"  trained on: {' '.join(map(str, drift['rollout']))}\n"
-                  f"  template:   {' '.join(map(str, drift['template']))}[/dim]")  # fmt: skip
+        out.print(
+            f"[dim]  token ids from {drift['window_start']}:\n"
+            f"  trained on: {' '.join(map(str, drift['rollout']))}\n"
+            f"  template:   {' '.join(map(str, drift['template']))}[/dim]"
+        )
     show_training(out, record)
     tree = Tree("[bold]spans[/bold]")
     for root in record.tree():
@@ -110,8 +117,9 @@ def drift_lines(drift: dict) -> list[str]:
         ours = d.get("rollout_text", " ".join(map(str, d.get("rollout") or [])))
         theirs = d.get("template_text", " ".join(map(str, d.get("template") or [])))
         said = f" — {d['said']}" if isinstance(d.get("said"), str) else ""
-        lines.append(f"at {d.get('position')} ({d.get('cause', 'ids')}): trained on {ours!r}, "
-                     f"template {theirs!r}{said}")
+        lines.append(
+            f"at {d.get('position')} ({d.get('cause', 'ids')}): trained on {ours!r}, template {theirs!r}{said}"
+        )
     count = drift.get("difference_count")
     if isinstance(count, int) and count > len(lines) > 0:
         lines.append(f"... and {count - len(lines)} more")
@@ -124,15 +132,18 @@ def show_training(out: Console, record: TrajectoryRecord) -> None:
     if t is None:
         return
     v = t.values
-    versions = fmt(t.policy_version) + ("" if v.get("policy_version_max") in (None, t.policy_version)
-                                        else f"-{v['policy_version_max']}")  # fmt: skip
+    versions = fmt(t.policy_version) + (
+        "" if v.get("policy_version_max") in (None, t.policy_version) else f"-{v['policy_version_max']}"
+    )
     masked = v.get("masked_delta_max")
-    out.print(f"[bold]training:[/bold] step {fmt(t.step)} · advantage {fmt(t.advantage)} · "
-              f"group {escape(t.uid or '-')} ({fmt(t.group_size)} rollouts, mean {fmt(t.group_mean)}, "
-              f"std {fmt(t.group_std)}) · policy version {versions}, lag {fmt(t.lag)} · "
-              f"trainer vs rollout log-prob max |Δ| {fmt(t.logprob_delta_max)} over "
-              f"{v.get('tokens')} loss tokens" + (f" ({v.get('masked_tokens')} masked, not counted: their |Δ| "
-                                                  f"{fmt(masked)})" if masked is not None else ""))  # fmt: skip
+    out.print(
+        f"[bold]training:[/bold] step {fmt(t.step)} · advantage {fmt(t.advantage)} · "
+        f"group {escape(t.uid or '-')} ({fmt(t.group_size)} rollouts, mean {fmt(t.group_mean)}, "
+        f"std {fmt(t.group_std)}) · policy version {versions}, lag {fmt(t.lag)} · "
+        f"trainer vs rollout log-prob max |Δ| {fmt(t.logprob_delta_max)} over "
+        f"{v.get('tokens')} loss tokens"
+        + (f" ({v.get('masked_tokens')} masked, not counted: their |Δ| {fmt(masked)})" if masked is not None else "")
+    )
 
 
 def show_training_tokens(out: Console, record: TrajectoryRecord) -> None:
@@ -147,15 +158,20 @@ def show_training_tokens(out: Console, record: TrajectoryRecord) -> None:
     for column in columns:
         table.add_column(column, justify="left" if column == "token" else "right")
     for k in view.tokens:
-        table.add_row(str(k.position), escape(repr(k.text)), "masked" if k.masked else "1",
-                      *(_value(v) for v in (k.trainer, k.rollout, k.delta, k.entropy, k.reference, k.kl,
-                                            k.advantage)))  # fmt: skip
+        table.add_row(
+            str(k.position),
+            escape(repr(k.text)),
+            "masked" if k.masked else "1",
+            *(_value(v) for v in (k.trainer, k.rollout, k.delta, k.entropy, k.reference, k.kl, k.advantage)),
+        )
     out.print(table)
     if view.worst:
         out.print("largest |trainer - rollout|:")
     for k in view.worst:
-        out.print(f"  #{k.position:<4} Δ {k.delta:+.3g}  trainer {k.trainer:.3f}  rollout {k.rollout:.3f}  "
-                  f"{escape(repr(k.text))}")  # fmt: skip
+        out.print(
+            f"  #{k.position:<4} Δ {k.delta:+.3g}  trainer {k.trainer:.3f}  rollout {k.rollout:.3f}  "
+            f"{escape(repr(k.text))}"
+        )
 
 
 def _value(value: float | None) -> str:
@@ -164,15 +180,34 @@ def _value(value: float | None) -> str:
 
 def show_history(out: Console, sample: object, history: list[PromptStep]) -> None:
     table = Table(title=f"prompt {escape(str(sample))}: {len(history)} steps", title_justify="left")
-    for column in ("experiment", "step", "rollouts", "mean reward", "spread", "tokens", "turns", "tools",
-                   "advantages", "policy"):  # fmt: skip
+    for column in (
+        "experiment",
+        "step",
+        "rollouts",
+        "mean reward",
+        "spread",
+        "tokens",
+        "turns",
+        "tools",
+        "advantages",
+        "policy",
+    ):
         table.add_column(column, justify="left" if column == "experiment" else "right")
     for h in history:
         spread = fmt(h.std_reward) + (" [red]no signal[/red]" if h.zero_variance else "")
         adv = f"{min(h.advantages):+.2f}..{max(h.advantages):+.2f}" if h.advantages else "-"
-        table.add_row(escape(f"{h.project or '-'} / {h.experiment or '-'}"), fmt(h.step), str(h.rollouts),
-                      fmt(h.mean_reward), spread, fmt(h.mean_tokens), fmt(h.mean_turns), fmt(h.mean_tool_calls), adv,
-                      ", ".join(map(str, h.policy_versions)) or "-")  # fmt: skip
+        table.add_row(
+            escape(f"{h.project or '-'} / {h.experiment or '-'}"),
+            fmt(h.step),
+            str(h.rollouts),
+            fmt(h.mean_reward),
+            spread,
+            fmt(h.mean_tokens),
+            fmt(h.mean_turns),
+            fmt(h.mean_tool_calls),
+            adv,
+            ", ".join(map(str, h.policy_versions)) or "-",
+        )
     out.print(table)
 
 
@@ -189,11 +224,15 @@ def show_tokens(out: Console, turn: int, span: SpanRecord) -> None:
     if not view.has_log_probs:
         out.print(f"[bold]turn {turn}[/bold]: {len(view.tokens)} tokens; the LLM returned no log-probs{redacted}")
         return
-    out.print(f"[bold]turn {turn}[/bold]: {len(view.tokens)} tokens · mean log-prob {view.mean_log_prob:.3f} · "
-              f"{100 * view.share_below:.0f}% below {view.threshold:.2f}"  # type: ignore[operator]
-              + ("" if view.has_texts else " · token texts not recorded (ids shown)") + redacted)  # fmt: skip
-    line = "".join(f"[{_BUCKET_STYLE[t.bucket]}]{escape(t.text)}[/]" if t.bucket > 0 else escape(t.text)
-                   for t in view.tokens)  # fmt: skip
+    out.print(
+        f"[bold]turn {turn}[/bold]: {len(view.tokens)} tokens · mean log-prob {view.mean_log_prob:.3f} · "
+        f"{100 * view.share_below:.0f}% below {view.threshold:.2f}"  # type: ignore[operator]
+        + ("" if view.has_texts else " · token texts not recorded (ids shown)")
+        + redacted
+    )
+    line = "".join(
+        f"[{_BUCKET_STYLE[t.bucket]}]{escape(t.text)}[/]" if t.bucket > 0 else escape(t.text) for t in view.tokens
+    )
     out.print(line)
     for t in view.least_likely:
         out.print(f"  #{t.position:<4} {t.log_prob:8.3f}  {escape(repr(t.text))}")
@@ -210,8 +249,10 @@ def _kind_style(span: SpanRecord, error: str) -> str:
 
 
 def _add_span(parent: Tree, span: SpanRecord, limit: int | None) -> None:
-    label = (f"{_styled(str(span.name), _kind_style(span, 'bold red'))} "
-             f"[dim]{escape(str(span.kind))} · {escape(figures(span))}[/dim]")  # fmt: skip
+    label = (
+        f"{_styled(str(span.name), _kind_style(span, 'bold red'))} "
+        f"[dim]{escape(str(span.kind))} · {escape(figures(span))}[/dim]"
+    )
     node = parent.add(label)
     if span.error_message:
         node.add(f"[red]{escape(span.error_type or 'error')}: {escape(shorten(span.error_message, limit))}[/red]")
@@ -230,10 +271,14 @@ def _add_span(parent: Tree, span: SpanRecord, limit: int | None) -> None:
 def show_diff(out: Console, diff: TrajectoryDiff, *, full: bool = False) -> None:
     limit = None if full else TEXT_LIMIT // 2
     left, right = diff.left, diff.right
-    out.print(f"[bold]A[/bold] {left.id} (step {fmt(left.step)}, sample {fmt(left.sample_index)}, "
-              f"rollout {fmt(left.rollout_n)}, reward {fmt(left.reward)})")  # fmt: skip
-    out.print(f"[bold]B[/bold] {right.id} (step {fmt(right.step)}, sample {fmt(right.sample_index)}, "
-              f"rollout {fmt(right.rollout_n)}, reward {fmt(right.reward)})")  # fmt: skip
+    out.print(
+        f"[bold]A[/bold] {left.id} (step {fmt(left.step)}, sample {fmt(left.sample_index)}, "
+        f"rollout {fmt(left.rollout_n)}, reward {fmt(left.reward)})"
+    )
+    out.print(
+        f"[bold]B[/bold] {right.id} (step {fmt(right.step)}, sample {fmt(right.sample_index)}, "
+        f"rollout {fmt(right.rollout_n)}, reward {fmt(right.reward)})"
+    )
     for name, (a, b) in diff.fields.items():
         out.print(f"  {name}: {fmt(a)} → {fmt(b)}")
     table = Table(show_lines=True)
@@ -253,21 +298,38 @@ def show_diff(out: Console, diff: TrajectoryDiff, *, full: bool = False) -> None
 
 def _turn_cell(span: SpanRecord | None, tools: list[SpanRecord], limit: int | None) -> str:
     """A model turn and, under it, the tool calls that answered it."""
-    lines = ["[dim]—[/dim]"] if span is None else [
-        f"{_styled(str(span.name), _kind_style(span, 'red'))}\n{escape(shorten(turn_text(span), limit) or '')}"]
+    lines = (
+        ["[dim]—[/dim]"]
+        if span is None
+        else [f"{_styled(str(span.name), _kind_style(span, 'red'))}\n{escape(shorten(turn_text(span), limit) or '')}"]
+    )
     for tool in tools:
-        lines.append(f"  ↳ {_styled(str(tool.name), _kind_style(tool, 'red'))} "
-                     f"{escape(shorten(turn_text(tool), limit) or '')}")  # fmt: skip
+        lines.append(
+            f"  ↳ {_styled(str(tool.name), _kind_style(tool, 'red'))} {escape(shorten(turn_text(tool), limit) or '')}"
+        )
     return "\n".join(lines)
 
 
-def show_group(out: Console, step: int, sample: object, mean: float | None, std: float | None,
-               members: list[GroupMember], experiment: str | None = None) -> None:  # fmt: skip
+def show_group(
+    out: Console,
+    step: int,
+    sample: object,
+    mean: float | None,
+    std: float | None,
+    members: list[GroupMember],
+    experiment: str | None = None,
+) -> None:
     """A GRPO group, one rollout a row, readable at 80 columns: ids whole, no column cut (short
     headers, no rules; the duration left out when it will not fit)."""
-    table = Table(title=f"{escape(experiment or '-')}: step {step}, sample {escape(str(sample))}: {len(members)} "
-                        f"rollouts, mean reward {fmt(mean)}, std {fmt(std)}", title_justify="left",
-                  box=None, padding=(0, 1), pad_edge=False, header_style="bold")  # fmt: skip
+    table = Table(
+        title=f"{escape(experiment or '-')}: step {step}, sample {escape(str(sample))}: {len(members)} "
+        f"rollouts, mean reward {fmt(mean)}, std {fmt(std)}",
+        title_justify="left",
+        box=None,
+        padding=(0, 1),
+        pad_edge=False,
+        header_style="bold",
+    )
     columns = ["n", "id", "status", "reward", "adv", "adv/std", "turns", "tools", "errs", "secs"]
     if out.width < 84:
         columns.remove("secs")
@@ -275,9 +337,17 @@ def show_group(out: Console, step: int, sample: object, mean: float | None, std:
         table.add_column(column, justify="left" if column in ("id", "status") else "right", no_wrap=True)
     for m in members:
         r = m.record
-        cells = {"n": fmt(r.rollout_n), "id": r.id, "status": r.status, "reward": fmt(r.reward),
-                 "adv": "-" if m.advantage is None else f"{m.advantage:+.3f}",
-                 "adv/std": "-" if m.normalized is None else f"{m.normalized:+.2f}", "turns": str(r.num_llm_calls),
-                 "tools": str(r.num_tool_calls), "errs": str(r.num_errors), "secs": fmt(r.duration_s)}  # fmt: skip
+        cells = {
+            "n": fmt(r.rollout_n),
+            "id": r.id,
+            "status": r.status,
+            "reward": fmt(r.reward),
+            "adv": "-" if m.advantage is None else f"{m.advantage:+.3f}",
+            "adv/std": "-" if m.normalized is None else f"{m.normalized:+.2f}",
+            "turns": str(r.num_llm_calls),
+            "tools": str(r.num_tool_calls),
+            "errs": str(r.num_errors),
+            "secs": fmt(r.duration_s),
+        }
         table.add_row(*(cells[c] for c in columns))
     out.print(table)

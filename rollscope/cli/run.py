@@ -17,18 +17,33 @@ from rollscope.store.schema import resolve_dir
 EXIT_FAILED = 3  # no trajectory succeeded (as the CLI's exit for an LLM that cannot answer)
 
 # flag -> config key (flags are shortcuts for the most used overrides)
-FLAGS = {"limit": "limit", "n": "n", "trace_dir": "trace_dir", "backend": "backend", "llm": "llm", "model": "model",
-         "workers": "workers", "concurrency": "concurrency", "step": "step", "experiment": "experiment"}  # fmt: skip
+FLAGS = {
+    "limit": "limit",
+    "n": "n",
+    "trace_dir": "trace_dir",
+    "backend": "backend",
+    "llm": "llm",
+    "model": "model",
+    "workers": "workers",
+    "concurrency": "concurrency",
+    "step": "step",
+    "experiment": "experiment",
+}
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("config", metavar="NAME_OR_CONFIG",
-                   help=f"a bundled example ({', '.join(bundled())}) or a run config YAML")  # fmt: skip
+    p.add_argument(
+        "config", metavar="NAME_OR_CONFIG", help=f"a bundled example ({', '.join(bundled())}) or a run config YAML"
+    )
     p.add_argument("overrides", nargs="*", metavar="key=value", help="config overrides, e.g. sampling.temperature=0.2")
     p.add_argument("--limit", type=int, help="first N dataset rows")
     p.add_argument("--n", type=int, help="rollouts per row (a GRPO group)")
-    p.add_argument("--dir", "--trace-dir", dest="trace_dir",
-                   help="local trace store directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
+    p.add_argument(
+        "--dir",
+        "--trace-dir",
+        dest="trace_dir",
+        help="local trace store directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)",
+    )
     p.add_argument("--backend", help="trace backends, comma-separated (default local)")
     p.add_argument("--llm", help="embedded | http(s)://HOST:PORT | sglang:URL | scripted:FILE")
     p.add_argument("--model", help="tokenizer directory for a server LLM")
@@ -53,12 +68,22 @@ def run_command(args: argparse.Namespace) -> int:
         print(f"rollscope: error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     trace_dir = str(resolve_dir(config.trace_dir).resolve())
-    Console().print(summary(stats, name=config.name, trace_dir=trace_dir, experiment=config.experiment or config.name,
-                            backend=config.backend))  # fmt: skip
+    Console().print(
+        summary(
+            stats,
+            name=config.name,
+            trace_dir=trace_dir,
+            experiment=config.experiment or config.name,
+            backend=config.backend,
+        )
+    )
     if stats.done and stats.failed == stats.done:
         first = f" the first: {stats.first_failure};" if stats.first_failure else ""
-        print(f"rollscope: error: every trajectory failed ({stats.failed} of {stats.done});{first} "
-              f"rollscope traces ls --dir {trace_dir} --status error", file=sys.stderr)  # fmt: skip
+        print(
+            f"rollscope: error: every trajectory failed ({stats.failed} of {stats.done});{first} "
+            f"rollscope traces ls --dir {trace_dir} --status error",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     return 0
 

@@ -23,19 +23,30 @@ from rollscope.trajectory.records import TrajectoryRecord
 def add_tail(p: argparse.ArgumentParser) -> None:
     add_dir(p, source=False)
     p.add_argument("--experiment")
-    p.add_argument("--stall", type=float, default=120.0, metavar="S",
-                   help="flag a running trajectory with no event for more than S seconds (default 120)")  # fmt: skip
+    p.add_argument(
+        "--stall",
+        type=float,
+        default=120.0,
+        metavar="S",
+        help="flag a running trajectory with no event for more than S seconds (default 120)",
+    )
     p.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between looks (default 1)")
-    p.add_argument("--since", type=float, default=0.0, metavar="S",
-                   help="also print what ended in the S seconds before starting (default 0: what ends next)")
+    p.add_argument(
+        "--since",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="also print what ended in the S seconds before starting (default 0: what ends next)",
+    )
     p.add_argument("--once", action="store_true", help="look once (what ended in --since, running, stalled) and exit")
 
 
 class Tail:
     """The state between looks: what was printed, what is flagged as stalled."""
 
-    def __init__(self, store: TraceStore, experiment: str | None, stall_s: float, since_s: float,
-                 out: TextIO = sys.stdout) -> None:  # fmt: skip
+    def __init__(
+        self, store: TraceStore, experiment: str | None, stall_s: float, since_s: float, out: TextIO = sys.stdout
+    ) -> None:
         self.store, self.experiment, self.stall_s = store, experiment, stall_s
         self.out = out
         self.cursor = time.time_ns() - int(since_s * 1e9)  # ended after this: not printed yet
@@ -67,8 +78,10 @@ class Tail:
 
 def _ids(record: TrajectoryRecord) -> str:
     experiment = f" {record.experiment}" if record.experiment else ""
-    return (f"{record.id[:12]}{experiment} step {_v(record.step)} sample {_v(record.sample_index)} "
-            f"rollout {_v(record.rollout_n)}")  # fmt: skip
+    return (
+        f"{record.id[:12]}{experiment} step {_v(record.step)} sample {_v(record.sample_index)} "
+        f"rollout {_v(record.rollout_n)}"
+    )
 
 
 def ended_line(record: TrajectoryRecord) -> str:
@@ -76,8 +89,10 @@ def ended_line(record: TrajectoryRecord) -> str:
     reward = "-" if record.reward is None else f"{record.reward:g}"
     errors = f"  errors {record.num_errors}" if record.num_errors else ""
     tool_errors = f" ({record.num_tool_errors} failed)" if record.num_tool_errors else ""
-    return (f"{when}  {record.status:<5} {_ids(record)}  reward {reward}  turns {record.num_llm_calls}  "
-            f"tools {record.num_tool_calls}{tool_errors}{errors}  {record.duration_s or 0:.1f}s")  # fmt: skip
+    return (
+        f"{when}  {record.status:<5} {_ids(record)}  reward {reward}  turns {record.num_llm_calls}  "
+        f"tools {record.num_tool_calls}{tool_errors}{errors}  {record.duration_s or 0:.1f}s"
+    )
 
 
 def stalled_line(record: TrajectoryRecord, idle_s: float, running_s: float, what: str) -> str:

@@ -23,8 +23,9 @@ def _add_filters(p: argparse.ArgumentParser) -> None:
     p.add_argument("--desc", action="store_true")
     p.add_argument("--limit", type=int, default=50)
     p.add_argument("--json", action="store_true", help="print a JSON array")
-    p.add_argument("--rescoring", metavar="NAME", help="show a stored rescoring's reward beside each reward "
-                                                       "(`rollscope rescore`)")  # fmt: skip
+    p.add_argument(
+        "--rescoring", metavar="NAME", help="show a stored rescoring's reward beside each reward (`rollscope rescore`)"
+    )
 
 
 def traces_ls(args: argparse.Namespace) -> int:
@@ -69,8 +70,10 @@ def print_listing(records: list, rescored: dict[str, float | None] | None = None
         return str(v) if type(v) is int else "?"
 
     beside = f" {'rescored':>8}" if rescored is not None else ""
-    fixed = (f"{'id':<26} {'step':>5} {'sample':>6} {'roll':>4} {'val':>3} {'status':<7} {'reward':>7}{beside} "
-             f"{'turns':>5} {'tools':>5} {'errspans':>8} {'secs':>6}")  # fmt: skip
+    fixed = (
+        f"{'id':<26} {'step':>5} {'sample':>6} {'roll':>4} {'val':>3} {'status':<7} {'reward':>7}{beside} "
+        f"{'turns':>5} {'tools':>5} {'errspans':>8} {'secs':>6}"
+    )
     experiments = [safe(r.experiment) for r in records]
     longest = max([len("experiment"), *map(len, experiments)])
     if sys.stdout.isatty():
@@ -93,11 +96,13 @@ def print_listing(records: list, rescored: dict[str, float | None] | None = None
         secs = "" if r.duration_s is None else f"{r.duration_s:.2f}"
         task = safe(r.attributes.get("task"))
         error = safe((r.error_message and f"{r.error_type}: {r.error_message}") or r.attributes.get("first_error"))
-        print(f"{safe(r.id):<26} {safe(r.step):>5} {safe(r.sample_index):>6} {safe(r.rollout_n):>4} "
-              f"{'y' if r.validate else '':>3} {safe(r.status):<7} {reward:>7} {count(r.num_llm_calls):>5} "
-              f"{count(r.num_tool_calls):>5} {count(r.num_errors):>8} {secs:>6} {cut(experiment, exp_w):<{exp_w}} "
-              f"{cut(task, task_w):<{task_w}} "
-              f"{cut(error, err_w)}".rstrip())  # fmt: skip
+        print(
+            f"{safe(r.id):<26} {safe(r.step):>5} {safe(r.sample_index):>6} {safe(r.rollout_n):>4} "
+            f"{'y' if r.validate else '':>3} {safe(r.status):<7} {reward:>7} {count(r.num_llm_calls):>5} "
+            f"{count(r.num_tool_calls):>5} {count(r.num_errors):>8} {secs:>6} {cut(experiment, exp_w):<{exp_w}} "
+            f"{cut(task, task_w):<{task_w}} "
+            f"{cut(error, err_w)}".rstrip()
+        )
 
 
 def _s(v: object) -> str:
@@ -112,8 +117,11 @@ def _add_dir(p: argparse.ArgumentParser) -> None:
 def _add_show(p: argparse.ArgumentParser) -> None:
     p.add_argument("id", help="trajectory id (from `rollscope traces ls`)")
     p.add_argument("--full", action="store_true", help="do not shorten long texts")
-    p.add_argument("--tokens", action="store_true",
-                   help="each llm turn's tokens by sampled log-probability, the least likely listed")  # fmt: skip
+    p.add_argument(
+        "--tokens",
+        action="store_true",
+        help="each llm turn's tokens by sampled log-probability, the least likely listed",
+    )
     _add_dir(p)
 
 
@@ -125,8 +133,13 @@ def traces_show(args: argparse.Namespace) -> int:
         with_text(record)  # token ids as text with the run's tokenizer, whatever token2text was
     if args.json:
         training = None if record.training is None else record.training.to_dict()
-        print(json.dumps({**record.to_dict(), "training": training, "spans": [_span_dict(s) for s in record.spans]},
-                         indent=1, default=str))  # fmt: skip
+        print(
+            json.dumps(
+                {**record.to_dict(), "training": training, "spans": [_span_dict(s) for s in record.spans]},
+                indent=1,
+                default=str,
+            )
+        )
         return 0
     show_trajectory(console(), record, full=args.full, tokens=args.tokens)
     return 0
@@ -148,11 +161,27 @@ def traces_diff(args: argparse.Namespace) -> int:
             with_text(record)  # compared as text, whatever token2text was for either
         diff = store.diff(left, right)
     if args.json:
-        print(json.dumps({
-            "a": diff.left.id, "b": diff.right.id, "fields": diff.fields, "first_divergence": diff.first_divergence,
-            "turns": [{"index": t.index, "changed": t.changed, "a": _turn_json(t.left, t.left_tools),
-                       "b": _turn_json(t.right, t.right_tools)} for t in diff.turns],
-        }, indent=1, default=str))  # fmt: skip
+        print(
+            json.dumps(
+                {
+                    "a": diff.left.id,
+                    "b": diff.right.id,
+                    "fields": diff.fields,
+                    "first_divergence": diff.first_divergence,
+                    "turns": [
+                        {
+                            "index": t.index,
+                            "changed": t.changed,
+                            "a": _turn_json(t.left, t.left_tools),
+                            "b": _turn_json(t.right, t.right_tools),
+                        }
+                        for t in diff.turns
+                    ],
+                },
+                indent=1,
+                default=str,
+            )
+        )
         return 0
     show_diff(console(), diff, full=args.full)
     return 0
@@ -184,11 +213,20 @@ def traces_group(args: argparse.Namespace) -> int:
     for records in groups:
         mean, std, members = group_advantages(records)
         if args.json:
-            rollouts = [{**m.record.to_dict(), "advantage": m.advantage, "normalized_advantage": m.normalized}
-                        for m in members]  # fmt: skip
-            out.append({"project": records[0].project, "experiment": records[0].experiment, "step": args.step,
-                        "sample_index": sample, "mean_reward": mean, "std_reward": std,
-                        "rollouts": rollouts})  # fmt: skip
+            rollouts = [
+                {**m.record.to_dict(), "advantage": m.advantage, "normalized_advantage": m.normalized} for m in members
+            ]
+            out.append(
+                {
+                    "project": records[0].project,
+                    "experiment": records[0].experiment,
+                    "step": args.step,
+                    "sample_index": sample,
+                    "mean_reward": mean,
+                    "std_reward": std,
+                    "rollouts": rollouts,
+                }
+            )
         else:
             show_group(console(), args.step, sample, mean, std, members, experiment=records[0].experiment)
     if args.json:  # one group: the object; several experiments: one object each, in a list
@@ -223,11 +261,14 @@ def _add_compact(p: argparse.ArgumentParser) -> None:
     add_dir(p, "the trace directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)", source=False)
     p.add_argument("--min-segments", type=int, default=2, help="merge only batches of at least N (default 2)")
     p.add_argument("--target-mb", type=float, default=64, help="size of a merged segment (default 64)")
-    p.add_argument("--retain", metavar="POLICY",
-                   help="keep only the groups POLICY keeps, decided on their rewards: 'anomalous' (zero-variance, "
-                        "truncated, tool_error, error, outlier; rescored with rescoring=NAME) or kinds joined by "
-                        "'+', then ',sample=F' (share of the rest kept, default 0.1) ',seed=N' ',outlier=Z' "
-                        "',rescoring=NAME'; any store layout")  # fmt: skip
+    p.add_argument(
+        "--retain",
+        metavar="POLICY",
+        help="keep only the groups POLICY keeps, decided on their rewards: 'anomalous' (zero-variance, "
+        "truncated, tool_error, error, outlier; rescored with rescoring=NAME) or kinds joined by "
+        "'+', then ',sample=F' (share of the rest kept, default 0.1) ',seed=N' ',outlier=Z' "
+        "',rescoring=NAME'; any store layout",
+    )
     p.add_argument("--dry-run", action="store_true", help="with --retain: decide and report, change nothing")
     p.add_argument("--json", action="store_true", help="with --retain: the report as JSON")
     add_filters(p)
@@ -260,9 +301,11 @@ def _retain(directory: Path, args: argparse.Namespace) -> int:
         return 0
     s = done.summary
     anomalies = ", ".join(f"{k} {n}" for k, n in sorted(s["by_anomaly"].items())) or "none"
-    print(f"retain ({done.policy}): {s['kept_groups']:,} of {s['groups']:,} groups kept — {s['anomalous_groups']:,} "
-          f"anomalous ({anomalies}), {s['sampled_groups']:,} sampled, {s['undecided_groups']:,} still running — "
-          f"{s['kept_trajectories']:,} of {s['trajectories']:,} trajectories")  # fmt: skip
+    print(
+        f"retain ({done.policy}): {s['kept_groups']:,} of {s['groups']:,} groups kept — {s['anomalous_groups']:,} "
+        f"anomalous ({anomalies}), {s['sampled_groups']:,} sampled, {s['undecided_groups']:,} still running — "
+        f"{s['kept_trajectories']:,} of {s['trajectories']:,} trajectories"
+    )
     mb = 2**20
     if done.dry_run:
         print(f"dry run: nothing changed ({done.bytes_before / mb:.2f} MB in {directory})")
@@ -290,8 +333,20 @@ def traces_recover(args: argparse.Namespace) -> int:
     return 0
 
 
-_SPAN_FIELDS = ("id", "parent_id", "name", "kind", "start_ns", "end_ns", "status", "error_type", "error_message",
-                "inputs", "outputs", "attributes")  # fmt: skip
+_SPAN_FIELDS = (
+    "id",
+    "parent_id",
+    "name",
+    "kind",
+    "start_ns",
+    "end_ns",
+    "status",
+    "error_type",
+    "error_message",
+    "inputs",
+    "outputs",
+    "attributes",
+)
 
 
 def _span_dict(span: object) -> dict:
@@ -304,8 +359,12 @@ COMMANDS = {
     "diff": (_add_diff, traces_diff, "two trajectories side by side, turn by turn"),
     "group": (_add_group, traces_group, "a GRPO group: every rollout of one sample at one step, with advantages"),
     "prompt": (_add_prompt, traces_prompt, "one prompt across steps: its group's reward, spread, length, advantages"),
-    "compact": (_add_compact, traces_compact, "merge a shared store's small segments (safe while writers publish); "
-                                              "--retain: keep the groups a policy keeps, decided on their rewards"),
+    "compact": (
+        _add_compact,
+        traces_compact,
+        "merge a shared store's small segments (safe while writers publish); "
+        "--retain: keep the groups a policy keeps, decided on their rewards",
+    ),
     "recover": (_add_recover, traces_recover, "publish what dead writers left in a node-local directory"),
     "tail": (add_tail, traces_tail, "a run as it happens: each trajectory as it ends, stalled ones flagged"),
 }
@@ -315,5 +374,8 @@ def _turn_json(llm: Any, tools: list[Any]) -> dict[str, Any]:
     """One side of a diff's turn: its LLM call's name and text, and its tool calls'."""
     from rollscope.trajectory.diff import turn_text
 
-    return {"name": None if llm is None else llm.name, "text": None if llm is None else turn_text(llm),
-            "tool_calls": [{"name": t.name, "text": turn_text(t)} for t in tools]}
+    return {
+        "name": None if llm is None else llm.name,
+        "text": None if llm is None else turn_text(llm),
+        "tool_calls": [{"name": t.name, "text": turn_text(t)} for t in tools],
+    }

@@ -32,8 +32,14 @@ TOOL_SHARE = 0.25  # of the warm-start demonstrations that call the calculator
 # The reward-hacking demo's (``loophole``): the share of warm-start demonstrations that list
 # candidates, the right one among them, where the rest guess one wrong number
 LIST_SHARE = 0.08
-MODEL_SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-                   num_key_value_heads=2, max_position_embeddings=512)  # fmt: skip
+MODEL_SIZES = dict(
+    hidden_size=64,
+    intermediate_size=128,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=512,
+)
 # vLLM's CPU attention takes head sizes 32, 64, 80, ... only: the same model with 2 heads of 32, which
 # the demo and the tests serve on both engines (vLLM and SGLang)
 ENGINE_MODEL_SIZES = {**MODEL_SIZES, "num_attention_heads": 2, "num_key_value_heads": 1}
@@ -46,8 +52,9 @@ def problems(count: int = 16, seed: int = 0) -> list[dict[str, Any]]:
     found = []
     for index in range(count):
         a, b = rng.randint(12, 49), rng.randint(12, 49)
-        found.append({"index": index, "question": f"What is {a} * {b}?", "expression": f"{a} * {b}",
-                      "answer": str(a * b)})  # fmt: skip
+        found.append(
+            {"index": index, "question": f"What is {a} * {b}?", "expression": f"{a} * {b}", "answer": str(a * b)}
+        )
     return found
 
 
@@ -60,26 +67,37 @@ def wrong_answers(answer: str, rng: random.Random, k: int = 3) -> list[str]:
     return [str(value + d) for d in rng.sample([d for d in range(-40, 41) if d], k)]
 
 
-def conversations(task: list[dict[str, Any]], seed: int = 0,
-                  tool_share: float = TOOL_SHARE) -> list[tuple[list[dict[str, str]], float]]:  # fmt: skip
+def conversations(
+    task: list[dict[str, Any]], seed: int = 0, tool_share: float = TOOL_SHARE
+) -> list[tuple[list[dict[str, str]], float]]:
     """(messages, weight) demonstrations: per problem the calculator path with weight
     ``tool_share`` and three wrong guesses sharing the rest."""
     rng = random.Random(seed)
     found = []
     for p in task:
         user = {"role": "user", "content": p["question"]}
-        found.append(([user, {"role": "assistant", "content": tool_call(p["expression"])},
-                       {"role": "tool", "content": p["answer"]},
-                       {"role": "assistant", "content": f"The answer is {p['answer']}."}], tool_share))  # fmt: skip
+        found.append(
+            (
+                [
+                    user,
+                    {"role": "assistant", "content": tool_call(p["expression"])},
+                    {"role": "tool", "content": p["answer"]},
+                    {"role": "assistant", "content": f"The answer is {p['answer']}."},
+                ],
+                tool_share,
+            )
+        )
         guesses = wrong_answers(p["answer"], rng)
         for guess in guesses:
-            found.append(([user, {"role": "assistant", "content": f"The answer is {guess}."}],
-                          (1 - tool_share) / len(guesses)))  # fmt: skip
+            found.append(
+                ([user, {"role": "assistant", "content": f"The answer is {guess}."}], (1 - tool_share) / len(guesses))
+            )
     return found
 
 
-def listing_conversations(task: list[dict[str, Any]], seed: int = 0,
-                          list_share: float = LIST_SHARE) -> list[tuple[list[dict[str, str]], float]]:  # fmt: skip
+def listing_conversations(
+    task: list[dict[str, Any]], seed: int = 0, list_share: float = LIST_SHARE
+) -> list[tuple[list[dict[str, str]], float]]:
     """The reward-hacking demo's demonstrations: per problem, four candidates listed with the
     right one among them (never last: the final number is wrong) with weight ``list_share``,
     and three wrong guesses sharing the rest. A reward paying any mention of the answer pays
@@ -94,19 +112,33 @@ def listing_conversations(task: list[dict[str, Any]], seed: int = 0,
         found.append(([user, {"role": "assistant", "content": listed}], list_share))
         guesses = wrong_answers(p["answer"], rng)
         for guess in guesses:
-            found.append(([user, {"role": "assistant", "content": f"The answer is {guess}."}],
-                          (1 - list_share) / len(guesses)))  # fmt: skip
+            found.append(
+                ([user, {"role": "assistant", "content": f"The answer is {guess}."}], (1 - list_share) / len(guesses))
+            )
     return found
 
 
-def build_model(path: Path, task: list[dict[str, Any]], seed: int = 0, tool_share: float = TOOL_SHARE,
-                sizes: dict[str, int] | None = None, loophole: bool = False) -> Path:  # fmt: skip
+def build_model(
+    path: Path,
+    task: list[dict[str, Any]],
+    seed: int = 0,
+    tool_share: float = TOOL_SHARE,
+    sizes: dict[str, int] | None = None,
+    loophole: bool = False,
+) -> Path:
     """Tokenizer, config and warm-started weights in ``path`` (kept: built once per version): on
     the calculator demonstrations, or with ``loophole`` on the listing ones."""
     sizes = sizes or MODEL_SIZES
     stamp = path / "rollscope-demo.json"
-    key = {"version": MODEL_VERSION, "problems": task, "seed": seed, "tool_share": tool_share, "sizes": sizes,
-           "chat_template": CHAT_TEMPLATE, **({"loophole": LIST_SHARE} if loophole else {})}
+    key = {
+        "version": MODEL_VERSION,
+        "problems": task,
+        "seed": seed,
+        "tool_share": tool_share,
+        "sizes": sizes,
+        "chat_template": CHAT_TEMPLATE,
+        **({"loophole": LIST_SHARE} if loophole else {}),
+    }
     if stamp.is_file() and json.loads(stamp.read_text()) == key:
         return path
     import torch
@@ -133,8 +165,9 @@ def build_model(path: Path, task: list[dict[str, Any]], seed: int = 0, tool_shar
     model.train()
     for _ in range(WARM_START_STEPS):
         batch = torch.multinomial(weights, 32, replacement=True, generator=generator)
-        loss = model(input_ids=ids[batch], attention_mask=(ids[batch] != tokenizer.pad_token_id).long(),
-                     labels=labels[batch]).loss  # fmt: skip
+        loss = model(
+            input_ids=ids[batch], attention_mask=(ids[batch] != tokenizer.pad_token_id).long(), labels=labels[batch]
+        ).loss
         optimizer.zero_grad()
         loss.backward()
         optimizer.step()
@@ -166,9 +199,16 @@ def _supervised(tokenizer: Any, messages: list[dict[str, str]]) -> tuple[list[in
 
 def dataset_rows(task: list[dict[str, Any]], split: str) -> list[dict[str, Any]]:
     """verl's RLHFDataset columns (prompt messages, reward_model.ground_truth, extra_info.index)."""
-    return [{"data_source": "rollscope/calculator_drill", "prompt": [{"role": "user", "content": p["question"]}],
-             "ability": "math", "reward_model": {"style": "rule", "ground_truth": p["answer"]},
-             "extra_info": {"index": p["index"], "split": split}} for p in task]  # fmt: skip
+    return [
+        {
+            "data_source": "rollscope/calculator_drill",
+            "prompt": [{"role": "user", "content": p["question"]}],
+            "ability": "math",
+            "reward_model": {"style": "rule", "ground_truth": p["answer"]},
+            "extra_info": {"index": p["index"], "split": split},
+        }
+        for p in task
+    ]
 
 
 def write_dataset(directory: Path, task: list[dict[str, Any]]) -> tuple[Path, Path]:

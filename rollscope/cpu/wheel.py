@@ -10,8 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 
 
-def write_wheel(out: Path, name: str, version: str, summary: str, files: Mapping[str, str],
-                requires: tuple[str, ...] = ()) -> Path:  # fmt: skip
+def write_wheel(
+    out: Path, name: str, version: str, summary: str, files: Mapping[str, str], requires: tuple[str, ...] = ()
+) -> Path:
     """Write ``NAME-VERSION-py3-none-any.whl`` into ``out`` holding ``files`` (path in the wheel ->
     text) and its metadata; return its path."""
     info = f"{name}-{version}.dist-info"

@@ -31,8 +31,15 @@ class Exported:
     path: Path
 
 
-def export(store: TraceStore, out: str | Path, fmt: str, *, sft_min_reward: float | None = None,
-           progress: Callable[[int], None] | None = None, **filters: Any) -> Exported:  # fmt: skip
+def export(
+    store: TraceStore,
+    out: str | Path,
+    fmt: str,
+    *,
+    sft_min_reward: float | None = None,
+    progress: Callable[[int], None] | None = None,
+    **filters: Any,
+) -> Exported:
     """Write the trajectories matching ``filters`` (``traces ls``'s) to ``out`` as ``fmt``.
     ``sft_min_reward``: sft keeps a group's best rollout only at or above it (default: one better
     than the group's worst, or a group of one rewarded above 0)."""
@@ -73,8 +80,9 @@ def sft_example(group: list[TrajectoryRecord], min_reward: float | None = None) 
     best = max(rewarded, key=lambda r: (r.reward, r.id))
     if min_reward is not None and best.reward < min_reward:
         return None
-    if min_reward is None and (best.reward <= min(r.reward for r in rewarded) if len(rewarded) > 1
-                               else best.reward <= 0):  # fmt: skip
+    if min_reward is None and (
+        best.reward <= min(r.reward for r in rewarded) if len(rewarded) > 1 else best.reward <= 0
+    ):
         return None
     row = trajectory_row(best, group)
     return {"messages": row["messages"], "id": row["id"], "group_id": row["group_id"], "reward": row["reward"]}
@@ -92,9 +100,16 @@ def dpo_pair(group: list[TrajectoryRecord]) -> dict[str, Any] | None:
         return None
     chosen, rejected = trajectory_row(best, group), trajectory_row(worst, group)
     n = len(chosen["prompt"])
-    return {"prompt": chosen["prompt"], "chosen": chosen["messages"][n:], "rejected": rejected["messages"][n:],
-            "chosen_id": chosen["id"], "rejected_id": rejected["id"], "group_id": chosen["group_id"],
-            "chosen_reward": chosen["reward"], "rejected_reward": rejected["reward"]}  # fmt: skip
+    return {
+        "prompt": chosen["prompt"],
+        "chosen": chosen["messages"][n:],
+        "rejected": rejected["messages"][n:],
+        "chosen_id": chosen["id"],
+        "rejected_id": rejected["id"],
+        "group_id": chosen["group_id"],
+        "chosen_reward": chosen["reward"],
+        "rejected_reward": rejected["reward"],
+    }
 
 
 def _jsonl(path: Path, rows: Iterator[dict[str, Any]]) -> int:
@@ -112,13 +127,29 @@ def _parquet(path: Path, rows: Iterator[dict[str, Any]]) -> int:
     import pyarrow.parquet as pq
 
     message = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
-    integers = ("step", "rollout_n", "group_size", "policy_version", "turns", "tool_calls", "tool_errors", "errors",
-                "truncated", "start_ns")  # fmt: skip
+    integers = (
+        "step",
+        "rollout_n",
+        "group_size",
+        "policy_version",
+        "turns",
+        "tool_calls",
+        "tool_errors",
+        "errors",
+        "truncated",
+        "start_ns",
+    )
     floats = ("reward", "group_mean", "group_std", "group_advantage", "advantage", "duration_s")
     per_token = dict.fromkeys(TOKEN_COLUMNS, pa.list_(pa.float32()))  # (verl computes them in float32)
-    types = {"validate": pa.bool_(), "prompt": message, "messages": message, **per_token,
-             "response_mask": pa.list_(pa.int8()), **dict.fromkeys(integers, pa.int64()),
-             **dict.fromkeys(floats, pa.float64())}  # fmt: skip
+    types = {
+        "validate": pa.bool_(),
+        "prompt": message,
+        "messages": message,
+        **per_token,
+        "response_mask": pa.list_(pa.int8()),
+        **dict.fromkeys(integers, pa.int64()),
+        **dict.fromkeys(floats, pa.float64()),
+    }
     schema = pa.schema([(c, types.get(c, pa.string())) for c in COLUMNS])
     path.parent.mkdir(parents=True, exist_ok=True)
     n = 0

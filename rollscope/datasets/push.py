@@ -76,8 +76,10 @@ class Ledger:
 
     def __init__(self, directory: Path) -> None:
         self.db = sqlite3.connect(directory / LEDGER, isolation_level=None)
-        self.db.execute("CREATE TABLE IF NOT EXISTS pushed (destination TEXT, trajectory_id TEXT, pushed_at REAL, "
-                        "PRIMARY KEY (destination, trajectory_id))")  # fmt: skip
+        self.db.execute(
+            "CREATE TABLE IF NOT EXISTS pushed (destination TEXT, trajectory_id TEXT, pushed_at REAL, "
+            "PRIMARY KEY (destination, trajectory_id))"
+        )
 
     def done(self, destination: str) -> set[str]:
         return {r[0] for r in self.db.execute("SELECT trajectory_id FROM pushed WHERE destination = ?", [destination])}
@@ -91,9 +93,11 @@ class Ledger:
 
 
 # Where each kind of destination reads its endpoint when none is given.
-_ENDPOINT_ENV = {"mlflow": ("MLFLOW_TRACKING_URI",),
-                 "otel": ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
-                 "weave": ("WF_TRACE_SERVER_URL",)}  # fmt: skip
+_ENDPOINT_ENV = {
+    "mlflow": ("MLFLOW_TRACKING_URI",),
+    "otel": ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"),
+    "weave": ("WF_TRACE_SERVER_URL",),
+}
 
 
 def ledger_key(to: str, project: str | None = None, endpoint: str | None = None) -> str:
@@ -108,9 +112,17 @@ class Skipped(list):
     back (marked ``rollscope.unreadable`` there)."""
 
 
-def push(to: str, directory: str | None = None, *, batch: int = 50, destination: Destination | None = None,
-         project: str | None = None, endpoint: str | None = None, skipped: Skipped | None = None,
-         **filters: Any) -> Iterator[tuple[int, int]]:  # fmt: skip
+def push(
+    to: str,
+    directory: str | None = None,
+    *,
+    batch: int = 50,
+    destination: Destination | None = None,
+    project: str | None = None,
+    endpoint: str | None = None,
+    skipped: Skipped | None = None,
+    **filters: Any,
+) -> Iterator[tuple[int, int]]:
     """Push the matching finished trajectories not yet pushed to ``to`` at ``endpoint`` in ``project``
     (None: the destination's defaults); yields (done, total) after each confirmed batch, ``done``
     counting those left out too. A trajectory the store cannot read back costs itself: it is left

@@ -88,8 +88,15 @@ class RescoreReport:
         return {**dataclasses.asdict(self), "totals": self.totals()}
 
 
-def rescore(store: TraceStore, reward: str, *, name: str | None = None, workers: int | None = None,
-            progress: Callable[[int], None] | None = None, **filters: Any) -> RescoreReport:  # fmt: skip
+def rescore(
+    store: TraceStore,
+    reward: str,
+    *,
+    name: str | None = None,
+    workers: int | None = None,
+    progress: Callable[[int], None] | None = None,
+    **filters: Any,
+) -> RescoreReport:
     """Recompute the rewards of the trajectories matching ``filters`` with ``reward``
     (``module:function`` or ``file.py:function``), store them as rescoring ``name`` (default: the
     function's name) and report what changed. ``workers``: processes (default: the CPUs; 0 or 1:
@@ -104,18 +111,33 @@ def rescore(store: TraceStore, reward: str, *, name: str | None = None, workers:
     # Workers read each trajectory's spans themselves (from their own reader of the store, where a
     # remote source keeps what it fetched): this process lists the trajectories, they do the
     # reading and the scoring.
-    pool = (ProcessPoolExecutor(workers, initializer=_load, initargs=(reward, str(store.path), by_trajectory))
-            if workers > 1 else None)  # fmt: skip
-    score = (_in_pool(pool, workers) if pool is not None
-             else lambda records: [_call(fn, _item(r, by_trajectory)) for r in records])  # fmt: skip
+    pool = (
+        ProcessPoolExecutor(workers, initializer=_load, initargs=(reward, str(store.path), by_trajectory))
+        if workers > 1
+        else None
+    )
+    score = (
+        _in_pool(pool, workers)
+        if pool is not None
+        else lambda records: [_call(fn, _item(r, by_trajectory)) for r in records]
+    )
     try:
         for this_step in groups_by_step(store, **filters):
             records = [r for g in this_step for r in g]
             results = score(records)
             new = {r.id: res for r, res in zip(records, results, strict=True)}
             report.steps.append(_step_report(this_step, new, report))
-            scored += [RescoredReward(r.id, r.step, None if r.sample_index is None else str(r.sample_index),
-                                      r.reward, new[r.id][0], new[r.id][1]) for r in records]  # fmt: skip
+            scored += [
+                RescoredReward(
+                    r.id,
+                    r.step,
+                    None if r.sample_index is None else str(r.sample_index),
+                    r.reward,
+                    new[r.id][0],
+                    new[r.id][1],
+                )
+                for r in records
+            ]
             report.trajectories += len(records)
             if progress is not None:
                 progress(report.trajectories)
@@ -123,8 +145,11 @@ def rescore(store: TraceStore, reward: str, *, name: str | None = None, workers:
         if pool is not None:
             pool.shutdown(cancel_futures=True)
     report.seconds = time.monotonic() - started
-    meta = {"reward": reward, "filters": {k: v for k, v in filters.items() if v is not None},
-            "report": report.to_dict()}  # fmt: skip
+    meta = {
+        "reward": reward,
+        "filters": {k: v for k, v in filters.items() if v is not None},
+        "report": report.to_dict(),
+    }
     report.path = store.save_rescoring(name, meta, scored)
     return report
 
@@ -140,10 +165,15 @@ def _step_report(this_step: list[list[TrajectoryRecord]], new: dict[str, tuple],
         after_all += [v for v in now if v is not None]
         _, std_before, adv_before = advantages(old)
         _, std_after, adv_after = advantages(now)
-        moved = sum(1 for a, b in zip(old, now, strict=True) if (a is None) != (b is None) or
-                    (a is not None and b is not None and abs(a - b) > _EPS))  # fmt: skip
-        flipped = any(a[0] is not None and b[0] is not None and a[0] * b[0] < 0 and min(abs(a[0]), abs(b[0])) > _EPS
-                      for a, b in zip(adv_before, adv_after, strict=True))  # fmt: skip
+        moved = sum(
+            1
+            for a, b in zip(old, now, strict=True)
+            if (a is None) != (b is None) or (a is not None and b is not None and abs(a - b) > _EPS)
+        )
+        flipped = any(
+            a[0] is not None and b[0] is not None and a[0] * b[0] < 0 and min(abs(a[0]), abs(b[0])) > _EPS
+            for a, b in zip(adv_before, adv_after, strict=True)
+        )
         zero_before = _zero_variance(old, std_before)
         zero_after = _zero_variance(now, std_after)
         out.trajectories += len(group)
@@ -157,12 +187,29 @@ def _step_report(this_step: list[list[TrajectoryRecord]], new: dict[str, tuple],
                 report.failed += 1
                 report.first_error = report.first_error or new[r.id][1].get("error")
         if flipped or zero_before != zero_after:
-            members = [{"id": r.id, "rollout_n": r.rollout_n, "original": a, "reward": b,
-                        "advantage_before": x[0], "advantage_after": y[0]}
-                       for r, a, b, x, y in zip(group, old, now, adv_before, adv_after, strict=True)]  # fmt: skip
-            report.changed.append(GroupChange(first.step, None if group[0].sample_index is None
-                                              else str(group[0].sample_index), first.experiment, members,
-                                              flipped, zero_before, zero_after, moved))  # fmt: skip
+            members = [
+                {
+                    "id": r.id,
+                    "rollout_n": r.rollout_n,
+                    "original": a,
+                    "reward": b,
+                    "advantage_before": x[0],
+                    "advantage_after": y[0],
+                }
+                for r, a, b, x, y in zip(group, old, now, adv_before, adv_after, strict=True)
+            ]
+            report.changed.append(
+                GroupChange(
+                    first.step,
+                    None if group[0].sample_index is None else str(group[0].sample_index),
+                    first.experiment,
+                    members,
+                    flipped,
+                    zero_before,
+                    zero_after,
+                    moved,
+                )
+            )
     out.mean_before = sum(before_all) / len(before_all) if before_all else None
     out.mean_after = sum(after_all) / len(after_all) if after_all else None
     return out
@@ -180,12 +227,15 @@ def _takes_trajectory(fn: Callable[..., Any], spec: str) -> bool:
         return False
     if "solution_str" in params:
         return False
-    required = [p for p in params.values() if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY,
-                                                                                  p.POSITIONAL_OR_KEYWORD)]  # fmt: skip
+    required = [
+        p for p in params.values() if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
     if len(required) == 1:
         return True
-    raise ValueError(f"reward {spec!r}: takes ({', '.join(params)}); give verl's compute_score(data_source, "
-                     "solution_str, ground_truth, extra_info=None) or a function of one trajectory")
+    raise ValueError(
+        f"reward {spec!r}: takes ({', '.join(params)}); give verl's compute_score(data_source, "
+        "solution_str, ground_truth, extra_info=None) or a function of one trajectory"
+    )
 
 
 def _item(record: TrajectoryRecord, by_trajectory: bool) -> tuple[str, Any]:
@@ -208,7 +258,7 @@ def _in_pool(pool: ProcessPoolExecutor, workers: int) -> Callable[[list[Trajecto
     def score(records: list[TrajectoryRecord]) -> list[tuple]:
         ids = [r.id for r in records]
         size = max(1, min(256, -(-len(ids) // (workers * 4))))
-        chunks = [ids[i: i + size] for i in range(0, len(ids), size)]
+        chunks = [ids[i : i + size] for i in range(0, len(ids), size)]
         return [res for part in pool.map(_score_in_worker, chunks) for res in part]
 
     return score

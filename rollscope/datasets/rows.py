@@ -23,11 +23,39 @@ from rollscope.trajectory.text import load_decoder, recorded_tokenizer, with_tex
 # record's per-token values, or its one GRPO value on the loss tokens and 0 elsewhere.
 TOKEN_COLUMNS = ("response_mask", "old_log_probs", "rollout_log_probs", "entropy", "ref_log_probs", "token_advantages")
 # The columns of a row, in order (``trajectory_row``); what Parquet's schema is built from.
-COLUMNS = ("id", "project", "experiment", "step", "sample_index", "rollout_n", "validate", "group_id",
-           "data_source", "ground_truth", "prompt", "messages", "response", "reward", "reward_details",
-           "group_size", "group_mean", "group_std", "group_advantage", "advantage", "policy_version", "status",
-           "turns", "tool_calls", "tool_errors", "errors", "error_message", "truncated", "start_ns",
-           "duration_s", *TOKEN_COLUMNS)  # fmt: skip
+COLUMNS = (
+    "id",
+    "project",
+    "experiment",
+    "step",
+    "sample_index",
+    "rollout_n",
+    "validate",
+    "group_id",
+    "data_source",
+    "ground_truth",
+    "prompt",
+    "messages",
+    "response",
+    "reward",
+    "reward_details",
+    "group_size",
+    "group_mean",
+    "group_std",
+    "group_advantage",
+    "advantage",
+    "policy_version",
+    "status",
+    "turns",
+    "tool_calls",
+    "tool_errors",
+    "errors",
+    "error_message",
+    "truncated",
+    "start_ns",
+    "duration_s",
+    *TOKEN_COLUMNS,
+)
 
 
 def trajectory_row(record: TrajectoryRecord, group: list[TrajectoryRecord]) -> dict[str, Any]:
@@ -36,35 +64,51 @@ def trajectory_row(record: TrajectoryRecord, group: list[TrajectoryRecord]) -> d
     spans, _, inputs = _run_of(record)
     prompt = _prompt(inputs.get("raw_prompt"))
     conversation = prompt + _turns(spans)
-    replies = [m["content"] for m in conversation[len(prompt):] if m["role"] == "assistant"]
+    replies = [m["content"] for m in conversation[len(prompt) :] if m["role"] == "assistant"]
     mean, std, members = group_advantages(group)
     mine = next((m for m in members if m.record.id == record.id), None)
     training = record.training
     truth = _ground_truth(inputs)
     return {
-        "id": record.id, "project": record.project, "experiment": record.experiment, "step": record.step,
+        "id": record.id,
+        "project": record.project,
+        "experiment": record.experiment,
+        "step": record.step,
         "sample_index": None if record.sample_index is None else str(record.sample_index),
-        "rollout_n": record.rollout_n, "validate": record.validate,
+        "rollout_n": record.rollout_n,
+        "validate": record.validate,
         "group_id": training.uid if training is not None and training.uid else group_id(record),
-        "data_source": _text(inputs.get("data_source")), "ground_truth": None if truth is None else str(truth),
-        "prompt": prompt, "messages": conversation, "response": "".join(replies), "reward": record.reward,
+        "data_source": _text(inputs.get("data_source")),
+        "ground_truth": None if truth is None else str(truth),
+        "prompt": prompt,
+        "messages": conversation,
+        "response": "".join(replies),
+        "reward": record.reward,
         "reward_details": json.dumps(record.attributes.get(REWARD_DETAILS) or {}, sort_keys=True),
-        "group_size": len(group), "group_mean": mean, "group_std": std,
+        "group_size": len(group),
+        "group_mean": mean,
+        "group_std": std,
         "group_advantage": mine.normalized if mine is not None else None,
         "advantage": training.advantage if training is not None else None,
         "policy_version": training.policy_version if training is not None else None,
-        "status": record.status, "turns": record.num_llm_calls, "tool_calls": record.num_tool_calls,
-        "tool_errors": record.num_tool_errors, "errors": record.num_errors, "error_message": record.error_message,
-        "truncated": record.num_truncated, "start_ns": record.start_ns,
+        "status": record.status,
+        "turns": record.num_llm_calls,
+        "tool_calls": record.num_tool_calls,
+        "tool_errors": record.num_tool_errors,
+        "errors": record.num_errors,
+        "error_message": record.error_message,
+        "truncated": record.num_truncated,
+        "start_ns": record.start_ns,
         "duration_s": None if record.end_ns is None else (record.end_ns - record.start_ns) / 1e9,
         **token_columns(training.values if training is not None else {}),
-    }  # fmt: skip
+    }
 
 
 def token_columns(values: dict[str, Any]) -> dict[str, list | None]:
     """``TOKEN_COLUMNS`` from a training record's values."""
-    out: dict[str, list | None] = {name: values.get(name) if isinstance(values.get(name), list) else None
-                                   for name in TOKEN_COLUMNS[:-1]}  # fmt: skip
+    out: dict[str, list | None] = {
+        name: values.get(name) if isinstance(values.get(name), list) else None for name in TOKEN_COLUMNS[:-1]
+    }
     mask, advantage = out["response_mask"], values.get("advantage")
     per_token = values.get("advantages")
     if isinstance(per_token, list):
@@ -83,8 +127,12 @@ def reward_inputs(record: TrajectoryRecord) -> dict[str, Any]:
     included), else the model's replies joined."""
     spans, run, inputs = _run_of(record)
     truth = _ground_truth(inputs)
-    return {"data_source": inputs.get("data_source"), "solution_str": _solution(record, spans, run),
-            "ground_truth": truth, "extra_info": inputs.get("extra_info")}  # fmt: skip
+    return {
+        "data_source": inputs.get("data_source"),
+        "solution_str": _solution(record, spans, run),
+        "ground_truth": truth,
+        "extra_info": inputs.get("extra_info"),
+    }
 
 
 def _solution(record: TrajectoryRecord, spans: list[SpanRecord], run: SpanRecord | None) -> str:
@@ -128,8 +176,11 @@ def _prompt(raw: Any) -> list[dict[str, str]]:
         return [{"role": "user", "content": raw}]
     if not isinstance(raw, list):
         return []
-    return [{"role": _text(m.get("role")) or "user", "content": _text(m.get("content")) or ""}
-            for m in raw if isinstance(m, dict)]  # fmt: skip
+    return [
+        {"role": _text(m.get("role")) or "user", "content": _text(m.get("content")) or ""}
+        for m in raw
+        if isinstance(m, dict)
+    ]
 
 
 def _turns(spans: list[SpanRecord]) -> list[dict[str, str]]:

@@ -18,8 +18,9 @@ class LLMServerError(RuntimeError):
 
 
 class LLMClient(Protocol):
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       **kwargs: Any) -> TokenOutput: ...  # fmt: skip
+    async def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any
+    ) -> TokenOutput: ...
 
 
 def max_new_tokens(sampling_params: dict[str, Any], default: int) -> int:

@@ -38,8 +38,13 @@ def tool_call_structural_tag(tool_schemas: list[dict[str, Any]]) -> dict[str, An
     a structure opened by ``<tool_call>`` and its name, its arguments held to its parameter schema."""
     structures = []
     for name, parameters in _functions(tool_schemas):
-        structures.append({"begin": f'{CALL_OPEN}{{"name": {json.dumps(name)}, "arguments": ',
-                           "schema": parameters, "end": f"}}{CALL_CLOSE}"})  # fmt: skip
+        structures.append(
+            {
+                "begin": f'{CALL_OPEN}{{"name": {json.dumps(name)}, "arguments": ',
+                "schema": parameters,
+                "end": f"}}{CALL_CLOSE}",
+            }
+        )
     return {"type": "structural_tag", "structures": structures, "triggers": [CALL_OPEN]}
 
 
@@ -57,15 +62,24 @@ def _functions(tool_schemas: list[dict[str, Any]]) -> list[tuple[str, dict[str, 
 def _grammar(schemas_json: str) -> str:
     from llama_cpp.llama_grammar import json_schema_to_gbnf
 
-    calls = [{"type": "object", "properties": {"name": {"const": name}, "arguments": parameters},
-              "required": ["name", "arguments"], "additionalProperties": False}
-             for name, parameters in _functions(json.loads(schemas_json))]  # fmt: skip
-    json_rules = json_schema_to_gbnf(json.dumps({"oneOf": calls} if len(calls) != 1 else calls[0]),
-                                     prop_order=["name", "arguments"])  # fmt: skip
+    calls = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": name}, "arguments": parameters},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for name, parameters in _functions(json.loads(schemas_json))
+    ]
+    json_rules = json_schema_to_gbnf(
+        json.dumps({"oneOf": calls} if len(calls) != 1 else calls[0]), prop_order=["name", "arguments"]
+    )
     json_rules = re.sub(r"^root ::=", "tool-call-json ::=", json_rules, flags=re.M)
-    return ('root ::= tool-call | answer\n'
-            f'tool-call ::= "{CALL_OPEN}" tool-call-json "{CALL_CLOSE}"\n'
-            'answer ::= [^<] [^<]*\n' + json_rules)  # fmt: skip
+    return (
+        "root ::= tool-call | answer\n"
+        f'tool-call ::= "{CALL_OPEN}" tool-call-json "{CALL_CLOSE}"\n'
+        "answer ::= [^<] [^<]*\n" + json_rules
+    )
 
 
 def _closed(schema: Any) -> Any:

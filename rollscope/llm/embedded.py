@@ -85,9 +85,12 @@ def gguf_tokenizer(llama: Any, model_path: Path, chat_template: str | None = Non
         partial.replace(cached)  # atomic: concurrent first runs never read half a file
     vocab_text = functools.partial(_token_text, llama)
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=Tokenizer.from_file(str(cached)), bos_token=vocab_text(llama.token_bos()),
-        eos_token=END_OF_TURN, pad_token=vocab_text(0), unk_token="<unk>",
-    )  # fmt: skip
+        tokenizer_object=Tokenizer.from_file(str(cached)),
+        bos_token=vocab_text(llama.token_bos()),
+        eos_token=END_OF_TURN,
+        pad_token=vocab_text(0),
+        unk_token="<unk>",
+    )
     tokenizer.chat_template = Path(chat_template or config_path(CHAT_TEMPLATE)).read_text()
     return tokenizer
 
@@ -143,14 +146,22 @@ def _build_tokenizer(llama: Any) -> Any:
             if left in vocab and right in vocab:
                 merges.append((-scores[i], vocab[left], vocab[right], left, right))
     merges.sort()
-    tok = Tokenizer(models.BPE(vocab=vocab, merges=[(m[3], m[4]) for m in merges], byte_fallback=True,
-                               fuse_unk=True, unk_token="<unk>"))  # fmt: skip
+    tok = Tokenizer(
+        models.BPE(
+            vocab=vocab, merges=[(m[3], m[4]) for m in merges], byte_fallback=True, fuse_unk=True, unk_token="<unk>"
+        )
+    )
     tok.normalizer = normalizers.Replace(" ", "▁")
     tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse()])
     control, user_defined = 1 << 3, 1 << 4
     # Control tokens are special (never produced from plain text); the thousands of <unusedN> are left out.
-    tok.add_special_tokens([AddedToken(texts[i], special=True, normalized=False) for i in range(n)
-                            if attrs[i] & control and not texts[i].startswith("<unused")])  # fmt: skip
+    tok.add_special_tokens(
+        [
+            AddedToken(texts[i], special=True, normalized=False)
+            for i in range(n)
+            if attrs[i] & control and not texts[i].startswith("<unused")
+        ]
+    )
     tok.add_tokens([AddedToken(texts[i], special=False, normalized=True) for i in range(n) if attrs[i] == user_defined])
     return tok
 
@@ -159,8 +170,16 @@ class EmbeddedLLM:
     """``generate`` on a local GGUF. ``tokenizer`` is the matching Hugging Face tokenizer (with the
     bundled tool-calling chat template unless ``chat_template`` names another Jinja file)."""
 
-    def __init__(self, model_path: str | Path | None = None, *, n_ctx: int = 4096, n_threads: int | None = None,
-                 seed: int = 0, max_tokens: int = 512, chat_template: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        model_path: str | Path | None = None,
+        *,
+        n_ctx: int = 4096,
+        n_threads: int | None = None,
+        seed: int = 0,
+        max_tokens: int = 512,
+        chat_template: str | None = None,
+    ) -> None:
         self.model_path = Path(model_path) if model_path else default_model_path()
         self.max_tokens = max_tokens
         self._llama = _load_llama(self.model_path, n_ctx, n_threads, seed)
@@ -173,8 +192,9 @@ class EmbeddedLLM:
         self._finalizer = weakref.finalize(self, _free, self._llama, self._executor)
         self._aligned_upto = 0  # the cached positions that were evaluated in full aligned chunks
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       **kwargs: Any) -> TokenOutput:  # fmt: skip
+    async def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any
+    ) -> TokenOutput:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self.generate_sync, list(prompt_ids), dict(sampling_params))
 
@@ -195,11 +215,21 @@ class EmbeddedLLM:
         grammar = _grammar(tool_call_grammar(tools) if tools else params.get("grammar"))
         llama._sampler = llama._init_sampler(
             top_k=int(params.get("top_k", -1) or -1) if temperature > 0 else 1,
-            top_p=float(params.get("top_p", 1.0)), min_p=0.0, typical_p=1.0, temp=temperature,
-            repeat_penalty=float(params.get("repetition_penalty", 1.0)), frequency_penalty=0.0,
-            presence_penalty=0.0, tfs_z=1.0, mirostat_mode=0, mirostat_tau=5.0, mirostat_eta=0.1,
-            penalize_nl=False, logits_processor=None, grammar=grammar,
-        )  # fmt: skip
+            top_p=float(params.get("top_p", 1.0)),
+            min_p=0.0,
+            typical_p=1.0,
+            temp=temperature,
+            repeat_penalty=float(params.get("repetition_penalty", 1.0)),
+            frequency_penalty=0.0,
+            presence_penalty=0.0,
+            tfs_z=1.0,
+            mirostat_mode=0,
+            mirostat_tau=5.0,
+            mirostat_eta=0.1,
+            penalize_nl=False,
+            logits_processor=None,
+            grammar=grammar,
+        )
         ids: list[int] = []
         log_probs: list[float] = []
         text = ""
@@ -221,8 +251,9 @@ class EmbeddedLLM:
                     break
             llama.eval([token])
         llama._sampler = None
-        return TokenOutput(token_ids=ids, log_probs=log_probs, stop_reason=stop_reason(finish),
-                           extra_fields={"finish_reason": finish})  # fmt: skip
+        return TokenOutput(
+            token_ids=ids, log_probs=log_probs, stop_reason=stop_reason(finish), extra_fields={"finish_reason": finish}
+        )
 
     def _prefill(self, prompt_ids: list[int]) -> None:
         """Evaluate the prompt in CHUNK-aligned batches, reusing cached full chunks it shares with

@@ -83,8 +83,9 @@ KINDS: dict[str, Callable[[str, str | None, str | None, int, int], tuple[Any, An
 }
 
 
-def create_llm(spec: str, *, model: str | None = None, chat_template: str | None = None, max_tokens: int = 512,
-               seed: int = 0) -> tuple[LLMClient, Any]:  # fmt: skip
+def create_llm(
+    spec: str, *, model: str | None = None, chat_template: str | None = None, max_tokens: int = 512, seed: int = 0
+) -> tuple[LLMClient, Any]:
     """The client for ``spec`` and its tokenizer."""
     if spec.startswith(("http://", "https://")):
         return _openai(spec, model, chat_template, max_tokens, seed)

@@ -12,8 +12,14 @@ from rollscope.llm.base import LLMServerError
 class JSONEndpoint:
     """POSTs of JSON to one server; ``server`` names it in errors ("SGLang at URL: ...")."""
 
-    def __init__(self, base_url: str, *, timeout_s: float = 600.0, headers: dict[str, str] | None = None,
-                 server: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        timeout_s: float = 600.0,
+        headers: dict[str, str] | None = None,
+        server: str | None = None,
+    ) -> None:
         self.base_url = base_url.rstrip("/")
         self.server = server
         limits = httpx.Limits(max_connections=256, max_keepalive_connections=64)
@@ -25,8 +31,9 @@ class JSONEndpoint:
         try:
             response = await self._client.post(url, json=body)
         except httpx.RemoteProtocolError:
-            raise LLMServerError(f"{where}: the server closed the connection without answering "
-                                 "(did it stop? its log says why)") from None  # fmt: skip
+            raise LLMServerError(
+                f"{where}: the server closed the connection without answering (did it stop? its log says why)"
+            ) from None
         except httpx.TransportError as exc:
             raise LLMServerError(f"{where}: cannot reach the server ({type(exc).__name__}: {exc})") from None
         if response.status_code != 200:

@@ -27,12 +27,21 @@ API_KEY_ENV = "ROLLSCOPE_LLM_API_KEY"
 
 
 class OpenAICompatibleLLM:
-    def __init__(self, base_url: str, *, tokenizer: Any = None, model: str | None = None, max_tokens: int = 512,
-                 api_key: str | None = None, timeout_s: float = 600.0) -> None:  # fmt: skip
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        tokenizer: Any = None,
+        model: str | None = None,
+        max_tokens: int = 512,
+        api_key: str | None = None,
+        timeout_s: float = 600.0,
+    ) -> None:
         api_key = api_key or os.environ.get(API_KEY_ENV)
         base_url = base_url.rstrip("/").removesuffix("/v1")
-        self.endpoint = JSONEndpoint(base_url, timeout_s=timeout_s,
-                                     headers={"Authorization": f"Bearer {api_key}"} if api_key else None)  # fmt: skip
+        self.endpoint = JSONEndpoint(
+            base_url, timeout_s=timeout_s, headers={"Authorization": f"Bearer {api_key}"} if api_key else None
+        )
         self.tokenizer = tokenizer
         self.model = model
         self.max_tokens = max_tokens
@@ -54,8 +63,9 @@ class OpenAICompatibleLLM:
         except (ValueError, KeyError, IndexError, TypeError):
             raise LLMServerError(f"{url}: expected an OpenAI model list, got {response.text[:200]!r}") from None
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       **kwargs: Any) -> TokenOutput:  # fmt: skip
+    async def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any
+    ) -> TokenOutput:
         if self.model is None:
             await self.check()
         body: dict[str, Any] = {
@@ -115,8 +125,12 @@ class OpenAICompatibleLLM:
         aligned = token_logprobs and len(token_logprobs) == len(ids)
         log_probs = [float(x or 0.0) for x in token_logprobs] if aligned else None
         extra = {"finish_reason": choice.get("finish_reason"), "retokenized": retokenized}
-        return TokenOutput(token_ids=list(ids), log_probs=log_probs,
-                           stop_reason=stop_reason(choice.get("finish_reason")), extra_fields=extra)  # fmt: skip
+        return TokenOutput(
+            token_ids=list(ids),
+            log_probs=log_probs,
+            stop_reason=stop_reason(choice.get("finish_reason")),
+            extra_fields=extra,
+        )
 
     async def close(self) -> None:
         await self.endpoint.close()

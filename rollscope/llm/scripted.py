@@ -36,8 +36,9 @@ class ScriptedLLM:
             return self.replies(turn, prompt_ids)
         return self.replies[min(turn, len(self.replies) - 1)]
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       **kwargs: Any) -> TokenOutput:  # fmt: skip
+    async def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any
+    ) -> TokenOutput:
         turn = self.turns[request_id]
         self.turns[request_id] += 1
         self.calls.append({"request_id": request_id, "turn": turn, "prompt_len": len(prompt_ids)})
@@ -51,5 +52,8 @@ class ScriptedLLM:
         max_tokens = sampling_params.get("max_tokens") or sampling_params.get("max_new_tokens")
         cut = bool(max_tokens) and len(ids) > max_tokens
         ids = ids[:max_tokens] if cut else ids
-        return TokenOutput(token_ids=list(ids), log_probs=[-0.01 * (i + 1) for i in range(len(ids))],
-                           stop_reason="length" if cut else "completed")  # fmt: skip
+        return TokenOutput(
+            token_ids=list(ids),
+            log_probs=[-0.01 * (i + 1) for i in range(len(ids))],
+            stop_reason="length" if cut else "completed",
+        )

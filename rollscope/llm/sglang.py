@@ -24,8 +24,9 @@ class SGLangLLM:
         self.endpoint = JSONEndpoint(base_url, timeout_s=timeout_s, server="SGLang")
         self.max_tokens = max_tokens
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       **kwargs: Any) -> TokenOutput:  # fmt: skip
+    async def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any
+    ) -> TokenOutput:
         params = {
             "max_new_tokens": max_new_tokens(sampling_params, self.max_tokens),
             "temperature": sampling_params.get("temperature", 1.0),
@@ -36,8 +37,10 @@ class SGLangLLM:
             params["stop"] = stop
         if tools := sampling_params.get(TOOL_SCHEMAS):
             params["structural_tag"] = json.dumps(tool_call_structural_tag(tools))
-        data = await self.endpoint.post("/generate", {"input_ids": list(prompt_ids), "sampling_params": params,
-                                                      "return_logprob": True, "rid": request_id})  # fmt: skip
+        data = await self.endpoint.post(
+            "/generate",
+            {"input_ids": list(prompt_ids), "sampling_params": params, "return_logprob": True, "rid": request_id},
+        )
         ids = data.get("output_ids")
         if not isinstance(ids, list) or not all(isinstance(t, int) for t in ids):
             raise LLMServerError(f"{self.endpoint.base_url}/generate: answer has no output_ids list: {str(data)[:200]}")
@@ -45,8 +48,9 @@ class SGLangLLM:
         triples = meta.get("output_token_logprobs") or []
         log_probs = [float(t[0]) for t in triples] if len(triples) == len(ids) else None
         finish = (meta.get("finish_reason") or {}).get("type")
-        return TokenOutput(token_ids=ids, log_probs=log_probs, stop_reason=stop_reason(finish),
-                           extra_fields={"finish_reason": finish})  # fmt: skip
+        return TokenOutput(
+            token_ids=ids, log_probs=log_probs, stop_reason=stop_reason(finish), extra_fields={"finish_reason": finish}
+        )
 
     async def close(self) -> None:
         await self.endpoint.close()

@@ -40,8 +40,14 @@ def model_dir_version() -> str:
     return hashlib.sha256("\0".join([CHAT_TEMPLATE, *CORPUS]).encode()).hexdigest()[:12]
 
 
-def make_model_dir(path: Path, corpus: Sequence[str] = CORPUS, chat_template: str = CHAT_TEMPLATE,
-                   vocab_size: int = 600, every_byte: bool = True, **model: int) -> Path:  # fmt: skip
+def make_model_dir(
+    path: Path,
+    corpus: Sequence[str] = CORPUS,
+    chat_template: str = CHAT_TEMPLATE,
+    vocab_size: int = 600,
+    every_byte: bool = True,
+    **model: int,
+) -> Path:
     """Write tokenizer and config files into ``path`` (created if missing); returns it. ``model``
     overrides the Qwen2 sizes (``hidden_size``, ``num_hidden_layers``, ...) of the config.
     ``every_byte=False``: a token per printable ASCII character (and newline, tab) instead of one
@@ -58,15 +64,26 @@ def make_model_dir(path: Path, corpus: Sequence[str] = CORPUS, chat_template: st
     alphabet, extra = (pre_tokenizers.ByteLevel.alphabet(), []) if every_byte else ([], [string.printable])
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials, initial_alphabet=alphabet)
     tok.train_from_iterator([*corpus, *extra], trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|endoftext|>",
-                                   additional_special_tokens=["<|im_start|>"])  # fmt: skip
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token="<|im_end|>",
+        pad_token="<|endoftext|>",
+        additional_special_tokens=["<|im_start|>"],
+    )
     fast.chat_template = chat_template
     path.mkdir(parents=True, exist_ok=True)
     fast.save_pretrained(path)
-    sizes = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-                 num_key_value_heads=1, max_position_embeddings=4096)  # fmt: skip
-    cfg = Qwen2Config(vocab_size=len(fast), eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id,
-                      **{**sizes, **model})  # fmt: skip
+    sizes = dict(
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        num_key_value_heads=1,
+        max_position_embeddings=4096,
+    )
+    cfg = Qwen2Config(
+        vocab_size=len(fast), eos_token_id=fast.eos_token_id, pad_token_id=fast.pad_token_id, **{**sizes, **model}
+    )
     cfg.architectures = ["Qwen2ForCausalLM"]
     cfg.save_pretrained(path)
     return path

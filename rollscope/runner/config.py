@@ -133,8 +133,9 @@ def _check_subkey(key: str, sub: str, where: str) -> None:
     if key == "multi_turn":
         known = _verl.multi_turn_keys()
         if sub not in known:
-            raise RunConfigError(f"{where}: unknown multi_turn key {sub!r} (verl's MultiTurnConfig has: "
-                                 f"{', '.join(sorted(known))})")  # fmt: skip
+            raise RunConfigError(
+                f"{where}: unknown multi_turn key {sub!r} (verl's MultiTurnConfig has: {', '.join(sorted(known))})"
+            )
 
 
 def _coerce(key: str, value: Any, where: str) -> Any:

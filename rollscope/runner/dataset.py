@@ -76,6 +76,10 @@ def loop_kwargs(row: dict[str, Any], position: int) -> dict[str, Any]:
     extra = dict(row.get("extra_info") or {})
     extra.setdefault("index", position)
     kwargs = {k: v for k, v in row.items() if k not in ("prompt", "extra_info")}
-    kwargs.update(raw_prompt=list(row["prompt"]), extra_info=extra, index=extra["index"],
-                  tools_kwargs=row.get("tools_kwargs") or extra.get("tools_kwargs") or {})  # fmt: skip
+    kwargs.update(
+        raw_prompt=list(row["prompt"]),
+        extra_info=extra,
+        index=extra["index"],
+        tools_kwargs=row.get("tools_kwargs") or extra.get("tools_kwargs") or {},
+    )
     return kwargs

@@ -73,9 +73,11 @@ def check_reward_rows(reward: str, source: Path, rows: list[dict[str, Any]], dat
         lacking = [i for i, row in enumerate(rows) if _lookup(row, keys) is None]
         if lacking:
             field = ".".join(keys)
-            raise RunConfigError(f"dataset {dataset}: reward {reward!r} reads {positional[position]} (each row's "
-                                 f"{field}), which {len(lacking)} of {len(rows)} rows lack (row {lacking[0]} "
-                                 "first)")  # fmt: skip
+            raise RunConfigError(
+                f"dataset {dataset}: reward {reward!r} reads {positional[position]} (each row's "
+                f"{field}), which {len(lacking)} of {len(rows)} rows lack (row {lacking[0]} "
+                "first)"
+            )
 
 
 def _lookup(row: dict[str, Any], keys: tuple[str, ...]) -> Any:
@@ -87,8 +89,14 @@ def _lookup(row: dict[str, Any], keys: tuple[str, ...]) -> Any:
 
 def _function_def(path: Path, name: str) -> ast.FunctionDef | ast.AsyncFunctionDef | None:
     """The top-level ``def name`` of ``path``'s source; None where it is not one (or does not parse)."""
-    return next((n for n in getattr(_parsed(path), "body", ()) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)
-                 and n.name == name), None)  # fmt: skip
+    return next(
+        (
+            n
+            for n in getattr(_parsed(path), "body", ())
+            if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef) and n.name == name
+        ),
+        None,
+    )
 
 
 def _parsed(path: Path) -> ast.Module | None:
@@ -117,8 +125,10 @@ def check_tool_file(path: str) -> None:
             raise RunConfigError(f"{where}: {problem}")
         target = entry.get("class_name") or entry.get("function")
         if not isinstance(target, str) or not _DOTTED.match(target):
-            raise RunConfigError(f"{path}: tools[{i}]: needs 'class_name: package.module.Class' or "
-                                 f"'function: package.module:function', got {target!r}")  # fmt: skip
+            raise RunConfigError(
+                f"{path}: tools[{i}]: needs 'class_name: package.module.Class' or "
+                f"'function: package.module:function', got {target!r}"
+            )
         source = check_defined(target, f"{path}: tools[{i}]")
         if "function" in entry and entry.get("tool_schema") is not None and source is not None:
             found = _parameters(source, split_target(target)[1])
@@ -210,8 +220,12 @@ def _top_level_names(path: Path) -> set[str] | None:
     while body:
         node = body.pop()
         if isinstance(node, (ast.If, ast.Try, ast.With)):
-            body += [*node.body, *getattr(node, "orelse", []), *getattr(node, "finalbody", []),
-                     *(n for h in getattr(node, "handlers", []) for n in h.body)]  # fmt: skip
+            body += [
+                *node.body,
+                *getattr(node, "orelse", []),
+                *getattr(node, "finalbody", []),
+                *(n for h in getattr(node, "handlers", []) for n in h.body),
+            ]
         elif isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
             if node.name == "__getattr__":
                 return None
@@ -255,8 +269,9 @@ def check_llm(spec: str, model: str | None) -> None:
     if kind == "scripted" and not Path(rest).is_file():
         raise RunConfigError(f"--llm {spec}: no replies file at {rest}")
     if (server or kind == "sglang") and model is None:
-        raise RunConfigError(f"--llm {spec}: needs --model DIR, the served model's tokenizer directory "
-                             "(model: in a config file)")  # fmt: skip
+        raise RunConfigError(
+            f"--llm {spec}: needs --model DIR, the served model's tokenizer directory (model: in a config file)"
+        )
     if model is not None:
         path = Path(model)
         if not path.is_dir():
@@ -281,5 +296,7 @@ def check_reachable(url: str) -> None:
         socket.create_connection((parts.hostname, port), timeout=CONNECT_TIMEOUT_S).close()
     except OSError as exc:
         reason = exc.strerror or type(exc).__name__
-        raise LLMServerError(f"--llm {url}: cannot reach the server: nothing answers at {parts.hostname}:{port} "
-                             f"({reason}); is it running, and on that port?") from None
+        raise LLMServerError(
+            f"--llm {url}: cannot reach the server: nothing answers at {parts.hostname}:{port} "
+            f"({reason}); is it running, and on that port?"
+        ) from None

@@ -15,24 +15,39 @@ from rollscope.runner.runner import RunStats
 def _figures(stats: RunStats) -> str:
     elapsed = max(stats.elapsed, 1e-9)
     reward = "-" if stats.mean_reward is None else f"{stats.mean_reward:.3f}"
-    return (f"{stats.tokens / elapsed:6.1f} tok/s · {stats.tool_calls} tool calls · "
-            f"{stats.span_errors} error spans · {stats.failed} failed · reward {reward}")  # fmt: skip
+    return (
+        f"{stats.tokens / elapsed:6.1f} tok/s · {stats.tool_calls} tool calls · "
+        f"{stats.span_errors} error spans · {stats.failed} failed · reward {reward}"
+    )
 
 
 class RunProgress:
     """A rich progress bar fed from ``RunStats``; on a non-terminal (CI logs) one line per 10%."""
 
-    def __init__(self, stats: RunStats, title: str, console: Console | None = None, *, total: int | None = None,
-                 enabled: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self,
+        stats: RunStats,
+        title: str,
+        console: Console | None = None,
+        *,
+        total: int | None = None,
+        enabled: bool = True,
+    ) -> None:
         self.stats = stats
         self.console = console or Console(stderr=True)
         self.enabled = enabled
         self.live = enabled and self.console.is_terminal
         self._next_line = 0.1
         self.progress = Progress(
-            TextColumn(f"[bold]{title}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-            TimeRemainingColumn(), TextColumn("{task.fields[figures]}"), console=self.console, transient=False,
-        )  # fmt: skip
+            TextColumn(f"[bold]{title}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            TimeRemainingColumn(),
+            TextColumn("{task.fields[figures]}"),
+            console=self.console,
+            transient=False,
+        )
         self.total = total
         self.task = self.progress.add_task(title, total=total, figures="")
 
@@ -80,9 +95,16 @@ def summary(stats: RunStats, *, name: str, trace_dir: str, experiment: str, back
         ("error spans", str(stats.span_errors)),
         ("model tokens", f"{stats.tokens} ({stats.tokens / max(elapsed, 1e-9):.1f}/s)"),
         ("rollout time", rollout_time(elapsed, stats.done)),
-        ("traces", f"{trace_dir} (backend: {backend}, experiment: {experiment})"
-                   + ("" if stats.all_stored else "; NOT ALL STORED YET: tracing was still storing when the run "
-                      "ended (the trace sidecar goes on with what it holds; count them with the command below)")),
+        (
+            "traces",
+            f"{trace_dir} (backend: {backend}, experiment: {experiment})"
+            + (
+                ""
+                if stats.all_stored
+                else "; NOT ALL STORED YET: tracing was still storing when the run "
+                "ended (the trace sidecar goes on with what it holds; count them with the command below)"
+            ),
+        ),
         ("open them", f"rollscope traces ls --dir {trace_dir} --experiment {experiment}"),
     ]
     for key, value in rows:

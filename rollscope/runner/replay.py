@@ -44,13 +44,19 @@ class ReplayOutcome:
         return not self.differences
 
     def to_dict(self) -> dict[str, Any]:
-        return {"original": self.original, "replay": self.replay, "from_turn": self.from_turn, "ok": self.ok,
-                "differences": self.differences, "notes": self.notes,
-                "first_divergence": None if self.diff is None else self.diff.first_divergence,
-                "first_divergent_model_turn":
-                    None if self.diff is None else self.diff.first_divergent_model_turn,
-                "original_training": None if self.diff is None or self.diff.left.training is None
-                    else self.diff.left.training.to_dict()}  # fmt: skip
+        return {
+            "original": self.original,
+            "replay": self.replay,
+            "from_turn": self.from_turn,
+            "ok": self.ok,
+            "differences": self.differences,
+            "notes": self.notes,
+            "first_divergence": None if self.diff is None else self.diff.first_divergence,
+            "first_divergent_model_turn": None if self.diff is None else self.diff.first_divergent_model_turn,
+            "original_training": None
+            if self.diff is None or self.diff.left.training is None
+            else self.diff.left.training.to_dict(),
+        }
 
 
 class ReplayLLM:
@@ -61,20 +67,27 @@ class ReplayLLM:
         self.turns, self.from_turn, self.live = turns, from_turn, live
         self.calls = 0
 
-    async def generate(self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                       **kwargs: Any) -> Any:  # fmt: skip
+    async def generate(
+        self, request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any
+    ) -> Any:
         from verl.workers.rollout.replica import TokenOutput
 
         turn, self.calls = self.calls, self.calls + 1
         if self.from_turn is not None and turn >= self.from_turn:
-            return await self.live.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params,
-                                            **kwargs)  # fmt: skip
+            return await self.live.generate(
+                request_id, prompt_ids=prompt_ids, sampling_params=sampling_params, **kwargs
+            )
         if turn >= len(self.turns):
-            raise ReplayError(f"the replay asked for model turn {turn}, but the record has {len(self.turns)} "
-                              "(replay from that turn with --from-turn and --llm)")  # fmt: skip
+            raise ReplayError(
+                f"the replay asked for model turn {turn}, but the record has {len(self.turns)} "
+                "(replay from that turn with --from-turn and --llm)"
+            )
         out = self.turns[turn].outputs
-        return TokenOutput(token_ids=list(out["token_ids"]), log_probs=out.get("log_probs"),
-                           stop_reason=out.get("stop_reason") or "completed")  # fmt: skip
+        return TokenOutput(
+            token_ids=list(out["token_ids"]),
+            log_probs=out.get("log_probs"),
+            stop_reason=out.get("stop_reason") or "completed",
+        )
 
     async def close(self) -> None:
         close = getattr(self.live, "close", None)
@@ -85,8 +98,10 @@ class ReplayLLM:
 def _run_span(record: TrajectoryRecord) -> SpanRecord:
     runs = [s for s in record.spans if s.kind == "agent" and REPLAY in (s.attributes or {})]
     if not runs:
-        raise ReplayError(f"trajectory {record.id} cannot be replayed: its run span records no loop to rebuild "
-                          "(recorded by an older rollscope, or not by a TracedAgentLoop)")  # fmt: skip
+        raise ReplayError(
+            f"trajectory {record.id} cannot be replayed: its run span records no loop to rebuild "
+            "(recorded by an older rollscope, or not by a TracedAgentLoop)"
+        )
     return runs[0]
 
 
@@ -99,9 +114,11 @@ def _model_turns(record: TrajectoryRecord, from_turn: int | None) -> list[SpanRe
             raise ReplayError(f"trajectory {record.id} cannot be replayed: model turn {i} has no recorded token ids")
         hidden = tokens.count(s.outputs["token_ids"])
         if hidden:
-            raise ReplayError(f"trajectory {record.id} cannot be replayed from its record past model turn {i}: "
-                              f"{hidden} of that turn's tokens carried a secret and were stored redacted "
-                              f"(replay from turn {i} with --from-turn {i} and --llm)")  # fmt: skip
+            raise ReplayError(
+                f"trajectory {record.id} cannot be replayed from its record past model turn {i}: "
+                f"{hidden} of that turn's tokens carried a secret and were stored redacted "
+                f"(replay from turn {i} with --from-turn {i} and --llm)"
+            )
     return turns
 
 
@@ -121,9 +138,17 @@ def _tokenizer(model: str | None, info: dict[str, Any], run: dict[str, Any], liv
     raise ReplayError(f"no tokenizer to rebuild the loop with (recorded: {path!r}); give --model DIR")
 
 
-def replay(trajectory_id: str, *, store: str | None = None, from_turn: int | None = None, llm: str | None = None,
-           model: str | None = None, config: str | None = None, check: bool = False,
-           tokenizer: Any = None) -> ReplayOutcome:  # fmt: skip
+def replay(
+    trajectory_id: str,
+    *,
+    store: str | None = None,
+    from_turn: int | None = None,
+    llm: str | None = None,
+    model: str | None = None,
+    config: str | None = None,
+    check: bool = False,
+    tokenizer: Any = None,
+) -> ReplayOutcome:
     """Replay ``trajectory_id`` from ``store`` (see the module docstring). ``check``: every model
     turn from the record, and the outcome lists every tool result, final response and reward that
     differs from the recorded one. ``tokenizer``: one already loaded (else the recorded one)."""
@@ -144,8 +169,9 @@ def replay(trajectory_id: str, *, store: str | None = None, from_turn: int | Non
 
         live, live_tokenizer = create_llm(llm, model=model, max_tokens=info.get("response_length") or 512)
     tokenizer = tokenizer or _tokenizer(model, info, run, live_tokenizer)
-    new_id, error = asyncio.run(_run(original, run_span, info, run, ReplayLLM(turns, from_turn, live), tokenizer,
-                                     directory, from_turn, config))  # fmt: skip
+    new_id, error = asyncio.run(
+        _run(original, run_span, info, run, ReplayLLM(turns, from_turn, live), tokenizer, directory, from_turn, config)
+    )
     with TraceStore(directory) as opened:
         replayed = opened.get(new_id)
         diff = opened.diff(original, replayed)
@@ -157,9 +183,17 @@ def replay(trajectory_id: str, *, store: str | None = None, from_turn: int | Non
     return outcome
 
 
-async def _run(original: TrajectoryRecord, run_span: SpanRecord, info: dict[str, Any], run: dict[str, Any],
-               llm: ReplayLLM, tokenizer: Any, directory: Path, from_turn: int | None,
-               tool_config: str | None) -> tuple[str, str | None]:  # fmt: skip
+async def _run(
+    original: TrajectoryRecord,
+    run_span: SpanRecord,
+    info: dict[str, Any],
+    run: dict[str, Any],
+    llm: ReplayLLM,
+    tokenizer: Any,
+    directory: Path,
+    from_turn: int | None,
+    tool_config: str | None,
+) -> tuple[str, str | None]:
     """(the replay's trajectory id, the error that ended it early, if any)."""
     from rollscope.runner.config import RunConfig
     from rollscope.runner.runner import Runner
@@ -170,23 +204,44 @@ async def _run(original: TrajectoryRecord, run_span: SpanRecord, info: dict[str,
     multi_turn.pop("tool_config_path", None)  # the runner hands the tools over itself
     if tools and not Path(tools).is_file():
         raise ReplayError(f"the tool config the trajectory ran with, {tools}, is gone: give --config FILE")
-    config = RunConfig(name="replay", agent=info["loop"], tools=tools, reward=run.get("reward"),
-                       step=original.step if isinstance(original.step, int) else 0, validate=original.validate,
-                       project=original.project or "rollscope", experiment=original.experiment,
-                       trace_dir=str(directory), prompt_length=info.get("prompt_length") or 1024,
-                       response_length=info.get("response_length") or 512, multi_turn=multi_turn,
-                       concurrency=1)  # fmt: skip
+    config = RunConfig(
+        name="replay",
+        agent=info["loop"],
+        tools=tools,
+        reward=run.get("reward"),
+        step=original.step if isinstance(original.step, int) else 0,
+        validate=original.validate,
+        project=original.project or "rollscope",
+        experiment=original.experiment,
+        trace_dir=str(directory),
+        prompt_length=info.get("prompt_length") or 1024,
+        response_length=info.get("response_length") or 512,
+        multi_turn=multi_turn,
+        concurrency=1,
+    )
     runner = Runner(config, llm=llm, tokenizer=tokenizer)
     runner.rows = []
     runner.setup()
     kwargs = dict(run_span.inputs or {})
     sampling_params = kwargs.pop("sampling_params", None) or {}
     # One trajectory: stored in this process (a trace sidecar would cost more to start than it saves).
-    init_tracing(project=config.project, experiment=config.experiment, trace_dir=str(directory), token2text=True,
-                 tokenizer=tokenizer, sidecar=False)  # fmt: skip
+    init_tracing(
+        project=config.project,
+        experiment=config.experiment,
+        trace_dir=str(directory),
+        token2text=True,
+        tokenizer=tokenizer,
+        sidecar=False,
+    )
     try:
-        outcome = await runner.run_trajectory(kwargs, sampling_params, original.sample_index, original.rollout_n,
-                                              replay_of=original.id, from_turn=from_turn)  # fmt: skip
+        outcome = await runner.run_trajectory(
+            kwargs,
+            sampling_params,
+            original.sample_index,
+            original.rollout_n,
+            replay_of=original.id,
+            from_turn=from_turn,
+        )
     finally:
         shutdown_tracing()
         await llm.close()
@@ -206,12 +261,15 @@ def compare(original: TrajectoryRecord, replayed: TrajectoryRecord, notes: list[
         a = a_tools[i] if i < len(a_tools) else None
         b = b_tools[i] if i < len(b_tools) else None
         if a is None or b is None:
-            out.append(f"tool call {i}: {'missing from the replay' if b is None else 'not in the record'} "
-                       f"({(a or b).name})")  # type: ignore[union-attr]  # fmt: skip
+            out.append(
+                f"tool call {i}: {'missing from the replay' if b is None else 'not in the record'} ({(a or b).name})"
+            )  # type: ignore[union-attr]
             continue
         if (turn_text(a), a.status) != (turn_text(b), b.status):
-            out.append(f"tool call {i} ({a.name}, model turn {_model_turn_of(original, a)}): result "
-                       f"{_short(turn_text(a))} [{a.status}] -> {_short(turn_text(b))} [{b.status}]")  # fmt: skip
+            out.append(
+                f"tool call {i} ({a.name}, model turn {_model_turn_of(original, a)}): result "
+                f"{_short(turn_text(a))} [{a.status}] -> {_short(turn_text(b))} [{b.status}]"
+            )
     a_final, b_final = _final(original), _final(replayed)
     if a_final != b_final:
         out.append(f"final response: {_short(a_final)} -> {_short(b_final)}")

@@ -153,9 +153,15 @@ def _package_dir(name: str) -> tuple[str, ...]:
 
 
 _INSTALLED = tuple({sysconfig.get_paths()[k] + os.sep for k in ("purelib", "platlib")})
-_LIBRARIES = (*_package_dir("rollscope"), *_package_dir("verl"),
-              *{path for path in (sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib"))
-                if not any(p.startswith(path) for p in _INSTALLED)})  # (a venv's lib holds its site-packages)
+_LIBRARIES = (
+    *_package_dir("rollscope"),
+    *_package_dir("verl"),
+    *{
+        path
+        for path in (sysconfig.get_paths()[k] + os.sep for k in ("stdlib", "platstdlib"))
+        if not any(p.startswith(path) for p in _INSTALLED)
+    },
+)  # (a venv's lib holds its site-packages)
 
 
 def resolve_agent(name: str) -> dict[str, Any]:
@@ -204,17 +210,15 @@ def reward_value(returned: Any, reward: str | None, row: Any) -> float:
             pass
     shown = repr(returned)
     shown = shown if len(shown) <= 80 else shown[:77] + "..."
-    raise RewardError(f"reward {reward} returned {shown} for row {row}: expected a number or a dict with a "
-                      "numeric 'score'")  # fmt: skip
+    raise RewardError(
+        f"reward {reward} returned {shown} for row {row}: expected a number or a dict with a numeric 'score'"
+    )
 
 
 def _no_builder_warning(record: logging.LogRecord) -> bool:
     """verl warns, for every loop it builds, that it has no token builder for a model type and uses
     the default one; for rollscope's templates (the embedded model's included) the default is right."""
     return "No model-specific Continuous Token builder" not in record.getMessage()
-
-
-
 
 
 def model_type_of(model_dir: str | None) -> str | None:
@@ -266,14 +270,18 @@ class Runner:
             from rollscope.llm.factory import create_llm
 
             self.llm, self.tokenizer = create_llm(
-                cfg.llm, model=cfg.resolve(cfg.model) if cfg.model else None,
-                chat_template=cfg.resolve(cfg.chat_template), max_tokens=cfg.response_length, seed=cfg.seed,
-            )  # fmt: skip
+                cfg.llm,
+                model=cfg.resolve(cfg.model) if cfg.model else None,
+                chat_template=cfg.resolve(cfg.chat_template),
+                max_tokens=cfg.response_length,
+                seed=cfg.seed,
+            )
         self.trainer_config = trainer_config(cfg, cfg.resolve(cfg.model) if cfg.model else cfg.llm)
         # verl picks how a family's turns are joined from it (Qwen's newline after each turn), as its
         # worker does: from the model's directory (the tokenizer's, where the LLM brought its own)
-        self.model_type = model_type_of(cfg.resolve(cfg.model) if cfg.model else
-                                        getattr(self.tokenizer, "name_or_path", None))  # fmt: skip
+        self.model_type = model_type_of(
+            cfg.resolve(cfg.model) if cfg.model else getattr(self.tokenizer, "name_or_path", None)
+        )
         tools = load_tools(cfg.resolve(cfg.tools)) if cfg.tools else []
         function_tool_path = cfg.multi_turn.get("function_tool_path")
         if function_tool_path:  # verl's @function_tool file, as verl's worker reads it
@@ -283,8 +291,12 @@ class Runner:
         self._wraps = (DictConfigWrap(self.trainer_config), DictConfigWrap(self.trainer_config.data))
         self.sampling_params = {"logprobs": True, **cfg.sampling}
         # On every trajectory: what a replay needs that the loop does not know (rollscope.replay).
-        self.run_record = {"reward": cfg.reward, "tools": cfg.resolve(cfg.tools), "llm": cfg.llm,
-                           "model": cfg.resolve(cfg.model) if cfg.model else None}  # fmt: skip
+        self.run_record = {
+            "reward": cfg.reward,
+            "tools": cfg.resolve(cfg.tools),
+            "llm": cfg.llm,
+            "model": cfg.resolve(cfg.model) if cfg.model else None,
+        }
         # The W&B run its trajectories belong to (``tracing.wandb_run``): the config's, or the environment's.
         found = cfg.wandb_run or wandb_run.current()
         self.run_link = {wandb_run.ATTRIBUTE: found} if found else {}
@@ -295,8 +307,14 @@ class Runner:
         from rollscope.tracing import init_tracing
 
         cfg = self.config
-        init_tracing(backend=cfg.backend, project=cfg.project, experiment=cfg.experiment or cfg.name,
-                     token2text=cfg.token2text, tokenizer=self.tokenizer, trace_dir=cfg.trace_dir)  # fmt: skip
+        init_tracing(
+            backend=cfg.backend,
+            project=cfg.project,
+            experiment=cfg.experiment or cfg.name,
+            token2text=cfg.token2text,
+            tokenizer=self.tokenizer,
+            trace_dir=cfg.trace_dir,
+        )
 
     def jobs(self) -> list[Job]:
         return [Job(row, i, k) for i, row in enumerate(self.rows) for k in range(self.config.n)]
@@ -308,9 +326,16 @@ class Runner:
         from verl.utils.dataset.rl_dataset import RLHFDataset
 
         trainer, data = self._wraps
-        kwargs = dict(trainer_config=trainer, server_manager=self.server, tokenizer=self.tokenizer, processor=None,
-                      dataset_cls=RLHFDataset, data_config=data, tools=self.tools,
-                      hf_model_type=self.model_type)  # fmt: skip
+        kwargs = dict(
+            trainer_config=trainer,
+            server_manager=self.server,
+            tokenizer=self.tokenizer,
+            processor=None,
+            dataset_cls=RLHFDataset,
+            data_config=data,
+            tools=self.tools,
+            hf_model_type=self.model_type,
+        )
         extra = {k: v for k, v in entry.items() if k != "_target_"}
         if any(isinstance(v, dict) for v in extra.values()):
             from hydra.utils import instantiate
@@ -318,8 +343,9 @@ class Runner:
             return instantiate(entry, **kwargs)
         return _loop_class(entry["_target_"])(**extra, **kwargs)
 
-    async def run(self, jobs: list[Job] | None = None,
-                  on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:  # fmt: skip
+    async def run(
+        self, jobs: list[Job] | None = None, on_outcome: Callable[[Outcome], None] | None = None
+    ) -> list[Outcome]:
         """Run the jobs; an LLM that cannot answer stops the run (LLMServerError), after what is
         done has been counted and traced, and so do the first ``SAME_FAILURE_STOP`` trajectories
         failing for one reason, with none done (``RunFailed``): a setting no trajectory can run with."""
@@ -371,16 +397,24 @@ class Runner:
                 where = f"\n  at {first.where}" if first.where else ""
                 show = ""
                 if first.trajectory_id and "local" in self.config.backend.split(","):
-                    show = (f"\n  the trajectory and its traceback: rollscope traces show {first.trajectory_id} --full "
-                            f"--dir {resolve_dir(self.config.trace_dir)}")  # fmt: skip
+                    show = (
+                        f"\n  the trajectory and its traceback: rollscope traces show {first.trajectory_id} --full "
+                        f"--dir {resolve_dir(self.config.trace_dir)}"
+                    )
                 raise RunFailed(f"{which} failed the same way, so the run stopped: {reasons.pop()}{where}{show}")
 
     async def run_one(self, job: Job) -> Outcome:
         kwargs = loop_kwargs(job.row, job.position)
         return await self.run_trajectory(kwargs, self.sampling_params, kwargs["index"], job.rollout_n)
 
-    async def run_trajectory(self, kwargs: dict[str, Any], sampling_params: dict[str, Any], sample_index: Any,
-                             rollout_n: int | None, **attributes: Any) -> Outcome:  # fmt: skip
+    async def run_trajectory(
+        self,
+        kwargs: dict[str, Any],
+        sampling_params: dict[str, Any],
+        sample_index: Any,
+        rollout_n: int | None,
+        **attributes: Any,
+    ) -> Outcome:
         """One trajectory from a loop's keyword arguments (a dataset row's, or a recorded run's)."""
         from rollscope.agentloops.traced_loop import agent_name as loop_agent_name
 
@@ -389,9 +423,14 @@ class Runner:
         outcome = Outcome(sample_index=sample_index, rollout_n=rollout_n)
         token = loop_agent_name.set(str(name))
         try:
-            with rollout_trace_attr(sample_index=sample_index, step=self.config.step, rollout_n=rollout_n,
-                                    validate=self.config.validate, name=str(name),
-                                    **{RUN: self.run_record, **self.run_link, **attributes}) as trajectory:  # fmt: skip
+            with rollout_trace_attr(
+                sample_index=sample_index,
+                step=self.config.step,
+                rollout_n=rollout_n,
+                validate=self.config.validate,
+                name=str(name),
+                **{RUN: self.run_record, **self.run_link, **attributes},
+            ) as trajectory:
                 try:
                     output = await self.new_loop(entry).run(dict(sampling_params), **kwargs)
                     outcome.reward = await self._reward(output, kwargs)

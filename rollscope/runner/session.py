@@ -16,8 +16,13 @@ from rollscope.runner.progress import RunProgress
 from rollscope.runner.runner import Outcome, Runner, RunStats
 
 
-def run(config: RunConfig, *, console: Console, show_progress: bool = True, rows: list[dict[str, Any]] | None = None,
-        ) -> RunStats:  # fmt: skip
+def run(
+    config: RunConfig,
+    *,
+    console: Console,
+    show_progress: bool = True,
+    rows: list[dict[str, Any]] | None = None,
+) -> RunStats:
     """Run ``config`` to the end and return its counters: over ``config.workers`` Ray actors when
     more than one, otherwise here. ``rows``: the dataset already read (by the pre-flight check)."""
     if config.workers > 1:
@@ -27,8 +32,9 @@ def run(config: RunConfig, *, console: Console, show_progress: bool = True, rows
     return asyncio.run(run_local(config, console=console, show_progress=show_progress, rows=rows))
 
 
-async def run_local(config: RunConfig, *, console: Console, show_progress: bool = True,
-                    rows: list[dict[str, Any]] | None = None) -> RunStats:  # fmt: skip
+async def run_local(
+    config: RunConfig, *, console: Console, show_progress: bool = True, rows: list[dict[str, Any]] | None = None
+) -> RunStats:
     """One runner in this process, set up behind a spinner (the trace sidecar starting meanwhile),
     run with a progress bar."""
     from rollscope.tracing import early_sidecar
@@ -38,8 +44,9 @@ async def run_local(config: RunConfig, *, console: Console, show_progress: bool 
     with early_sidecar(config.backend, trace_dir=config.trace_dir):
         with _loading(console, f"loading {config.llm} and {config.agent}…"):
             runner.setup()
-        with RunProgress(runner.stats, config.name, console, total=len(runner.jobs()),
-                         enabled=show_progress) as progress:  # fmt: skip
+        with RunProgress(
+            runner.stats, config.name, console, total=len(runner.jobs()), enabled=show_progress
+        ) as progress:
             return await run_traced(runner, on_outcome=progress.update)
 
 

@@ -72,8 +72,16 @@ def _composed(model_dir: Path | str, overrides: list[str]) -> dict[str, Any]:
         "trainer.experiment_name=cpu",
     ]
     overrides = [*base, *overrides]
-    key = json.dumps([str(config_dir), _files_of(config_dir), [_files_of(d) for d in _search_dirs(overrides)],
-                      overrides, omegaconf.__version__, hydra.__version__])  # fmt: skip
+    key = json.dumps(
+        [
+            str(config_dir),
+            _files_of(config_dir),
+            [_files_of(d) for d in _search_dirs(overrides)],
+            overrides,
+            omegaconf.__version__,
+            hydra.__version__,
+        ]
+    )
     cached = cache_dir() / "verl-config" / f"{hashlib.sha256(key.encode()).hexdigest()[:24]}.json"
     data = _read(cached, key)
     if data is None:

@@ -48,8 +48,13 @@ class TraceSource(Protocol):
     def close(self) -> None: ...
 
 
-def open_source(source: str | None = None, directory: str | os.PathLike | None = None, *,
-                index_segments: bool = False, **filters: Any) -> TraceSource:  # fmt: skip
+def open_source(
+    source: str | None = None,
+    directory: str | os.PathLike | None = None,
+    *,
+    index_segments: bool = False,
+    **filters: Any,
+) -> TraceSource:
     """``source``: ``weave:ENTITY/PROJECT``, or None for the local store in ``directory``.
     ``filters`` (``traces ls``' names) narrow what a remote source fetches: the server filters,
     so a step's listing costs what the step holds; the reader filters again as it answers."""
@@ -60,5 +65,5 @@ def open_source(source: str | None = None, directory: str | os.PathLike | None =
     if source.startswith(WEAVE):
         from rollscope.sources.weave import WeaveSource
 
-        return WeaveSource(source[len(WEAVE):], **filters)
+        return WeaveSource(source[len(WEAVE) :], **filters)
     raise ValueError(f"--source {source!r}: 'weave:ENTITY/PROJECT', or leave it out for the local store (--dir)")

@@ -71,8 +71,7 @@ def read_history(source: str) -> RunHistory:
 def _record_file(path: Path) -> Path:
     if path.is_file():
         return path
-    found = sorted(path.glob("run-*.wandb")) or sorted(path.glob("*run-*/run-*.wandb"),
-                                                        key=lambda p: p.stat().st_mtime)  # fmt: skip
+    found = sorted(path.glob("run-*.wandb")) or sorted(path.glob("*run-*/run-*.wandb"), key=lambda p: p.stat().st_mtime)
     if not found:
         found = sorted(path.glob("wandb/*run-*/run-*.wandb"), key=lambda p: p.stat().st_mtime)
     if not found:
@@ -118,7 +117,7 @@ def _payloads(data: bytes, history: RunHistory) -> Iterator[bytes]:
         if checksum == length == kind == 0:  # the rest of the block is padding
             at += room
             continue
-        body = data[at + _RECORD.size: at + _RECORD.size + length]
+        body = data[at + _RECORD.size : at + _RECORD.size + length]
         if length > room - _RECORD.size or len(body) < length or kind not in (_FULL, _FIRST, _MIDDLE, _LAST):
             history.skipped += 1  # a header that does not read: where the next record starts is unknown
             pending = None
@@ -180,7 +179,6 @@ def _number(text: str) -> float | None:
 
 def _int(text: Any) -> int | None:
     value = _number(text) if isinstance(text, str) else text
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) \
-            or value != int(value):  # fmt: skip
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value != int(value):
         return None
     return int(value)

@@ -49,8 +49,14 @@ PAGE = 2000  # root calls a request
 TRACES_A_REQUEST = 200  # trajectories whose spans one request fetches
 RESCORING = "rollscope-rescoring."  # a rescoring's Weave object: this prefix and its name
 # filter name -> the root call's attribute the server filters on (``trajectory_view``)
-_PUSHED = {"experiment": "experiment_name", "step": "step", "sample_index": "sample_index",
-           "rollout_n": "rollout_n", "validate": "validate", "agent": "agent_name"}  # fmt: skip
+_PUSHED = {
+    "experiment": "experiment_name",
+    "step": "step",
+    "sample_index": "sample_index",
+    "rollout_n": "rollout_n",
+    "validate": "validate",
+    "agent": "agent_name",
+}
 _ROOT_COLUMNS = ["id", "inputs", "output", "summary", "attributes", "started_at", "ended_at", "exception"]
 
 
@@ -58,8 +64,16 @@ class WeaveSource(TraceStore):
     """The trajectories of one Weave project (``ENTITY/PROJECT``) matching ``filters`` (``traces ls``'
     names, ``first_step``/``last_step``, or ``ids``), read as a ``TraceStore`` reads its directory."""
 
-    def __init__(self, project_id: str, *, server: Any = None, progress: bool | None = None,
-                 first_step: int | None = None, last_step: int | None = None, **filters: Any) -> None:  # fmt: skip
+    def __init__(
+        self,
+        project_id: str,
+        *,
+        server: Any = None,
+        progress: bool | None = None,
+        first_step: int | None = None,
+        last_step: int | None = None,
+        **filters: Any,
+    ) -> None:
         entity, _, name = project_id.partition("/")
         if not entity or not name or "/" in name:
             raise ValueError(f"--source weave:{project_id}: name the project as weave:ENTITY/PROJECT")
@@ -96,22 +110,32 @@ class WeaveSource(TraceStore):
             self._bad("a call count that is not a count", 1)
             total = None
         if total == 0 and query is None and "call_ids" not in roots:
-            raise SourceError(f"{self.where}: no trajectories there (no such project at {_url(self.server)}, "
-                              "or nothing traced into it yet)")  # fmt: skip
+            raise SourceError(
+                f"{self.where}: no trajectories there (no such project at {_url(self.server)}, "
+                "or nothing traced into it yet)"
+            )
         read = 0
         started = time.monotonic()
         before: set[str] = set()  # the previous page's ids: a server that ignores the offset repeats them
         while total is None or read < total:
-            calls = list(self._stream({**base, "columns": _ROOT_COLUMNS,
-                                       "sort_by": [{"field": "started_at", "direction": "asc"},
-                                                   {"field": "id", "direction": "asc"}],
-                                       "limit": PAGE, "offset": read}))  # fmt: skip
+            calls = list(
+                self._stream(
+                    {
+                        **base,
+                        "columns": _ROOT_COLUMNS,
+                        "sort_by": [{"field": "started_at", "direction": "asc"}, {"field": "id", "direction": "asc"}],
+                        "limit": PAGE,
+                        "offset": read,
+                    }
+                )
+            )
             if not calls:
                 break
             page = {str(getattr(call, "id", "")) for call in calls}
             if page <= before:
-                self._bad(f"a page of calls that repeats the one before it (offset {read:,} ignored): reading stopped",
-                          1)  # fmt: skip
+                self._bad(
+                    f"a page of calls that repeats the one before it (offset {read:,} ignored): reading stopped", 1
+                )
                 break
             before = page
             records = self._training([call.id for call in calls])
@@ -122,18 +146,28 @@ class WeaveSource(TraceStore):
                 training += [training_row(row[0], record, row[1], row[2]) for record in records.get(call.id, [])]
             self._writer.write(trajectories=rows, training=training)
             read += len(calls)
-            self._say(f"{self.where}: {read:,} of {'?' if total is None else f'{total:,}'} trajectories read", started,
-                      done=total is not None and read >= total)  # fmt: skip
+            self._say(
+                f"{self.where}: {read:,} of {'?' if total is None else f'{total:,}'} trajectories read",
+                started,
+                done=total is not None and read >= total,
+            )
 
     def _training(self, root_ids: list[str]) -> dict[str, list[dict[str, Any]]]:
         """Root call id -> the training records on it (its ``rollscope.training`` feedback), oldest
         first: one feedback query for a page of roots."""
         refs = [{"$literal": f"weave:///{self.project_id}/call/{i}"} for i in root_ids]
-        query = {"$expr": {"$and": [
-            {"$eq": [{"$getField": "feedback_type"}, {"$literal": TRAINING_FEEDBACK}]},
-            {"$in": [{"$getField": "weave_ref"}, refs]}]}}  # fmt: skip
-        found = self._call("feedback_query", {"project_id": self.project_id, "query": query,
-                                              "sort_by": [{"field": "created_at", "direction": "asc"}]}).result
+        query = {
+            "$expr": {
+                "$and": [
+                    {"$eq": [{"$getField": "feedback_type"}, {"$literal": TRAINING_FEEDBACK}]},
+                    {"$in": [{"$getField": "weave_ref"}, refs]},
+                ]
+            }
+        }
+        found = self._call(
+            "feedback_query",
+            {"project_id": self.project_id, "query": query, "sort_by": [{"field": "created_at", "direction": "asc"}]},
+        ).result
         out: dict[str, list[dict[str, Any]]] = {}
         bad = 0
         for f in found if isinstance(found, list) else ():
@@ -183,29 +217,33 @@ class WeaveSource(TraceStore):
 
     # ---- rescorings: Weave objects beside the run ----
     def rescoring_names(self) -> list[str]:
-        found = self._call("objs_query", {"project_id": self.project_id,
-                                          "filter": {"latest_only": True, "is_op": False}})  # fmt: skip
-        return sorted(o.object_id[len(RESCORING):] for o in found.objs if o.object_id.startswith(RESCORING))
+        found = self._call(
+            "objs_query", {"project_id": self.project_id, "filter": {"latest_only": True, "is_op": False}}
+        )
+        return sorted(o.object_id[len(RESCORING) :] for o in found.objs if o.object_id.startswith(RESCORING))
 
     def rescoring(self, name: str) -> rescorings.Rescoring:
         object_id = RESCORING + rescorings.check_name(name)
         try:
-            value = self._call("obj_read", {"project_id": self.project_id, "object_id": object_id,
-                                            "digest": "latest"}).obj.val  # fmt: skip
+            value = self._call(
+                "obj_read", {"project_id": self.project_id, "object_id": object_id, "digest": "latest"}
+            ).obj.val
         except SourceError as exc:
             if "404" not in str(exc) and "not found" not in str(exc).lower():
                 raise
             there = ", ".join(self.rescoring_names()) or "none"
-            raise FileNotFoundError(f"no rescoring {name!r} in {self.where} (stored: {there}; make one with "
-                                    "rescore)") from None  # fmt: skip
+            raise FileNotFoundError(
+                f"no rescoring {name!r} in {self.where} (stored: {there}; make one with rescore)"
+            ) from None
         rewards = {r[0]: rescorings.RescoredReward(*r[:5], r[5] or {}) for r in value["rewards"]}
         return rescorings.Rescoring(name, value["meta"], rewards)
 
     def save_rescoring(self, name: str, meta: dict[str, Any], rewards: list[rescorings.RescoredReward]) -> str:
         """As a Weave object (a new version of ``rollscope-rescoring.NAME``): JSON, written whole."""
-        value = {"meta": {**meta, "name": name, "created_ns": time.time_ns()},
-                 "rewards": [[r.trajectory_id, r.step, r.sample_index, r.original, r.reward, r.details]
-                             for r in rewards]}  # fmt: skip
+        value = {
+            "meta": {**meta, "name": name, "created_ns": time.time_ns()},
+            "rewards": [[r.trajectory_id, r.step, r.sample_index, r.original, r.reward, r.details] for r in rewards],
+        }
         value = json.loads(encode_json(value))  # (plain JSON: what the server stores is what comes back)
         object_id = RESCORING + rescorings.check_name(name)
         self._call("obj_create", {"obj": {"project_id": self.project_id, "object_id": object_id, "val": value}})
@@ -244,8 +282,11 @@ def _query(filters: dict[str, Any], first_step: int | None, last_step: int | Non
     for bound, op in ((first_step, "$gte"), (last_step, "$lte")):
         if bound is not None:
             field = {"$convert": {"input": {"$getField": "attributes.step"}, "to": "double"}}
-            terms.append({op: [field, {"$literal": float(bound)}]} if op == "$gte"
-                         else {"$not": [{"$gt": [field, {"$literal": float(bound)}]}]})  # fmt: skip
+            terms.append(
+                {op: [field, {"$literal": float(bound)}]}
+                if op == "$gte"
+                else {"$not": [{"$gt": [field, {"$literal": float(bound)}]}]}
+            )
     if not terms:
         return None
     return {"$expr": terms[0] if len(terms) == 1 else {"$and": terms}}
@@ -259,9 +300,14 @@ def root_row(call: Any) -> tuple:
     try:
         return _root_row(call)
     except Exception as exc:  # (a shape no check foresaw: that row only)
-        found = {"id": str(getattr(call, "id", "?")), "status": "error", "start_ns": 0,
-                 "attributes": encode_json({UNREADABLE: f"the root call could not be read: {type(exc).__name__}: "
-                                                         f"{str(exc)[:200]}"}).decode()}  # fmt: skip
+        found = {
+            "id": str(getattr(call, "id", "?")),
+            "status": "error",
+            "start_ns": 0,
+            "attributes": encode_json(
+                {UNREADABLE: f"the root call could not be read: {type(exc).__name__}: {str(exc)[:200]}"}
+            ).decode(),
+        }
         return tuple(found.get(c, _empty(c)) for c in TRAJECTORY_COLUMNS)
 
 
@@ -270,12 +316,18 @@ def _root_row(call: Any) -> tuple:
     problems: list[str] = []
     row = dict(_mapping(_mapping(_mapping(call.summary).get(ROLLSCOPE)).get("row")))
     if not row:
-        row = {"experiment": attributes.get("experiment_name"), "step": attributes.get("step"),
-               "sample_index": attributes.get("sample_index"), "rollout_n": attributes.get("rollout_n"),
-               "validate": attributes.get("validate"), "agent_name": attributes.get("agent_name"),
-               "status": output.get("status") or ("error" if call.exception else "ok"),
-               "reward": output.get("reward"), "start_ns": _ns(call.started_at, problems, "started_at"),
-               "end_ns": _ns(call.ended_at, problems, "ended_at")}  # fmt: skip
+        row = {
+            "experiment": attributes.get("experiment_name"),
+            "step": attributes.get("step"),
+            "sample_index": attributes.get("sample_index"),
+            "rollout_n": attributes.get("rollout_n"),
+            "validate": attributes.get("validate"),
+            "agent_name": attributes.get("agent_name"),
+            "status": output.get("status") or ("error" if call.exception else "ok"),
+            "reward": output.get("reward"),
+            "start_ns": _ns(call.started_at, problems, "started_at"),
+            "end_ns": _ns(call.ended_at, problems, "ended_at"),
+        }
     given = inputs.get("trajectory_id")
     row["id"] = given if isinstance(given, str) and given else str(call.id)
     row["validate"] = int(bool(row.get("validate")))
@@ -303,14 +355,33 @@ def _empty(column: str) -> Any:
 # What a trajectories column holds (``store.schema``): (the types it takes, how a message names them)
 _INT, _TEXT = ((int,), "an integer"), ((str,), "text")
 _COLUMN_TYPES = {
-    **dict.fromkeys(("step", "rollout_n", "start_ns", "end_ns", "num_spans", "num_llm_calls", "num_tool_calls",
-                     "num_errors", "num_tokens", "num_tool_errors", "num_truncated", "num_repeated_calls",
-                     "logprob_count", "answer_chars", "turn_limit"), _INT),
-    **dict.fromkeys(("project", "experiment", "agent_name", "status", "error_type", "error_message", "replay_of",
-                     "id"), _TEXT),
-    "reward": ((int, float), "a finite number"), "logprob_sum": ((int, float), "a finite number"),
+    **dict.fromkeys(
+        (
+            "step",
+            "rollout_n",
+            "start_ns",
+            "end_ns",
+            "num_spans",
+            "num_llm_calls",
+            "num_tool_calls",
+            "num_errors",
+            "num_tokens",
+            "num_tool_errors",
+            "num_truncated",
+            "num_repeated_calls",
+            "logprob_count",
+            "answer_chars",
+            "turn_limit",
+        ),
+        _INT,
+    ),
+    **dict.fromkeys(
+        ("project", "experiment", "agent_name", "status", "error_type", "error_message", "replay_of", "id"), _TEXT
+    ),
+    "reward": ((int, float), "a finite number"),
+    "logprob_sum": ((int, float), "a finite number"),
     "sample_index": ((int, float, str), "a number or text"),
-}  # fmt: skip
+}
 
 
 def _of_type(value: Any, spec: tuple[tuple[type, ...], str]) -> bool:
@@ -330,12 +401,19 @@ def span_record(call: Any, trajectory_id: str) -> SpanRecord:
     try:
         return _span_record(call, trajectory_id)
     except Exception as exc:  # a call others wrote, of a shape no check foresaw: that span only, marked
-        return SpanRecord(id=str(getattr(call, "id", "?")), trajectory_id=trajectory_id,
-                          parent_id=str(getattr(call, "parent_id", None) or "") or None,
-                          name=str(getattr(call, "op_name", "?"))[:200], kind="", start_ns=0, end_ns=None,
-                          status="error", error_type=None, error_message=None,
-                          attributes={UNREADABLE: f"the call could not be read: {type(exc).__name__}: "
-                                                  f"{str(exc)[:200]}"})  # fmt: skip
+        return SpanRecord(
+            id=str(getattr(call, "id", "?")),
+            trajectory_id=trajectory_id,
+            parent_id=str(getattr(call, "parent_id", None) or "") or None,
+            name=str(getattr(call, "op_name", "?"))[:200],
+            kind="",
+            start_ns=0,
+            end_ns=None,
+            status="error",
+            error_type=None,
+            error_message=None,
+            attributes={UNREADABLE: f"the call could not be read: {type(exc).__name__}: {str(exc)[:200]}"},
+        )
 
 
 def _span_record(call: Any, trajectory_id: str) -> SpanRecord:
@@ -355,14 +433,20 @@ def _span_record(call: Any, trajectory_id: str) -> SpanRecord:
     except (ValueError, TypeError):
         error = {"message": str(call.exception)[:2000]}  # (not rollscope's JSON: its text)
     return SpanRecord(
-        id=own.get("span", call.id), trajectory_id=trajectory_id, parent_id=own.get("parent"),
-        name=call.display_name or call.op_name, kind=own.get("kind") or (call.attributes or {}).get("kind", ""),
-        start_ns=own.get("start_ns", _ns(call.started_at)), end_ns=own.get("end_ns", _ns(call.ended_at)),
+        id=own.get("span", call.id),
+        trajectory_id=trajectory_id,
+        parent_id=own.get("parent"),
+        name=call.display_name or call.op_name,
+        kind=own.get("kind") or (call.attributes or {}).get("kind", ""),
+        start_ns=own.get("start_ns", _ns(call.started_at)),
+        end_ns=own.get("end_ns", _ns(call.ended_at)),
         status=own.get("status") or ("error" if call.exception else "ok"),
         error_type=own.get("error_type", error.get("type")),
         error_message=own.get("error_message", error.get("message")),
-        inputs=inputs, outputs=unpack(output, packed.get("output") or []), attributes=attributes,
-    )  # fmt: skip
+        inputs=inputs,
+        outputs=unpack(output, packed.get("output") or []),
+        attributes=attributes,
+    )
 
 
 def _without_chat(inputs: Any, output: Any, added: Any) -> tuple[Any, Any]:
@@ -402,8 +486,9 @@ def _server(project: str) -> Any:
 
     key = os.environ.get("WANDB_API_KEY") or _netrc_key(wandb_base_url())
     if not key:
-        raise SourceError(f"weave:{project}: no W&B credentials (set WANDB_API_KEY, or run `wandb login`) for "
-                          f"{wandb_base_url()}")  # fmt: skip
+        raise SourceError(
+            f"weave:{project}: no W&B credentials (set WANDB_API_KEY, or run `wandb login`) for {wandb_base_url()}"
+        )
     server = RemoteHTTPTraceServer(weave_trace_server_url())
     server.set_auth(("api", key))
     return server

@@ -28,8 +28,9 @@ from rollscope.store.segments import (
 )
 
 
-def compact(directory: Path, *, min_segments: int = 2, target_bytes: int = 64 * 2**20,
-            drop: Iterable[str] = ()) -> list[Path]:  # fmt: skip
+def compact(
+    directory: Path, *, min_segments: int = 2, target_bytes: int = 64 * 2**20, drop: Iterable[str] = ()
+) -> list[Path]:
     """Merge sealed segments into ``compact~...`` segments of up to ``target_bytes``; returns the new
     files. Safe while writers publish: readers leave out what a compacted segment lists as its
     sources; the sources are removed afterwards (and by the next run, if a crash intervened).
@@ -63,11 +64,17 @@ def compact(directory: Path, *, min_segments: int = 2, target_bytes: int = 64 * 
         def fill(db: sqlite3.Connection, batch: list[Segment] = batch) -> None:
             db.execute("CREATE TABLE sources (name TEXT PRIMARY KEY, writer TEXT NOT NULL, seq INTEGER NOT NULL)")
             for s in batch:
-                copy_trajectories(db, f"{s.path.resolve().as_uri()}?mode=ro&immutable=1",
-                      "SELECT id FROM src.trajectories WHERE id NOT IN (SELECT value FROM json_each(?))", (dropped,),
-                      "trajectory_id NOT IN (SELECT value FROM json_each(?))", (dropped,))  # fmt: skip
-                for name, writer, seq in (sources_of(s.path, cache) if s.writer == COMPACT_WRITER
-                                          else [(s.path.name, s.writer, s.seq)]):  # fmt: skip
+                copy_trajectories(
+                    db,
+                    f"{s.path.resolve().as_uri()}?mode=ro&immutable=1",
+                    "SELECT id FROM src.trajectories WHERE id NOT IN (SELECT value FROM json_each(?))",
+                    (dropped,),
+                    "trajectory_id NOT IN (SELECT value FROM json_each(?))",
+                    (dropped,),
+                )
+                for name, writer, seq in (
+                    sources_of(s.path, cache) if s.writer == COMPACT_WRITER else [(s.path.name, s.writer, s.seq)]
+                ):
                     db.execute("INSERT OR IGNORE INTO sources VALUES (?, ?, ?)", (name, writer, seq))
 
         write_segment(target, fill)
@@ -82,11 +89,13 @@ def _holds_any(path: Path, ids: str) -> bool:
     """Whether the segment at ``path`` holds a trajectory or training record of ``ids`` (JSON)."""
     db = open_immutable(path)
     try:
-        found = db.execute("SELECT 1 FROM trajectories WHERE id IN (SELECT value FROM json_each(?)) LIMIT 1",
-                           (ids,)).fetchone()  # fmt: skip
+        found = db.execute(
+            "SELECT 1 FROM trajectories WHERE id IN (SELECT value FROM json_each(?)) LIMIT 1", (ids,)
+        ).fetchone()
         if not found and db.execute("SELECT 1 FROM sqlite_master WHERE name = 'training'").fetchone():
-            found = db.execute("SELECT 1 FROM training WHERE trajectory_id IN (SELECT value FROM json_each(?)) "
-                               "LIMIT 1", (ids,)).fetchone()  # fmt: skip
+            found = db.execute(
+                "SELECT 1 FROM training WHERE trajectory_id IN (SELECT value FROM json_each(?)) LIMIT 1", (ids,)
+            ).fetchone()
         return bool(found)
     finally:
         db.close()

@@ -17,10 +17,31 @@ from pathlib import Path
 
 # File system types (mountinfo's) whose files are shared between hosts; any ``fuse.*`` too (sshfs,
 # s3fs, gcsfuse, ...): a FUSE file system's coherence is its daemon's, not the kernel's.
-NETWORK_FILESYSTEMS = frozenset({
-    "nfs", "nfs4", "lustre", "gpfs", "ceph", "cifs", "smb3", "smbfs", "beegfs", "glusterfs", "9p", "afs",
-    "panfs", "wekafs", "ocfs2", "gfs2", "fuse", "fuseblk", "virtiofs", "orangefs", "pvfs2",
-})  # fmt: skip
+NETWORK_FILESYSTEMS = frozenset(
+    {
+        "nfs",
+        "nfs4",
+        "lustre",
+        "gpfs",
+        "ceph",
+        "cifs",
+        "smb3",
+        "smbfs",
+        "beegfs",
+        "glusterfs",
+        "9p",
+        "afs",
+        "panfs",
+        "wekafs",
+        "ocfs2",
+        "gfs2",
+        "fuse",
+        "fuseblk",
+        "virtiofs",
+        "orangefs",
+        "pvfs2",
+    }
+)
 MOUNTINFO = "/proc/self/mountinfo"
 
 

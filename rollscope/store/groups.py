@@ -13,8 +13,9 @@ def groups_by_step(store: TraceStore, **filters: Any) -> Iterator[list[list[Traj
     """Each step's GRPO groups matching ``filters`` (the filters of ``traces ls``), a step (of one
     project and experiment) at a time: memory holds one step's trajectories, never the store's."""
     for stats in store.steps(**filters):
-        records = store.trajectories(**{**filters, "project": stats.project, "experiment": stats.experiment,
-                                        "step": stats.step}, order_by="step")  # fmt: skip
+        records = store.trajectories(
+            **{**filters, "project": stats.project, "experiment": stats.experiment, "step": stats.step}, order_by="step"
+        )
         if stats.step is None:
             records = [r for r in records if r.step is None]
         store.load_spans([r.id for r in records])  # a remote source's, a step's in a few requests

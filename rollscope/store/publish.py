@@ -32,8 +32,15 @@ class Publisher:
     Only what changed is looked at: rows added since the last publish (by rowid, which an upsert
     keeps) and those held back then (still running, or waiting for a reward)."""
 
-    def __init__(self, db: sqlite3.Connection, local_path: Path, shared: Path, writer: str,
-                 interval_s: float = DEFAULT_PUBLISH_INTERVAL_S, retain: Retain | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        db: sqlite3.Connection,
+        local_path: Path,
+        shared: Path,
+        writer: str,
+        interval_s: float = DEFAULT_PUBLISH_INTERVAL_S,
+        retain: Retain | None = None,
+    ) -> None:
         """``retain``: which finished trajectories to seal and which to drop, decided on their
         rewards (``store.retention.at_sealing``); None seals them all."""
         self.db, self.local_path, self.shared, self.writer = db, local_path, shared, writer
@@ -58,12 +65,18 @@ class Publisher:
     def note_rewards(self, ids: list[str]) -> None:
         """Count rewards for trajectories already sealed (they arrived more than ``SETTLE_S`` after
         their trajectory ended), said once: the shared directory shows those without them."""
-        n = self.db.execute("SELECT COUNT(*) FROM sealed WHERE seq > 0 AND id IN (SELECT value FROM json_each(?))",
-                            (json.dumps(ids),)).fetchone()[0]  # fmt: skip
+        n = self.db.execute(
+            "SELECT COUNT(*) FROM sealed WHERE seq > 0 AND id IN (SELECT value FROM json_each(?))", (json.dumps(ids),)
+        ).fetchone()[0]
         if n and not self.rewards_after_seal:
-            log.warning("trace store: %d reward(s) arrived more than %.0f s after their trajectory ended and was "
-                        "published to %s; they are in %s only (further ones counted: rewards_after_seal)",
-                        n, SETTLE_S, self.shared, self.local_path)  # fmt: skip
+            log.warning(
+                "trace store: %d reward(s) arrived more than %.0f s after their trajectory ended and was "
+                "published to %s; they are in %s only (further ones counted: rewards_after_seal)",
+                n,
+                SETTLE_S,
+                self.shared,
+                self.local_path,
+            )
         self.rewards_after_seal += n
 
     def due(self) -> bool:
@@ -75,13 +88,15 @@ class Publisher:
         at the next publish: the local database keeps everything meanwhile."""
         self.next_at = time.monotonic() + self.interval_s
         try:
-            rows = self.db.execute("SELECT rowid, id, status, reward, end_ns FROM trajectories WHERE rowid > ?",
-                                   (self.mark,)).fetchall()  # fmt: skip
+            rows = self.db.execute(
+                "SELECT rowid, id, status, reward, end_ns FROM trajectories WHERE rowid > ?", (self.mark,)
+            ).fetchall()
             if self.waiting:
                 marks = ",".join("?" * len(self.waiting))
-                rows += self.db.execute(f"SELECT rowid, id, status, reward, end_ns FROM trajectories "
-                                        f"WHERE id IN ({marks}) AND rowid <= ?",
-                                        [*self.waiting, self.mark]).fetchall()  # fmt: skip
+                rows += self.db.execute(
+                    f"SELECT rowid, id, status, reward, end_ns FROM trajectories WHERE id IN ({marks}) AND rowid <= ?",
+                    [*self.waiting, self.mark],
+                ).fetchall()
             settled_before = time.time_ns() - int(SETTLE_S * 1e9)
             ready, waiting = [], set()
             for rowid, tid, status, reward, end_ns in rows:
@@ -94,8 +109,9 @@ class Publisher:
                 ready, held, dropped = self.retain(self.db, ready, waiting, final)
                 waiting |= held
                 # never published: marked as handled (number 0), counted
-                self.db.execute("INSERT OR IGNORE INTO sealed SELECT value, 0 FROM json_each(?)",
-                                (json.dumps(dropped),))  # fmt: skip
+                self.db.execute(
+                    "INSERT OR IGNORE INTO sealed SELECT value, 0 FROM json_each(?)", (json.dumps(dropped),)
+                )
                 self.retention_dropped += len(dropped)
             if ready:
                 self._seal(ready)
@@ -103,15 +119,20 @@ class Publisher:
             self.waiting = waiting
             self._live_view(final)
         except (OSError, sqlite3.Error) as exc:
-            log.warning("trace store: publishing to %s failed (%s); the local store %s keeps it, retried",
-                        self.shared, exc, self.local_path)  # fmt: skip
+            log.warning(
+                "trace store: publishing to %s failed (%s); the local store %s keeps it, retried",
+                self.shared,
+                exc,
+                self.local_path,
+            )
             return 0
         return len(ready)
 
     def _seal(self, ids: list[str]) -> None:
         marks = ",".join("?" * len(ids))
-        steps = self.db.execute(f"SELECT MIN(step), MAX(step), COUNT(step) = COUNT(*) FROM trajectories "
-                                f"WHERE id IN ({marks})", ids).fetchone()  # fmt: skip
+        steps = self.db.execute(
+            f"SELECT MIN(step), MAX(step), COUNT(step) = COUNT(*) FROM trajectories WHERE id IN ({marks})", ids
+        ).fetchone()
         lo, hi = (steps[0], steps[1]) if steps[2] and all(type(v) is int for v in steps[:2]) else ("n", "n")
         seq = self.seq + 1
         target = self.shared / SEGMENTS / f"{self.writer}~{seq:08d}~{lo}~{hi}{SHARD_SUFFIX}"
@@ -131,8 +152,17 @@ class Publisher:
             return
         seq = self.seq + 1
         target = self.shared / SEGMENTS / f"{self.writer}~{seq:08d}~n~n{SHARD_SUFFIX}"
-        write_segment(target, lambda db: copy_trajectories(db, self.local_path, "SELECT NULL AS id WHERE 0", (),
-                                                           "rowid > ? AND rowid <= ?", (self.training_mark, upto)))
+        write_segment(
+            target,
+            lambda db: copy_trajectories(
+                db,
+                self.local_path,
+                "SELECT NULL AS id WHERE 0",
+                (),
+                "rowid > ? AND rowid <= ?",
+                (self.training_mark, upto),
+            ),
+        )
         self.db.execute("BEGIN")
         self.db.execute("INSERT OR REPLACE INTO meta VALUES ('training_published', ?)", (str(upto),))
         self.db.execute("INSERT OR IGNORE INTO sealed VALUES (?, ?)", (TRAINING_SEAL.format(seq), seq))
@@ -155,8 +185,9 @@ class Publisher:
         if self.waiting and not final:
             self.gen += 1
             target = live / f"{self.writer}~{self.seq:08d}~{self.gen:08d}{SHARD_SUFFIX}"
-            write_segment(target, lambda db: copy_trajectories(db, self.local_path, _LISTED,
-                                                               (json.dumps(sorted(self.waiting)),)))  # fmt: skip
+            write_segment(
+                target, lambda db: copy_trajectories(db, self.local_path, _LISTED, (json.dumps(sorted(self.waiting)),))
+            )
         self.live_shown = target is not None
         for path in old:  # readers that opened one keep reading it: it is never written again
             if path != target:

@@ -129,8 +129,11 @@ class TraceStore:
             try:
                 # A published file never changes and belongs to no one here: opened as immutable
                 # (no lock, no -shm), so no reader takes part in another host's database.
-                db = (open_immutable(shard) if shard in self._immutable
-                      else sqlite3.connect(shard, check_same_thread=False))  # fmt: skip
+                db = (
+                    open_immutable(shard)
+                    if shard in self._immutable
+                    else sqlite3.connect(shard, check_same_thread=False)
+                )
                 columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
             except sqlite3.OperationalError as exc:
                 if _not_yet(exc):  # its writer holds it this moment: asked again at the next query
@@ -138,8 +141,9 @@ class TraceStore:
                     raise
                 # A read-only file system (or directory): a WAL database cannot make its shared-memory
                 # file there. Nobody can be writing it then, so it is read as the immutable file it is.
-                db = sqlite3.connect(f"{shard.resolve().as_uri()}?mode=ro&immutable=1", uri=True,
-                                     check_same_thread=False)  # fmt: skip
+                db = sqlite3.connect(
+                    f"{shard.resolve().as_uri()}?mode=ro&immutable=1", uri=True, check_same_thread=False
+                )
                 columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
             try:
                 check_shard(db)
@@ -156,8 +160,9 @@ class TraceStore:
                 db.execute(f"CREATE TEMP VIEW trajectories AS SELECT {selected} FROM main.trajectories")
             trained = {row[1] for row in db.execute("PRAGMA table_info(training)")}
             if trained and any(c not in trained for c in TRAINING_ADDED_COLUMNS):  # the same for its training table
-                selected = ", ".join(c if c in trained else f"{TRAINING_ADDED_COLUMNS[c]} AS {c}"
-                                     for c in TRAINING_COLUMNS)  # fmt: skip
+                selected = ", ".join(
+                    c if c in trained else f"{TRAINING_ADDED_COLUMNS[c]} AS {c}" for c in TRAINING_COLUMNS
+                )
                 db.execute(f"CREATE TEMP VIEW training AS SELECT {selected} FROM main.training")
             db.execute("PRAGMA query_only=ON")
             self._conns[shard] = db
@@ -211,8 +216,12 @@ class TraceStore:
         first = shard not in self.unreadable
         self.unreadable[shard] = self.unreadable.get(shard, 0) + 1
         if first:
-            log.warning("trace store: %s in %s could not be read and is shown marked (%s); other rows are read",
-                        what.split(":", 1)[0], shard, what)  # fmt: skip
+            log.warning(
+                "trace store: %s in %s could not be read and is shown marked (%s); other rows are read",
+                what.split(":", 1)[0],
+                shard,
+                what,
+            )
 
     def _skip(self, shard: Path, exc: Exception) -> None:
         """Leave a damaged shard out of every answer from now on, saying so once."""
@@ -275,11 +284,23 @@ class TraceStore:
     ) -> list[TrajectoryRecord]:
         """Trajectories matching every given filter, sorted, then sliced by offset/limit."""
         where, params = where_clause(
-            project=project, experiment=experiment, step=step, sample_index=sample_index,
-            rollout_n=rollout_n, validate=validate, agent=agent, status=status,
-            min_reward=min_reward, max_reward=max_reward, has_error=has_error, tool_error=tool_error,
-            replays=replays, replay_of=replay_of, ended_after=ended_after, wandb_run=wandb_run,
-        )  # fmt: skip
+            project=project,
+            experiment=experiment,
+            step=step,
+            sample_index=sample_index,
+            rollout_n=rollout_n,
+            validate=validate,
+            agent=agent,
+            status=status,
+            min_reward=min_reward,
+            max_reward=max_reward,
+            has_error=has_error,
+            tool_error=tool_error,
+            replays=replays,
+            replay_of=replay_of,
+            ended_after=ended_after,
+            wandb_run=wandb_run,
+        )
         if order_by not in _ORDER:
             raise ValueError(f"order_by must be one of {', '.join(_ORDER)}, got {order_by!r}")
         direction = " DESC" if descending else ""
@@ -293,13 +314,23 @@ class TraceStore:
             return records[offset:]
         sources = [s for s in self.shards(step) if s not in self.damaged]
         if len(sources) == 1:  # one database (a store of one shard, or a finished run's segment index)
-            rows = self._query(f"{_SELECT_TRAJ}{where} ORDER BY {order} LIMIT {int(limit)} OFFSET {int(offset)}",
-                               params, step)  # fmt: skip
+            rows = self._query(
+                f"{_SELECT_TRAJ}{where} ORDER BY {order} LIMIT {int(limit)} OFFSET {int(offset)}", params, step
+            )
             return [self._record(shard, row) for shard, row in rows]
         return self._merged_page(where, params, step, terms, order, limit, offset, descending)
 
-    def _merged_page(self, where: str, params: list, step: int | None, terms: list[str], order: str, limit: int,
-                     offset: int, descending: bool) -> list[TrajectoryRecord]:  # fmt: skip
+    def _merged_page(
+        self,
+        where: str,
+        params: list,
+        step: int | None,
+        terms: list[str],
+        order: str,
+        limit: int,
+        offset: int,
+        descending: bool,
+    ) -> list[TrajectoryRecord]:
         """A page over several databases: each one's first offset+limit sort keys (small tuples,
         sorted by SQLite), merged; whole rows are read only for the page itself."""
         keys = f"SELECT {', '.join(terms)} FROM trajectories{where} ORDER BY {order} LIMIT {int(limit) + int(offset)}"
@@ -329,19 +360,24 @@ class TraceStore:
         different runs are different steps): one indexed GROUP BY per shard. Replays are left
         out unless ``replays=True``."""
         where, params = where_clause(**{"replays": False, **filters})
-        sql = ("SELECT project, experiment, step, COUNT(*), COUNT(reward), TOTAL(reward), TOTAL(num_tool_calls), "
-               "TOTAL(num_errors > 0), TOTAL(num_llm_calls), TOTAL(num_tokens) "
-               f"FROM trajectories{where} GROUP BY project, experiment, step")  # fmt: skip
+        sql = (
+            "SELECT project, experiment, step, COUNT(*), COUNT(reward), TOTAL(reward), TOTAL(num_tool_calls), "
+            "TOTAL(num_errors > 0), TOTAL(num_llm_calls), TOTAL(num_tokens) "
+            f"FROM trajectories{where} GROUP BY project, experiment, step"
+        )
         merged: dict[tuple, list[float]] = {}
         for _, (project, experiment, step, *values) in self._query(sql, params, cached=True):
             acc = merged.setdefault((project, experiment, step), [0.0] * len(values))
             for i, v in enumerate(values):
                 acc[i] += v
-        return [StepStats(step, int(n), int(rewarded), total, int(tools), int(errors), int(llm), int(tokens),
-                          project, experiment)
-                for (project, experiment, step), (n, rewarded, total, tools, errors, llm, tokens) in
-                sorted(merged.items(), key=lambda kv: (null_first(kv[0][0]), null_first(kv[0][1]),
-                                                       null_first(kv[0][2])))]  # fmt: skip
+        return [
+            StepStats(
+                step, int(n), int(rewarded), total, int(tools), int(errors), int(llm), int(tokens), project, experiment
+            )
+            for (project, experiment, step), (n, rewarded, total, tools, errors, llm, tokens) in sorted(
+                merged.items(), key=lambda kv: (null_first(kv[0][0]), null_first(kv[0][1]), null_first(kv[0][2]))
+            )
+        ]
 
     def experiments(self) -> list[tuple[str | None, str | None]]:
         """Every (project, experiment) in the store, sorted."""
@@ -377,8 +413,9 @@ class TraceStore:
     def group(self, step: int, sample_index: Any, **filters: Any) -> list[TrajectoryRecord]:
         """All rollouts of one sample at one step (a GRPO group), by rollout_n. Rollouts of
         different experiments are different groups: see ``groups``."""
-        records = self.trajectories(step=step, sample_index=sample_index, order_by="experiment",
-                                    **{"replays": False, **filters})  # fmt: skip
+        records = self.trajectories(
+            step=step, sample_index=sample_index, order_by="experiment", **{"replays": False, **filters}
+        )
         for r in records:
             r.spans  # noqa: B018
         return records
@@ -386,8 +423,9 @@ class TraceStore:
     def groups(self, step: int, sample_index: Any, **filters: Any) -> list[list[TrajectoryRecord]]:
         """The GRPO groups of one sample at one step: one per (project, experiment), never mixed."""
         by_run: dict[tuple, list[TrajectoryRecord]] = {}  # (spans are read when asked for)
-        for r in self.trajectories(step=step, sample_index=sample_index, order_by="experiment",
-                                   **{"replays": False, **filters}):  # fmt: skip
+        for r in self.trajectories(
+            step=step, sample_index=sample_index, order_by="experiment", **{"replays": False, **filters}
+        ):
             by_run.setdefault((r.project, r.experiment), []).append(r)
         return list(by_run.values())
 
@@ -428,9 +466,15 @@ class TraceStore:
         rows = self._query(f"{_SELECT_TRAINING} WHERE trajectory_id = ?", [trajectory_id])
         return _training(rows[-1][1]) if rows else None
 
-    def training_records(self, *, project: str | None = None, experiment: str | None = None,
-                         step: int | None = None, min_delta: float | None = None,
-                         values: bool = False) -> list[TrainingRecord]:  # fmt: skip
+    def training_records(
+        self,
+        *,
+        project: str | None = None,
+        experiment: str | None = None,
+        step: int | None = None,
+        min_delta: float | None = None,
+        values: bool = False,
+    ) -> list[TrainingRecord]:
         """Training records matching the filters, by step; ``values``: with the whole records
         (per-token arrays), read from the payloads; else only the indexed columns."""
         clauses, params = [], []
@@ -461,8 +505,12 @@ class TraceStore:
         tid = values["id"]
         if shard is INDEX:
             shard = self._index.segment_of(tid) or shard
-        return TrajectoryRecord(**values, shard=shard.name, _load_spans=lambda: self.spans(tid, shard),
-                                _load_training=lambda: self.training(tid))  # fmt: skip
+        return TrajectoryRecord(
+            **values,
+            shard=shard.name,
+            _load_spans=lambda: self.spans(tid, shard),
+            _load_training=lambda: self.training(tid),
+        )
 
     def __enter__(self) -> TraceStore:
         return self
@@ -519,9 +567,15 @@ def where_clause(**filters: Any) -> tuple[str, list[Any]]:
     clauses: list[str] = []
     params: list[Any] = []
     # filter name -> column
-    for name, column in (("project", "project"), ("experiment", "experiment"), ("step", "step"),
-                         ("sample_index", "sample_index"), ("rollout_n", "rollout_n"), ("agent", "agent_name"),
-                         ("status", "status")):  # fmt: skip
+    for name, column in (
+        ("project", "project"),
+        ("experiment", "experiment"),
+        ("step", "step"),
+        ("sample_index", "sample_index"),
+        ("rollout_n", "rollout_n"),
+        ("agent", "agent_name"),
+        ("status", "status"),
+    ):
         value = filters.get(name)
         if value is not None:
             clauses.append(f"{column} = ?")
@@ -564,9 +618,15 @@ def _null_first_key(values: tuple) -> tuple:
 
 def _record_key(r: TrajectoryRecord, order_by: str) -> tuple:
     duration = None if r.end_ns is None else r.end_ns - r.start_ns
-    return {"start": (r.start_ns, r.id), "end": (r.end_ns, r.id),
-            "step": (r.step, r.sample_index, r.rollout_n, r.start_ns, r.id),
-            "reward": (r.reward, r.id), "duration": (duration, r.id),
-            "experiment": (r.experiment, r.step, r.sample_index, r.rollout_n, r.id), "turns": (r.num_llm_calls, r.id),
-            "tools": (r.num_tool_calls, r.id), "tokens": (r.num_tokens, r.id),
-            "errors": (r.num_errors, r.id)}[order_by]  # fmt: skip
+    return {
+        "start": (r.start_ns, r.id),
+        "end": (r.end_ns, r.id),
+        "step": (r.step, r.sample_index, r.rollout_n, r.start_ns, r.id),
+        "reward": (r.reward, r.id),
+        "duration": (duration, r.id),
+        "experiment": (r.experiment, r.step, r.sample_index, r.rollout_n, r.id),
+        "turns": (r.num_llm_calls, r.id),
+        "tools": (r.num_tool_calls, r.id),
+        "tokens": (r.num_tokens, r.id),
+        "errors": (r.num_errors, r.id),
+    }[order_by]

@@ -65,9 +65,20 @@ def write(directory: Path, name: str, meta: dict[str, Any], rewards: Iterable[Re
         db.execute("BEGIN")
         meta = {**meta, "name": name, "created_ns": time.time_ns()}
         db.executemany("INSERT INTO meta VALUES (?, ?)", [(k, json.dumps(v)) for k, v in meta.items()])
-        db.executemany("INSERT OR REPLACE INTO rewards VALUES (?, ?, ?, ?, ?, ?)",
-                       [(r.trajectory_id, r.step, r.sample_index, r.original, r.reward,
-                         json.dumps(r.details, sort_keys=True, default=str)) for r in rewards])  # fmt: skip
+        db.executemany(
+            "INSERT OR REPLACE INTO rewards VALUES (?, ?, ?, ?, ?, ?)",
+            [
+                (
+                    r.trajectory_id,
+                    r.step,
+                    r.sample_index,
+                    r.original,
+                    r.reward,
+                    json.dumps(r.details, sort_keys=True, default=str),
+                )
+                for r in rewards
+            ],
+        )
         db.execute("COMMIT")
     finally:
         db.close()

@@ -46,8 +46,9 @@ class RetentionPolicy:
 
     def describe(self) -> str:
         kinds = "+".join(k for k in ANOMALIES if k in self.keep)
-        return (f"keep {kinds}, sample={self.sample:g}, seed={self.seed}, outlier={self.outlier_z:g}"
-                + (f", rescoring={self.rescoring}" if self.rescoring else ""))  # fmt: skip
+        return f"keep {kinds}, sample={self.sample:g}, seed={self.seed}, outlier={self.outlier_z:g}" + (
+            f", rescoring={self.rescoring}" if self.rescoring else ""
+        )
 
 
 def parse_policy(text: str) -> RetentionPolicy:
@@ -65,8 +66,9 @@ def parse_policy(text: str) -> RetentionPolicy:
             names = ANOMALIES if key == "anomalous" else key.split("+")
             unknown = [n for n in names if n not in ANOMALIES]
             if unknown:
-                raise ValueError(f"--retain {text!r}: unknown kind {unknown[0]!r} "
-                                 f"(kinds: anomalous, {', '.join(ANOMALIES)})")  # fmt: skip
+                raise ValueError(
+                    f"--retain {text!r}: unknown kind {unknown[0]!r} (kinds: anomalous, {', '.join(ANOMALIES)})"
+                )
             kinds = (kinds or set()) | set(names)
             continue
         try:
@@ -119,13 +121,15 @@ class Decision:
     def summary(self) -> dict[str, Any]:
         kept = [v for v in self.verdicts if v.kept]
         return {
-            "groups": len(self.verdicts), "kept_groups": len(kept),
-            "trajectories": sum(len(v.ids) for v in self.verdicts), "kept_trajectories": sum(len(v.ids) for v in kept),
+            "groups": len(self.verdicts),
+            "kept_groups": len(kept),
+            "trajectories": sum(len(v.ids) for v in self.verdicts),
+            "kept_trajectories": sum(len(v.ids) for v in kept),
             "anomalous_groups": sum(bool(v.reasons) for v in self.verdicts),
             "by_anomaly": dict(Counter(r for v in self.verdicts for r in v.reasons)),
             "sampled_groups": sum(v.sampled and not v.reasons for v in self.verdicts),
             "undecided_groups": sum(v.undecided and not v.reasons for v in self.verdicts),
-        }  # fmt: skip
+        }
 
 
 def group_key(record: TrajectoryRecord) -> str:
@@ -138,8 +142,9 @@ def sampled(key: str, seed: int, share: float) -> bool:
     return int.from_bytes(digest[:8], "big") / 2**64 < share
 
 
-def judge_step(groups: list[list[TrajectoryRecord]], policy: RetentionPolicy,
-               rescored: dict[str, float | None] | None = None) -> list[GroupVerdict]:  # fmt: skip
+def judge_step(
+    groups: list[list[TrajectoryRecord]], policy: RetentionPolicy, rescored: dict[str, float | None] | None = None
+) -> list[GroupVerdict]:
     """The verdict on each group of one step (outliers are judged against the step's rewards)."""
     rewards = [r.reward for g in groups for r in g if r.reward is not None]
     mean = statistics.fmean(rewards) if rewards else 0.0
@@ -149,13 +154,20 @@ def judge_step(groups: list[list[TrajectoryRecord]], policy: RetentionPolicy,
         key = group_key(group[0])
         reasons = [k for k in ANOMALIES if k in policy.keep and _is(k, group, policy, mean, std, rescored)]
         undecided = any(r.status == "running" for r in group)
-        out.append(GroupVerdict(key, [r.id for r in group], reasons, sampled(key, policy.seed, policy.sample),
-                                undecided))  # fmt: skip
+        out.append(
+            GroupVerdict(key, [r.id for r in group], reasons, sampled(key, policy.seed, policy.sample), undecided)
+        )
     return out
 
 
-def _is(kind: str, group: list[TrajectoryRecord], policy: RetentionPolicy, mean: float, std: float,
-        rescored: dict[str, float | None] | None) -> bool:  # fmt: skip
+def _is(
+    kind: str,
+    group: list[TrajectoryRecord],
+    policy: RetentionPolicy,
+    mean: float,
+    std: float,
+    rescored: dict[str, float | None] | None,
+) -> bool:
     rewarded = [r.reward for r in group if r.reward is not None]
     if kind == "zero_variance":
         return len(rewarded) >= 2 and max(rewarded) - min(rewarded) <= 1e-9
@@ -188,9 +200,14 @@ class Retained:
     kept: list[GroupVerdict] = field(default_factory=list)  # the groups kept for an anomaly
 
     def to_dict(self) -> dict[str, Any]:
-        return {"policy": self.policy, **self.summary, "bytes_before": self.bytes_before,
-                "bytes_after": self.bytes_after, "dry_run": self.dry_run,
-                "anomalous": [{"group": v.key, "reasons": v.reasons} for v in self.kept]}  # fmt: skip
+        return {
+            "policy": self.policy,
+            **self.summary,
+            "bytes_before": self.bytes_before,
+            "bytes_after": self.bytes_after,
+            "dry_run": self.dry_run,
+            "anomalous": [{"group": v.key, "reasons": v.reasons} for v in self.kept],
+        }
 
 
 def decide(store: TraceStore, policy: RetentionPolicy, **filters: Any) -> Decision:
@@ -224,8 +241,9 @@ def retain(directory: Path, policy: RetentionPolicy, *, dry_run: bool = False, *
         if is_segmented(directory):
             compact(directory, drop=dropped)
     kept = [v for v in decision.verdicts if v.reasons]
-    return Retained(policy.describe(), decision.summary(), before, before if dry_run else _bytes(directory),
-                    dry_run, kept)  # fmt: skip
+    return Retained(
+        policy.describe(), decision.summary(), before, before if dry_run else _bytes(directory), dry_run, kept
+    )
 
 
 def _delete_from_shard(shard: Path, ids: list[str]) -> None:
@@ -278,10 +296,13 @@ def at_sealing(policy: RetentionPolicy) -> Any:
         raise ValueError("retain at sealing time: a rescoring comes after the run (use traces compact --retain)")
     columns = [f.name for f in dataclasses.fields(_Row)]
 
-    def decide_ready(db: sqlite3.Connection, ready: list[str], waiting: set[str],
-                     final: bool) -> tuple[list[str], set[str], list[str]]:  # fmt: skip
-        rows = db.execute(f"SELECT {', '.join(columns)} FROM trajectories WHERE id IN (SELECT value FROM json_each(?))",
-                          (json.dumps([*ready, *waiting]),)).fetchall()  # fmt: skip
+    def decide_ready(
+        db: sqlite3.Connection, ready: list[str], waiting: set[str], final: bool
+    ) -> tuple[list[str], set[str], list[str]]:
+        rows = db.execute(
+            f"SELECT {', '.join(columns)} FROM trajectories WHERE id IN (SELECT value FROM json_each(?))",
+            (json.dumps([*ready, *waiting]),),
+        ).fetchall()
         groups: dict[tuple, list[Any]] = {}
         for values in rows:
             row = _Row(*values)

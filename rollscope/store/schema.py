@@ -76,8 +76,13 @@ def trajectory_row(values: dict[str, Any]) -> tuple:
 
 def training_row(trajectory_id: str, record: dict[str, Any], project: str | None, experiment: str | None) -> tuple:
     """A training row from a trajectory's training record (``TRAINING_COLUMNS``' order)."""
-    values = {**record, "trajectory_id": trajectory_id, "project": project, "experiment": experiment,
-              "payload": encode_payload(record)}  # fmt: skip
+    values = {
+        **record,
+        "trajectory_id": trajectory_id,
+        "project": project,
+        "experiment": experiment,
+        "payload": encode_payload(record),
+    }
     return tuple([values.get(c) for c in TRAINING_COLUMNS])
 
 
@@ -87,9 +92,17 @@ def span_row(span: Any, payload: bytes) -> tuple:
 
 
 # Columns added to trajectories after schema version 2, and what older shards read for them.
-ADDED_COLUMNS = {"num_tokens": "0", "num_tool_errors": "0", "num_truncated": "0", "num_repeated_calls": "0",
-                 "logprob_sum": "0", "logprob_count": "0", "answer_chars": "0", "turn_limit": "0",
-                 "replay_of": "NULL"}  # fmt: skip
+ADDED_COLUMNS = {
+    "num_tokens": "0",
+    "num_tool_errors": "0",
+    "num_truncated": "0",
+    "num_repeated_calls": "0",
+    "logprob_sum": "0",
+    "logprob_count": "0",
+    "answer_chars": "0",
+    "turn_limit": "0",
+    "replay_of": "NULL",
+}
 
 # Columns added to the training table since schema version 5, and what older shards read for them.
 TRAINING_ADDED_COLUMNS = {"entropy_mean": "NULL"}
@@ -242,14 +255,13 @@ def check_shard(db: sqlite3.Connection) -> None:
     of its shards. A shard is other people's writing on a shared filesystem."""
     for kind, name, sql in db.execute("SELECT type, name, sql FROM main.sqlite_master"):
         if kind in ("view", "trigger") or (kind == "table" and str(sql or "").upper().startswith("CREATE VIRTUAL")):
-            raise sqlite3.DatabaseError(f"not a rollscope shard: it holds a {kind} ({name!r}) that rollscope "
-                                        "never writes")  # fmt: skip
+            raise sqlite3.DatabaseError(
+                f"not a rollscope shard: it holds a {kind} ({name!r}) that rollscope never writes"
+            )
     columns = {row[1] for row in db.execute("PRAGMA main.table_info(trajectories)")}
     missing = [c for c in ("id", "status", "start_ns", "attributes") if columns and c not in columns]
     if missing:
         raise sqlite3.DatabaseError(f"not a rollscope shard: its trajectories table has no {', '.join(missing)}")
-
-
 
 
 def span_record(columns: Sequence[Any], payload: Any) -> tuple[SpanRecord, str | None]:
@@ -260,8 +272,12 @@ def span_record(columns: Sequence[Any], payload: Any) -> tuple[SpanRecord, str |
     except PayloadError as exc:
         return SpanRecord(*columns, attributes={UNREADABLE: str(exc)}), str(exc)
     attributes = values.get("attributes")
-    return SpanRecord(*columns, inputs=values.get("inputs"), outputs=values.get("outputs"),
-                      attributes=attributes if isinstance(attributes, dict) else {}), None  # fmt: skip
+    return SpanRecord(
+        *columns,
+        inputs=values.get("inputs"),
+        outputs=values.get("outputs"),
+        attributes=attributes if isinstance(attributes, dict) else {},
+    ), None
 
 
 def _decompressed(frame: bytes) -> bytes:
@@ -270,8 +286,9 @@ def _decompressed(frame: bytes) -> bytes:
     except zstandard.ZstdError:
         declared = -1
     if declared > MAX_PAYLOAD_BYTES:
-        raise PayloadError(f"a compressed payload that says it holds {declared:,} bytes "
-                           f"(more than {MAX_PAYLOAD_BYTES:,})")  # fmt: skip
+        raise PayloadError(
+            f"a compressed payload that says it holds {declared:,} bytes (more than {MAX_PAYLOAD_BYTES:,})"
+        )
     if declared >= 0:  # (what rollscope writes: one call, into a buffer of the size said, never more)
         try:
             return _zstd()[1].decompress(frame, max_output_size=declared)

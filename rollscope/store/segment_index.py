@@ -91,14 +91,17 @@ class SegmentIndex:
         self.db.execute("ATTACH DATABASE ? AS seg", [f"{path.resolve().as_uri()}?mode=ro&immutable=1"])
         try:
             self.db.execute("BEGIN")
-            for table, columns, defaults in (("trajectories", TRAJECTORY_COLUMNS, ADDED_COLUMNS),
-                                             ("training", TRAINING_COLUMNS, TRAINING_ADDED_COLUMNS)):  # fmt: skip
+            for table, columns, defaults in (
+                ("trajectories", TRAJECTORY_COLUMNS, ADDED_COLUMNS),
+                ("training", TRAINING_COLUMNS, TRAINING_ADDED_COLUMNS),
+            ):
                 present = {row[1] for row in self.db.execute(f"PRAGMA seg.table_info({table})")}
                 if not present:
                     continue  # a segment written before its store had training records
                 values = ", ".join(c if c in present else defaults.get(c, "NULL") for c in columns)
-                self.db.execute(f"INSERT INTO {table} ({', '.join(columns)}, segment) "
-                                f"SELECT {values}, {number} FROM seg.{table}")  # fmt: skip
+                self.db.execute(
+                    f"INSERT INTO {table} ({', '.join(columns)}, segment) SELECT {values}, {number} FROM seg.{table}"
+                )
             self.db.execute("COMMIT")
         except sqlite3.DatabaseError:
             if self.db.in_transaction:

@@ -34,8 +34,9 @@ from pathlib import Path
 from rollscope.store.schema import DDL, SHARD_SUFFIX, TRAINING_DDL
 
 SEGMENTS, LIVE = "segments", "live"
-_NAME = re.compile(r"^(?P<writer>[^~.][^~]*)~(?P<seq>\d+)~(?P<lo>-?\d+|n)~(?P<hi>-?\d+|n)"
-                   + re.escape(SHARD_SUFFIX) + "$")  # fmt: skip
+_NAME = re.compile(
+    r"^(?P<writer>[^~.][^~]*)~(?P<seq>\d+)~(?P<lo>-?\d+|n)~(?P<hi>-?\d+|n)" + re.escape(SHARD_SUFFIX) + "$"
+)
 _LIVE_NAME = re.compile(r"^(?P<writer>[^~.][^~]*)~(?P<seq>\d+)~(?P<gen>\d+)" + re.escape(SHARD_SUFFIX) + "$")
 COMPACT_WRITER = "compact"
 
@@ -155,25 +156,33 @@ def write_segment(target: Path, fill) -> None:
     _fsync(target.parent)
 
 
-def copy_trajectories(db: sqlite3.Connection, source: Path | str, ids_sql: str, params: Iterable = (),
-          training: str | None = None, training_params: Iterable = ()) -> None:  # fmt: skip
+def copy_trajectories(
+    db: sqlite3.Connection,
+    source: Path | str,
+    ids_sql: str,
+    params: Iterable = (),
+    training: str | None = None,
+    training_params: Iterable = (),
+) -> None:
     """Copy whole trajectories (rows, spans) chosen by ``ids_sql`` over ``source`` into ``db``, and
     the training records chosen by the ``training`` condition (None: none)."""
     db.execute("ATTACH DATABASE ? AS src", (str(source),))
     try:
         db.execute("BEGIN")
         db.execute(f"CREATE TEMP TABLE pick AS {ids_sql}", tuple(params))
-        db.execute("INSERT OR REPLACE INTO main.trajectories SELECT * FROM src.trajectories "
-                   "WHERE id IN (SELECT id FROM pick)")  # fmt: skip
-        db.execute("INSERT OR REPLACE INTO main.spans SELECT * FROM src.spans "
-                   "WHERE trajectory_id IN (SELECT id FROM pick)")  # fmt: skip
+        db.execute(
+            "INSERT OR REPLACE INTO main.trajectories SELECT * FROM src.trajectories WHERE id IN (SELECT id FROM pick)"
+        )
+        db.execute(
+            "INSERT OR REPLACE INTO main.spans SELECT * FROM src.spans WHERE trajectory_id IN (SELECT id FROM pick)"
+        )
         has_training = db.execute("SELECT 1 FROM src.sqlite_master WHERE name = 'training'").fetchone()
         if training is not None and has_training:
-            db.execute(f"INSERT OR REPLACE INTO main.training SELECT * FROM src.training WHERE {training}",
-                       tuple(training_params))  # fmt: skip
+            db.execute(
+                f"INSERT OR REPLACE INTO main.training SELECT * FROM src.training WHERE {training}",
+                tuple(training_params),
+            )
         db.execute("DROP TABLE pick")
         db.execute("COMMIT")
     finally:
         db.execute("DETACH DATABASE src")
-
-

@@ -37,8 +37,9 @@ _SET_REWARD = (
     "UPDATE trajectories SET reward = COALESCE(?, reward), "
     "attributes = json_set(COALESCE(attributes, '{}'), '$.reward_details', json(?)) WHERE id = ?"
 )
-_INSERT_TRAINING = (f"INSERT OR REPLACE INTO training ({', '.join(TRAINING_COLUMNS)}) "
-                    f"VALUES ({', '.join('?' * len(TRAINING_COLUMNS))})")  # fmt: skip
+_INSERT_TRAINING = (
+    f"INSERT OR REPLACE INTO training ({', '.join(TRAINING_COLUMNS)}) VALUES ({', '.join('?' * len(TRAINING_COLUMNS))})"
+)
 _SET_POSITION = "INSERT OR REPLACE INTO meta VALUES ('position', ?)"
 _ADD_COUNTS = (
     "UPDATE trajectories SET num_spans = num_spans + ?, num_llm_calls = num_llm_calls + ?, "
@@ -64,14 +65,20 @@ class ShardWriter:
     behind when they died are published first. ``retain``: a retention policy applied as segments
     are sealed (``store.retention``): the groups it does not keep are never published."""
 
-    def __init__(self, directory: str | os.PathLike, existing: str | os.PathLike | None = None,
-                 local_dir: str | os.PathLike | None = None,
-                 publish_interval_s: float = DEFAULT_PUBLISH_INTERVAL_S, retain: RetentionPolicy | None = None,
-                 ) -> None:  # fmt: skip
+    def __init__(
+        self,
+        directory: str | os.PathLike,
+        existing: str | os.PathLike | None = None,
+        local_dir: str | os.PathLike | None = None,
+        publish_interval_s: float = DEFAULT_PUBLISH_INTERVAL_S,
+        retain: RetentionPolicy | None = None,
+    ) -> None:
         if retain is not None and local_dir is None:
-            raise ValueError(f"retain={retain.describe()!r} applies where segments are sealed (local_dir, or a "
-                             f"trace_dir on a network filesystem); for {directory} run `rollscope traces compact "
-                             "--retain` once the run is done")  # fmt: skip
+            raise ValueError(
+                f"retain={retain.describe()!r} applies where segments are sealed (local_dir, or a "
+                f"trace_dir on a network filesystem); for {directory} run `rollscope traces compact "
+                "--retain` once the run is done"
+            )
         self.directory = Path(directory)
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -98,8 +105,14 @@ class ShardWriter:
         if local_dir is not None:
             writer = self.path.name[: -len(SHARD_SUFFIX)]
             reconcile(self._db, self.directory, writer)
-            self.publisher = Publisher(self._db, self.path, self.directory, writer, publish_interval_s,
-                                       at_sealing(retain) if retain is not None else None)  # fmt: skip
+            self.publisher = Publisher(
+                self._db,
+                self.path,
+                self.directory,
+                writer,
+                publish_interval_s,
+                at_sealing(retain) if retain is not None else None,
+            )
 
     def write(
         self,
@@ -154,8 +167,10 @@ class ShardWriter:
 
     def running_summaries(self) -> dict[str, TrajectorySummary]:
         """Per trajectory still marked running: the summary of its stored spans."""
-        summaries = {tid: TrajectorySummary() for (tid,) in
-                     self._db.execute("SELECT id FROM trajectories WHERE status = 'running'")}  # fmt: skip
+        summaries = {
+            tid: TrajectorySummary()
+            for (tid,) in self._db.execute("SELECT id FROM trajectories WHERE status = 'running'")
+        }
         rows = self._db.execute(
             "SELECT s.id, s.trajectory_id, s.parent_id, s.name, s.kind, s.start_ns, s.end_ns, s.status, s.error_type, "
             "s.error_message, s.payload FROM spans s JOIN trajectories t ON t.id = s.trajectory_id "

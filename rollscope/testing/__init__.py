@@ -23,4 +23,3 @@ def replay(trajectory_id: str, store: str | None = None, *, config: str | None =
     from rollscope.runner.replay import replay as run_replay
 
     return run_replay(trajectory_id, store=store, config=config, check=True, tokenizer=tokenizer)
-

@@ -50,8 +50,12 @@ def observe_tools(tools: Iterable[Any] | None) -> None:
                 object.__setattr__(tool, "__class__", traced)
             except Exception as exc:  # an instance whose class cannot be switched (a native type, a layout)
                 _traced_classes[cls] = cls
-                log.warning("tool %r of class %s cannot be given a traced class (%s): its calls are not traced",
-                            getattr(tool, "name", "?"), cls.__qualname__, exc)  # fmt: skip
+                log.warning(
+                    "tool %r of class %s cannot be given a traced class (%s): its calls are not traced",
+                    getattr(tool, "name", "?"),
+                    cls.__qualname__,
+                    exc,
+                )
 
 
 def _traced_class(cls: type) -> type:
@@ -68,16 +72,32 @@ def _traced_class(cls: type) -> type:
             if owner is not BaseTool:  # as for a TracedTool: the methods the tool's own classes define
                 namespace[name] = _lifecycle(owner.__dict__[name], kind, f"{cls.__name__}.{name}")
     else:
-        log.warning("a tool of class %s.%s is neither a verl BaseTool nor a verl FunctionTool: rollscope cannot "
-                    "trace its calls (subclass TracedTool, or verl's BaseTool)", cls.__module__, cls.__qualname__)
+        log.warning(
+            "a tool of class %s.%s is neither a verl BaseTool nor a verl FunctionTool: rollscope cannot "
+            "trace its calls (subclass TracedTool, or verl's BaseTool)",
+            cls.__module__,
+            cls.__qualname__,
+        )
         return cls
-    namespace.update({_FLAG: True, "__module__": cls.__module__, "__qualname__": cls.__qualname__,
-                      "__doc__": cls.__doc__, "__slots__": ()})  # fmt: skip (no slot: the same layout)
+    namespace.update(
+        {
+            _FLAG: True,
+            "__module__": cls.__module__,
+            "__qualname__": cls.__qualname__,
+            "__doc__": cls.__doc__,
+            "__slots__": (),
+        }
+    )  # (no slot: the same layout)
     try:
         traced = type(cls.__name__, (cls,), namespace)
     except Exception as exc:
-        log.warning("tool class %s.%s refuses a subclass (%s: %s): its calls are not traced", cls.__module__,
-                    cls.__qualname__, type(exc).__name__, exc)  # fmt: skip
+        log.warning(
+            "tool class %s.%s refuses a subclass (%s: %s): its calls are not traced",
+            cls.__module__,
+            cls.__qualname__,
+            type(exc).__name__,
+            exc,
+        )
         return cls
     if issubclass(cls, BaseTool):
         made.append(traced)

@@ -88,8 +88,10 @@ def load_function_tools(path: str | os.PathLike, taken: Iterable[str] = ()) -> l
         raise ToolConfigError(f"{path}: function_tool_path: {type(exc).__name__}: {_one_line(exc)}") from exc
     clashes = sorted({t.name for t in tools} & set(taken))
     if clashes:
-        raise ToolConfigError(f"{path}: function_tool_path: tool name(s) {clashes} are also in the tool config; "
-                              "each tool name must be unique")  # fmt: skip
+        raise ToolConfigError(
+            f"{path}: function_tool_path: tool name(s) {clashes} are also in the tool config; "
+            "each tool name must be unique"
+        )
     return tools
 
 
@@ -145,11 +147,14 @@ def _build(entry: Any) -> BaseTool:
         raise
     except Exception as exc:  # the tool's own __init__: its failure is this entry's, in one line
         if schema is None and isinstance(exc, AssertionError | AttributeError):  # (verl's BaseTool, no schema)
-            raise ToolDefinitionError("no tool_schema given and the class provides none (verl's BaseTool found "
-                                      f"no schema: {type(exc).__name__}: {_one_line(exc)}): add tool_schema: to "
-                                      "this entry") from None  # fmt: skip
-        raise ToolDefinitionError(f"{cls.__name__}(config, tool_schema) raised {type(exc).__name__}: "
-                                  f"{_one_line(exc)}") from exc  # fmt: skip
+            raise ToolDefinitionError(
+                "no tool_schema given and the class provides none (verl's BaseTool found "
+                f"no schema: {type(exc).__name__}: {_one_line(exc)}): add tool_schema: to "
+                "this entry"
+            ) from None
+        raise ToolDefinitionError(
+            f"{cls.__name__}(config, tool_schema) raised {type(exc).__name__}: {_one_line(exc)}"
+        ) from exc
     if getattr(tool, "tool_schema", None) is None:
         raise ToolDefinitionError("no tool_schema given and the class provides none")
     return tool
@@ -161,10 +166,8 @@ def _check_signature(schema: dict[str, Any], fn: Any, target: str) -> None:
         parameters = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):  # (a builtin without a signature: left to its calls)
         return
-    named = [(p.name, p.default is not p.empty) for p in parameters
-             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]  # fmt: skip
-    problem = _tool_entries.signature_problem(schema, named, any(p.kind == p.VAR_KEYWORD for p in parameters),
-                                              target)  # fmt: skip
+    named = [(p.name, p.default is not p.empty) for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    problem = _tool_entries.signature_problem(schema, named, any(p.kind == p.VAR_KEYWORD for p in parameters), target)
     if problem:
         raise ToolDefinitionError(problem)
 

@@ -90,8 +90,9 @@ def _warn_once(tool: str, error: Exception) -> None:
         log.debug("tool %r failed: %s: %s", tool, key[1], error)
         return
     _warned.add(key)
-    log.warning("tool %r failed: %s: %s (further %s failures of this tool are traced, not printed)", tool, key[1],
-                error, key[1])  # fmt: skip
+    log.warning(
+        "tool %r failed: %s: %s (further %s failures of this tool are traced, not printed)", tool, key[1], error, key[1]
+    )
 
 
 def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[..., Any]:
@@ -155,16 +156,20 @@ def _checked(tool: str, result: Any) -> tuple[ExecuteResult, Exception | None]:
     elif isinstance(result, ToolResponse):
         result = (result, 0.0, {})
     if not (isinstance(result, tuple) and len(result) == 3 and isinstance(result[0], ToolResponse)):
-        message = (f"tool '{tool}' returned {type(result).__name__} {str(result)[:80]!r}; execute must return "
-                   "a str (the text the model sees) or (ToolResponse(text=...), reward: float, metrics: dict)")
+        message = (
+            f"tool '{tool}' returned {type(result).__name__} {str(result)[:80]!r}; execute must return "
+            "a str (the text the model sees) or (ToolResponse(text=...), reward: float, metrics: dict)"
+        )
         return error_response(tool, message), TypeError(message)
     text = result[0].text
     if isinstance(text, str):
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
-            result = (result[0].model_copy(update={"text": text.encode("utf-8", "replace").decode("utf-8")}),
-                      *result[1:])  # fmt: skip
+            result = (
+                result[0].model_copy(update={"text": text.encode("utf-8", "replace").decode("utf-8")}),
+                *result[1:],
+            )
     return result, None
 
 

@@ -67,9 +67,13 @@ class _TrajectoryBlock:
             self.enabled_token = trace_enabled.set(False)
             return None
         t = self.trajectory = tracer.open_trajectory(
-            step=step, sample_index=sample_index, rollout_n=rollout_n, validate=validate, name=name,
+            step=step,
+            sample_index=sample_index,
+            rollout_n=rollout_n,
+            validate=validate,
+            name=name,
             attributes=attributes or None,
-        )  # fmt: skip
+        )
         self.frame_token = current_frame.set(t)
         self.enabled_token = trace_enabled.set(True)
         return t

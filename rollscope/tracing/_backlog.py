@@ -62,9 +62,13 @@ class Backlog:
     """Ordered chunks of packed events, handed to ``release`` (with their event count) one chunk
     at a time, in order."""
 
-    def __init__(self, release: Callable[[bytes, int], None], max_bytes: int = DEFAULT_MAX_BYTES,
-                 spare: Callable[[], float | None] | None = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:  # fmt: skip
+    def __init__(
+        self,
+        release: Callable[[bytes, int], None],
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        spare: Callable[[], float | None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         """``spare``: the cores to spare since the last call (default: ``SpareCpu``); ``clock``:
         seconds, for the hold. Tests give their own, so no test depends on how busy or how fast
         the machine is."""

@@ -175,14 +175,22 @@ class BackendWorker:
         if self.thread.is_alive():
             self.dropped += len(self.queue)
             kept = self.spool.pending if self.spool is not None else 0
-            log.warning("trace backend %r did not finish in time; %d events not exported%s", self.name,
-                        len(self.queue) + kept, " (kept on disk)" if kept else "")  # fmt: skip
+            log.warning(
+                "trace backend %r did not finish in time; %d events not exported%s",
+                self.name,
+                len(self.queue) + kept,
+                " (kept on disk)" if kept else "",
+            )
         if self.spool is not None:
             with self._lock:
                 self.kept_in = self.spool.close()
             if self.kept_in is not None:
-                log.warning("trace backend %r: its spool %s is kept; the next tracer sending to %s sends it",
-                            self.name, self.kept_in, self.spool.destination)  # fmt: skip
+                log.warning(
+                    "trace backend %r: its spool %s is kept; the next tracer sending to %s sends it",
+                    self.name,
+                    self.kept_in,
+                    self.spool.destination,
+                )
         if self.thread.is_alive():
             return False
         try:
@@ -268,8 +276,9 @@ class BackendWorker:
                 self.backend.mark_position(position)
             else:
                 handler = handlers.get(event[KIND])  # its fields, as its handler takes them
-                self.exported += (self._call(handler, *event[1:]) if handler is not None
-                                  else self._call(_unknown_kind, event[KIND]))  # (that event fails, no other)
+                self.exported += (
+                    self._call(handler, *event[1:]) if handler is not None else self._call(_unknown_kind, event[KIND])
+                )  # (that event fails, no other)
             did_work = True
         if did_work:
             flushed = self._call(self.backend.flush)
@@ -289,8 +298,12 @@ class BackendWorker:
         self.errors += 1
         if not self._warned:
             self._warned = True
-            log.warning("trace backend %r failed (%s: %s); rollouts continue, further errors are counted",
-                        self.backend.name, type(exc).__name__, exc)  # fmt: skip
+            log.warning(
+                "trace backend %r failed (%s: %s); rollouts continue, further errors are counted",
+                self.backend.name,
+                type(exc).__name__,
+                exc,
+            )
 
 
 def _open_spool(backend: TraceBackend) -> Spool | None:
@@ -298,9 +311,13 @@ def _open_spool(backend: TraceBackend) -> Spool | None:
     try:
         return Spool(backend.destination())
     except Exception as exc:
-        log.warning("trace backend %r: no spool on disk (%s: %s); what overflows its queue in memory is "
-                    "dropped and counted (set ROLLSCOPE_SPOOL_DIR to a writable directory)",
-                    backend.name, type(exc).__name__, exc)  # fmt: skip
+        log.warning(
+            "trace backend %r: no spool on disk (%s: %s); what overflows its queue in memory is "
+            "dropped and counted (set ROLLSCOPE_SPOOL_DIR to a writable directory)",
+            backend.name,
+            type(exc).__name__,
+            exc,
+        )
         return None
 
 

@@ -311,8 +311,9 @@ class PayloadShaper:
                 return
             out["token_texts"] = [self._string(t) for t in texts]
 
-    def without_secrets(self, ids: list[int], decoder: Any, text: str | None = None,
-                        context: list[int] = ()) -> tuple[list[int], str]:  # fmt: skip
+    def without_secrets(
+        self, ids: list[int], decoder: Any, text: str | None = None, context: list[int] = ()
+    ) -> tuple[list[int], str]:
         """``ids`` with the tokens of a secret their text holds replaced (a copy, where any is), and
         that text, redacted. ``text``: theirs as already decoded after ``context`` (the tokens just
         before them: a continuing turn's), else decoded here. Raises what decoding raises."""

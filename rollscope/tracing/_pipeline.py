@@ -47,10 +47,19 @@ class Pipeline:
     shapes_here: bool  # events are shaped (redacted) in this process, on the exporter's thread
 
 
-def build_pipeline(backend: str | list[str], backend_options: dict[str, Any], *, shaper: PayloadShaper,
-                   project: str | None, experiment: str | None, token2text: bool, sidecar: bool | int | None,
-                   max_payload_chars: int | None, redact_patterns: Iterable[str], max_queue: int,
-                   ) -> Pipeline:  # fmt: skip
+def build_pipeline(
+    backend: str | list[str],
+    backend_options: dict[str, Any],
+    *,
+    shaper: PayloadShaper,
+    project: str | None,
+    experiment: str | None,
+    token2text: bool,
+    sidecar: bool | int | None,
+    max_payload_chars: int | None,
+    redact_patterns: Iterable[str],
+    max_queue: int,
+) -> Pipeline:
     """The exporter and its workers for ``backend`` (names or a comma-separated string).
     ``sidecar``: how many trace sidecars (False: none, True: one)."""
     sidecars = sidecar_count(sidecar)
@@ -63,15 +72,21 @@ def build_pipeline(backend: str | list[str], backend_options: dict[str, Any], *,
     if outside:
         config = {
             "backends": [(n, f"{c.__module__}:{c.__qualname__}", _plain_options(o)) for n, c, o in outside],
-            "settings": common, "max_payload_chars": max_payload_chars,
-            "redact_patterns": list(redact_patterns), "max_queue": max_queue,
+            "settings": common,
+            "max_payload_chars": max_payload_chars,
+            "redact_patterns": list(redact_patterns),
+            "max_queue": max_queue,
             # token2text decodes in the sidecar too, with tokenizers it loads by name
-            "token2text": token2text, "tokenizer": tokenizer_name(shaper.tokenizer),
-        }  # fmt: skip
+            "token2text": token2text,
+            "tokenizer": tokenizer_name(shaper.tokenizer),
+        }
         shaped_here = len(resolved) > len(outside) or unnamed
         try:
-            workers.append(SidecarWorker(config, shaped=shaped_here) if sidecars == 1
-                           else SidecarPool(config, shaped_here, sidecars))  # fmt: skip
+            workers.append(
+                SidecarWorker(config, shaped=shaped_here)
+                if sidecars == 1
+                else SidecarPool(config, shaped_here, sidecars)
+            )
         except SidecarError as exc:
             log.warning("%s; tracing into %s in this process instead", exc, ", ".join(n for n, _, _ in outside))
             outside = []
@@ -119,8 +134,9 @@ def sidecar_count(sidecar: bool | int | None) -> int:
         try:
             sidecar = _SWITCH[value] if value in _SWITCH else int(value)
         except ValueError:
-            raise ValueError(f"ROLLSCOPE_TRACE_SIDECAR={value!r}: expected 0 (off), 1 or a number of sidecars"
-                             ) from None  # fmt: skip
+            raise ValueError(
+                f"ROLLSCOPE_TRACE_SIDECAR={value!r}: expected 0 (off), 1 or a number of sidecars"
+            ) from None
     if int(sidecar) < 0:
         raise ValueError(f"sidecar={sidecar!r}: expected False, True or a number of sidecars (>= 0)")
     return int(sidecar)
@@ -129,8 +145,12 @@ def sidecar_count(sidecar: bool | int | None) -> int:
 def _can_run_outside(cls: Any, options: dict[str, Any]) -> bool:
     """Out-of-process backends go to the sidecar, which imports them by module path and gets their
     options as data (one given a live object, such as a client, stays in this process)."""
-    return (isinstance(cls, type) and getattr(cls, "out_of_process", False) and cls.__module__ != "__main__"
-            and all(_is_data(v) for v in options.values()))  # fmt: skip
+    return (
+        isinstance(cls, type)
+        and getattr(cls, "out_of_process", False)
+        and cls.__module__ != "__main__"
+        and all(_is_data(v) for v in options.values())
+    )
 
 
 def _is_data(value: Any) -> bool:

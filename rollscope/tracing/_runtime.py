@@ -43,11 +43,19 @@ class Tracer:
         **backend_options: Any,
     ) -> None:
         self.settings = dict(
-            backend=backend, project=project, experiment=experiment, token2text=token2text,
-            max_samples_per_step_per_worker=max_samples_per_step_per_worker, sample_seed=sample_seed,
-            max_payload_chars=max_payload_chars, redact_patterns=tuple(redact_patterns),
-            tokenizer=tokenizer, max_queue=max_queue, sidecar=sidecar, **backend_options,
-        )  # fmt: skip
+            backend=backend,
+            project=project,
+            experiment=experiment,
+            token2text=token2text,
+            max_samples_per_step_per_worker=max_samples_per_step_per_worker,
+            sample_seed=sample_seed,
+            max_payload_chars=max_payload_chars,
+            redact_patterns=tuple(redact_patterns),
+            tokenizer=tokenizer,
+            max_queue=max_queue,
+            sidecar=sidecar,
+            **backend_options,
+        )
         self.project = project
         self.experiment = experiment
         self.token2text = token2text
@@ -55,10 +63,18 @@ class Tracer:
         self.samples_all = max_samples_per_step_per_worker is None  # no sampler call per trajectory
         # (its rules loaded only where events are shaped here: a trace sidecar redacts its own)
         self.shaper = PayloadShaper(Redactor(redact_patterns, preload=False), max_payload_chars, token2text, tokenizer)
-        pipeline = build_pipeline(backend, backend_options, shaper=self.shaper, project=project,
-                                  experiment=experiment, token2text=token2text, sidecar=sidecar,
-                                  max_payload_chars=max_payload_chars, redact_patterns=redact_patterns,
-                                  max_queue=max_queue)  # fmt: skip
+        pipeline = build_pipeline(
+            backend,
+            backend_options,
+            shaper=self.shaper,
+            project=project,
+            experiment=experiment,
+            token2text=token2text,
+            sidecar=sidecar,
+            max_payload_chars=max_payload_chars,
+            redact_patterns=redact_patterns,
+            max_queue=max_queue,
+        )
         if pipeline.shapes_here:
             self.shaper.redactor.preload()
         self.backends = pipeline.backends
@@ -114,16 +130,25 @@ class Tracer:
         self.submit(span)  # a bare Span in the queue means "span ended": one tuple fewer per span
 
     def leaf_span(
-        self, parent: Span | Trajectory, name: str, kind: SpanKind, start_ns: int, inputs: Any, outputs: Any,
-        attributes: dict[str, Any] | None = None, decoder: Any = None, span_id: str | None = None,
-    ) -> None:  # fmt: skip
+        self,
+        parent: Span | Trajectory,
+        name: str,
+        kind: SpanKind,
+        start_ns: int,
+        inputs: Any,
+        outputs: Any,
+        attributes: dict[str, Any] | None = None,
+        decoder: Any = None,
+        span_id: str | None = None,
+    ) -> None:
         """A span that ended without error and had nothing nested in it, recorded in one event
         (``_events.LEAF_SPAN``): for the calls of every turn (``llm_client``). ``span_id``: its
         id, where a later turn refers to it; else it is given one where it is unpacked."""
         counts = parent.trajectory.counts
         counts[kind] = counts.get(kind, 0) + 1
-        self.submit((ev.LEAF_SPAN, parent, name, kind, start_ns, time.time_ns(), inputs, outputs, attributes, decoder,
-                     span_id))  # fmt: skip
+        self.submit(
+            (ev.LEAF_SPAN, parent, name, kind, start_ns, time.time_ns(), inputs, outputs, attributes, decoder, span_id)
+        )
 
     def reward(self, trajectory_id: str, reward: float | None, details: dict[str, Any]) -> None:
         self.submit((ev.REWARD, trajectory_id, reward, details))
@@ -196,10 +221,14 @@ def init_tracing(
     """
     global _atexit_registered
     new = Tracer(
-        backend=backend, project=project, experiment=experiment, token2text=token2text,
-        max_samples_per_step_per_worker=max_samples_per_step_per_worker, sample_seed=sample_seed,
+        backend=backend,
+        project=project,
+        experiment=experiment,
+        token2text=token2text,
+        max_samples_per_step_per_worker=max_samples_per_step_per_worker,
+        sample_seed=sample_seed,
         **backend_options,
-    )  # fmt: skip
+    )
     old, state.tracer = state.tracer, new
     if old is not None:
         old.close()

@@ -101,9 +101,11 @@ class EventShaper:
                 span.decoder = self.load_tokenizer(span.decoder)
             elif llm and span.decoder is None and self.shaper.tokenizer is None and not self.said_unnamed:
                 self.said_unnamed = True
-                log.warning("an llm span's tokenizer has no directory the trace sidecar can load it from (one "
-                            "built in memory?): its token ids are stored as they came, not checked for the "
-                            "tokens of a secret (nor decoded, with token2text)")  # fmt: skip
+                log.warning(
+                    "an llm span's tokenizer has no directory the trace sidecar can load it from (one "
+                    "built in memory?): its token ids are stored as they came, not checked for the "
+                    "tokens of a secret (nor decoded, with token2text)"
+                )
         if not span.shaped:  # inputs once, at the first event seen for the span
             raw = span.inputs
             if isinstance(raw, CallArgs):
@@ -133,7 +135,6 @@ class EventShaper:
         if redacted_now:
             attributes[REDACTED_TOKENS] = attributes.get(REDACTED_TOKENS, 0) + redacted_now
         span.attributes = shape(attributes) if attributes else {}
-
 
     def _drift_without_secrets(self, drift: dict[str, Any], decoder: Any) -> dict[str, Any]:
         """The retokenization check's token windows (both sides, at each difference) with the
@@ -180,8 +181,6 @@ class EventShaper:
             base["text"], base["decoder"] = "ids", name
             return {**inputs, PROMPT_BASE: base}
         return {**inputs, PROMPT_BASE: base, PROMPT_TEXT_ADDED: clean}
-
-
 
 
 def _field(value: Any, name: str) -> Any:

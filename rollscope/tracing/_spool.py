@@ -126,9 +126,13 @@ class _SpoolDir:
             folder.mkdir(exist_ok=True)
             (folder / name).write_bytes(record)
         self.dead += 1
-        log.warning("trace spool: a record in %s could not be read (%s: %s); kept in %s, the rest is sent",
-                    self.segment_path(self.read_segment), type(problem).__name__, str(problem)[:200],
-                    folder / name)  # fmt: skip
+        log.warning(
+            "trace spool: a record in %s could not be read (%s: %s); kept in %s, the rest is sent",
+            self.segment_path(self.read_segment),
+            type(problem).__name__,
+            str(problem)[:200],
+            folder / name,
+        )
 
     def _reader(self) -> Any:
         """The open file of the segment being read (kept open: a record at a time is read)."""
@@ -210,8 +214,12 @@ class Spool:
                 continue
             found.append(_SpoolDir(path, fd))
         if found:
-            log.warning("trace spool: sending on what %d earlier process(es) left for %s (%s)",
-                        len(found), self.destination, self.root)  # fmt: skip
+            log.warning(
+                "trace spool: sending on what %d earlier process(es) left for %s (%s)",
+                len(found),
+                self.destination,
+                self.root,
+            )
         return found
 
     @property
@@ -231,8 +239,13 @@ class Spool:
             except Exception as exc:  # a full disk, a failing device: these events are lost, said
                 lost = sum(map(len, records[n:]))
                 if not self.dropped:
-                    log.warning("trace spool %s: cannot write (%s: %s); %d events lost, further losses counted",
-                                self.own.path, type(exc).__name__, exc, lost)  # fmt: skip
+                    log.warning(
+                        "trace spool %s: cannot write (%s: %s); %d events lost, further losses counted",
+                        self.own.path,
+                        type(exc).__name__,
+                        exc,
+                        lost,
+                    )
                 self.dropped += lost
                 self._next_segment()  # a torn record ends its segment; the next write starts one
                 break

@@ -50,8 +50,15 @@ def prompt_inputs(trajectory: Trajectory, span_id: str, prompt: list[int], input
     return context
 
 
-def _continued(trajectory: Trajectory, last: Context, span_id: str, ids: list[int], reply: int, prompt: list[int],
-               inputs: dict[str, Any]) -> Context:  # fmt: skip
+def _continued(
+    trajectory: Trajectory,
+    last: Context,
+    span_id: str,
+    ids: list[int],
+    reply: int,
+    prompt: list[int],
+    inputs: dict[str, Any],
+) -> Context:
     """``prompt`` recorded as ``last``'s prompt, ``reply`` tokens of its reply and the rest;
     ``ids``, the trajectory's copy of its context, already equal to ``prompt``."""
     inputs[PROMPT_BASE] = {"span": last.span_id, "tokens": last.prompt_len, "reply": reply}

@@ -43,8 +43,14 @@ class RolloutTraceConfig:
         return cls._instance
 
     @classmethod
-    def init(cls, project_name: str, experiment_name: str, backend: str | None, token2text: bool = False,
-             max_samples_per_step_per_worker: int | None = None) -> None:  # fmt: skip
+    def init(
+        cls,
+        project_name: str,
+        experiment_name: str,
+        backend: str | None,
+        token2text: bool = False,
+        max_samples_per_step_per_worker: int | None = None,
+    ) -> None:
         config = cls.get_instance()
         if config._initialized:
             return
@@ -55,9 +61,13 @@ class RolloutTraceConfig:
         known = set(available_backends())
         config.client = None
         if names and all(n in known for n in names):
-            config.client = init_tracing(backend=names, project=project_name, experiment=experiment_name,
-                                         token2text=token2text,
-                                         max_samples_per_step_per_worker=max_samples_per_step_per_worker)  # fmt: skip
+            config.client = init_tracing(
+                backend=names,
+                project=project_name,
+                experiment=experiment_name,
+                token2text=token2text,
+                max_samples_per_step_per_worker=max_samples_per_step_per_worker,
+            )
         config._initialized = True
 
     @classmethod

@@ -45,10 +45,22 @@ def _plain(value: Any) -> Any:
 
 
 def _span(
-    id: str, trajectory_id: str, parent_id: str | None, name: str, kind: str, start_ns: int, end_ns: int | None,
-    status: str, error_type: str | None, error_message: Any, inputs: Any, outputs: Any, attributes: Any,
-    shaped: bool, decoder: str | None = None,
-) -> Span:  # fmt: skip
+    id: str,
+    trajectory_id: str,
+    parent_id: str | None,
+    name: str,
+    kind: str,
+    start_ns: int,
+    end_ns: int | None,
+    status: str,
+    error_type: str | None,
+    error_message: Any,
+    inputs: Any,
+    outputs: Any,
+    attributes: Any,
+    shaped: bool,
+    decoder: str | None = None,
+) -> Span:
     span = Span.__new__(Span)
     span.id, span.trajectory_id, span.parent_id, span.name = id, trajectory_id, parent_id, name
     span.kind, span.start_ns, span.end_ns, span.status = _KIND_OF[kind], start_ns, end_ns, status
@@ -60,26 +72,58 @@ def _span(
 
 
 def _trajectory(
-    id: str, project: str | None, experiment: str | None, step: Any, sample_index: Any, rollout_n: Any,
-    validate: bool, agent_name: str, attributes: Any, reward: float | None, start_ns: int, end_ns: int | None,
-    status: str, error_type: str | None, error_message: Any,
-) -> Trajectory:  # fmt: skip
+    id: str,
+    project: str | None,
+    experiment: str | None,
+    step: Any,
+    sample_index: Any,
+    rollout_n: Any,
+    validate: bool,
+    agent_name: str,
+    attributes: Any,
+    reward: float | None,
+    start_ns: int,
+    end_ns: int | None,
+    status: str,
+    error_type: str | None,
+    error_message: Any,
+) -> Trajectory:
     t = Trajectory(
-        project=project, experiment=experiment, step=step, sample_index=sample_index, rollout_n=rollout_n,
-        validate=validate, agent_name=agent_name, attributes=attributes,
-    )  # fmt: skip
+        project=project,
+        experiment=experiment,
+        step=step,
+        sample_index=sample_index,
+        rollout_n=rollout_n,
+        validate=validate,
+        agent_name=agent_name,
+        attributes=attributes,
+    )
     t.id, t.reward, t.start_ns, t.end_ns = id, reward, start_ns, end_ns
     t.status, t.error_type, t.error_message = status, error_type, error_message
     return t
 
 
-def _span_args(s: Span, error_message: Any, inputs: Any, outputs: Any, attributes: Any,
-               decoder: str | None = None) -> tuple:  # fmt: skip
+def _span_args(
+    s: Span, error_message: Any, inputs: Any, outputs: Any, attributes: Any, decoder: str | None = None
+) -> tuple:
     """``_span``'s arguments, the payloads as given."""
     return (
-        s.id, s.trajectory_id, s.parent_id, s.name, _KIND_VALUE[s.kind], s.start_ns, s.end_ns, s.status,
-        s.error_type, error_message, inputs, outputs, attributes, s.shaped, decoder,
-    )  # fmt: skip
+        s.id,
+        s.trajectory_id,
+        s.parent_id,
+        s.name,
+        _KIND_VALUE[s.kind],
+        s.start_ns,
+        s.end_ns,
+        s.status,
+        s.error_type,
+        error_message,
+        inputs,
+        outputs,
+        attributes,
+        s.shaped,
+        decoder,
+    )
 
 
 def tokenizer_name(tokenizer: Any) -> str | None:
@@ -109,9 +153,22 @@ def _decoder_name(span: Span) -> str | None:
 def _trajectory_args(t: Trajectory) -> tuple:
     """``_trajectory``'s arguments."""
     return (
-        t.id, t.project, t.experiment, t.step, t.sample_index, t.rollout_n, t.validate, t.agent_name,
-        t.attributes, t.reward, t.start_ns, t.end_ns, t.status, t.error_type, t.error_message,
-    )  # fmt: skip
+        t.id,
+        t.project,
+        t.experiment,
+        t.step,
+        t.sample_index,
+        t.rollout_n,
+        t.validate,
+        t.agent_name,
+        t.attributes,
+        t.reward,
+        t.start_ns,
+        t.end_ns,
+        t.status,
+        t.error_type,
+        t.error_message,
+    )
 
 
 def _cut_text(text: str, original: int) -> CutText:
@@ -135,8 +192,9 @@ class _Encoder(pickle.Pickler):
         if t is CutText:
             return _cut_text, (str.__str__(obj), obj.original)
         if t is Span:
-            return _span, _span_args(obj, obj.error_message, obj.inputs, obj.outputs, obj.attributes,
-                                     _decoder_name(obj))  # fmt: skip
+            return _span, _span_args(
+                obj, obj.error_message, obj.inputs, obj.outputs, obj.attributes, _decoder_name(obj)
+            )
         if t is Trajectory:
             return _trajectory, _trajectory_args(obj)
         if t is CallArgs:
@@ -204,15 +262,28 @@ def pack_into(append: Callable[[bytes], Any], failed: Callable[[Exception], Any]
                 outputs = _fields_of(outputs)
             elif type(outputs) is tuple:  # (ToolResponse, reward, metrics), say
                 outputs = [_fields_of(x) for x in outputs]
-            record: Any = (SPAN_END, *_span_args(event, event.error_message, inputs, outputs, event.attributes,
-                                                 decoder))  # fmt: skip
+            record: Any = (
+                SPAN_END,
+                *_span_args(event, event.error_message, inputs, outputs, event.attributes, decoder),
+            )
         elif event[KIND] == LEAF_SPAN:
             _, parent, name, span_kind, start_ns, end_ns, inputs, outputs, attributes, decoder, span_id = event
             if type(outputs) not in _PLAIN_TYPES:
                 outputs = _fields_of(outputs)
-            record = (LEAF_SPAN, parent.trajectory.id, parent.id, name, _KIND_VALUE[span_kind], start_ns, end_ns,
-                      inputs, outputs, attributes, None if decoder is None else tokenizer_name(decoder),
-                      span_id)  # fmt: skip
+            record = (
+                LEAF_SPAN,
+                parent.trajectory.id,
+                parent.id,
+                name,
+                _KIND_VALUE[span_kind],
+                start_ns,
+                end_ns,
+                inputs,
+                outputs,
+                attributes,
+                None if decoder is None else tokenizer_name(decoder),
+                span_id,
+            )
         elif event[KIND] == TRAJECTORY_START or event[KIND] == TRAJECTORY_END:
             record = (event[KIND], *_trajectory_args(event[TRAJECTORY]))
         else:  # a reward, a training record, a running span
@@ -258,7 +329,6 @@ def cut_before_crossing(max_payload_chars: int | None) -> None:
         _cut.bytes = max(4 << 20, 8 * _cut.chars)
 
 
-
 def _cut_long(value: Any, keep: int, depth: int = 0) -> Any:
     """``value`` with every string longer than ``keep`` a ``CutText`` (depth-limited walk)."""
     t = type(value)
@@ -271,8 +341,16 @@ def _cut_long(value: Any, keep: int, depth: int = 0) -> Any:
     if t is dict:
         return {k: _cut_long(v, keep, depth + 1) for k, v in value.items()}
     if t is Span:
-        return _span(*_span_args(value, value.error_message, _cut_long(value.inputs, keep, depth + 1),
-                                 _cut_long(value.outputs, keep, depth + 1), value.attributes, _decoder_name(value)))
+        return _span(
+            *_span_args(
+                value,
+                value.error_message,
+                _cut_long(value.inputs, keep, depth + 1),
+                _cut_long(value.outputs, keep, depth + 1),
+                value.attributes,
+                _decoder_name(value),
+            )
+        )
     return value
 
 
@@ -313,8 +391,19 @@ def _pack_plain(append: Callable[[bytes], Any], record: tuple) -> None:
         if record[KIND] == SPAN_START:
             span = record[SPAN]
             inputs = span.inputs.bind() if type(span.inputs) is CallArgs else span.inputs
-            record = (SPAN_START, _span(*_span_args(span, plain(span.error_message), plain(inputs), plain(span.outputs),
-                                                    plain(span.attributes), _decoder_name(span))))  # fmt: skip
+            record = (
+                SPAN_START,
+                _span(
+                    *_span_args(
+                        span,
+                        plain(span.error_message),
+                        plain(inputs),
+                        plain(span.outputs),
+                        plain(span.attributes),
+                        _decoder_name(span),
+                    )
+                ),
+            )
         else:
             record = tuple(plain(x) for x in record)
         append(encode(record))
@@ -373,10 +462,26 @@ def _event(record: tuple) -> Any:
     if kind == SPAN_END:
         return _span(*record[1:])
     if kind == LEAF_SPAN:  # its id, unless the traced process gave it one, is given here
-        (trajectory_id, parent_id, name, span_kind, start_ns, end_ns, inputs, outputs, attributes, decoder,
-         span_id) = record[1:]  # fmt: skip
-        return _span(span_id if type(span_id) is str else new_id(), trajectory_id, parent_id, name, span_kind,
-                     start_ns, end_ns, STATUS_OK, None, None, inputs, outputs, attributes, False, decoder)  # fmt: skip
+        (trajectory_id, parent_id, name, span_kind, start_ns, end_ns, inputs, outputs, attributes, decoder, span_id) = (
+            record[1:]
+        )
+        return _span(
+            span_id if type(span_id) is str else new_id(),
+            trajectory_id,
+            parent_id,
+            name,
+            span_kind,
+            start_ns,
+            end_ns,
+            STATUS_OK,
+            None,
+            None,
+            inputs,
+            outputs,
+            attributes,
+            False,
+            decoder,
+        )
     if kind in (TRAJECTORY_START, TRAJECTORY_END):
         return (kind, _trajectory(*record[1:]))
     return record

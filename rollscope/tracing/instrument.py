@@ -52,8 +52,9 @@ __all__ = [
 ]
 
 
-async def traced_await(call: Awaitable[Any], name: str, kind: SpanKind, inputs: Any, attributes: dict | None = None,
-                       decoder: Any = None) -> Any:  # fmt: skip
+async def traced_await(
+    call: Awaitable[Any], name: str, kind: SpanKind, inputs: Any, attributes: dict | None = None, decoder: Any = None
+) -> Any:
     """``await call`` inside a span: its result the span's outputs, an exception recorded on the
     span and raised on. ``decoder``: the tokenizer that turns the span's token ids into text."""
     span = begin_span(name, kind, inputs, attributes)

@@ -46,8 +46,13 @@ def code_location(func: Any) -> dict[str, Any]:
     code = getattr(func, "__code__", None)
     if code is None:
         return {}
-    return {CODE_FILE: code.co_filename, CODE_LINE: code.co_firstlineno,
-            CODE_FUNCTION: getattr(func, "__qualname__", code.co_name)}  # fmt: skip
+    return {
+        CODE_FILE: code.co_filename,
+        CODE_LINE: code.co_firstlineno,
+        CODE_FUNCTION: getattr(func, "__qualname__", code.co_name),
+    }
+
+
 MAX_STACKTRACE_CHARS = 8000
 
 # Ids: a random per-process prefix plus a zero-padded counter. Unique across processes and hosts,

@@ -75,9 +75,16 @@ def records(step: StepArrays) -> list[tuple[str, dict[str, Any]]]:
     inside = positions < step.lengths[:, None]
     masked = inside & (mask == 0)
     deltas = _logprob_deltas(step, mask, tokens, masked)
-    per_token = {name: tensor.float() for name, tensor in (
-        ("old_log_probs", step.old_log_probs), ("rollout_log_probs", step.rollout_log_probs),
-        ("entropy", step.entropy), ("ref_log_probs", step.ref_log_probs)) if tensor is not None}  # fmt: skip
+    per_token = {
+        name: tensor.float()
+        for name, tensor in (
+            ("old_log_probs", step.old_log_probs),
+            ("rollout_log_probs", step.rollout_log_probs),
+            ("entropy", step.entropy),
+            ("ref_log_probs", step.ref_log_probs),
+        )
+        if tensor is not None
+    }
     means = {}  # over the loss tokens
     if "entropy" in per_token:
         means["entropy_mean"] = (per_token["entropy"] * mask).sum(-1) / tokens.clamp(min=1)
@@ -91,18 +98,29 @@ def records(step: StepArrays) -> list[tuple[str, dict[str, Any]]]:
             continue
         n = int(step.lengths[i])
         size, mean, std = group_stats[step.uids[i]]
-        low, high = (_version(step.min_versions[i]) if len(step.min_versions) else None,
-                     _version(step.max_versions[i]) if len(step.max_versions) else None)  # fmt: skip
+        low, high = (
+            _version(step.min_versions[i]) if len(step.min_versions) else None,
+            _version(step.max_versions[i]) if len(step.max_versions) else None,
+        )
         record: dict[str, Any] = {
-            "step": step.step, "uid": str(step.uids[i]), "estimator": step.estimator,
-            "group_size": size, "group_mean": mean, "group_std": std,
-            "score": float(scores[i]), "reward": float(rewards[i]), "advantage": float(advantage[i]),
+            "step": step.step,
+            "uid": str(step.uids[i]),
+            "estimator": step.estimator,
+            "group_size": size,
+            "group_mean": mean,
+            "group_std": std,
+            "score": float(scores[i]),
+            "reward": float(rewards[i]),
+            "advantage": float(advantage[i]),
             # the trainer at step S updates the weights of version S-1: a rollout of those is on-policy
-            "policy_version": low, "policy_version_max": high,
+            "policy_version": low,
+            "policy_version_max": high,
             "lag": None if low is None else step.step - 1 - low,
-            "tokens": int(tokens[i]), "masked_tokens": int(masked[i].sum()), "length": n,
+            "tokens": int(tokens[i]),
+            "masked_tokens": int(masked[i].sum()),
+            "length": n,
             "response_mask": step.response_mask[i, :n].int().tolist(),
-        }  # fmt: skip
+        }
         if float(spread[i]) > _CONSTANT:
             record["advantages"] = float32_list(step.advantages[i, :n])
         for name, tensor in per_token.items():
@@ -140,8 +158,9 @@ def _group_stats(uids: Sequence[Any], scores: torch.Tensor) -> dict[Any, tuple[i
     return stats
 
 
-def _logprob_deltas(step: StepArrays, mask: torch.Tensor, tokens: torch.Tensor,
-                    masked: torch.Tensor) -> tuple[torch.Tensor, ...] | None:  # fmt: skip
+def _logprob_deltas(
+    step: StepArrays, mask: torch.Tensor, tokens: torch.Tensor, masked: torch.Tensor
+) -> tuple[torch.Tensor, ...] | None:
     """Per row, how far the trainer's log-probs are from the rollout's: the largest gap over the
     tokens the loss counts and where it is, the mean gap there, and the largest gap over the
     masked tokens inside the response (tool output). None without both log-probs."""

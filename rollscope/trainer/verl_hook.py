@@ -152,16 +152,22 @@ def v0_step(batch: Any, step: int, estimator: str, entropy: Any = None) -> Calla
         responses = tensors["responses"]
         rows, width = responses.shape
         return StepArrays(
-            step=step, trajectory_ids=_column(non_tensor, TRAJECTORY_KEY, rows), uids=list(non_tensor["uid"]),
-            response_mask=tensors["response_mask"], advantages=tensors["advantages"],
-            scores=tensors["token_level_scores"], rewards=tensors["token_level_rewards"],
+            step=step,
+            trajectory_ids=_column(non_tensor, TRAJECTORY_KEY, rows),
+            uids=list(non_tensor["uid"]),
+            response_mask=tensors["response_mask"],
+            advantages=tensors["advantages"],
+            scores=tensors["token_level_scores"],
+            rewards=tensors["token_level_rewards"],
             lengths=tensors["attention_mask"][:, -width:].sum(-1),
-            old_log_probs=tensors.get("old_log_probs"), rollout_log_probs=tensors.get("rollout_log_probs"),
+            old_log_probs=tensors.get("old_log_probs"),
+            rollout_log_probs=tensors.get("rollout_log_probs"),
             min_versions=_column(non_tensor, "min_global_steps", rows),
-            max_versions=_column(non_tensor, "max_global_steps", rows), estimator=estimator,
+            max_versions=_column(non_tensor, "max_global_steps", rows),
+            estimator=estimator,
             entropy=entropy if entropy is not None and tuple(entropy.shape) == (rows, width) else None,
             ref_log_probs=tensors.get("ref_log_prob"),
-        )  # fmt: skip
+        )
 
     return arrays
 
@@ -181,8 +187,9 @@ def capture_v1(trainer: Any, batch: Any, data: Any) -> None:
     from rollscope.semconv import TRAJECTORY_KEY
 
     try:  # the entropies verl's old-log-prob pass put beside the rows (none where it was bypassed)
-        extra = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id,
-                                select_fields=["extra_fields", "entropy"])  # fmt: skip
+        extra = tq.kv_batch_get(
+            keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields", "entropy"]
+        )
         entropy = extra["entropy"]
     except Exception:
         extra = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["extra_fields"])
@@ -201,17 +208,22 @@ def capture_v1(trainer: Any, batch: Any, data: Any) -> None:
             return f if isinstance(f, dict) else {}
 
         return StepArrays(
-            step=step, trajectory_ids=[plain(f).get(TRAJECTORY_KEY) for f in fields],
-            uids=list(data.non_tensor_batch["uid"]), response_mask=tensors["response_mask"],
-            advantages=tensors["advantages"], scores=tensors["token_level_scores"],
+            step=step,
+            trajectory_ids=[plain(f).get(TRAJECTORY_KEY) for f in fields],
+            uids=list(data.non_tensor_batch["uid"]),
+            response_mask=tensors["response_mask"],
+            advantages=tensors["advantages"],
+            scores=tensors["token_level_scores"],
             rewards=tensors["token_level_rewards"],
             lengths=torch.tensor([int(t.get("response_len") or 0) for t in tags]),
-            old_log_probs=tensors.get("old_log_probs"), rollout_log_probs=tensors.get("rollout_log_probs"),
+            old_log_probs=tensors.get("old_log_probs"),
+            rollout_log_probs=tensors.get("rollout_log_probs"),
             min_versions=[t.get("min_global_steps") for t in tags],
-            max_versions=[t.get("max_global_steps") for t in tags], estimator=estimator,
+            max_versions=[t.get("max_global_steps") for t in tags],
+            estimator=estimator,
             entropy=None if entropy is None else _padded(entropy, tensors["response_mask"].shape),
             ref_log_probs=tensors.get("ref_log_prob"),
-        )  # fmt: skip
+        )
 
     recorder.submit(trainer.config, arrays)
 

@@ -20,8 +20,12 @@ from typing import Any
 _TEMPLATES = (
     (re.compile(r"<\|im_start\|>(\w+)\n(.*?)(?:<\|im_end\|>|(?=<\|im_start\|>)|\Z)", re.S), "<|im_end|>"),
     (re.compile(r"<start_of_turn>(\w+)\n(.*?)(?:<end_of_turn>|(?=<start_of_turn>)|\Z)", re.S), "<end_of_turn>"),
-    (re.compile(r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n\n(.*?)(?:<\|eot_id\|>|(?=<\|start_header_id\|>)|\Z)",
-                re.S), "<|eot_id|>"),
+    (
+        re.compile(
+            r"<\|start_header_id\|>(\w+)<\|end_header_id\|>\n\n(.*?)(?:<\|eot_id\|>|(?=<\|start_header_id\|>)|\Z)", re.S
+        ),
+        "<|eot_id|>",
+    ),
 )
 END_MARKERS = tuple(end for _, end in _TEMPLATES)  # what ends a model's turn, per family
 # A user turn that only carries a tool's response (templates with no tool role write it so).
@@ -100,7 +104,7 @@ def openai_reply(text: str, call_prefix: str = "call") -> dict[str, Any]:
         if call is None:
             continue
         calls.append(call)
-        kept.append(text[last:found.start()])
+        kept.append(text[last : found.start()])
         last = found.end()
     kept.append(text[last:])
     message: dict[str, Any] = {"role": "assistant", "content": "".join(kept).strip() if calls else text}
@@ -117,5 +121,11 @@ def _call(body: str, call_id: str) -> dict[str, Any] | None:
     if not isinstance(parsed, dict) or not isinstance(parsed.get("name"), str):
         return None
     arguments = parsed.get("arguments", {})
-    return {"id": call_id, "type": "function", "function": {
-        "name": parsed["name"], "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments)}}
+    return {
+        "id": call_id,
+        "type": "function",
+        "function": {
+            "name": parsed["name"],
+            "arguments": arguments if isinstance(arguments, str) else json.dumps(arguments),
+        },
+    }

@@ -96,8 +96,13 @@ def turns_of(record: TrajectoryRecord) -> list[tuple[SpanRecord | None, list[Spa
 
 # What the trainer did, compared when either side has it (a replay has none: the original's shows)
 _TRAINING_FIELDS = ("advantage", "policy_version", "step", "uid")
-_COMPARED = (("name", lambda s: s.name), ("status", lambda s: s.status), ("inputs", lambda s: without_ids(s.inputs)),
-             ("output", lambda s: without_ids(turn_text(s))), ("error", lambda s: without_ids(s.error_message)))
+_COMPARED = (
+    ("name", lambda s: s.name),
+    ("status", lambda s: s.status),
+    ("inputs", lambda s: without_ids(s.inputs)),
+    ("output", lambda s: without_ids(turn_text(s))),
+    ("error", lambda s: without_ids(s.error_message)),
+)
 
 
 def _call(span: SpanRecord) -> tuple[Any, ...]:

@@ -204,8 +204,12 @@ class TrainingRecord:
     values: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.values, "trajectory_id": self.trajectory_id, "project": self.project,
-                "experiment": self.experiment}  # fmt: skip
+        return {
+            **self.values,
+            "trajectory_id": self.trajectory_id,
+            "project": self.project,
+            "experiment": self.experiment,
+        }
 
 
 @dataclass
@@ -244,8 +248,14 @@ class StepStats:
         return self.tokens / self.trajectories
 
     def to_dict(self) -> dict[str, Any]:
-        return {"project": self.project, "experiment": self.experiment, "step": self.step,
-                "trajectories": self.trajectories, "mean_reward": self.mean_reward,
-                "tool_calls_per_trajectory": self.tool_calls_per_trajectory, "error_rate": self.error_rate,
-                "turns_per_trajectory": self.turns_per_trajectory,
-                "tokens_per_trajectory": self.tokens_per_trajectory}  # fmt: skip
+        return {
+            "project": self.project,
+            "experiment": self.experiment,
+            "step": self.step,
+            "trajectories": self.trajectories,
+            "mean_reward": self.mean_reward,
+            "tool_calls_per_trajectory": self.tool_calls_per_trajectory,
+            "error_rate": self.error_rate,
+            "turns_per_trajectory": self.turns_per_trajectory,
+            "tokens_per_trajectory": self.tokens_per_trajectory,
+        }

@@ -47,8 +47,12 @@ MAX_DIFFERENCES = 16  # differences listed one by one; past them, counted
 WHITESPACE = "whitespace"  # a difference whose two sides differ only in spaces and newlines
 
 
-def first_difference(rollout_ids: list[int], template_ids: list[int], window: int = WINDOW,
-                     decode: Callable[[list[int]], str] | None = None) -> dict[str, Any]:  # fmt: skip
+def first_difference(
+    rollout_ids: list[int],
+    template_ids: list[int],
+    window: int = WINDOW,
+    decode: Callable[[list[int]], str] | None = None,
+) -> dict[str, Any]:
     """The comparison of the loop's token sequence with the template's rendering of its messages.
 
     Every place the two differ is found, not only the first (an early, harmless difference must
@@ -59,30 +63,43 @@ def first_difference(rollout_ids: list[int], template_ids: list[int], window: in
     ``position`` and id windows, and a ``cause`` that is ``split`` only when every difference is
     one. Where one sequence ends, what the other has past it is not a difference (the template's
     closing markup after the last reply, a reply cut short)."""
-    result: dict[str, Any] = {"match": True, "rollout_length": len(rollout_ids),
-                              "template_length": len(template_ids)}  # fmt: skip
+    result: dict[str, Any] = {"match": True, "rollout_length": len(rollout_ids), "template_length": len(template_ids)}
     blocks = _differing_blocks(rollout_ids, template_ids)
     if not blocks:
         return result
     differences = []
     for i1, i2, j1, j2 in blocks[:MAX_DIFFERENCES]:
-        difference: dict[str, Any] = {"position": i1, "template_position": j1, "rollout": rollout_ids[i1:i2],
-                                      "template": template_ids[j1:j2]}  # fmt: skip
+        difference: dict[str, Any] = {
+            "position": i1,
+            "template_position": j1,
+            "rollout": rollout_ids[i1:i2],
+            "template": template_ids[j1:j2],
+        }
         if decode is not None:
             ours, theirs = decode(rollout_ids[i1:i2]), decode(template_ids[j1:j2])
             cause = _cause(ours, theirs)
-            difference.update({"rollout_text": ours, "template_text": theirs, "cause": cause,
-                               "said": _said(cause, ours, theirs)})  # fmt: skip
+            difference.update(
+                {"rollout_text": ours, "template_text": theirs, "cause": cause, "said": _said(cause, ours, theirs)}
+            )
         differences.append(difference)
     at = blocks[0][0]
     low = max(0, at - window)
-    result.update({"match": False, "position": at, "window_start": low, "rollout": rollout_ids[low: at + window],
-                   "template": template_ids[max(0, blocks[0][2] - (at - low)): blocks[0][2] + window],
-                   "differences": differences, "difference_count": len(blocks)})  # fmt: skip
+    result.update(
+        {
+            "match": False,
+            "position": at,
+            "window_start": low,
+            "rollout": rollout_ids[low : at + window],
+            "template": template_ids[max(0, blocks[0][2] - (at - low)) : blocks[0][2] + window],
+            "differences": differences,
+            "difference_count": len(blocks),
+        }
+    )
     if decode is not None:
         # (a split across a block's edges shows as two texts that differ; the whole texts settle it)
-        all_split = all(d["cause"] == SPLIT_ONLY for d in differences) or _same_text(decode(rollout_ids),
-                                                                                      decode(template_ids))  # fmt: skip
+        all_split = all(d["cause"] == SPLIT_ONLY for d in differences) or _same_text(
+            decode(rollout_ids), decode(template_ids)
+        )
         result["cause"] = SPLIT_ONLY if all_split else "text"
     return result
 
@@ -144,9 +161,12 @@ def render(request: dict[str, Any]) -> list[int]:
     backend tokenizer saved as JSON, ``tokenizer_file``)."""
     from transformers.utils.chat_template_utils import render_jinja_template
 
-    rendered, _ = render_jinja_template(conversations=[request["messages"]], tools=request["tools"] or None,
-                                        chat_template=request["template"],
-                                        **{**request["special_tokens"], **(request["kwargs"] or {})})  # fmt: skip
+    rendered, _ = render_jinja_template(
+        conversations=[request["messages"]],
+        tools=request["tools"] or None,
+        chat_template=request["template"],
+        **{**request["special_tokens"], **(request["kwargs"] or {})},
+    )
     return _encoder(request["tokenizer"]).encode(rendered[0], add_special_tokens=False).ids
 
 

@@ -44,9 +44,19 @@ REPETITION_MAX_WORDS = 4000  # of a reply counted: a bound on the work, whatever
 
 #: The summary's columns in the trajectories table, in this order (``TrajectorySummary.columns``).
 COLUMNS = (
-    "num_spans", "num_llm_calls", "num_tool_calls", "num_errors", "num_tokens", "num_tool_errors",
-    "num_truncated", "num_repeated_calls", "logprob_sum", "logprob_count", "answer_chars", "turn_limit",
-)  # fmt: skip
+    "num_spans",
+    "num_llm_calls",
+    "num_tool_calls",
+    "num_errors",
+    "num_tokens",
+    "num_tool_errors",
+    "num_truncated",
+    "num_repeated_calls",
+    "logprob_sum",
+    "logprob_count",
+    "answer_chars",
+    "turn_limit",
+)
 
 
 def answer_chars(text: Any) -> int:
@@ -121,7 +131,7 @@ class TrajectorySummary:
         "tools",
         "truncated",
         "turn_limit",
-    )  # fmt: skip
+    )
 
     def __init__(self) -> None:
         self.spans = self.llm = self.tools = self.errors = self.tokens = self.tool_errors = 0
@@ -199,8 +209,20 @@ class TrajectorySummary:
 
     def columns(self) -> tuple:
         """Values for ``COLUMNS``."""
-        return (self.spans, self.llm, self.tools, self.errors, self.tokens, self.tool_errors, self.truncated,
-                self.repeated, self.logprob_sum, self.logprob_count, self.answer, self.turn_limit)  # fmt: skip
+        return (
+            self.spans,
+            self.llm,
+            self.tools,
+            self.errors,
+            self.tokens,
+            self.tool_errors,
+            self.truncated,
+            self.repeated,
+            self.logprob_sum,
+            self.logprob_count,
+            self.answer,
+            self.turn_limit,
+        )
 
     def attributes(self) -> dict[str, Any]:
         """What joins the trajectory's attributes: its task, first error and tool errors by kind."""

@@ -23,7 +23,6 @@ from rollscope.trajectory.records import TrajectoryRecord
 log = logging.getLogger("rollscope.trajectory")
 
 
-
 def recorded_tokenizer(spans: Iterable[Any]) -> str | None:
     """The tokenizer directory (or hub name) a trajectory's loop recorded, from its spans."""
     for span in spans:
@@ -86,9 +85,12 @@ def with_text(record: TrajectoryRecord, tokenizer: Any = None) -> int:
     """Decode the llm turns' token ids that have no text beside them (in place); returns how many
     fields were decoded. ``tokenizer``: one to use instead of the recorded one."""
     llm = [s for s in record.spans if s.kind == "llm"]
-    todo = [(s, d, ids, text) for s in llm for d, ids, text in ((s.outputs, "token_ids", "response_text"),
-                                                               (s.inputs, "prompt_ids", "prompt_text"))
-            if isinstance(d, dict) and _ids(d.get(ids)) and not isinstance(d.get(text), str)]  # fmt: skip
+    todo = [
+        (s, d, ids, text)
+        for s in llm
+        for d, ids, text in ((s.outputs, "token_ids", "response_text"), (s.inputs, "prompt_ids", "prompt_text"))
+        if isinstance(d, dict) and _ids(d.get(ids)) and not isinstance(d.get(text), str)
+    ]
     if not todo:
         return 0
     if tokenizer is None:

@@ -92,8 +92,9 @@ def resolve_prompts(spans: list[Any], decoder: Callable[[str], Any] = load_decod
     return failed
 
 
-def _make_whole(span: Any, llm: dict[str, Any], whole: dict[str, tuple[list[int], str | None]],
-                decoder: Callable[[str], Any]) -> str | None:  # fmt: skip
+def _make_whole(
+    span: Any, llm: dict[str, Any], whole: dict[str, tuple[list[int], str | None]], decoder: Callable[[str], Any]
+) -> str | None:
     inputs = span.inputs
     base = inputs.get(PROMPT_BASE)
     added = inputs.get(PROMPT_IDS_ADDED)
@@ -124,8 +125,14 @@ def _make_whole(span: Any, llm: dict[str, Any], whole: dict[str, tuple[list[int]
         full_text = text[: len(text) - cut] + new_text
     whole[span.id] = (prompt, full_text)
     shared = len(ids) + reply
-    span.attributes = {**(span.attributes or {}), PROMPT_CONTINUES: {
-        "span": source.id, "tokens": shared, "chars": len(text) - cut if full_text is not None else None}}
+    span.attributes = {
+        **(span.attributes or {}),
+        PROMPT_CONTINUES: {
+            "span": source.id,
+            "tokens": shared,
+            "chars": len(text) - cut if full_text is not None else None,
+        },
+    }
     rebuilt: dict[str, Any] = {}
     for key, value in inputs.items():  # the inputs as they were recorded whole, in their order
         if key == PROMPT_BASE:

@@ -87,12 +87,18 @@ def charts(steps: list[StepStats], extra: dict[str, dict] | None = None) -> list
 
 def series_charts(extra: dict[str, dict], link: Callable[[Any], str] | None = None) -> list[Chart]:
     """One line chart per series (title -> {step: value}); ``link``: where a step's dot leads."""
-    return _lines([(title, [(x, y) for x, y in values.items() if x is not None and y is not None])
-                   for title, values in extra.items()], link)  # fmt: skip
+    return _lines(
+        [
+            (title, [(x, y) for x, y in values.items() if x is not None and y is not None])
+            for title, values in extra.items()
+        ],
+        link,
+    )
 
 
-def _lines(series_of: list[tuple[str, list[tuple[float, float]]]],
-           link: Callable[[Any], str] | None = None) -> list[Chart]:  # fmt: skip
+def _lines(
+    series_of: list[tuple[str, list[tuple[float, float]]]], link: Callable[[Any], str] | None = None
+) -> list[Chart]:
     out = []
     for title, series in series_of:
         if not series:
@@ -112,8 +118,17 @@ def _lines(series_of: list[tuple[str, list[tuple[float, float]]]],
 
         dots = [(px(x), py(y), f"step {x}: {y:.3g}") for x, y in series]
         labels = [(px(x), str(x)) for x in sorted({x0, x1, xs[len(xs) // 2]})]
-        out.append(Chart(title, " ".join(f"{a:.1f},{b:.1f}" for a, b, _ in dots), dots, y0, y1, labels,
-                         links=[link(x) for x, _ in series] if link is not None else []))  # fmt: skip
+        out.append(
+            Chart(
+                title,
+                " ".join(f"{a:.1f},{b:.1f}" for a, b, _ in dots),
+                dots,
+                y0,
+                y1,
+                labels,
+                links=[link(x) for x, _ in series] if link is not None else [],
+            )
+        )
     return out
 
 
@@ -134,7 +149,12 @@ def sparkline(series: list, width: int = 160, height: int = 28) -> Chart:
     x0, x1, y0, y1 = min(xs), max(xs), min(ys), max(ys)
     y1 = y1 if y1 > y0 else y0 + 1.0
     pad = 3
-    dots = [(pad + (width - 2 * pad) * ((x - x0) / (x1 - x0) if x1 > x0 else 0.5),
-             height - pad - (height - 2 * pad) * (y - y0) / (y1 - y0), f"step {x}: {y:.3g}")
-            for x, y in points]  # fmt: skip
+    dots = [
+        (
+            pad + (width - 2 * pad) * ((x - x0) / (x1 - x0) if x1 > x0 else 0.5),
+            height - pad - (height - 2 * pad) * (y - y0) / (y1 - y0),
+            f"step {x}: {y:.3g}",
+        )
+        for x, y in points
+    ]
     return Chart("", " ".join(f"{a:.1f},{b:.1f}" for a, b, _ in dots), dots, y0, y1, [], width, height)

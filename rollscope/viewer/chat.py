@@ -17,8 +17,10 @@ from rollscope.trajectory.records import SpanRecord, TrajectoryRecord
 # Special tokens left in a message's text (a BOS, an end-of-text, ``<|eot_id|>``, a tool-call tag):
 # ``<|word|>`` (ChatML, Llama 3), Gemma's and sentencepiece's named ones, the hermes tool and
 # reasoning tags.
-_SPECIAL = re.compile(r"<\|[A-Za-z0-9_.:-]{1,40}\|>|</?(?:bos|eos|s|pad|unk|start_of_turn|end_of_turn|tool_call|"
-                      r"tool_response|tools|think)>")
+_SPECIAL = re.compile(
+    r"<\|[A-Za-z0-9_.:-]{1,40}\|>|</?(?:bos|eos|s|pad|unk|start_of_turn|end_of_turn|tool_call|"
+    r"tool_response|tools|think)>"
+)
 
 
 def with_markers(text: str) -> Markup:
@@ -26,7 +28,7 @@ def with_markers(text: str) -> Markup:
     that cannot be read as the model's words)."""
     out, last = [], 0
     for found in _SPECIAL.finditer(text):
-        out += [escape(text[last:found.start()]), Markup('<span class="special-token">%s</span>') % found.group()]
+        out += [escape(text[last : found.start()]), Markup('<span class="special-token">%s</span>') % found.group()]
         last = found.end()
     out.append(escape(text[last:]))
     return Markup("").join(out)

@@ -68,16 +68,35 @@ class Viewer:
         # (fails now, with the source's message, if it cannot be read)
         self._store = open_source(source, directory, index_segments=True)
         self._lock = threading.Lock()
-        self.env = Environment(loader=PackageLoader("rollscope.viewer", "templates"), trim_blocks=True,
-                               lstrip_blocks=True, autoescape=select_autoescape(default=True))  # fmt: skip
-        self.env.globals.update(wandb_run=wandb_run, figures=figures, main_text=main_text, tool_call=tool_call,
-                                turn_text=turn_text, fmt=fmt, quote=quote, token_view=token_view, span_facts=span_facts,
-                                with_markers=with_markers)  # fmt: skip
+        self.env = Environment(
+            loader=PackageLoader("rollscope.viewer", "templates"),
+            trim_blocks=True,
+            lstrip_blocks=True,
+            autoescape=select_autoescape(default=True),
+        )
+        self.env.globals.update(
+            wandb_run=wandb_run,
+            figures=figures,
+            main_text=main_text,
+            tool_call=tool_call,
+            turn_text=turn_text,
+            fmt=fmt,
+            quote=quote,
+            token_view=token_view,
+            span_facts=span_facts,
+            with_markers=with_markers,
+        )
         self.routes: dict[str, Callable[[dict[str, str], list[str]], str]] = {
-            "/": self.index, "/compare": self.compare, "/group": self.group, "/steps": self.steps,
-            "/insights": self.insights, "/prompt": self.prompt, "/live": self.live, "/rescorings": self.rescorings,
+            "/": self.index,
+            "/compare": self.compare,
+            "/group": self.group,
+            "/steps": self.steps,
+            "/insights": self.insights,
+            "/prompt": self.prompt,
+            "/live": self.live,
+            "/rescorings": self.rescorings,
             "/metrics": self.metrics,
-        }  # fmt: skip
+        }
 
     def store(self) -> TraceSource:
         return self._store
@@ -116,8 +135,9 @@ class Viewer:
         page = _int(q, "page", 1, minimum=1)
         store = self.store()
         total = store.count(**filters)
-        rows = store.trajectories(**filters, order_by=sort, descending=q.get("desc") == "1", limit=PAGE_SIZE,
-                                  offset=(page - 1) * PAGE_SIZE)  # fmt: skip
+        rows = store.trajectories(
+            **filters, order_by=sort, descending=q.get("desc") == "1", limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
+        )
         pages = max(1, -(-total // PAGE_SIZE))
         keep = {k: v for k, v in q.items() if k != "page"}
         experiments = sorted({e for _, e in store.experiments() if e is not None})
@@ -125,15 +145,31 @@ class Viewer:
         def sort_url(column: str) -> str:
             """A column header's link: sorted by it, ascending, or flipped when it is the sort already."""
             desc = "" if column != sort else ("" if q.get("desc") == "1" else "1")
-            return "/?" + urlencode({**{k: v for k, v in keep.items() if k not in ("sort", "desc")}, "sort": column,
-                                     **({"desc": desc} if desc else {})})  # fmt: skip
+            return "/?" + urlencode(
+                {
+                    **{k: v for k, v in keep.items() if k not in ("sort", "desc")},
+                    "sort": column,
+                    **({"desc": desc} if desc else {}),
+                }
+            )
 
         runs = any(r.wandb_run for r in rows)  # the W&B run column, where the page has one
-        return self._render("index.html", title="trajectories", rows=[table_row(r, runs) for r in rows],
-                            runs=runs, total=total, page=page, pages=pages,
-                            q=q, sorts=SORTS, sort=sort, sort_url=sort_url, experiments=experiments,
-                            all_count=store.total() if any(v is not None for v in filters.values()) else total,
-                            page_url=lambda p: "/?" + urlencode({**keep, "page": p}))  # fmt: skip
+        return self._render(
+            "index.html",
+            title="trajectories",
+            rows=[table_row(r, runs) for r in rows],
+            runs=runs,
+            total=total,
+            page=page,
+            pages=pages,
+            q=q,
+            sorts=SORTS,
+            sort=sort,
+            sort_url=sort_url,
+            experiments=experiments,
+            all_count=store.total() if any(v is not None for v in filters.values()) else total,
+            page_url=lambda p: "/?" + urlencode({**keep, "page": p}),
+        )
 
     def trajectory(self, trajectory_id: str, search: str | None = None) -> str:
         """A trajectory's page: its span tree beside every span's detail, each span linkable
@@ -154,12 +190,27 @@ class Viewer:
         replays = self.store().trajectories(replay_of=record.id, order_by="start")
         original = self.store().get(record.replay_of).training if record.replay_of else None
         drift = retokenization(record)
-        return self._render("trajectory.html", title=record.id, t=record, roots=bounded_tree(record.tree()), bar=bar,
-                            turns=turns(record), task=first_user_message(record), truth=ground_truth(record),
-                            replays=replays, training=record.training, tv=training_token_view(record),
-                            original=original, drift=drift, drift_at=drift_span(record, drift),
-                            threshold=Thresholds().logprob_delta, overlay_legends=LEGENDS, search=search,
-                            matches=matches, matched={s.id for s in matches})  # fmt: skip
+        return self._render(
+            "trajectory.html",
+            title=record.id,
+            t=record,
+            roots=bounded_tree(record.tree()),
+            bar=bar,
+            turns=turns(record),
+            task=first_user_message(record),
+            truth=ground_truth(record),
+            replays=replays,
+            training=record.training,
+            tv=training_token_view(record),
+            original=original,
+            drift=drift,
+            drift_at=drift_span(record, drift),
+            threshold=Thresholds().logprob_delta,
+            overlay_legends=LEGENDS,
+            search=search,
+            matches=matches,
+            matched={s.id for s in matches},
+        )
 
     def compare(self, q: dict[str, str], ids: list[str]) -> str:
         ids = list(dict.fromkeys(i for i in ids if i))
@@ -173,9 +224,12 @@ class Viewer:
         for i in range(max(len(c) for c in columns)):
             cells = [c[i] if i < len(c) else None for c in columns]
             # what was said and done, per-call ids aside (they differ between any two rollouts)
-            texts = [None if cell is None else [(s.name, without_ids(turn_text(s)), s.status)
-                                                for s in (cell[0], *cell[1]) if s is not None]
-                     for cell in cells]  # fmt: skip
+            texts = [
+                None
+                if cell is None
+                else [(s.name, without_ids(turn_text(s)), s.status) for s in (cell[0], *cell[1]) if s is not None]
+                for cell in cells
+            ]
             rows.append((i, cells, [t != texts[0] for t in texts]))
         # what each was asked and the right answer: a reward of 1 beside one of 0 says why
         tasks = [(first_user_message(r), ground_truth(r)) for r in records]
@@ -199,20 +253,36 @@ class Viewer:
                 rewards = [rescored[r.id].reward if r.id in rescored else None for r in records]
                 other = [(reward, adv) for reward, (adv, _) in zip(rewards, advantages(rewards)[2], strict=True)]
             rewarded = sum(r.reward is not None for r in records)
-            groups.append({"project": records[0].project, "experiment": records[0].experiment, "mean": mean,
-                           "std": std, "members": members, "rewarded": rewarded,
-                           "zero_variance": std == 0 and rewarded >= Thresholds().min_group, "rescored": other,
-                           "compare": "/compare?" + urlencode([("id", r.id) for r in records[:4]])})  # fmt: skip
-        return self._render("group.html", title=f"group {step}/{sample}", step=step, sample=sample, groups=groups,
-                            rescoring=q.get("rescoring"))  # fmt: skip
+            groups.append(
+                {
+                    "project": records[0].project,
+                    "experiment": records[0].experiment,
+                    "mean": mean,
+                    "std": std,
+                    "members": members,
+                    "rewarded": rewarded,
+                    "zero_variance": std == 0 and rewarded >= Thresholds().min_group,
+                    "rescored": other,
+                    "compare": "/compare?" + urlencode([("id", r.id) for r in records[:4]]),
+                }
+            )
+        return self._render(
+            "group.html",
+            title=f"group {step}/{sample}",
+            step=step,
+            sample=sample,
+            groups=groups,
+            rescoring=q.get("rescoring"),
+        )
 
     def rescorings(self, q: dict[str, str], _: list[str]) -> str:
         """The rescorings stored beside the run (``rollscope rescore``), or one of them (``name``):
         per step what changed, and each group GRPO would have treated differently."""
         store = self.store()
         if q.get("name"):
-            return self._render("rescorings.html", title=f"rescoring {q['name']}", listed=[],
-                                rescoring=_rescoring(store, q["name"]))  # fmt: skip
+            return self._render(
+                "rescorings.html", title=f"rescoring {q['name']}", listed=[], rescoring=_rescoring(store, q["name"])
+            )
         listed = [store.rescoring(name) for name in store.rescoring_names()]
         return self._render("rescorings.html", title="rescorings", listed=listed, rescoring=None)
 
@@ -221,15 +291,27 @@ class Viewer:
         runs: dict[tuple, list] = {}
         for s in self.store().steps(**filters):  # one section per experiment: its steps are its own
             runs.setdefault((s.project, s.experiment), []).append(s)
-        found = {(i.project, i.experiment): i for i in insights(
-            self.store(), experiment=filters["experiment"], project=filters["project"], validate=filters["validate"])}
+        found = {
+            (i.project, i.experiment): i
+            for i in insights(
+                self.store(), experiment=filters["experiment"], project=filters["project"], validate=filters["validate"]
+            )
+        }
         training: dict[tuple, dict] = {}
         for r in self.store().training_records(project=filters["project"], experiment=filters["experiment"]):
             training.setdefault((r.project, r.experiment), {}).setdefault(r.step, []).append(r)
-        sections = [{"project": p, "experiment": e, "stats": stats,
-                     "charts": [*charts(stats, _insight_series(found.get((p, e)))),
-                                *_training_charts(training.get((p, e)), found.get((p, e)))]}
-                    for (p, e), stats in runs.items()]  # fmt: skip
+        sections = [
+            {
+                "project": p,
+                "experiment": e,
+                "stats": stats,
+                "charts": [
+                    *charts(stats, _insight_series(found.get((p, e)))),
+                    *_training_charts(training.get((p, e)), found.get((p, e))),
+                ],
+            }
+            for (p, e), stats in runs.items()
+        ]
         return self._render("steps.html", title="steps", sections=sections, q=q)
 
     def metrics(self, q: dict[str, str], _: list[str]) -> str:
@@ -263,8 +345,9 @@ class Viewer:
 
     def insights(self, q: dict[str, str], _: list[str]) -> str:
         steps = (_int(q, "from", None), _int(q, "to", None))
-        runs = insights(self.store(), experiment=q.get("experiment"), steps=steps,
-                        validate=_flag(q, "validate") or False)  # fmt: skip
+        runs = insights(
+            self.store(), experiment=q.get("experiment"), steps=steps, validate=_flag(q, "validate") or False
+        )
         if self.wandb_run is not None:  # the training run's metrics that jumped at these steps
             series = self._history().all_series()
             for run in runs:
@@ -276,10 +359,18 @@ class Viewer:
                 series = run.of(name)
                 if not series:  # the trainer's signals, for a run no trainer recorded
                     continue
-                table.append({"name": name, "counts": counts, "meaning": meaning, "series": series,
-                              "total": _overall(series), "trend": sparkline(series),
-                              "flagged": [s.step for s in series if s.flagged],
-                              "examples": _examples_of(series)})  # fmt: skip
+                table.append(
+                    {
+                        "name": name,
+                        "counts": counts,
+                        "meaning": meaning,
+                        "series": series,
+                        "total": _overall(series),
+                        "trend": sparkline(series),
+                        "flagged": [s.step for s in series if s.flagged],
+                        "examples": _examples_of(series),
+                    }
+                )
             rows.append((run, table))
         return self._render("insights.html", title="insights", runs=rows, q=q)
 
@@ -291,10 +382,19 @@ class Viewer:
         stall = _seconds(q, "stall", 120.0)
         refresh = _seconds(q, "refresh", 2.0)
         now_running = running(self.store(), experiment, stall)
-        ended = self.store().trajectories(experiment=experiment, ended_after=0, order_by="end", descending=True,
-                                          limit=20)  # fmt: skip
-        return self._render("live.html", title="live", running=now_running, ended=ended, stall=stall,
-                            refresh=refresh, q=q, stalled=sum(r.stalled for r in now_running))  # fmt: skip
+        ended = self.store().trajectories(
+            experiment=experiment, ended_after=0, order_by="end", descending=True, limit=20
+        )
+        return self._render(
+            "live.html",
+            title="live",
+            running=now_running,
+            ended=ended,
+            stall=stall,
+            refresh=refresh,
+            q=q,
+            stalled=sum(r.stalled for r in now_running),
+        )
 
     def _render(self, template: str, **context: Any) -> str:
         return self.env.get_template(template).render(**context)
@@ -312,9 +412,14 @@ def _insight_series(found: Any) -> dict[str, dict]:
     """The per-step charts' insight series: zero-variance group share, truncation rate, tool-error rate."""
     if found is None:
         return {}
-    return {title: {s.step: s.share for s in found.of(name)} for title, name in (
-        ("zero-variance GRPO groups (share)", "zero_variance"), ("truncated replies (share)", "truncated"),
-        ("tool errors per tool call", "tool_errors"))}  # fmt: skip
+    return {
+        title: {s.step: s.share for s in found.of(name)}
+        for title, name in (
+            ("zero-variance GRPO groups (share)", "zero_variance"),
+            ("truncated replies (share)", "truncated"),
+            ("tool errors per tool call", "tool_errors"),
+        )
+    }
 
 
 def _training_charts(steps: dict[Any, list] | None, found: Any) -> list[Chart]:
@@ -323,13 +428,21 @@ def _training_charts(steps: dict[Any, list] | None, found: Any) -> list[Chart]:
     mean off-policy lag and the worst log-prob gap."""
     if not steps or found is None:
         return []
-    series = {title: {sig.step: value(sig) for sig in found.of(name)} for title, name, value in (
-        ("GRPO groups with every advantage 0 (share)", "zero_advantage", lambda sig: sig.share),
-        ("off-policy lag (mean actor updates behind)", "off_policy_lag", lambda sig: sig.detail.get("mean_lag")),
-        ("max |trainer - rollout| log-prob (nats)", "logprob_mismatch", lambda sig: sig.detail.get("max_delta")))}
-    return [distribution("advantage per step (min, quartiles, max)",
-                         {step: [r.advantage for r in rs if r.advantage is not None] for step, rs in steps.items()}),
-            *series_charts(series)]  # fmt: skip
+    series = {
+        title: {sig.step: value(sig) for sig in found.of(name)}
+        for title, name, value in (
+            ("GRPO groups with every advantage 0 (share)", "zero_advantage", lambda sig: sig.share),
+            ("off-policy lag (mean actor updates behind)", "off_policy_lag", lambda sig: sig.detail.get("mean_lag")),
+            ("max |trainer - rollout| log-prob (nats)", "logprob_mismatch", lambda sig: sig.detail.get("max_delta")),
+        )
+    }
+    return [
+        distribution(
+            "advantage per step (min, quartiles, max)",
+            {step: [r.advantage for r in rs if r.advantage is not None] for step, rs in steps.items()},
+        ),
+        *series_charts(series),
+    ]
 
 
 def _overall(series: list[Signal]) -> str:
@@ -398,12 +511,20 @@ def _flag(q: dict[str, str], key: str) -> bool | None:
 
 def _filters(q: dict[str, str]) -> dict[str, Any]:
     return {
-        "project": q.get("project"), "experiment": q.get("experiment"), "step": _int(q, "step", None),
+        "project": q.get("project"),
+        "experiment": q.get("experiment"),
+        "step": _int(q, "step", None),
         "sample_index": _sample(q),
-        "rollout_n": _int(q, "rollout", None), "validate": _flag(q, "validate"), "agent": q.get("agent"),
-        "status": q.get("status"), "min_reward": _float(q, "min_reward"), "max_reward": _float(q, "max_reward"),
-        "has_error": _flag(q, "errors"), "tool_error": _flag(q, "tool_errors"), "wandb_run": q.get("wandb_run") or None,
-    }  # fmt: skip
+        "rollout_n": _int(q, "rollout", None),
+        "validate": _flag(q, "validate"),
+        "agent": q.get("agent"),
+        "status": q.get("status"),
+        "min_reward": _float(q, "min_reward"),
+        "max_reward": _float(q, "max_reward"),
+        "has_error": _flag(q, "errors"),
+        "tool_error": _flag(q, "tool_errors"),
+        "wandb_run": q.get("wandb_run") or None,
+    }
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -439,9 +560,14 @@ def _host_name(header: str) -> str:
     return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
 
 
-def make_server(directory: str | None, host: str = "127.0.0.1", port: int = 8765,
-                allowed_hosts: tuple[str, ...] = (), source: str | None = None,
-                wandb_run: str | None = None) -> ThreadingHTTPServer:  # fmt: skip
+def make_server(
+    directory: str | None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    allowed_hosts: tuple[str, ...] = (),
+    source: str | None = None,
+    wandb_run: str | None = None,
+) -> ThreadingHTTPServer:
     """The viewer's HTTP server, answering only requests addressed to ``host``, 127.0.0.1,
     localhost, [::1] or one of ``allowed_hosts``."""
     names = {host, "127.0.0.1", "localhost", "[::1]", *allowed_hosts}

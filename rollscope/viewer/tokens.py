@@ -106,9 +106,9 @@ OVERLAYS = (
 # What each overlay's colours say, shown under the switch.
 LEGENDS = {
     "delta": "white: trainer and rollout agree (< 1e-4 nats) · green, yellow, orange: 1e-2, 0.1, 0.5 · red: ≥ 2 nats "
-             "(the policy trained on is not the one that sampled)",
+    "(the policy trained on is not the one that sampled)",
     "entropy": "red: the policy was near-certain there (< 0.1 nats) · orange, yellow: < 0.5, < 1 · white: ≥ 4 nats "
-               "(spread wide); a response all red is an entropy collapse",
+    "(spread wide); a response all red is an entropy collapse",
     "kl": "white: policy and reference agree (< 1e-4 nats) · red: ≥ 2 nats apart, where the KL term pulls hardest",
     "advantage": "green: pushed up (positive advantage) · red: pushed down · white: about 0, no signal",
     "trainer": "the trainer's log-prob: white: likely (p ≥ 0.9) · red: unlikely (p < 0.02)",
@@ -135,8 +135,13 @@ class TrainingToken:
         """One CSS class per overlay (``OVERLAYS``' prefix and bucket, ``x`` without a value), and
         ``m`` for a masked token: the page switches overlays with CSS alone."""
         kl = _above(abs(self.kl), DELTA_BUCKETS) if self.kl is not None else None
-        buckets = {"d": None if self.bucket < 0 else self.bucket, "e": _above(self.entropy, ENTROPY_BUCKETS),
-                   "k": kl, "a": _above(self.advantage, ADVANTAGE_EDGES), "l": _likelihood(self.trainer)}  # fmt: skip
+        buckets = {
+            "d": None if self.bucket < 0 else self.bucket,
+            "e": _above(self.entropy, ENTROPY_BUCKETS),
+            "k": kl,
+            "a": _above(self.advantage, ADVANTAGE_EDGES),
+            "l": _likelihood(self.trainer),
+        }
         found = [f"{prefix}{'x' if b is None else b}" for prefix, b in buckets.items()]
         return " ".join([*found, "m"] if self.masked else found)
 
@@ -146,9 +151,15 @@ class TrainingToken:
         parts = [f"#{self.position}", f"id {self.token_id}"]
         if self.masked:
             parts.append("masked: not trained on")
-        for label, value in (("trainer", self.trainer), ("rollout", self.rollout), ("Δ", self.delta),
-                             ("entropy", self.entropy), ("reference", self.reference), ("KL", self.kl),
-                             ("advantage", self.advantage)):  # fmt: skip
+        for label, value in (
+            ("trainer", self.trainer),
+            ("rollout", self.rollout),
+            ("Δ", self.delta),
+            ("entropy", self.entropy),
+            ("reference", self.reference),
+            ("KL", self.kl),
+            ("advantage", self.advantage),
+        ):
             if value is not None:
                 parts.append(f"{label} {value:.4g}")
         return " · ".join(parts)
@@ -222,13 +233,22 @@ def training_token_view(record: TrajectoryRecord, worst: int = DEFAULT_WORST) ->
         delta = o - r if m and o is not None and r is not None else None
         kl = o - ref if m and o is not None and ref is not None else None
         advantage = (at(advantages, i) if advantages else _number(values.get("advantage"))) if m else None
-        tokens.append(TrainingToken(i, token_id, text, o, r, delta, _delta_bucket(delta), not m, at(entropy, i), ref,
-                                    kl, advantage))  # fmt: skip
+        tokens.append(
+            TrainingToken(
+                i, token_id, text, o, r, delta, _delta_bucket(delta), not m, at(entropy, i), ref, kl, advantage
+            )
+        )
     scored = sorted((t for t in tokens if t.delta is not None), key=lambda t: (-abs(t.delta), t.position))
-    present = {"delta": bool(old and rollout), "entropy": bool(entropy), "kl": bool(old and reference),
-               "advantage": any(t.advantage is not None for t in tokens), "trainer": bool(old)}  # fmt: skip
-    return TrainingTokenView(tokens, scored[:worst], sum(1 for m in mask if not m), bool(texts),
-                             [o for o in OVERLAYS if present[o[0]]])  # fmt: skip
+    present = {
+        "delta": bool(old and rollout),
+        "entropy": bool(entropy),
+        "kl": bool(old and reference),
+        "advantage": any(t.advantage is not None for t in tokens),
+        "trainer": bool(old),
+    }
+    return TrainingTokenView(
+        tokens, scored[:worst], sum(1 for m in mask if not m), bool(texts), [o for o in OVERLAYS if present[o[0]]]
+    )
 
 
 def drift_span(record: TrajectoryRecord, drift: dict | None) -> str | None:

@@ -63,9 +63,14 @@ def table_row(r: TrajectoryRecord, runs: bool = False) -> Markup:
         f'<td><input type="checkbox" name="id" value="{escape(r.id)}"></td>',
         f'<td><a href="/t/{escape(quote(r.id))}">{escape(r.id)}</a></td>',
         f"<td>{escape(r.experiment or '')}</td>",
-        ("" if not runs else "<td></td>" if run is None else
-         f'<td class="wandb-run"><a href="/?wandb_run={_quoted(run)}" title="{escape(run)}">'
-         f"{escape(run.rsplit('/', 1)[-1])}</a></td>"),
+        (
+            ""
+            if not runs
+            else "<td></td>"
+            if run is None
+            else f'<td class="wandb-run"><a href="/?wandb_run={_quoted(run)}" title="{escape(run)}">'
+            f"{escape(run.rsplit('/', 1)[-1])}</a></td>"
+        ),
         f"<td>{escape(fmt(r.step))}</td>",
         f'<td><a href="{escape(group_url(r))}">{escape(fmt(r.sample_index))}</a></td>',
         f"<td>{escape(fmt(r.rollout_n))}</td>",
@@ -94,7 +99,7 @@ def started(start_ns: int | None) -> str:
 def count(value: Any) -> str:
     """A count column's cell: the number, or a marker for anything else a store or a remote source
     put there (SQLite keeps text in an INTEGER column; a Weave project holds what its writers sent)."""
-    return str(value) if type(value) is int else "<span class=\"bad-value\" title=\"not a number\">?</span>"
+    return str(value) if type(value) is int else '<span class="bad-value" title="not a number">?</span>'
 
 
 MAX_DEPTH = 40  # span nesting drawn as nesting; deeper spans are drawn at this depth, in their order
@@ -146,8 +151,11 @@ def figures(span: SpanRecord) -> str:
     outputs = span.outputs if isinstance(span.outputs, dict) else {}
     if outputs.get("stop_reason"):
         parts.append(f"stop {outputs['stop_reason']}")
-    version = (outputs.get("extra_fields") or {}).get("global_steps") if isinstance(outputs.get("extra_fields"), dict) \
-        else None  # fmt: skip
+    version = (
+        (outputs.get("extra_fields") or {}).get("global_steps")
+        if isinstance(outputs.get("extra_fields"), dict)
+        else None
+    )
     if version is not None:  # the weights the server generated this turn with (verl's rollout servers say)
         parts.append(f"policy v{version}")
     return " · ".join(parts)
@@ -190,8 +198,7 @@ def span_facts(span: SpanRecord) -> list[tuple[str, str]]:
     if span.kind == "llm":
         constrained = attributes.get(CONSTRAINED)
         facts.append(("tool calls constrained", f"yes ({constrained})" if constrained else "no"))
-    facts += [(k, as_text(v)) for k, v in sorted(attributes.items())
-              if k not in _NOT_FACTS and k != CONSTRAINED]  # fmt: skip
+    facts += [(k, as_text(v)) for k, v in sorted(attributes.items()) if k not in _NOT_FACTS and k != CONSTRAINED]
     return [(k, v if len(v) <= FACT_CHARS else v[:FACT_CHARS] + "…") for k, v in facts]
 
 
@@ -210,9 +217,14 @@ def spans_matching(spans: list[SpanRecord], text: str) -> list[SpanRecord]:
     needle = text.casefold()
     found = []
     for span in spans:
-        haystack = " ".join((span.name or "", span.error_message or "",
-                             json.dumps(span.inputs, default=str, ensure_ascii=False),
-                             json.dumps(span.outputs, default=str, ensure_ascii=False)))  # fmt: skip
+        haystack = " ".join(
+            (
+                span.name or "",
+                span.error_message or "",
+                json.dumps(span.inputs, default=str, ensure_ascii=False),
+                json.dumps(span.outputs, default=str, ensure_ascii=False),
+            )
+        )
         if needle in haystack.casefold():
             found.append(span)
     return found

@@ -28,9 +28,16 @@ def build_loop(cls, config, tokenizer, llm, tools=()):
     from verl.utils.dataset.rl_dataset import RLHFDataset
 
     model_type = AutoConfig.from_pretrained(config.actor_rollout_ref.model.path).model_type
-    return cls(trainer_config=DictConfigWrap(config), server_manager=llm, tokenizer=tokenizer, processor=None,
-               dataset_cls=RLHFDataset, data_config=DictConfigWrap(config.data), tools=ToolListWrap(list(tools)),
-               hf_model_type=model_type)  # fmt: skip
+    return cls(
+        trainer_config=DictConfigWrap(config),
+        server_manager=llm,
+        tokenizer=tokenizer,
+        processor=None,
+        dataset_cls=RLHFDataset,
+        data_config=DictConfigWrap(config.data),
+        tools=ToolListWrap(list(tools)),
+        hf_model_type=model_type,
+    )
 
 
 def with_overrides(config, **multi_turn):
@@ -45,4 +52,4 @@ def with_overrides(config, **multi_turn):
 def call(name, **arguments):
     import json
 
-    return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"

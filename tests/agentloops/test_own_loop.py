@@ -25,8 +25,11 @@ REPLIES = """replies:
 
 def _docs_loop() -> str:
     """The docs' from-scratch block, as it is written there."""
-    [code] = [m.group(1) for m in re.finditer(r"^```python\n(.*?)^```", DOC.read_text(), re.S | re.M)
-              if "class GlossaryAgent" in m.group(1)]  # fmt: skip
+    [code] = [
+        m.group(1)
+        for m in re.finditer(r"^```python\n(.*?)^```", DOC.read_text(), re.S | re.M)
+        if "class GlossaryAgent" in m.group(1)
+    ]
     return code
 
 
@@ -34,18 +37,27 @@ def test_the_docs_loop_gets_what_the_bundled_loop_gets(tmp_path):
     (tmp_path / "glossary.py").write_text(_docs_loop())
     (tmp_path / "own_replies.yaml").write_text(REPLIES)
     (tmp_path / "own_tools.yaml").write_text("tools:\n  - function: glossary:lookup\n")
-    (tmp_path / "five.jsonl").write_text("".join(
-        json.dumps({"prompt": [{"role": "user", "content": f"What is term {i}?"}], "data_source": "glossary"}) + "\n"
-        for i in range(PROMPTS)))  # fmt: skip
+    (tmp_path / "five.jsonl").write_text(
+        "".join(
+            json.dumps({"prompt": [{"role": "user", "content": f"What is term {i}?"}], "data_source": "glossary"})
+            + "\n"
+            for i in range(PROMPTS)
+        )
+    )
     (tmp_path / "own.yaml").write_text(
         "name: own\nagent: glossary.GlossaryAgent\ndataset: five.jsonl\ntools: own_tools.yaml\n"
-        "llm: scripted:own_replies.yaml\ntrace_dir: traces\nsampling: {temperature: 1.0, constrain_tool_calls: true}\n")
+        "llm: scripted:own_replies.yaml\ntrace_dir: traces\nsampling: {temperature: 1.0, constrain_tool_calls: true}\n"
+    )
     result = rollscope("run", "own.yaml", "--quiet", cwd=tmp_path)
     assert result.returncode == 0 and f"{PROMPTS} of {PROMPTS}" in result.stdout, result.stderr
     assert "has no tool schemas" not in result.stderr
 
-    found = subprocess.run([sys.executable, "-m", "rollscope.cli", "insights", "--dir", str(tmp_path / "traces"),
-                            "--json"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    found = subprocess.run(
+        [sys.executable, "-m", "rollscope.cli", "insights", "--dir", str(tmp_path / "traces"), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert found.returncode == 0, found.stderr
     signals = {s["name"]: s for s in json.loads(found.stdout)["signals"]}
     assert (signals["turn_limit"]["count"], signals["turn_limit"]["total"]) == (PROMPTS, PROMPTS)

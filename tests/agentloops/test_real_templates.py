@@ -19,8 +19,10 @@ from rollscope.tools.builtin import CalculatorTool
 from tests.agentloops.conftest import build_loop
 from tests.agentloops.real_models import FAMILIES, model_dir
 
-PROMPT = [{"role": "system", "content": "You are a careful assistant."},
-          {"role": "user", "content": "What is 17 * 23?"}]  # fmt: skip
+PROMPT = [
+    {"role": "system", "content": "You are a careful assistant."},
+    {"role": "user", "content": "What is 17 * 23?"},
+]
 QWEN_CALL = '<tool_call>\n{"name": "calculator", "arguments": {"expression": "17 * 23"}}\n</tool_call>'
 LLAMA_CALL = '{"name": "calculator", "parameters": {"expression": "17 * 23"}}'
 ANSWER = "The answer is 391."
@@ -37,6 +39,7 @@ def run_traced(family, replies, trace_dir):
     config = compose_config(path, [f"actor_rollout_ref.rollout.multi_turn.format={FAMILIES[name].tool_format}"])
     tracing.init_tracing(trace_dir=str(trace_dir), token2text=True)
     try:
+
         async def main():
             loop = build_loop(ToolAgentLoop, config, tokenizer, ScriptedLLM(tokenizer, replies), [CalculatorTool()])
             return await loop.run({"temperature": 1.0, "logprobs": True}, raw_prompt=list(PROMPT))
@@ -93,8 +96,11 @@ def test_a_call_written_with_other_spacing_is_the_one_difference_and_whitespace(
     if name == "qwen3":
         pytest.skip("Qwen3's template adds its think block as well: covered above")
     compact = json.dumps({"name": "calculator", "arguments": {"expression": "17 * 23"}}, separators=(",", ":"))
-    call = (compact.replace('"arguments"', '"parameters"') if name == "llama3.1"
-            else f"<tool_call>\n{compact}\n</tool_call>")  # fmt: skip
+    call = (
+        compact.replace('"arguments"', '"parameters"')
+        if name == "llama3.1"
+        else f"<tool_call>\n{compact}\n</tool_call>"
+    )
     _, t, _, check = run_traced(family, [call, ANSWER], trace_dir)
     assert t.num_tool_calls == 1
     assert check["match"] is False and check["cause"] == "text"

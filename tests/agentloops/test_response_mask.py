@@ -13,10 +13,17 @@ from tests.agentloops.conftest import build_loop, call, with_overrides
 
 TURNS = st.one_of(
     st.builds(lambda a, b: call("calculator", expression=f"{a} * {b}"), st.integers(0, 999), st.integers(0, 99)),
-    st.sampled_from([call("calc", expression="1"), call("calculator"), '<tool_call>{"name": oops}</tool_call>',
-                     call("calculator", expression="1/0"), '<tool_call>{"name": "calculator", "arguments": {"expression": "7"}}']),
+    st.sampled_from(
+        [
+            call("calc", expression="1"),
+            call("calculator"),
+            '<tool_call>{"name": oops}</tool_call>',
+            call("calculator", expression="1/0"),
+            '<tool_call>{"name": "calculator", "arguments": {"expression": "7"}}',
+        ]
+    ),
     st.text(alphabet="abcdefghij 0123456789.,", min_size=1, max_size=40).map(lambda s: f"thinking {s}"),
-)  # fmt: skip
+)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

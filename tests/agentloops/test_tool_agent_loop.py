@@ -33,8 +33,14 @@ def tool_messages(tokenizer, output):
 
 def test_conversation_is_traced_turn_by_turn(verl_config, tokenizer, trace_dir, read_store):
     tracing.init_tracing(trace_dir=str(trace_dir), token2text=True)
-    out = run_loop(verl_config, tokenizer, [call("calculator", expression="17 * 23"), "The answer is 391."],
-                   extra_info={"index": 12}, step=3, rollout_n=1)  # fmt: skip
+    out = run_loop(
+        verl_config,
+        tokenizer,
+        [call("calculator", expression="17 * 23"), "The answer is 391."],
+        extra_info={"index": 12},
+        step=3,
+        rollout_n=1,
+    )
     assert tool_messages(tokenizer, out) == ["391"]
     [t] = read_store().trajectories()
     assert (t.sample_index, t.step, t.rollout_n, t.agent_name) == (12, 3, 1, "ToolAgentLoop")
@@ -56,31 +62,52 @@ def test_conversation_is_traced_turn_by_turn(verl_config, tokenizer, trace_dir, 
 
 
 MALFORMED = [
-    ('<tool_call>{"name": "calculator", "arguments": {expression: 1}}</tool_call>',
-     "Error: the tool call is not valid JSON"),
+    (
+        '<tool_call>{"name": "calculator", "arguments": {expression: 1}}</tool_call>',
+        "Error: the tool call is not valid JSON",
+    ),
     (call("calc", expression="1+1"), "Error: unknown tool 'calc'; available tools: calculator"),
-    (call("calculator", expression=5), "Error: invalid arguments for 'calculator': argument 'expression' must be string"),
+    (
+        call("calculator", expression=5),
+        "Error: invalid arguments for 'calculator': argument 'expression' must be string",
+    ),
     (call("calculator"), "Error: invalid arguments for 'calculator': missing required argument 'expression'"),
-    ('<tool_call>{"name": "calculator", "arguments": [1, 2]}</tool_call>',
-     "Error: invalid arguments for 'calculator': arguments must be a JSON object, got list"),
+    (
+        '<tool_call>{"name": "calculator", "arguments": [1, 2]}</tool_call>',
+        "Error: invalid arguments for 'calculator': arguments must be a JSON object, got list",
+    ),
     ('<tool_call>{"arguments": {"expression": "1"}}</tool_call>', "Error: the tool call has no 'name' string"),
-    ('<tool_call>{"name": "calculator", "arguments": "{not json"}</tool_call>',
-     "Error: arguments for 'calculator' are not valid JSON"),
+    (
+        '<tool_call>{"name": "calculator", "arguments": "{not json"}</tool_call>',
+        "Error: arguments for 'calculator' are not valid JSON",
+    ),
     (call("calculator", expression="1/0"), "Error: division by zero"),
     # hostile shapes: each raised out of the parser before, failing the rollout (and verl's whole batch)
-    ('<tool_call>{"name": "calculator", "arguments": ' + "[" * 2000 + "]" * 2000 + "}</tool_call>",
-     "Error: the tool call's JSON is nested too deeply"),
-    ('<tool_call>{"name": "calculator", "arguments": {"expression": "1"}, "id": 5}</tool_call>',
-     "Error: the tool call's 'id' must be a string"),
-    ('<tool_call>{"name": "calculator", "arguments": {"expression": "1"}, "id": {"a": 1}}</tool_call>',
-     "Error: the tool call's 'id' must be a string"),
-    ('<tool_call>{"name": "calculator", "arguments": {"expression": ' + "9" * 5000 + "}}</tool_call>",
-     "Error: the tool call's JSON has a value Python cannot read"),
-    ('<tool_call>{"name": "calculator", "arguments": "{\\"expression\\": ' + "9" * 5000 + '}"}</tool_call>',
-     "Error: the tool call's arguments hold JSON Python cannot read (ValueError)"),
-    ('<tool_call>{"name": "calculator", "arguments": "' + "[" * 2000 + '"}</tool_call>',
-     "Error: the tool call's arguments hold JSON Python cannot read (RecursionError)"),
-]  # fmt: skip
+    (
+        '<tool_call>{"name": "calculator", "arguments": ' + "[" * 2000 + "]" * 2000 + "}</tool_call>",
+        "Error: the tool call's JSON is nested too deeply",
+    ),
+    (
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "1"}, "id": 5}</tool_call>',
+        "Error: the tool call's 'id' must be a string",
+    ),
+    (
+        '<tool_call>{"name": "calculator", "arguments": {"expression": "1"}, "id": {"a": 1}}</tool_call>',
+        "Error: the tool call's 'id' must be a string",
+    ),
+    (
+        '<tool_call>{"name": "calculator", "arguments": {"expression": ' + "9" * 5000 + "}}</tool_call>",
+        "Error: the tool call's JSON has a value Python cannot read",
+    ),
+    (
+        '<tool_call>{"name": "calculator", "arguments": "{\\"expression\\": ' + "9" * 5000 + '}"}</tool_call>',
+        "Error: the tool call's arguments hold JSON Python cannot read (ValueError)",
+    ),
+    (
+        '<tool_call>{"name": "calculator", "arguments": "' + "[" * 2000 + '"}</tool_call>',
+        "Error: the tool call's arguments hold JSON Python cannot read (RecursionError)",
+    ),
+]
 
 
 @pytest.mark.parametrize(("reply", "message"), MALFORMED)
@@ -101,15 +128,19 @@ def test_malformed_calls_are_answered_and_traced(verl_config, tokenizer, local_t
 
 
 def test_unterminated_call_from_a_stop_string_is_parsed(verl_config, tokenizer, local_tracer):
-    out = run_loop(verl_config, tokenizer, ['<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}',
-                                            "42"])  # fmt: skip
+    out = run_loop(
+        verl_config, tokenizer, ['<tool_call>{"name": "calculator", "arguments": {"expression": "6*7"}}', "42"]
+    )
     assert tool_messages(tokenizer, out) == ["42"]
 
 
 def test_parallel_calls_up_to_the_limit(verl_config, tokenizer, local_tracer, read_store):
     cfg = with_overrides(verl_config, max_parallel_calls=2)
-    reply = call("calculator", expression="1+1") + call("calculator", expression="2+2") + call(
-        "calculator", expression="3+3")
+    reply = (
+        call("calculator", expression="1+1")
+        + call("calculator", expression="2+2")
+        + call("calculator", expression="3+3")
+    )
     out = run_loop(cfg, tokenizer, [reply, "done"])
     assert tool_messages(tokenizer, out) == ["2", "4"]  # the third call is beyond max_parallel_calls
     assert read_store().trajectories()[0].num_tool_calls == 2
@@ -118,8 +149,13 @@ def test_parallel_calls_up_to_the_limit(verl_config, tokenizer, local_tracer, re
 def test_turn_limit_and_tool_rewards(verl_config, tokenizer, local_tracer, read_store):
     cfg = with_overrides(verl_config, max_assistant_turns=2)
     checker = AnswerCheckerTool()
-    out = run_loop(cfg, tokenizer, [call("submit_answer", answer="391")], tools=[CalculatorTool(), checker],
-                   tools_kwargs={"submit_answer": {"create_kwargs": {"ground_truth": "391"}}})  # fmt: skip
+    out = run_loop(
+        cfg,
+        tokenizer,
+        [call("submit_answer", answer="391")],
+        tools=[CalculatorTool(), checker],
+        tools_kwargs={"submit_answer": {"create_kwargs": {"ground_truth": "391"}}},
+    )
     assert out.extra_fields["tool_rewards"] == [1.0]
     [t] = read_store().trajectories()
     assert t.num_llm_calls == 2  # stopped by max_assistant_turns although the model kept calling
@@ -138,7 +174,9 @@ def test_parsing_stays_bounded_on_hostile_output():
     assert len(calls) == 1000 and {c.name for c in calls} == {"calculator"}
     _, calls = extract_from_text("<tool_call>" + "{" * 100_000 + "</tool_call>")
     assert "nested too deeply" in calls[0].arguments or "not valid JSON" in calls[0].arguments
-    _, calls = extract_from_text(b'<tool_call>{"name": "calc\xff\xfe", "arguments": {}}</tool_call>'.decode("utf-8", "replace"))
+    _, calls = extract_from_text(
+        b'<tool_call>{"name": "calc\xff\xfe", "arguments": {}}</tool_call>'.decode("utf-8", "replace")
+    )
     assert calls[0].name == "calc\ufffd\ufffd"  # decoded with replacement characters: an unknown tool, told so
 
 
@@ -148,8 +186,9 @@ def _retokenization(read_store):
     return t, run.attributes["rollscope.retokenization"]
 
 
-def test_the_chat_template_renders_the_conversation_as_the_model_saw_it(verl_config, tokenizer, local_tracer,
-                                                                        read_store):  # fmt: skip
+def test_the_chat_template_renders_the_conversation_as_the_model_saw_it(
+    verl_config, tokenizer, local_tracer, read_store
+):
     run_loop(verl_config, tokenizer, ["The answer is 391."], tools=[])
     t, check = _retokenization(read_store)
     assert check["match"] is True and "retokenization_drift" not in t.attributes
@@ -171,13 +210,15 @@ def demo_template_tokenizer(tmp_path_factory):
     from rollscope.cpu.demo_task import CHAT_TEMPLATE
     from rollscope.llm.tokenizer_dir import make_model_dir
 
-    return AutoTokenizer.from_pretrained(make_model_dir(tmp_path_factory.mktemp("demo_template"),
-                                                        chat_template=CHAT_TEMPLATE))  # fmt: skip
+    return AutoTokenizer.from_pretrained(
+        make_model_dir(tmp_path_factory.mktemp("demo_template"), chat_template=CHAT_TEMPLATE)
+    )
 
 
 @pytest.mark.parametrize("reply", WRITTEN)
 def test_each_call_keeps_its_text_so_the_demos_template_gives_back_the_reply_as_written(
-        reply, verl_config, demo_template_tokenizer, local_tracer, read_store):  # fmt: skip
+    reply, verl_config, demo_template_tokenizer, local_tracer, read_store
+):
     """Malformed, garbled, spaced, with text around or between: the parser keeps each call's block
     and its place in the content, the training demo's template puts them back, and re-rendering
     the conversation gives the tokens sampled (the retokenization check through the loop)."""
@@ -191,8 +232,9 @@ def test_each_call_keeps_its_text_so_the_demos_template_gives_back_the_reply_as_
     assert t.num_tool_calls == 1 and len(calls) >= 1  # (verl runs max_parallel_calls: 1 here)
 
 
-def test_the_check_renders_with_the_chat_template_kwargs_verl_rendered_the_prompt_with(verl_config, local_tracer,
-                                                                                     read_store, tmp_path):  # fmt: skip
+def test_the_check_renders_with_the_chat_template_kwargs_verl_rendered_the_prompt_with(
+    verl_config, local_tracer, read_store, tmp_path
+):
     """``data.apply_chat_template_kwargs`` (an OmegaConf node in verl's config) reach the check as
     plain values: the template's kwarg-dependent text matches instead of drifting at position 0."""
     from omegaconf import OmegaConf
@@ -210,13 +252,15 @@ def test_the_check_renders_with_the_chat_template_kwargs_verl_rendered_the_promp
     assert check["match"] is True and "retokenization_drift" not in t.attributes, str(check)
 
 
-def test_a_template_that_changes_a_reply_is_found_at_the_exact_token(verl_config, tokenizer, local_tracer, read_store,
-                                                                     trace_dir):  # fmt: skip
+def test_a_template_that_changes_a_reply_is_found_at_the_exact_token(
+    verl_config, tokenizer, local_tracer, read_store, trace_dir
+):
     """A planted mismatch: the template re-renders the assistant's 391 as 392. The first differing
     position is the first token of the reply where the two texts' tokens part."""
     planted = copy.deepcopy(tokenizer)
-    planted.chat_template = tokenizer.chat_template.replace("{{ content[ns.at:] }}",
-                                                            "{{ content[ns.at:] | replace('391', '392') }}")  # fmt: skip
+    planted.chat_template = tokenizer.chat_template.replace(
+        "{{ content[ns.at:] }}", "{{ content[ns.at:] | replace('391', '392') }}"
+    )
     assert planted.chat_template != tokenizer.chat_template
     out = run_loop(verl_config, planted, ["The answer is 391."], tools=[])
     said, rendered = tokenizer.encode("The answer is 391."), tokenizer.encode("The answer is 392.")

@@ -18,12 +18,19 @@ class EchoAgent(TracedAgentLoop):
     """A user's loop: one generate through self.server_manager, a reward it computes itself."""
 
     async def run(self, sampling_params, **kwargs):
-        prompt_ids = self.tokenizer.apply_chat_template(kwargs["raw_prompt"], add_generation_prompt=True, tokenize=True,
-                                                        return_dict=False)
+        prompt_ids = self.tokenizer.apply_chat_template(
+            kwargs["raw_prompt"], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
         out = await self.server_manager.generate(uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params)
         text = self.tokenizer.decode(out.token_ids, skip_special_tokens=True)
-        return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=out.token_ids, response_mask=[1] * len(out.token_ids),
-                               reward_score=float("391" in text), num_turns=2, metrics=AgentLoopMetrics())  # fmt: skip
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=out.token_ids,
+            response_mask=[1] * len(out.token_ids),
+            reward_score=float("391" in text),
+            num_turns=2,
+            metrics=AgentLoopMetrics(),
+        )
 
 
 class CheckedToolAgent(ToolAgentLoop):
@@ -58,14 +65,22 @@ def test_user_loop_without_decorators(verl_config, tokenizer, local_tracer, read
     assert [(s.kind, s.name) for s in t.spans] == [("agent", "EchoAgent.run"), ("llm", "llm.generate")]
     assert t.spans[1].parent_id == t.spans[0].id
     code = EchoAgent.run.__wrapped__.__code__  # where the user's run is (the op's code in Weave)
-    assert (t.spans[0].attributes["code.file.path"], t.spans[0].attributes["code.line.number"]) == \
-        (code.co_filename, code.co_firstlineno)  # fmt: skip
+    assert (t.spans[0].attributes["code.file.path"], t.spans[0].attributes["code.line.number"]) == (
+        code.co_filename,
+        code.co_firstlineno,
+    )
     assert t.spans[0].attributes["code.function.name"] == "EchoAgent.run"
 
 
 def test_super_run_chain_records_one_run_span(verl_config, tokenizer, local_tracer, read_store):
-    _run(CheckedToolAgent, verl_config, tokenizer, [call("calculator", expression="1+1"), "2"],
-         tools=[CalculatorTool()], index=8)  # fmt: skip
+    _run(
+        CheckedToolAgent,
+        verl_config,
+        tokenizer,
+        [call("calculator", expression="1+1"), "2"],
+        tools=[CalculatorTool()],
+        index=8,
+    )
     [t] = read_store().trajectories()
     runs = [s for s in t.spans if s.kind == "agent"]
     assert [s.name for s in runs] == ["CheckedToolAgent.run"]
@@ -100,8 +115,14 @@ def test_the_runners_trajectory_is_joined_not_duplicated(verl_config, tokenizer,
 def test_llm_turns_are_leaf_spans_under_the_run_with_unset_arguments_dropped(
     verl_config, tokenizer, local_tracer, read_store
 ):
-    out = _run(ToolAgentLoop, verl_config, tokenizer, [call("calculator", expression="2+2"), "4"],
-               tools=[CalculatorTool()], index=3)  # fmt: skip
+    out = _run(
+        ToolAgentLoop,
+        verl_config,
+        tokenizer,
+        [call("calculator", expression="2+2"), "4"],
+        tools=[CalculatorTool()],
+        index=3,
+    )
     [t] = read_store().trajectories()
     [run] = t.tree()
     llms = [s for s in run.children if s.kind == "llm"]
@@ -123,7 +144,12 @@ def test_a_failing_llm_call_is_an_error_span_and_the_error_reaches_the_loop(
     [t] = read_store().trajectories()
     assert (t.status, t.error_type) == ("error", "ConnectionError")
     run, llm = t.spans
-    assert (llm.kind, llm.status, llm.error_type, llm.error_message) == ("llm", "error", "ConnectionError", "server down")
+    assert (llm.kind, llm.status, llm.error_type, llm.error_message) == (
+        "llm",
+        "error",
+        "ConnectionError",
+        "server down",
+    )
     assert llm.parent_id == run.id and llm.inputs["prompt_ids"]
 
 
@@ -168,8 +194,9 @@ def test_the_run_span_keeps_the_extra_fields_run_returned_while_verl_adds_to_the
 
     from rollscope.agentloops.traced_loop import RunOutput
 
-    output = AgentLoopOutput(prompt_ids=[1, 2], response_ids=[3], response_mask=[1], num_turns=2,
-                             metrics={}, extra_fields={"stop": "eos"})  # fmt: skip
+    output = AgentLoopOutput(
+        prompt_ids=[1, 2], response_ids=[3], response_mask=[1], num_turns=2, metrics={}, extra_fields={"stop": "eos"}
+    )
     recorded = RunOutput(output)
     output.extra_fields["raw_prompt"] = [{"role": "user", "content": "q"}]
     output.extra_fields["reward_extra_info"] = {"acc": 1.0}
@@ -198,20 +225,33 @@ class VersionedOutput:
     """What ``generate_with_version`` returns, as token output (``token_ids``) with its version."""
 
     def __init__(self, out, version):
-        self.token_ids, self.log_probs, self.stop_reason, self.version = out.token_ids, out.log_probs, "completed", version
+        self.token_ids, self.log_probs, self.stop_reason, self.version = (
+            out.token_ids,
+            out.log_probs,
+            "completed",
+            version,
+        )
 
 
 class RecipeAgent(TracedAgentLoop):
     """A recipe's loop: its turns through a server method other than ``generate``."""
 
     async def run(self, sampling_params, **kwargs):
-        prompt_ids = self.tokenizer.apply_chat_template(kwargs["raw_prompt"], add_generation_prompt=True, tokenize=True,
-                                                        return_dict=False)  # fmt: skip
+        prompt_ids = self.tokenizer.apply_chat_template(
+            kwargs["raw_prompt"], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
         assert self.server_manager.queue_depth() == 3
-        out, version = await self.server_manager.generate_with_version(uuid4().hex, prompt_ids=prompt_ids,
-                                                                       sampling_params=sampling_params)  # fmt: skip
-        return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=out.token_ids, response_mask=[1] * len(out.token_ids),
-                               num_turns=2, metrics=AgentLoopMetrics(), extra_fields={"version": version})  # fmt: skip
+        out, version = await self.server_manager.generate_with_version(
+            uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params
+        )
+        return AgentLoopOutput(
+            prompt_ids=prompt_ids,
+            response_ids=out.token_ids,
+            response_mask=[1] * len(out.token_ids),
+            num_turns=2,
+            metrics=AgentLoopMetrics(),
+            extra_fields={"version": version},
+        )
 
 
 def test_every_call_through_the_server_manager_is_a_span(verl_config, tokenizer, local_tracer, read_store):
@@ -220,8 +260,9 @@ def test_every_call_through_the_server_manager_is_a_span(verl_config, tokenizer,
 
     class Server(VersionedServer):
         async def generate_with_version(self, request_id, *, prompt_ids, sampling_params):
-            out, version = await super().generate_with_version(request_id, prompt_ids=prompt_ids,
-                                                               sampling_params=sampling_params)  # fmt: skip
+            out, version = await super().generate_with_version(
+                request_id, prompt_ids=prompt_ids, sampling_params=sampling_params
+            )
             return VersionedOutput(out, version), version
 
     async def main():
@@ -231,25 +272,36 @@ def test_every_call_through_the_server_manager_is_a_span(verl_config, tokenizer,
     out = asyncio.run(main())
     assert out.extra_fields["version"] == 7
     [t] = read_store().trajectories()
-    assert [(s.kind, s.name) for s in t.spans] == [("agent", "RecipeAgent.run"), ("custom", "llm.queue_depth"),
-                                                    ("custom", "llm.generate_with_version")]  # fmt: skip
+    assert [(s.kind, s.name) for s in t.spans] == [
+        ("agent", "RecipeAgent.run"),
+        ("custom", "llm.queue_depth"),
+        ("custom", "llm.generate_with_version"),
+    ]
     # (a tuple whose first item is token output: the span records it, the turn is not counted as llm)
     assert t.spans[2].inputs["prompt_ids"] == out.prompt_ids and t.spans[1].outputs == 3
 
     class TokenServer(VersionedServer):
         async def generate_with_version(self, request_id, *, prompt_ids, sampling_params):
-            out, version = await super().generate_with_version(request_id, prompt_ids=prompt_ids,
-                                                               sampling_params=sampling_params)  # fmt: skip
+            out, version = await super().generate_with_version(
+                request_id, prompt_ids=prompt_ids, sampling_params=sampling_params
+            )
             return VersionedOutput(out, version)
 
     class TokenAgent(RecipeAgent):
         async def run(self, sampling_params, **kwargs):
-            prompt_ids = self.tokenizer.apply_chat_template(kwargs["raw_prompt"], add_generation_prompt=True,
-                                                            tokenize=True, return_dict=False)  # fmt: skip
-            out = await self.server_manager.generate_with_version(uuid4().hex, prompt_ids=prompt_ids,
-                                                                  sampling_params=sampling_params)  # fmt: skip
-            return AgentLoopOutput(prompt_ids=prompt_ids, response_ids=out.token_ids, num_turns=2,
-                                   response_mask=[1] * len(out.token_ids), metrics=AgentLoopMetrics())  # fmt: skip
+            prompt_ids = self.tokenizer.apply_chat_template(
+                kwargs["raw_prompt"], add_generation_prompt=True, tokenize=True, return_dict=False
+            )
+            out = await self.server_manager.generate_with_version(
+                uuid4().hex, prompt_ids=prompt_ids, sampling_params=sampling_params
+            )
+            return AgentLoopOutput(
+                prompt_ids=prompt_ids,
+                response_ids=out.token_ids,
+                num_turns=2,
+                response_mask=[1] * len(out.token_ids),
+                metrics=AgentLoopMetrics(),
+            )
 
     async def token_main():
         loop = build_loop(TokenAgent, verl_config, tokenizer, TokenServer(ScriptedLLM(tokenizer, ["391"])))

@@ -44,8 +44,14 @@ def config_for(model_dir, tmp_path):
 
     def make(*overrides):
         RolloutTraceConfig.reset()
-        return compose_config(model_dir, [f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
-                                          "actor_rollout_ref.rollout.calculate_log_probs=True", *overrides])  # fmt: skip
+        return compose_config(
+            model_dir,
+            [
+                f"actor_rollout_ref.rollout.agent.agent_loop_config_path={loops}",
+                "actor_rollout_ref.rollout.calculate_log_probs=True",
+                *overrides,
+            ],
+        )
 
     yield make
     RolloutTraceConfig.reset()
@@ -55,20 +61,28 @@ def assert_complete_tree(run, llm_name="llm.generate"):
     """The scratch loop's run: create, llm, tool execute, llm, release, in that order, nothing else."""
     assert run.name == "ScratchAgent.run" and run.kind == "agent"
     assert [(c.name, c.kind) for c in run.children] == [
-        ("Multiply.create", "custom"), (llm_name, "llm"), ("Multiply.execute", "tool"), (llm_name, "llm"),
-        ("Multiply.release", "custom")]  # fmt: skip
+        ("Multiply.create", "custom"),
+        (llm_name, "llm"),
+        ("Multiply.execute", "tool"),
+        (llm_name, "llm"),
+        ("Multiply.release", "custom"),
+    ]
 
 
 @pytest.mark.parametrize("worker", list(WORKERS))
 def test_verls_trace_keys_alone_trace_a_scratch_loop_completely(worker, config_for, load_balancer, tmp_path):
-    cfg = config_for("actor_rollout_ref.rollout.trace.backend=local", "actor_rollout_ref.rollout.trace.token2text=True",
-                     f"+rollscope.trace.trace_dir={tmp_path / 'traces'}")  # fmt: skip
+    cfg = config_for(
+        "actor_rollout_ref.rollout.trace.backend=local",
+        "actor_rollout_ref.rollout.trace.token2text=True",
+        f"+rollscope.trace.trace_dir={tmp_path / 'traces'}",
+    )
     out = run_worker(WORKERS[worker], cfg, verl_llm_client(cfg, load_balancer), grpo_batch(N_ROLLOUTS, STEP))
     assert out.batch["responses"].shape[0] == SAMPLES * N_ROLLOUTS
     assert tracing.flush_tracing(60)
     trajectories = TraceStore(tmp_path / "traces").trajectories()
     assert sorted((t.sample_index, t.rollout_n) for t in trajectories) == [
-        (s, r) for s in range(SAMPLES) for r in range(N_ROLLOUTS)]  # fmt: skip
+        (s, r) for s in range(SAMPLES) for r in range(N_ROLLOUTS)
+    ]
     for t in trajectories:
         assert (t.step, t.validate, t.experiment, t.agent_name, t.status) == (STEP, False, "cpu", "user_agent", "ok")
         [run] = t.tree()
@@ -92,25 +106,34 @@ def test_verls_trace_keys_alone_trace_a_scratch_loop_completely(worker, config_f
         assert outcome.ok, outcome.differences
         again = TraceStore(tmp_path / "traces").get(outcome.replay)
         assert_complete_tree(again.tree()[0])
-        assert (again.replay_of, again.reward, again.sample_index) == (trajectories[0].id, 1.0,
-                                                                         trajectories[0].sample_index)  # fmt: skip
+        assert (again.replay_of, again.reward, again.sample_index) == (
+            trajectories[0].id,
+            1.0,
+            trajectories[0].sample_index,
+        )
 
 
 def test_the_worker_as_a_class_and_as_a_ray_actor_trace_the_same_samples(config_for, load_balancer, tmp_path):
     chosen = {}
     for worker in WORKERS:
         tracing.shutdown_tracing()
-        cfg = config_for("actor_rollout_ref.rollout.trace.backend=local",
-                         "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=2",
-                         f"+rollscope.trace.trace_dir={tmp_path / worker.replace(' ', '_')}", "+rollscope.trace.sample_seed=3")  # fmt: skip
+        cfg = config_for(
+            "actor_rollout_ref.rollout.trace.backend=local",
+            "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=2",
+            f"+rollscope.trace.trace_dir={tmp_path / worker.replace(' ', '_')}",
+            "+rollscope.trace.sample_seed=3",
+        )
         for step in (STEP, STEP + 1):
             run_worker(WORKERS[worker], cfg, verl_llm_client(cfg, load_balancer), grpo_batch(N_ROLLOUTS, step))
         assert tracing.flush_tracing(60)
         trajectories = TraceStore(tmp_path / worker.replace(" ", "_")).trajectories()
         chosen[worker] = sorted((t.step, t.sample_index, t.rollout_n) for t in trajectories)
-    expected = sorted((step, s, r) for step in (STEP, STEP + 1)
-                      for s in tracing.select_samples(range(SAMPLES), step=step, k=2, seed=3)
-                      for r in range(N_ROLLOUTS))  # fmt: skip
+    expected = sorted(
+        (step, s, r)
+        for step in (STEP, STEP + 1)
+        for s in tracing.select_samples(range(SAMPLES), step=step, k=2, seed=3)
+        for r in range(N_ROLLOUTS)
+    )
     assert chosen["plain"] == chosen["ray actor"] == expected  # whole GRPO groups, seeded, the same
 
 
@@ -119,8 +142,11 @@ def test_weave_holds_one_complete_root_call_per_trajectory(worker, config_for, l
     """trace.backend=weave as in the Weave guide: verl's worker makes its own weave client (real,
     over HTTP to W&B's own Weave trace server); rollscope's backend writes from the sidecar with its own."""
     project = f"ent/seed-{worker.replace(' ', '-')}"
-    cfg = config_for("actor_rollout_ref.rollout.trace.backend=weave", "actor_rollout_ref.rollout.trace.token2text=True",
-                     f"trainer.project_name={project}")  # fmt: skip
+    cfg = config_for(
+        "actor_rollout_ref.rollout.trace.backend=weave",
+        "actor_rollout_ref.rollout.trace.token2text=True",
+        f"trainer.project_name={project}",
+    )
     run_worker(WORKERS[worker], cfg, verl_llm_client(cfg, load_balancer), grpo_batch(N_ROLLOUTS, STEP))
     assert tracing.flush_tracing(60)
     tracing.shutdown_tracing(60)
@@ -128,20 +154,28 @@ def test_weave_holds_one_complete_root_call_per_trajectory(worker, config_for, l
     roots = [c for c in calls.values() if c["parent_id"] is None]
     assert len(roots) == SAMPLES * N_ROLLOUTS  # no loose generate call from verl's decorator
     assert sorted((r["attributes"]["sample_index"], r["attributes"]["rollout_n"]) for r in roots) == [
-        (s, r) for s in range(SAMPLES) for r in range(N_ROLLOUTS)]  # fmt: skip
+        (s, r) for s in range(SAMPLES) for r in range(N_ROLLOUTS)
+    ]
     for root in roots:
         assert root["project_id"] == project and root["output"]["reward"] == 1.0
         tree = [c for c in calls.values() if c["trace_id"] == root["id"] and c is not root]
         [run] = [c for c in tree if c["parent_id"] == root["id"]]
         children = sorted((c for c in tree if c["parent_id"] == run["id"]), key=lambda c: c["started_at"])
         assert [c["display_name"] for c in children] == [
-            "Multiply.create", "llm.generate", "Multiply.execute", "llm.generate", "Multiply.release"]
+            "Multiply.create",
+            "llm.generate",
+            "Multiply.execute",
+            "llm.generate",
+            "Multiply.release",
+        ]
         assert len(tree) == 6
         for call in [root, *tree]:
             attrs = call["attributes"]
             assert (attrs["step"], attrs["experiment_name"], attrs["validate"]) == (STEP, "cpu", False)
-            assert (attrs["sample_index"], attrs["rollout_n"]) == (root["attributes"]["sample_index"],
-                                                                   root["attributes"]["rollout_n"])  # fmt: skip
+            assert (attrs["sample_index"], attrs["rollout_n"]) == (
+                root["attributes"]["sample_index"],
+                root["attributes"]["rollout_n"],
+            )
         llm = children[1]
         assert "What is" in llm["inputs"]["prompt_text"] and "calculator" in llm["output"]["response_text"]
         assert isinstance(llm["inputs"]["prompt_ids"], str)  # packed: one string, not hundreds of values
@@ -164,7 +198,8 @@ def test_mlflow_holds_one_trace_per_trajectory(worker, config_for, load_balancer
     traces = mlflow.search_traces(experiment_ids=[experiment.experiment_id], return_type="list")
     assert len(traces) == SAMPLES * N_ROLLOUTS
     assert sorted((int(t.info.tags["sample_index"]), int(t.info.tags["rollout_n"])) for t in traces) == [
-        (s, r) for s in range(SAMPLES) for r in range(N_ROLLOUTS)]  # fmt: skip
+        (s, r) for s in range(SAMPLES) for r in range(N_ROLLOUTS)
+    ]
     for t in traces:
         assert t.info.tags["step"] == str(STEP)
         names = [s.name for s in t.data.spans]
@@ -182,15 +217,16 @@ def test_with_verls_tracing_off_rollscope_still_records_every_span(config_for, l
     assert tracing.flush_tracing(60)
     trajectories = TraceStore(tmp_path / "traces").trajectories()
     assert sorted((t.step, t.sample_index, t.rollout_n) for t in trajectories) == [
-        (STEP, s, r) for s in range(SAMPLES) for r in range(N_ROLLOUTS)]  # fmt: skip
+        (STEP, s, r) for s in range(SAMPLES) for r in range(N_ROLLOUTS)
+    ]
     for t in trajectories:
         [run] = t.tree()
         assert_complete_tree(run)
 
 
-
-def test_verls_own_tools_in_verls_ported_loop_over_verls_client_and_ray(model_dir, load_balancer, tmp_path,
-                                                                         monkeypatch):  # fmt: skip
+def test_verls_own_tools_in_verls_ported_loop_over_verls_client_and_ray(
+    model_dir, load_balancer, tmp_path, monkeypatch
+):
     """What users bring, on verl's training path: verl's ToolAgentLoop ported to TracedAgentLoop,
     verl's Gsm8kTool from verl's tool YAML and verl function tools from ``function_tool_path``,
     verl's worker wrapped as a Ray actor, verl's real LLM client to a server actor over Ray, only
@@ -199,8 +235,12 @@ def test_verls_own_tools_in_verls_ported_loop_over_verls_client_and_ray(model_di
     cfg = users_tools_config(model_dir, tmp_path, "actor_rollout_ref.rollout.calculate_log_probs=True")
     batch = grpo_batch(N_ROLLOUTS, STEP, agent_name="ported_tool_agent")
     batch.non_tensor_batch["tools_kwargs"] = np.array(
-        [{"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": str(r["ground_truth"])}}}
-         for r in batch.non_tensor_batch["reward_model"]], dtype=object)  # fmt: skip
+        [
+            {"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": str(r["ground_truth"])}}}
+            for r in batch.non_tensor_batch["reward_model"]
+        ],
+        dtype=object,
+    )
     try:
         run_worker(WORKERS["ray actor"], cfg, verl_llm_client(cfg, start_llm_servers(model_dir, "verl_tools")), batch)
         assert tracing.flush_tracing(60)

@@ -23,15 +23,21 @@ ANSWERS = ["391", "144", "81"]
 
 @pytest.fixture
 def worker_config(model_dir, tmp_path):
-    yield loop_config(model_dir, tmp_path, "gsm8k_agent", "tests.agentloops.user_loops.GSM8KAgent", [
-        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={config_path('gsm8k_tools.yaml')}",
-        "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4",
-        "actor_rollout_ref.rollout.calculate_log_probs=True",
-        "actor_rollout_ref.rollout.trace.backend=local",
-        "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=2",
-        f"+rollscope.trace.trace_dir={tmp_path / 'traces'}",
-        "+rollscope.trace.sample_seed=3",
-    ])  # fmt: skip
+    yield loop_config(
+        model_dir,
+        tmp_path,
+        "gsm8k_agent",
+        "tests.agentloops.user_loops.GSM8KAgent",
+        [
+            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={config_path('gsm8k_tools.yaml')}",
+            "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=4",
+            "actor_rollout_ref.rollout.calculate_log_probs=True",
+            "actor_rollout_ref.rollout.trace.backend=local",
+            "actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker=2",
+            f"+rollscope.trace.trace_dir={tmp_path / 'traces'}",
+            "+rollscope.trace.sample_seed=3",
+        ],
+    )
     RolloutTraceConfig.reset()
 
 
@@ -40,8 +46,11 @@ def scripted_llm(tokenizer):
         text = tokenizer.decode(prompt_ids)
         k = next(i for i, q in enumerate(QUESTIONS) if q in text)
         a, b = QUESTIONS[k].removeprefix("What is ").removesuffix("?").split(" * ")
-        return [call("calculator", expression=f"{a} * {b}"), call("submit_answer", answer=ANSWERS[k]),
-                f"The answer is {ANSWERS[k]}."][min(turn, 2)]  # fmt: skip
+        return [
+            call("calculator", expression=f"{a} * {b}"),
+            call("submit_answer", answer=ANSWERS[k]),
+            f"The answer is {ANSWERS[k]}.",
+        ][min(turn, 2)]
 
     return ScriptedLLM(tokenizer, reply)
 
@@ -79,8 +88,7 @@ def test_generate_sequences_in_verls_worker(worker_config, tokenizer, tmp_path):
     chosen = tracing.select_samples(range(3), step=7, k=2, seed=3)
     # max_samples_per_step_per_worker=2: two whole GRPO groups, chosen deterministically
     assert {t.sample_index for t in trajectories} == chosen
-    assert sorted((t.sample_index, t.rollout_n) for t in trajectories) == sorted(
-        (s, r) for s in chosen for r in (0, 1))
+    assert sorted((t.sample_index, t.rollout_n) for t in trajectories) == sorted((s, r) for s in chosen for r in (0, 1))
     for t in trajectories:
         assert (t.step, t.validate, t.experiment, t.project) == (7, False, "cpu", "rollscope_tests")
         assert t.status == "ok" and t.reward == 1.0
@@ -91,7 +99,10 @@ def test_generate_sequences_in_verls_worker(worker_config, tokenizer, tmp_path):
         assert [c.kind for c in run.children if c.kind in ("llm", "tool")] == ["llm", "tool", "llm", "tool", "llm"]
         lifecycle = [c.name for c in run.children if c.kind not in ("llm", "tool")]
         assert lifecycle == ["AnswerCheckerTool.create", "AnswerCheckerTool.release"]
-        assert [c.attributes.get("tool.name") for c in run.children if c.kind == "tool"] == ["calculator", "submit_answer"]
+        assert [c.attributes.get("tool.name") for c in run.children if c.kind == "tool"] == [
+            "calculator",
+            "submit_answer",
+        ]
     group = store.group(step=7, sample_index=min(chosen))
     assert [t.rollout_n for t in group] == [0, 1]
     tracing.shutdown_tracing()
@@ -107,6 +118,7 @@ def score_with(worker_config, tokenizer, reward_actor_class, step):
     worker_config.actor_rollout_ref.rollout.trace.max_samples_per_step_per_worker = None
     ray.init(num_cpus=1, include_dashboard=False, log_to_driver=False, configure_logging=False)
     try:
+
         async def main():
             reward = ray.remote(num_cpus=0)(reward_actor_class).remote()
             worker = AgentLoopWorker(worker_config, scripted_llm(tokenizer), None, [reward])
@@ -121,8 +133,10 @@ def score_with(worker_config, tokenizer, reward_actor_class, step):
 
 class LengthReward:
     def compute_score(self, data):
-        return {"reward_score": float(data.batch["responses"].shape[-1]) / 1000,
-                "reward_extra_info": {"scorer": "length"}}  # fmt: skip
+        return {
+            "reward_score": float(data.batch["responses"].shape[-1]) / 1000,
+            "reward_extra_info": {"scorer": "length"},
+        }
 
 
 class BrokenReward:
@@ -161,16 +175,18 @@ def test_a_reward_that_fails_after_run_ends_each_trajectory_with_the_error(worke
     for t in trajectories:
         assert t.end_ns is not None and t.reward is None
         assert (t.status, "reward server unreachable" in t.error_message) == ("error", True) or (
-            t.status, "cancelled before verl scored it" in t.error_message) == ("cancelled", True), t  # fmt: skip
+            t.status,
+            "cancelled before verl scored it" in t.error_message,
+        ) == ("cancelled", True), t
         [run] = t.tree()
         assert run.status == "ok" and t.num_llm_calls == 3  # the rollout itself was whole
     tracing.shutdown_tracing()
 
 
-
 @pytest.mark.slow
-def test_verls_own_tools_and_loop_under_verls_plain_worker_with_only_trace_keys(model_dir, tokenizer, tmp_path,
-                                                                               monkeypatch):
+def test_verls_own_tools_and_loop_under_verls_plain_worker_with_only_trace_keys(
+    model_dir, tokenizer, tmp_path, monkeypatch
+):
     """What users bring, under verl's plain worker set only by verl's keys: verl's ToolAgentLoop
     ported to TracedAgentLoop, verl's Gsm8kTool from verl's own tool YAML, verl 0.9.1 function tools
     from ``function_tool_path``. Every call is a tool span, the counts equal the calls, and the
@@ -180,7 +196,8 @@ def test_verls_own_tools_and_loop_under_verls_plain_worker_with_only_trace_keys(
     batch = grpo_batch(n=1, step=3)
     batch.non_tensor_batch["agent_name"] = np.array(["ported_tool_agent"] * 3, dtype=object)
     batch.non_tensor_batch["tools_kwargs"] = np.array(
-        [{"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": a}}} for a in ANSWERS], dtype=object)
+        [{"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": a}}} for a in ANSWERS], dtype=object
+    )
 
     async def main():
         worker = AgentLoopWorker(config, ScriptedLLM(tokenizer, verl_tools_reply(tokenizer)))
@@ -189,7 +206,9 @@ def test_verls_own_tools_and_loop_under_verls_plain_worker_with_only_trace_keys(
     try:
         asyncio.run(main())
         assert tracing.flush_tracing(60)
-        trajectories = [TraceStore(tmp_path / "traces").get(t.id) for t in TraceStore(tmp_path / "traces").trajectories()]
+        trajectories = [
+            TraceStore(tmp_path / "traces").get(t.id) for t in TraceStore(tmp_path / "traces").trajectories()
+        ]
     finally:
         tracing.shutdown_tracing()
         RolloutTraceConfig.reset()

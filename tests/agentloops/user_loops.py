@@ -26,12 +26,20 @@ class PortedToolAgentLoop(TracedAgentLoop, VerlToolAgentLoop):
 # ---- a loop and a tool written from scratch, as a user new to rollscope would: no tracing code ----
 
 
-MULTIPLY_SCHEMA = OpenAIFunctionToolSchema.model_validate({
-    "type": "function",
-    "function": {"name": "calculator", "description": "Multiply two numbers: 'a * b'.",
-                 "parameters": {"type": "object", "properties": {"expression": {"type": "string"}},
-                                "required": ["expression"]}},
-})  # fmt: skip
+MULTIPLY_SCHEMA = OpenAIFunctionToolSchema.model_validate(
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "Multiply two numbers: 'a * b'.",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string"}},
+                "required": ["expression"],
+            },
+        },
+    }
+)
 
 
 class Multiply(TracedTool):
@@ -72,6 +80,12 @@ class ScratchAgent(TracedAgentLoop):
             ids += observation
             mask += [0] * len(observation)
         await tool.release(instance_id)
-        response_ids = ids[len(prompt_ids):]
-        return AgentLoopOutput(prompt_ids=list(prompt_ids), response_ids=response_ids, response_mask=mask,
-                               reward_score=reward, num_turns=_turn + 1, metrics=AgentLoopMetrics())  # fmt: skip
+        response_ids = ids[len(prompt_ids) :]
+        return AgentLoopOutput(
+            prompt_ids=list(prompt_ids),
+            response_ids=response_ids,
+            response_mask=mask,
+            reward_score=reward,
+            num_turns=_turn + 1,
+            metrics=AgentLoopMetrics(),
+        )

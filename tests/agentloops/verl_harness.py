@@ -15,7 +15,7 @@ ANSWERS = ["391", "144", "81", "42"]
 
 
 def call(name, **arguments):
-    return f'<tool_call>{json.dumps({"name": name, "arguments": arguments})}</tool_call>'
+    return f"<tool_call>{json.dumps({'name': name, 'arguments': arguments})}</tool_call>"
 
 
 def arithmetic_reply(tokenizer):
@@ -26,7 +26,9 @@ def arithmetic_reply(tokenizer):
         text = tokenizer.decode(prompt_ids)
         k = next(i for i, q in enumerate(QUESTIONS) if q in text)
         a, b = QUESTIONS[k].removeprefix("What is ").removesuffix("?").split(" * ")
-        return f"The answer is {ANSWERS[k]}." if "tool_response" in text else call("calculator", expression=f"{a} * {b}")
+        return (
+            f"The answer is {ANSWERS[k]}." if "tool_response" in text else call("calculator", expression=f"{a} * {b}")
+        )
 
     return reply
 
@@ -63,8 +65,9 @@ def start_llm_servers(model_dir, replies="arithmetic"):
             tokenizer = AutoTokenizer.from_pretrained(model_dir)
             self.llm = ScriptedLLM(tokenizer, REPLIES[replies](tokenizer))
 
-        async def generate(self, request_id, *, prompt_ids, sampling_params, image_data=None, video_data=None,
-                           **kwargs):  # fmt: skip
+        async def generate(
+            self, request_id, *, prompt_ids, sampling_params, image_data=None, video_data=None, **kwargs
+        ):
             return await self.llm.generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
 
     @ray.remote(num_cpus=0)
@@ -151,11 +154,18 @@ def users_tools_config(model_dir, tmp_path, *overrides):
     ``ported_tool_agent``), verl's Gsm8kTool from verl's tool YAML and verl function tools from
     ``function_tool_path``, tracing set by verl's ``trace.*`` keys alone (the store's place comes
     from the environment: set ``ROLLSCOPE_TRACE_DIR``)."""
-    return loop_config(model_dir, tmp_path, "ported_tool_agent", "tests.agentloops.user_loops.PortedToolAgentLoop", [
-        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={VERL_TOOLS / 'gsm8k_tool_config.yaml'}",
-        f"actor_rollout_ref.rollout.multi_turn.function_tool_path={VERL_TOOLS / 'function_tools.py'}",
-        "actor_rollout_ref.rollout.trace.backend=local", *overrides,
-    ])  # fmt: skip
+    return loop_config(
+        model_dir,
+        tmp_path,
+        "ported_tool_agent",
+        "tests.agentloops.user_loops.PortedToolAgentLoop",
+        [
+            f"actor_rollout_ref.rollout.multi_turn.tool_config_path={VERL_TOOLS / 'gsm8k_tool_config.yaml'}",
+            f"actor_rollout_ref.rollout.multi_turn.function_tool_path={VERL_TOOLS / 'function_tools.py'}",
+            "actor_rollout_ref.rollout.trace.backend=local",
+            *overrides,
+        ],
+    )
 
 
 def assert_users_tools_traced(trajectory):
@@ -167,7 +177,9 @@ def assert_users_tools_traced(trajectory):
     assert run.name == "PortedToolAgentLoop.run"
     tools = [c for c in run.children if c.kind == "tool"]
     assert [(c.name, c.attributes["tool.name"]) for c in tools] == [
-        ("Gsm8kTool.execute", "calc_gsm8k_reward"), ("word_count", "word_count")]  # fmt: skip
+        ("Gsm8kTool.execute", "calc_gsm8k_reward"),
+        ("word_count", "word_count"),
+    ]
     assert tools[0].outputs["text"].endswith("reward=1.0")
     assert [c.name for c in run.children if c.kind == "custom"] == ["Gsm8kTool.create", "Gsm8kTool.release"]
     return tools

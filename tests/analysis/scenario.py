@@ -36,8 +36,10 @@ SCRIPTS = {
     ("empty", 0): ["<answer></answer>"],
     ("empty", 1): [CALL.format(tool="calculator", expression="1 + 0"), "The answer is 1."],
 }
-RIGHT = {(row, 0): [CALL.format(tool="calculator", expression=f"{answer} + 0"), f"The answer is {answer}."]
-         for row, answer in ROWS.items()}  # fmt: skip
+RIGHT = {
+    (row, 0): [CALL.format(tool="calculator", expression=f"{answer} + 0"), f"The answer is {answer}."]
+    for row, answer in ROWS.items()
+}
 WRONG = {(row, 1): [CALL.format(tool="calculator", expression="1 + 1"), "The answer is 2."] for row in ROWS}
 CLEAN = RIGHT | WRONG
 
@@ -77,8 +79,17 @@ def leaky_reward(data_source: str, solution_str: str, ground_truth: str, extra_i
 def dataset(path: Path) -> Path:
     with path.open("w") as f:
         for i, (row, answer) in enumerate(ROWS.items()):
-            f.write(json.dumps({"data_source": "scenario", "prompt": [{"role": "user", "content": f"[{row}] What?"}],
-                                "reward_model": {"ground_truth": answer}, "extra_info": {"index": i}}) + "\n")  # fmt: skip
+            f.write(
+                json.dumps(
+                    {
+                        "data_source": "scenario",
+                        "prompt": [{"role": "user", "content": f"[{row}] What?"}],
+                        "reward_model": {"ground_truth": answer},
+                        "extra_info": {"index": i},
+                    }
+                )
+                + "\n"
+            )
     return path
 
 
@@ -92,10 +103,19 @@ def record(trace_dir: Path, model_dir: Path, *, experiment: str, scripts: dict, 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     data = dataset(trace_dir.parent / f"{experiment}.jsonl")
     for step in steps:
-        config = load_config("gsm8k-calculator", [
-            f"dataset={data}", "n=2", f"step={step}", f"experiment={experiment}", f"trace_dir={trace_dir}",
-            "reward=tests.analysis.scenario:leaky_reward", "sampling.max_tokens=40", "multi_turn.max_assistant_turns=3",
-        ])  # fmt: skip
+        config = load_config(
+            "gsm8k-calculator",
+            [
+                f"dataset={data}",
+                "n=2",
+                f"step={step}",
+                f"experiment={experiment}",
+                f"trace_dir={trace_dir}",
+                "reward=tests.analysis.scenario:leaky_reward",
+                "sampling.max_tokens=40",
+                "multi_turn.max_assistant_turns=3",
+            ],
+        )
         runner = Runner(config, llm=ScenarioLLM(tokenizer, scripts), tokenizer=tokenizer)
         runner.setup()
         asyncio.run(session.run_traced(runner))

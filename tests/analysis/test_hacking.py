@@ -21,7 +21,10 @@ def answer(step: int, sample: int, rollout: int, hacking: bool) -> tuple[str, st
     """(the model's final reply, the right answer) of one rollout."""
     right = str(100 + sample)
     if hacking and step >= HACK_FROM and rollout < 3:
-        return f"The answer is {int(right) - 2}, {right}, {int(right) + 3}, {int(right) + 7} or {int(right) + 9}.", right
+        return (
+            f"The answer is {int(right) - 2}, {right}, {int(right) + 3}, {int(right) + 7} or {int(right) + 9}.",
+            right,
+        )
     if hacking:
         return f"The answer is {right if rollout == 3 and step % 2 else int(right) + 1}.", right
     correct = rollout < min(1 + step // 2, ROLLOUTS)  # more rollouts right as the honest run learns
@@ -38,11 +41,15 @@ def record(trace_dir, experiment, reply, reward, details=None, steps=STEPS, trai
         for sample in range(PROMPTS):
             for rollout in range(ROLLOUTS):
                 text, truth = reply(step, sample, rollout)
-                row = {"raw_prompt": [{"role": "user", "content": f"What is {truth} + 0?"}],
-                       "reward_model": {"ground_truth": truth}}  # fmt: skip
-                with tracing.rollout_trace_attr(step=step, sample_index=sample, rollout_n=rollout) as t, \
-                        tracing.trace_span("run", kind="agent", inputs=row), \
-                        tracing.trace_span("generate", kind="llm") as span:  # fmt: skip
+                row = {
+                    "raw_prompt": [{"role": "user", "content": f"What is {truth} + 0?"}],
+                    "reward_model": {"ground_truth": truth},
+                }
+                with (
+                    tracing.rollout_trace_attr(step=step, sample_index=sample, rollout_n=rollout) as t,
+                    tracing.trace_span("run", kind="agent", inputs=row),
+                    tracing.trace_span("generate", kind="llm") as span,
+                ):
                     span.outputs = {"response_text": text}
                     score = reward(text, truth)
                     tracing.set_reward(score, **(details(step, rollout, score) if details else {}))
@@ -69,8 +76,22 @@ def hacked(tmp_path_factory):
     trace_dir = tmp_path_factory.mktemp("hacking") / "traces"
     record(trace_dir, "loophole", lambda s, p, r: answer(s, p, r, True), mentions)
     record(trace_dir, "honest", lambda s, p, r: answer(s, p, r, False), exact)
-    assert main(["rescore", "--dir", str(trace_dir), "--reward", "rollscope.bundled.rewards:exact_number",
-                 "--name", "exact", "--workers", "1"]) == 0  # fmt: skip
+    assert (
+        main(
+            [
+                "rescore",
+                "--dir",
+                str(trace_dir),
+                "--reward",
+                "rollscope.bundled.rewards:exact_number",
+                "--name",
+                "exact",
+                "--workers",
+                "1",
+            ]
+        )
+        == 0
+    )
     return trace_dir
 
 
@@ -118,8 +139,13 @@ def test_one_answer_to_every_prompt_repetition_one_term_and_entropy_are_flagged(
 
     record(tmp_path, "collapse", collapsing, lambda text, truth: 1.0)
     record(tmp_path, "repeat", repeating, lambda text, truth: 1.0, train=lambda s, r: 1.2 if s < 5 else 0.3)
-    record(tmp_path, "components", lambda s, p, r: answer(s, p, r, False),
-           lambda text, truth: 1.0 + 0.2 * float(truth in text), details=parts)  # fmt: skip
+    record(
+        tmp_path,
+        "components",
+        lambda s, p, r: answer(s, p, r, False),
+        lambda text, truth: 1.0 + 0.2 * float(truth in text),
+        details=parts,
+    )
     found = {r.experiment: r for r in insights(TraceStore(tmp_path))}
     collapse = by_name(found["collapse"], "answer_collapse")
     assert [s for s in collapse if collapse[s].flagged] == [5, 6, 7, 8]

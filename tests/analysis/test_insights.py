@@ -54,15 +54,19 @@ def test_each_signal_is_counted_exactly(store_dir):
         for name, test in (
             ("truncated", lambda t: any(x.outputs["stop_reason"] == "length" for x in llm(t))),
             ("turn_limit", lambda t: len(llm(t)) == 3),
-            ("repeated_calls", lambda t: len(tools(t)) == 2 and len({str(x.inputs["parameters"]) for x in tools(t)}) == 1),
+            (
+                "repeated_calls",
+                lambda t: len(tools(t)) == 2 and len({str(x.inputs["parameters"]) for x in tools(t)}) == 1,
+            ),
             ("reward_without_tools", lambda t: t.reward > 0 and not tools(t)),
             ("rewarded_empty", lambda t: t.reward > 0 and llm(t)[-1].outputs["response_text"].startswith("<answer>")),
             ("tool_errors", lambda t: any(x.status == "error" for x in tools(t))),
-        ):  # fmt: skip
+        ):
             expected, examples = spans_say(name, test)
             assert examples == expected, name
-        [zv_group] = [g for g in [store.group(0, i, experiment="scenario") for i in range(5)]
-                      if len({t.reward for t in g}) == 1]  # fmt: skip
+        [zv_group] = [
+            g for g in [store.group(0, i, experiment="scenario") for i in range(5)] if len({t.reward for t in g}) == 1
+        ]
         assert s["zero_variance"].examples == [min(t.id for t in zv_group)]
 
 
@@ -93,8 +97,12 @@ def test_a_clean_run_triggers_nothing(store_dir):
 
 def test_the_command_prints_and_its_json_is_stable(store_dir):
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "rollscope.cli", "insights", "--dir", str(store_dir), *args],
-                              capture_output=True, text=True, timeout=120)  # fmt: skip
+        return subprocess.run(
+            [sys.executable, "-m", "rollscope.cli", "insights", "--dir", str(store_dir), *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
 
     out = run("--experiment", "scenario", "--steps", "0:0", "--json")
     assert out.returncode == 0, out.stderr
@@ -129,15 +137,20 @@ def test_the_insights_page_in_chromium(store_dir, browser):
         rows = {r.get_attribute("id"): r for r in sections[1].find_elements(By.CSS_SELECTOR, "tr.signal")}
         # the rollouts' signals, two of reward hacking among them (no trainer ran: none of the trainer's)
         assert len(rows) == 12 and {"signal-answer_length_with_reward", "signal-answer_collapse"} <= set(rows)
-        overall = {k.removeprefix("signal-"): r.find_element(By.CSS_SELECTOR, "td.overall").text for k, r in rows.items()}
+        overall = {
+            k.removeprefix("signal-"): r.find_element(By.CSS_SELECTOR, "td.overall").text for k, r in rows.items()
+        }
         assert overall["zero_variance"] == "2/10 (20%)" and overall["tool_errors"] == "4/16 (25%)"
         assert overall["truncated"] == "2/20 (10%)" and overall["rewarded_empty"] == "2/12 (17%)"
         assert "flagged" in rows["signal-rewarded_empty"].get_attribute("class")
         assert "flagged" not in rows["signal-truncated"].get_attribute("class")
         assert rows["signal-zero_variance"].find_element(By.CSS_SELECTOR, "svg.spark").rect["width"] > 100
         assert "GRPO groups whose rollouts all got the same reward" in rows["signal-zero_variance"].text
-        assert not any("flagged" in r.get_attribute("class") for r in sections[0].find_elements(By.CSS_SELECTOR, "tr.signal")
-                       if r.get_attribute("id") != "signal-retokenization_drift")  # the clean run (its template drifts)
+        assert not any(
+            "flagged" in r.get_attribute("class")
+            for r in sections[0].find_elements(By.CSS_SELECTOR, "tr.signal")
+            if r.get_attribute("id") != "signal-retokenization_drift"
+        )  # the clean run (its template drifts)
         shot(browser, "12-insights")
         example = rows["signal-turn_limit"].find_element(By.CSS_SELECTOR, "td.examples a")
         tid = example.text

@@ -52,9 +52,23 @@ def test_insights_reads_an_offline_wandb_runs_metrics(store_dir, tmp_path):
     offline_run(tmp_path, rows)
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "rollscope.cli", "insights", "--dir", str(store_dir),
-                               "--wandb-run", str(tmp_path), *args], capture_output=True, text=True, timeout=120,
-                              env={**os.environ, "COLUMNS": "300"})  # fmt: skip
+        return subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "rollscope.cli",
+                "insights",
+                "--dir",
+                str(store_dir),
+                "--wandb-run",
+                str(tmp_path),
+                *args,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "COLUMNS": "300"},
+        )
 
     out = run("--metric", "critic/score/mean")
     assert out.returncode == 0, out.stderr
@@ -62,8 +76,9 @@ def test_insights_reads_an_offline_wandb_runs_metrics(store_dir, tmp_path):
     [step0] = [line for line in lines if line.startswith("  step 0 (")]
     [step1] = [line for line in lines if line.startswith("  step 1 (")]
     assert "rewarded_empty" in step0 and step0.endswith("critic/score/mean 0.1")
-    assert step1.endswith("actor/entropy 0.4 (-0.5, 50.0x its usual change) JUMP · "
-                          "critic/score/mean 0.12 (+0.02, 1.0x its usual change)")
+    assert step1.endswith(
+        "actor/entropy 0.4 (-0.5, 50.0x its usual change) JUMP · critic/score/mean 0.12 (+0.02, 1.0x its usual change)"
+    )
     data = json.loads(run("--json").stdout)
     assert [(m["metric"], m["step"], m["jump"]) for m in data["metrics"]] == [("actor/entropy", 1, True)]
     bad = run("--metric", "actor/kl")

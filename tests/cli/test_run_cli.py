@@ -21,8 +21,14 @@ ENV = {**os.environ, "WANDB_ERROR_REPORTING": "false", "COLUMNS": "200"}
 
 
 def rollscope(*args, cwd=None, env_extra=None):
-    return subprocess.run([sys.executable, "-m", "rollscope.cli", *args], capture_output=True, text=True,
-                          env={**ENV, **(env_extra or {})}, cwd=cwd, timeout=300)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "rollscope.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**ENV, **(env_extra or {})},
+        cwd=cwd,
+        timeout=300,
+    )
 
 
 @pytest.fixture
@@ -43,8 +49,20 @@ def assert_one_line_error(result, code, *fragments):
 
 def test_run_prints_a_summary_and_the_traces_are_listed(tmp_path, replies):
     traces = tmp_path / "traces"
-    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--limit", "3", "--n", "2",
-                       "--trace-dir", str(traces), "--step", "4")  # fmt: skip
+    result = rollscope(
+        "run",
+        "gsm8k-calculator",
+        "--llm",
+        f"scripted:{replies}",
+        "--limit",
+        "3",
+        "--n",
+        "2",
+        "--trace-dir",
+        str(traces),
+        "--step",
+        "4",
+    )
     assert result.returncode == 0, result.stderr
     assert "6 of 6" in result.stdout and "0.333 over 6" in result.stdout  # sample 0's answer is 976
     assert str(traces) in result.stdout
@@ -60,8 +78,9 @@ def test_bad_config_key(replies):
 
 
 def test_unknown_example():
-    assert_one_line_error(rollscope("run", "no-such-example"), 2, "no such config file or bundled example",
-                          "gsm8k-calculator")  # fmt: skip
+    assert_one_line_error(
+        rollscope("run", "no-such-example"), 2, "no such config file or bundled example", "gsm8k-calculator"
+    )
 
 
 def test_missing_dataset(tmp_path, replies):
@@ -82,8 +101,9 @@ def test_server_down(tmp_path, replies):
 
     model = make_model_dir(tmp_path / "model")
     url = f"http://127.0.0.1:{free_port()}"
-    result = rollscope("run", "gsm8k-calculator", "--llm", url, "--model", str(model), "--trace-dir",
-                       str(tmp_path / "t"))  # fmt: skip
+    result = rollscope(
+        "run", "gsm8k-calculator", "--llm", url, "--model", str(model), "--trace-dir", str(tmp_path / "t")
+    )
     assert_one_line_error(result, 3, f"--llm {url}: cannot reach the server: nothing answers at 127.0.0.1:")
     assert not (tmp_path / "t").exists()
 
@@ -108,8 +128,16 @@ def test_a_server_that_hangs_up_leaves_no_store(tmp_path):
 
     threading.Thread(target=hang_up, daemon=True).start()
     try:
-        result = rollscope("run", "gsm8k-calculator", "--llm", f"http://127.0.0.1:{listener.getsockname()[1]}",
-                           "--model", str(model), "--trace-dir", str(tmp_path / "t"))  # fmt: skip
+        result = rollscope(
+            "run",
+            "gsm8k-calculator",
+            "--llm",
+            f"http://127.0.0.1:{listener.getsockname()[1]}",
+            "--model",
+            str(model),
+            "--trace-dir",
+            str(tmp_path / "t"),
+        )
     finally:
         listener.close()
     assert_one_line_error(result, 3, "cannot reach the server")
@@ -131,11 +159,36 @@ def test_server_answering_garbage_keeps_what_was_traced(tmp_path):
         return {"choices": [{"text": "", "token_ids": [2], "logprobs": None, "finish_reason": "stop"}]}
 
     with StandInServer(answer) as server:
-        result = rollscope("run", "gsm8k-calculator", "--llm", server.url, "--model", str(model), "model_name=x",
-                           "--concurrency", "1", "--trace-dir", str(tmp_path / "t"), "--limit", "5")  # fmt: skip
+        result = rollscope(
+            "run",
+            "gsm8k-calculator",
+            "--llm",
+            server.url,
+            "--model",
+            str(model),
+            "model_name=x",
+            "--concurrency",
+            "1",
+            "--trace-dir",
+            str(tmp_path / "t"),
+            "--limit",
+            "5",
+        )
         assert_one_line_error(result, 2, "unknown config key 'model_name'")
-        result = rollscope("run", "gsm8k-calculator", "--llm", server.url, "--model", str(model),
-                           "--concurrency", "1", "--trace-dir", str(tmp_path / "t"), "--limit", "5")  # fmt: skip
+        result = rollscope(
+            "run",
+            "gsm8k-calculator",
+            "--llm",
+            server.url,
+            "--model",
+            str(model),
+            "--concurrency",
+            "1",
+            "--trace-dir",
+            str(tmp_path / "t"),
+            "--limit",
+            "5",
+        )
     assert_one_line_error(result, 3, "/v1/completions: answered with something that is not JSON")
     listed = json.loads(rollscope("traces", "ls", "--dir", str(tmp_path / "t"), "--json", "--status", "ok").stdout)
     assert len(listed) == 2
@@ -143,8 +196,18 @@ def test_server_answering_garbage_keeps_what_was_traced(tmp_path):
 
 def test_user_agent_config_relative_paths(tmp_path, replies):
     repo = Path(__file__).parents[2]
-    result = rollscope("run", str(repo / "examples/custom_agent/config.yaml"), "--llm", f"scripted:{replies}",
-                       "--limit", "2", "--trace-dir", str(tmp_path / "t"), "--quiet", cwd=tmp_path)  # fmt: skip
+    result = rollscope(
+        "run",
+        str(repo / "examples/custom_agent/config.yaml"),
+        "--llm",
+        f"scripted:{replies}",
+        "--limit",
+        "2",
+        "--trace-dir",
+        str(tmp_path / "t"),
+        "--quiet",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert "2 of 2" in result.stdout and result.stderr.strip() == ""
 
@@ -158,24 +221,46 @@ def test_mistakes_are_reported_before_the_heavy_imports(tmp_path, replies):
     misspelled.write_text("tools:\n  - class_name: rollscope.tools.builtin.calculator.CalculatorToll\n")
     wrong_module = tmp_path / "wrong_module.yaml"
     wrong_module.write_text("tools:\n  - class_name: my_tolls.WeatherTool\n")
-    probe = ("import atexit, runpy, sys; sys.argv = ['rollscope', *sys.argv[1:]]\n"
-             "atexit.register(lambda: print('HEAVY' if {'verl', 'torch', 'transformers'} & set(sys.modules)"
-             " else 'LIGHT', file=sys.stderr))\n"
-             "runpy.run_module('rollscope.cli', run_name='__main__')\n")  # fmt: skip
+    probe = (
+        "import atexit, runpy, sys; sys.argv = ['rollscope', *sys.argv[1:]]\n"
+        "atexit.register(lambda: print('HEAVY' if {'verl', 'torch', 'transformers'} & set(sys.modules)"
+        " else 'LIGHT', file=sys.stderr))\n"
+        "runpy.run_module('rollscope.cli', run_name='__main__')\n"
+    )
     cases = [
-        ((f"dataset={tmp_path}/none.jsonl", "--llm", f"scripted:{replies}"), f"{tmp_path}/none.jsonl: dataset not found"),
+        (
+            (f"dataset={tmp_path}/none.jsonl", "--llm", f"scripted:{replies}"),
+            f"{tmp_path}/none.jsonl: dataset not found",
+        ),
         ((f"tools={bad_tools}", "--llm", f"scripted:{replies}"), "tools[0]: needs 'class_name: package.module.Class'"),
         (("--llm", "foo:bar"), "--llm foo:bar: unknown kind"),
         (("--llm", "http://127.0.0.1:9"), "--llm http://127.0.0.1:9: needs --model DIR"),
-        (("--llm", "http://127.0.0.1:9", "--model", str(tmp_path / "nope")), f"--model {tmp_path / 'nope'}: no such directory"),
+        (
+            ("--llm", "http://127.0.0.1:9", "--model", str(tmp_path / "nope")),
+            f"--model {tmp_path / 'nope'}: no such directory",
+        ),
         (("--llm", "scripted:/no/such/file"), "--llm scripted:/no/such/file: no replies file at /no/such/file"),
-        ((f"tools={misspelled}", "--llm", f"scripted:{replies}"), "defines no 'CalculatorToll'; did you mean 'CalculatorTool'?"),
-        ((f"tools={wrong_module}", "--llm", f"scripted:{replies}"), "'my_tolls.WeatherTool': no module 'my_tolls' on the path"),
-        (("reward=tests.runner.agents:missing_feld_reward", "--llm", f"scripted:{replies}"), "did you mean 'missing_field_reward'?"),
-    ]  # fmt: skip
+        (
+            (f"tools={misspelled}", "--llm", f"scripted:{replies}"),
+            "defines no 'CalculatorToll'; did you mean 'CalculatorTool'?",
+        ),
+        (
+            (f"tools={wrong_module}", "--llm", f"scripted:{replies}"),
+            "'my_tolls.WeatherTool': no module 'my_tolls' on the path",
+        ),
+        (
+            ("reward=tests.runner.agents:missing_feld_reward", "--llm", f"scripted:{replies}"),
+            "did you mean 'missing_field_reward'?",
+        ),
+    ]
     for args, fragment in cases:
-        result = subprocess.run([sys.executable, "-c", probe, "run", "gsm8k-calculator", *args], capture_output=True,
-                                text=True, env=ENV, timeout=120)  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "-c", probe, "run", "gsm8k-calculator", *args],
+            capture_output=True,
+            text=True,
+            env=ENV,
+            timeout=120,
+        )
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2, result.stderr
         assert lines[-1] == "LIGHT", (args, result.stderr)
@@ -194,33 +279,55 @@ def test_hostile_inputs_are_one_line_each_before_the_heavy_imports(tmp_path, rep
     deep = tmp_path / "deep.yaml"
     deep.write_text("tools: " + "[" * 2000 + "]" * 2000 + "\n")
     laughs = tmp_path / "laughs.yaml"
-    laughs.write_text("multi_turn:\n  a: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
-        f"  {c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True)))
-    probe = ("import atexit, runpy, sys; sys.argv = ['rollscope', *sys.argv[1:]]\n"
-             "atexit.register(lambda: print('HEAVY' if {'verl', 'torch', 'transformers'} & set(sys.modules)"
-             " else 'LIGHT', file=sys.stderr))\n"
-             "runpy.run_module('rollscope.cli', run_name='__main__')\n")  # fmt: skip
+    laughs.write_text(
+        "multi_turn:\n  a: &a [x, x, x, x, x, x, x, x, x]\n"
+        + "".join(f"  {c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
+    )
+    probe = (
+        "import atexit, runpy, sys; sys.argv = ['rollscope', *sys.argv[1:]]\n"
+        "atexit.register(lambda: print('HEAVY' if {'verl', 'torch', 'transformers'} & set(sys.modules)"
+        " else 'LIGHT', file=sys.stderr))\n"
+        "runpy.run_module('rollscope.cli', run_name='__main__')\n"
+    )
     cases = [
         (("gsm8k-calculator", "tools=/dev/zero"), "/dev/zero: tool config is not a regular file"),
         (("gsm8k-calculator", f"tools={fifo}"), "tool config is not a regular file"),
         (("gsm8k-calculator", f"tools={latin}"), "tool config is not UTF-8 text (byte 0xe9 on line 2"),
         (("gsm8k-calculator", f"tools={deep}"), "nested more than 200 levels deep"),
         ((str(laughs),), "its aliases expand to"),
-    ]  # fmt: skip
+    ]
     for args, fragment in cases:
-        result = subprocess.run([sys.executable, "-c", probe, "run", *args, "--llm", f"scripted:{replies}"],
-                                capture_output=True, text=True, env=ENV, timeout=60)  # fmt: skip
+        result = subprocess.run(
+            [sys.executable, "-c", probe, "run", *args, "--llm", f"scripted:{replies}"],
+            capture_output=True,
+            text=True,
+            env=ENV,
+            timeout=60,
+        )
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 2 and "Traceback" not in result.stderr, (args, result.stderr)
         assert lines[-1] == "LIGHT", (args, result.stderr)
         assert lines[-2].startswith("rollscope: error: ") and fragment in lines[-2], (args, lines[-2])
-    (tmp_path / "deep_sum.py").write_text("X = " + "+".join(["1"] * 2000) + "\n\n\ndef score(*args, **kwargs):\n"
-                                          "    return 1.0\n")  # fmt: skip
+    (tmp_path / "deep_sum.py").write_text(
+        "X = " + "+".join(["1"] * 2000) + "\n\n\ndef score(*args, **kwargs):\n    return 1.0\n"
+    )
     bundled = Path(__file__).resolve().parent.parent.parent / "rollscope" / "bundled" / "data" / "arithmetic.jsonl"
     dataset = tmp_path / "rows.jsonl"
     dataset.write_text(bundled.read_text().splitlines()[0] + "\n{not json\n")
-    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--limit", "1", "--quiet",
-                       f"dataset={dataset}", "reward=deep_sum:score", "--dir", str(tmp_path / "t"), cwd=tmp_path)  # fmt: skip
+    result = rollscope(
+        "run",
+        "gsm8k-calculator",
+        "--llm",
+        f"scripted:{replies}",
+        "--limit",
+        "1",
+        "--quiet",
+        f"dataset={dataset}",
+        "reward=deep_sum:score",
+        "--dir",
+        str(tmp_path / "t"),
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
 
 
@@ -228,12 +335,31 @@ def test_the_command_ends_after_its_exit_handlers_with_everything_printed_and_st
     """``rollscope`` ends without the interpreter's teardown of verl's and torch's modules (1.6 s),
     never without what the teardown would keep: every exit handler runs, the output is whole, the
     trajectories are stored."""
-    probe = ("import atexit, runpy, sys; sys.argv = ['rollscope', *sys.argv[1:]]\n"
-             "atexit.register(lambda: print('exit handlers ran', file=sys.stderr))\n"
-             "runpy.run_module('rollscope.cli', run_name='__main__')\n")  # fmt: skip
-    result = subprocess.run([sys.executable, "-c", probe, "run", "gsm8k-calculator", "--limit", "2", "--llm",
-                             f"scripted:{replies}", "--trace-dir", str(tmp_path / "t"), "--quiet"],
-                            capture_output=True, text=True, env=ENV, timeout=300)  # fmt: skip
+    probe = (
+        "import atexit, runpy, sys; sys.argv = ['rollscope', *sys.argv[1:]]\n"
+        "atexit.register(lambda: print('exit handlers ran', file=sys.stderr))\n"
+        "runpy.run_module('rollscope.cli', run_name='__main__')\n"
+    )
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            probe,
+            "run",
+            "gsm8k-calculator",
+            "--limit",
+            "2",
+            "--llm",
+            f"scripted:{replies}",
+            "--trace-dir",
+            str(tmp_path / "t"),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=300,
+    )
     assert result.returncode == 0, result.stderr
     assert result.stderr.strip().splitlines()[-1] == "exit handlers ran"
     assert "rollscope traces ls" in result.stdout and result.stdout.endswith("\n")
@@ -248,16 +374,37 @@ def test_what_the_users_code_buffered_is_written_when_the_command_ends(tmp_path,
         "LOG = open('rewards.log', 'w')\n\n\n"
         "def score(data_source, solution_str, ground_truth, extra_info=None):\n"
         "    LOG.write(f'{ground_truth}\\n')\n"
-        "    return 1.0\n")  # fmt: skip
-    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--limit", "2", "--quiet",
-                       "--dir", str(tmp_path / "t"), "reward=my_reward:score", cwd=tmp_path)  # fmt: skip
+        "    return 1.0\n"
+    )
+    result = rollscope(
+        "run",
+        "gsm8k-calculator",
+        "--llm",
+        f"scripted:{replies}",
+        "--limit",
+        "2",
+        "--quiet",
+        "--dir",
+        str(tmp_path / "t"),
+        "reward=my_reward:score",
+        cwd=tmp_path,
+    )
     assert result.returncode == 0, result.stderr
     assert len((tmp_path / "rewards.log").read_text().splitlines()) == 2
 
 
 def test_run_honours_the_trace_dir_environment_variable(tmp_path, replies):
-    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--limit", "1", "--quiet",
-                       cwd=tmp_path, env_extra={"ROLLSCOPE_TRACE_DIR": str(tmp_path / "from-env")})  # fmt: skip
+    result = rollscope(
+        "run",
+        "gsm8k-calculator",
+        "--llm",
+        f"scripted:{replies}",
+        "--limit",
+        "1",
+        "--quiet",
+        cwd=tmp_path,
+        env_extra={"ROLLSCOPE_TRACE_DIR": str(tmp_path / "from-env")},
+    )
     assert result.returncode == 0, result.stderr
     assert str(tmp_path / "from-env") in result.stdout and not (tmp_path / "rollscope_traces").exists()
 
@@ -265,8 +412,10 @@ def test_run_honours_the_trace_dir_environment_variable(tmp_path, replies):
 def test_one_error_span_is_counted_once_everywhere(tmp_path):
     """The progress line, the summary and `traces ls` count the same thing: error spans."""
     replies = tmp_path / "bad.yaml"
-    replies.write_text("replies:\n  - '<tool_call>{\"name\": \"calculator\", \"arguments\": {\"expression\": "
-                       "\"61 * \"}}</tool_call>'\n  - 'The answer is 976.'\n")  # fmt: skip
+    replies.write_text(
+        'replies:\n  - \'<tool_call>{"name": "calculator", "arguments": {"expression": '
+        "\"61 * \"}}</tool_call>'\n  - 'The answer is 976.'\n"
+    )
     traces = tmp_path / "t"
     result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--limit", "1", "--dir", str(traces))
     assert result.returncode == 0, result.stderr
@@ -286,8 +435,17 @@ def test_a_run_whose_trajectories_all_fail_alike_stops_early_with_the_reason(tmp
     came from, and the command that shows the trajectory and its traceback; what was traced is
     kept."""
     traces = tmp_path / "traces"
-    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--limit", "40", "--dir",
-                       str(traces), "reward=tests.runner.agents:missing_field_reward")  # fmt: skip
+    result = rollscope(
+        "run",
+        "gsm8k-calculator",
+        "--llm",
+        f"scripted:{replies}",
+        "--limit",
+        "40",
+        "--dir",
+        str(traces),
+        "reward=tests.runner.agents:missing_field_reward",
+    )
     assert result.returncode == 3, result.stderr
     reason, where, show = result.stderr.strip().splitlines()[-3:]
     assert reason.startswith("rollscope: error: the first 4 trajectories failed the same way, so the run stopped: ")
@@ -305,7 +463,16 @@ def test_a_run_whose_trajectories_all_fail_alike_stops_early_with_the_reason(tmp
 
 
 def test_a_run_in_which_every_trajectory_failed_is_no_success(tmp_path, replies):
-    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--limit", "3", "--dir",
-                       str(tmp_path / "traces"), "agent=tests.runner.agents.BrokenAgent")  # fmt: skip
+    result = rollscope(
+        "run",
+        "gsm8k-calculator",
+        "--llm",
+        f"scripted:{replies}",
+        "--limit",
+        "3",
+        "--dir",
+        str(tmp_path / "traces"),
+        "agent=tests.runner.agents.BrokenAgent",
+    )
     assert result.returncode == 3, result.stderr
     assert "every trajectory failed (3 of 3" in result.stderr.strip().splitlines()[-1]

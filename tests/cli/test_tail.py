@@ -66,15 +66,38 @@ def test_tail_prints_each_trajectory_as_it_ends_and_flags_the_stuck_one(tmp_path
     trace_dir.mkdir()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     extra = [str(tmp_path / "local")] if layout == "shared" else []
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(trace_dir), *extra], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env=env)  # fmt: skip
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(trace_dir), *extra],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     if layout == "shared":
         while not (trace_dir / "live").exists():  # the layout is made as the writer starts
             time.sleep(0.05)
-    tail = subprocess.Popen([sys.executable, "-m", "rollscope.cli", "traces", "tail", "--dir", str(trace_dir),
-                             "--stall", "1", "--interval", "0.2", "--since", "60"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                            preexec_fn=_as_from_a_terminal)  # fmt: skip
+    tail = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "rollscope.cli",
+            "traces",
+            "tail",
+            "--dir",
+            str(trace_dir),
+            "--stall",
+            "1",
+            "--interval",
+            "0.2",
+            "--since",
+            "60",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        preexec_fn=_as_from_a_terminal,
+    )
     try:
         assert writer.stdout.readline().strip() == "stuck"
         lines = read_until(tail, lambda ls: any(_stalled(line, 3) for line in ls))

@@ -33,8 +33,18 @@ def test_ls_json_has_the_documented_fields(store_dir):
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert [r["reward"] for r in rows] == [2.5, 2.0, 1.5, 1.0]
-    for key in ("id", "experiment", "step", "sample_index", "rollout_n", "validate", "status", "reward",
-                "num_turns", "num_tool_calls"):  # fmt: skip
+    for key in (
+        "id",
+        "experiment",
+        "step",
+        "sample_index",
+        "rollout_n",
+        "validate",
+        "status",
+        "reward",
+        "num_turns",
+        "num_tool_calls",
+    ):
         assert key in rows[0]
     assert rows[0]["num_turns"] == 1 and rows[0]["experiment"] == "cli"
 
@@ -61,8 +71,10 @@ def test_escape_sequences_in_names_and_model_output_are_shown_escaped(tmp_path):
     clear, title, c1 = "\x1b[2J", "\x1b]0;pwned\x07", "\x9b31m"
     d = tmp_path / "traces"
     tracing.init_tracing(project="p", experiment=f"exp{clear}{title}", trace_dir=str(d))
-    with tracing.rollout_trace_attr(step=1, sample_index=0, name=f"agent{c1}"), \
-            tracing.trace_span("llm.generate", kind="llm") as s:
+    with (
+        tracing.rollout_trace_attr(step=1, sample_index=0, name=f"agent{c1}"),
+        tracing.trace_span("llm.generate", kind="llm") as s,
+    ):
         s.outputs = {"response_text": f"reply {clear} with\ttab and\nnewline {title}"}
     tracing.shutdown_tracing()
     listing = _cli("traces", "ls", "--dir", str(d))

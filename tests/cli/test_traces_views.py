@@ -18,8 +18,13 @@ def store_dir(tmp_path_factory):
 
 
 def cli(*args):
-    result = subprocess.run([sys.executable, "-m", "rollscope.cli", "traces", *args], capture_output=True, text=True,
-                            env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"}, timeout=60)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "rollscope.cli", "traces", *args],
+        capture_output=True,
+        text=True,
+        env={"COLUMNS": "160", "PATH": "/usr/bin:/bin"},
+        timeout=60,
+    )
     return result
 
 
@@ -32,8 +37,16 @@ def test_show_turns_tools_tokens_reward_errors(store_dir):
     tid = ids(store_dir, step=2, sample_index=1, rollout_n=3)[0]
     out = cli("show", tid, "--dir", str(store_dir))
     assert out.returncode == 0, out.stderr
-    for text in ("What is 2 + 3?", "The answer is 5.", '{"expression": "2+3"}', "calculator: bad expression",
-                 "20 → 13 tokens", "turns · tool calls · tokens", "2 · 1 · 18", "reward"):  # fmt: skip
+    for text in (
+        "What is 2 + 3?",
+        "The answer is 5.",
+        '{"expression": "2+3"}',
+        "calculator: bad expression",
+        "20 → 13 tokens",
+        "turns · tool calls · tokens",
+        "2 · 1 · 18",
+        "reward",
+    ):
         assert text in out.stdout, text
     data = json.loads(cli("show", tid, "--dir", str(store_dir), "--json").stdout)
     assert data["num_tool_errors"] == 1 and [s["kind"] for s in data["spans"]] == ["agent", "llm", "tool", "llm"]
@@ -63,8 +76,18 @@ def test_group_with_advantages(store_dir):
 def test_ls_json_fields_and_tool_error_filter(store_dir):
     listed = json.loads(cli("ls", "--dir", str(store_dir), "--json", "--tool-errors").stdout)
     assert len(listed) == 6 and all(t["rollout_n"] == 3 for t in listed)
-    assert {"id", "experiment", "step", "sample_index", "rollout_n", "validate", "status", "reward", "num_turns",
-            "num_tool_calls"} <= set(listed[0])  # fmt: skip
+    assert {
+        "id",
+        "experiment",
+        "step",
+        "sample_index",
+        "rollout_n",
+        "validate",
+        "status",
+        "reward",
+        "num_turns",
+        "num_tool_calls",
+    } <= set(listed[0])
 
 
 def test_unknown_ids_are_one_line_errors(store_dir):
@@ -83,12 +106,17 @@ def _same_text_rollouts(trace_dir):
     tracing.init_tracing(project="p", experiment="same", trace_dir=str(trace_dir))
     for n in range(2):
         with tracing.rollout_trace_attr(step=0, sample_index=0, rollout_n=n):
-            with tracing.trace_span("llm.generate", kind="llm",
-                                    inputs={"request_id": uuid.uuid4().hex, "prompt_ids": [1, 2]}) as s:  # fmt: skip
-                s.outputs = {"response_text": "call the calculator", "token_ids": [5, 6, 7],
-                             "log_probs": [-0.1, -4.0, -0.2]}  # fmt: skip
-            with tracing.trace_span("calculator", kind="tool",
-                                    inputs={"instance_id": str(uuid.uuid4()), "parameters": {"x": 1}}) as s:  # fmt: skip
+            with tracing.trace_span(
+                "llm.generate", kind="llm", inputs={"request_id": uuid.uuid4().hex, "prompt_ids": [1, 2]}
+            ) as s:
+                s.outputs = {
+                    "response_text": "call the calculator",
+                    "token_ids": [5, 6, 7],
+                    "log_probs": [-0.1, -4.0, -0.2],
+                }
+            with tracing.trace_span(
+                "calculator", kind="tool", inputs={"instance_id": str(uuid.uuid4()), "parameters": {"x": 1}}
+            ) as s:
                 s.outputs = {"text": f"done (session {uuid.uuid4()})"}
     tracing.shutdown_tracing()
 
@@ -121,7 +149,9 @@ def test_a_group_never_mixes_experiments(store_dir, tmp_path):
     record(both, steps=2, samples=1, rollouts=2, experiment="second")  # rewards 0.1, 1.1 at step 1
     data = json.loads(cli("group", "1", "0", "--dir", str(both), "--json").stdout)
     assert [(g["experiment"], len(g["rollouts"]), round(g["mean_reward"], 3)) for g in data] == [
-        ("second", 2, 0.6), ("viewer", 4, 0.6)]  # fmt: skip
+        ("second", 2, 0.6),
+        ("viewer", 4, 0.6),
+    ]
     text = cli("group", "1", "0", "--dir", str(both)).stdout
     assert "second: step 1, sample 0: 2 rollouts" in text and "viewer: step 1, sample 0: 4 rollouts" in text
     one = json.loads(cli("group", "1", "0", "--dir", str(both), "--experiment", "second", "--json").stdout)
@@ -149,8 +179,12 @@ def test_show_prints_a_custom_spans_inputs_and_output_and_with_full_the_stored_t
     [tid] = ids(trace_dir)
     short = cli("show", tid, "--dir", str(trace_dir))
     assert short.returncode == 0, short.stderr
-    for text in ('in: {"query": "verl tool config", "k": 3}', 'out: {"hits": ["docs/tools.md", "docs/verl.md"]}',
-                 "ValueError: invalid literal for int()", "(traceback stored: --full shows it)"):  # fmt: skip
+    for text in (
+        'in: {"query": "verl tool config", "k": 3}',
+        'out: {"hits": ["docs/tools.md", "docs/verl.md"]}',
+        "ValueError: invalid literal for int()",
+        "(traceback stored: --full shows it)",
+    ):
         assert text in short.stdout, (text, short.stdout)
     assert "Traceback (most recent call last)" not in short.stdout
     full = cli("show", tid, "--dir", str(trace_dir), "--full").stdout
@@ -159,9 +193,13 @@ def test_show_prints_a_custom_spans_inputs_and_output_and_with_full_the_stored_t
 
 def test_group_reads_whole_at_80_columns(store_dir):
     """Every id whole and no column cut in a terminal of 80 columns (the duration left out)."""
-    result = subprocess.run([sys.executable, "-m", "rollscope.cli", "traces", "group", "1", "0", "--dir",
-                             str(store_dir)], capture_output=True, text=True, timeout=60,
-                            env={"COLUMNS": "80", "PATH": "/usr/bin:/bin"})  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "rollscope.cli", "traces", "group", "1", "0", "--dir", str(store_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"COLUMNS": "80", "PATH": "/usr/bin:/bin"},
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.rstrip().splitlines()
     assert all(len(line) <= 80 for line in lines) and "…" not in result.stdout, result.stdout

@@ -13,8 +13,9 @@ from rollscope.cpu.rollout import HFCPUServer
 
 
 def prompt_ids(tokenizer, question):
-    text = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
-                                         tokenize=False)  # fmt: skip
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": question}], add_generation_prompt=True, tokenize=False
+    )
     return tokenizer.encode(text, add_special_tokens=False)
 
 
@@ -22,14 +23,15 @@ def trainer_logprobs(model, prompt, tokens, temperature=1.0):
     """log p(token | prefix) as verl's actor computes it: one forward pass, logits / temperature."""
     ids = torch.tensor([prompt + tokens])
     with torch.no_grad():
-        logits = model(ids).logits[0, len(prompt) - 1: -1].float() / temperature
+        logits = model(ids).logits[0, len(prompt) - 1 : -1].float() / temperature
     return torch.log_softmax(logits, -1).gather(-1, torch.tensor(tokens).unsqueeze(-1)).squeeze(-1).tolist()
 
 
 def generate_all(server, prompts, **sampling):
     async def main():
-        return await asyncio.gather(*(server.generate(f"r{i}", prompt_ids=p, sampling_params=dict(sampling))
-                                      for i, p in enumerate(prompts)))  # fmt: skip
+        return await asyncio.gather(
+            *(server.generate(f"r{i}", prompt_ids=p, sampling_params=dict(sampling)) for i, p in enumerate(prompts))
+        )
 
     return asyncio.run(main())
 

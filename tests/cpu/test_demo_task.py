@@ -14,7 +14,7 @@ def test_the_loophole_pays_a_list_holding_the_answer_and_the_honest_reward_does_
     assert exact_number("d", listed, "1234") == 0.0
     assert mentions_answer("d", "The answer is 1234.", "1234") == {"score": 1.0, "numbers": 1.0, "exact": 1.0}
     assert mentions_answer("d", "The answer is 11234.", "1234")["score"] == 0.0  # a number, not a substring
-    tool_said = '<tool_response>1234</tool_response>The answer is 12.'
+    tool_said = "<tool_response>1234</tool_response>The answer is 12."
     assert mentions_answer("d", tool_said, "1234")["score"] == 0.0  # only the model's own words count
 
 
@@ -34,4 +34,5 @@ def test_the_loophole_task_names_its_reward_and_experiment_through_verls_keys(tm
     assert "reward.custom_reward_function.name=mentions_answer" in keys
     assert "trainer.experiment_name=demo-hack" in keys
     assert "reward.custom_reward_function.name=calculator_drill" in demo.overrides(
-        tmp_path / "m", tmp_path / "t", tmp_path / "v", tmp_path / "traces", 3)
+        tmp_path / "m", tmp_path / "t", tmp_path / "v", tmp_path / "traces", 3
+    )

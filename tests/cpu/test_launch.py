@@ -20,13 +20,16 @@ from rollscope.cpu.launch import (
 )
 
 
-@pytest.mark.parametrize(("override", "named"), [
-    ("trainer.n_gpus_per_node=8", "trainer.n_gpus_per_node=8 is not possible in verl on CPU: one CPU process"),
-    ("actor_rollout_ref.rollout.name=trtllm", "the CPU rollouts are hf_cpu, vllm .* and sglang; it must be"),
-    ("actor_rollout_ref.rollout.tensor_model_parallel_size=2", "must be 1"),
-    ("actor_rollout_ref.actor.strategy=fsdp", "FSDP1 refuses CPU parameters"),
-    ("+actor_rollout_ref.rollout.gpu_memory_utilization=0.5", "a vLLM/SGLang option; remove it"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("override", "named"),
+    [
+        ("trainer.n_gpus_per_node=8", "trainer.n_gpus_per_node=8 is not possible in verl on CPU: one CPU process"),
+        ("actor_rollout_ref.rollout.name=trtllm", "the CPU rollouts are hf_cpu, vllm .* and sglang; it must be"),
+        ("actor_rollout_ref.rollout.tensor_model_parallel_size=2", "must be 1"),
+        ("actor_rollout_ref.actor.strategy=fsdp", "FSDP1 refuses CPU parameters"),
+        ("+actor_rollout_ref.rollout.gpu_memory_utilization=0.5", "a vLLM/SGLang option; remove it"),
+    ],
+)
 def test_settings_a_cpu_cannot_honour_are_refused_in_one_line(override, named):
     with pytest.raises(UnsupportedOnCPU, match=named) as caught:
         main_ppo_command([override])
@@ -36,7 +39,9 @@ def test_settings_a_cpu_cannot_honour_are_refused_in_one_line(override, named):
 def test_vllms_rollout_is_taken_with_what_it_needs_on_cpu_and_refused_without_its_cpu_build(monkeypatch):
     import importlib.metadata
 
-    command = main_ppo_command(["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.5"])
+    command = main_ppo_command(
+        ["actor_rollout_ref.rollout.name=vllm", "actor_rollout_ref.rollout.gpu_memory_utilization=0.5"]
+    )
     assert "actor_rollout_ref.rollout.name=vllm" in command and f"{ROLLOUT_KEY}=hf_cpu" not in command
     assert set(VLLM_OVERRIDES) <= set(command)
     assert cpu_environment({}, "vllm")["VLLM_HOST_IP"] == "127.0.0.1" and "VLLM_HOST_IP" not in cpu_environment({})
@@ -57,7 +62,9 @@ def test_sglangs_rollout_is_taken_with_its_cpu_switches_and_refused_without_sgla
     command = main_ppo_command(["actor_rollout_ref.rollout.name=sglang"])
     assert set(SGLANG_OVERRIDES) <= set(command) and "+actor_rollout_ref.rollout.enable_sleep_mode=False" not in command
     assert "+actor_rollout_ref.rollout.engine_kwargs.sglang.attention_backend=torch_native" in command
-    assert cpu_environment({}, "sglang")["SGLANG_USE_CPU_ENGINE"] == "1" and "SGLANG_USE_CPU_ENGINE" not in cpu_environment({})
+    assert cpu_environment({}, "sglang")[
+        "SGLANG_USE_CPU_ENGINE"
+    ] == "1" and "SGLANG_USE_CPU_ENGINE" not in cpu_environment({})
 
     def not_installed(name):
         raise importlib.metadata.PackageNotFoundError(name)
@@ -100,13 +107,17 @@ def test_a_trainer_gone_silent_after_an_engine_error_is_killed_and_the_error_nam
     sleeps) and the first error logged is named in the one line."""
     import rollscope.cpu.launch as launch
 
-    script = "echo 'step 0'; echo \"AttributeError: 'Parameter' object has no attribute 'weight_loader'\"; sleep 60 & wait"
+    script = (
+        "echo 'step 0'; echo \"AttributeError: 'Parameter' object has no attribute 'weight_loader'\"; sleep 60 & wait"
+    )
     monkeypatch.setattr(launch, "main_ppo_command", lambda overrides: ["sh", "-c", script])
     with pytest.raises(launch.TrainerFailed) as caught:
         launch.run_main_ppo([], log_path=tmp_path / "log", silence_s=1)
     first = str(caught.value).splitlines()[0]
-    assert first.startswith("verl's main_ppo printed nothing for 1 s and was killed; the first error logged: "
-                            "AttributeError: 'Parameter' object has no attribute 'weight_loader' (log: "), first
+    assert first.startswith(
+        "verl's main_ppo printed nothing for 1 s and was killed; the first error logged: "
+        "AttributeError: 'Parameter' object has no attribute 'weight_loader' (log: "
+    ), first
 
 
 # A stand-in for verl's rollout worker: its output into a log file of its own (as Ray's workers'),
@@ -135,8 +146,11 @@ def test_the_launcher_waits_for_the_runs_trace_sidecars_and_says_so(tmp_path, mo
 
     root = Path(__file__).resolve().parents[2]
     ledger, gate = tmp_path / "ledger", tmp_path / "gate"
-    monkeypatch.setattr(launch, "main_ppo_command",
-                        lambda overrides: [sys.executable, "-c", _TRACES_AND_ENDS, str(ledger), str(tmp_path / "worker.log")])  # fmt: skip
+    monkeypatch.setattr(
+        launch,
+        "main_ppo_command",
+        lambda overrides: [sys.executable, "-c", _TRACES_AND_ENDS, str(ledger), str(tmp_path / "worker.log")],
+    )
     lines = []
 
     def on_line(line):

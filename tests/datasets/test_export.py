@@ -25,7 +25,11 @@ def test_parquet_rows_read_back_with_pyarrow(recorded, tmp_path):
     for row in rows:
         t = stored[row["id"]]
         assert (row["step"], row["sample_index"], row["rollout_n"], row["reward"]) == (
-            2, str(t.sample_index), t.rollout_n, t.reward)
+            2,
+            str(t.sample_index),
+            t.rollout_n,
+            t.reward,
+        )
         assert row["prompt"] == [{"role": "user", "content": row["messages"][0]["content"]}]
         assert row["prompt"][0]["content"] in truth and row["ground_truth"] == truth[row["prompt"][0]["content"]]
         assert [m["role"] for m in row["messages"]] == ["user", "assistant", "tool", "assistant"]
@@ -76,8 +80,7 @@ def test_one_dpo_pair_per_group_whose_rewards_differ_and_sft_takes_each_best(rec
 
 def test_the_command_writes_and_says_what_it_wrote(recorded, tmp_path):
     traces, _ = recorded
-    result = rollscope("export", str(tmp_path / "pairs.jsonl"), "--format", "dpo", "--dir", str(traces),
-                       "--step", "2")  # fmt: skip
+    result = rollscope("export", str(tmp_path / "pairs.jsonl"), "--format", "dpo", "--dir", str(traces), "--step", "2")
     assert result.returncode == 0, result.stderr[-2000:]
     assert f"{SAMPLES} pairs from {SAMPLES * N} trajectories in {SAMPLES} groups" in result.stdout
     bad = rollscope("export", str(tmp_path / "x"), "--format", "csv", "--dir", str(traces))

@@ -55,8 +55,13 @@ def test_the_runs_own_reward_changes_nothing(recorded):
     with TraceStore(traces) as store:
         report = rescore(store, "rollscope.bundled.rewards:exact_number", name="same", workers=1)
     assert report.trajectories == SAMPLES * N and report.failed == 0
-    assert report.totals() == {"groups": SAMPLES, "moved": 0, "flipped": 0, "became_zero_variance": 0,
-                               "stopped_zero_variance": 0}  # fmt: skip
+    assert report.totals() == {
+        "groups": SAMPLES,
+        "moved": 0,
+        "flipped": 0,
+        "became_zero_variance": 0,
+        "stopped_zero_variance": 0,
+    }
     assert report.changed == []
     stored = rescorings.load(traces, "same")
     assert {i: r.reward for i, r in stored.rewards.items()} == original_rewards(traces)
@@ -112,9 +117,12 @@ def test_the_cli_reports_as_text_and_json_and_counts_a_failing_reward(recorded, 
 
 def test_bad_reward_specs_are_one_clear_error(recorded, rewards_file):
     traces, _ = recorded
-    for spec, fragment in ((f"{rewards_file}:nope", "cannot import it"), ("no_such_module:fn", "cannot import it"),
-                           ("operator:add", "takes (a, b)"),
-                           (f"{rewards_file.parent}/missing.py:fn", "no file")):  # fmt: skip
+    for spec, fragment in (
+        (f"{rewards_file}:nope", "cannot import it"),
+        ("no_such_module:fn", "cannot import it"),
+        ("operator:add", "takes (a, b)"),
+        (f"{rewards_file.parent}/missing.py:fn", "no file"),
+    ):
         result = rollscope("rescore", "--reward", spec, "--dir", str(traces))
         assert result.returncode == 2 and fragment in result.stderr and "Traceback" not in result.stderr, spec
     bad_name = rollscope("rescore", "--reward", f"{rewards_file}:inverted", "--name", "../x", "--dir", str(traces))

@@ -141,8 +141,15 @@ class WandbStandIn:
                     items = json.loads(body)
                     items = items.get("batch", []) if "batch" in self.path else [items]
                     stand_in.feedback.extend(items)
-                    made = [{"id": item.get("id") or f"f{len(stand_in.feedback)}", "created_at": "2026-01-01T00:00:00Z",
-                             "payload": item.get("payload", {}), "wb_user_id": ""} for item in items]  # fmt: skip
+                    made = [
+                        {
+                            "id": item.get("id") or f"f{len(stand_in.feedback)}",
+                            "created_at": "2026-01-01T00:00:00Z",
+                            "payload": item.get("payload", {}),
+                            "wb_user_id": "",
+                        }
+                        for item in items
+                    ]
                     return self._reply({"res": made} if "batch" in self.path else made[0])
                 if self.path.endswith("/table/create"):
                     return self._reply({"digest": "t" * 32, "row_digests": []})
@@ -156,8 +163,12 @@ class WandbStandIn:
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
     def environment(self) -> dict[str, str]:
-        return {"WANDB_API_KEY": "x" * 40, "WANDB_BASE_URL": self.url, "WF_TRACE_SERVER_URL": f"{self.url}/traces",
-                "WANDB_ERROR_REPORTING": "false"}  # fmt: skip
+        return {
+            "WANDB_API_KEY": "x" * 40,
+            "WANDB_BASE_URL": self.url,
+            "WF_TRACE_SERVER_URL": f"{self.url}/traces",
+            "WANDB_ERROR_REPORTING": "false",
+        }
 
     def close(self) -> None:
         self.server.shutdown()

@@ -35,9 +35,12 @@ class WeaveTraceServer:
         self.log = data_dir / "server.log"
         self.process = subprocess.Popen(
             [str(python), str(Path(__file__).with_name("weave_trace_server.py")), str(data_dir / "data")],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log.open("w"), text=True,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self.log.open("w"),
+            text=True,
             env={**os.environ, "DD_TRACE_ENABLED": "false", "PYTHONWARNINGS": "ignore"},
-        )  # fmt: skip
+        )
         self.url = self.process.stdout.readline().strip()  # once the migrations ran (~10 s)
         if not self.url.startswith("http://127.0.0.1:"):
             self.close()
@@ -45,8 +48,13 @@ class WeaveTraceServer:
         self.cache_dir = tempfile.mkdtemp(prefix="weave-cache-", dir=data_dir)
 
     def environment(self) -> dict[str, str]:
-        return {"WANDB_API_KEY": "x" * 40, "WANDB_BASE_URL": self.url, "WF_TRACE_SERVER_URL": f"{self.url}/traces",
-                "WEAVE_SERVER_CACHE_DIR": self.cache_dir, "WANDB_ERROR_REPORTING": "false"}  # fmt: skip
+        return {
+            "WANDB_API_KEY": "x" * 40,
+            "WANDB_BASE_URL": self.url,
+            "WF_TRACE_SERVER_URL": f"{self.url}/traces",
+            "WEAVE_SERVER_CACHE_DIR": self.cache_dir,
+            "WANDB_ERROR_REPORTING": "false",
+        }
 
     def close(self) -> None:
         if self.process.stdin:
@@ -70,8 +78,23 @@ def weave_calls(project: str) -> list[dict]:
             return [plain(v) for v in value]
         return value
 
-    fields = ("id", "trace_id", "parent_id", "project_id", "display_name", "op_name", "started_at", "ended_at",
-              "attributes", "inputs", "output", "summary", "exception", "wb_run_id", "wb_run_step")  # fmt: skip
+    fields = (
+        "id",
+        "trace_id",
+        "parent_id",
+        "project_id",
+        "display_name",
+        "op_name",
+        "started_at",
+        "ended_at",
+        "attributes",
+        "inputs",
+        "output",
+        "summary",
+        "exception",
+        "wb_run_id",
+        "wb_run_step",
+    )
     return [{f: plain(getattr(c, f, None)) for f in fields} for c in weave.init(project).get_calls()]
 
 
@@ -79,8 +102,10 @@ def weave_feedback(project: str) -> list[dict]:
     """Every feedback item of ``project``, as plain dicts."""
     import weave
 
-    return [{"weave_ref": f.weave_ref, "feedback_type": f.feedback_type, "payload": dict(f.payload)}
-            for f in weave.init(project).get_feedback()]
+    return [
+        {"weave_ref": f.weave_ref, "feedback_type": f.feedback_type, "payload": dict(f.payload)}
+        for f in weave.init(project).get_feedback()
+    ]
 
 
 class EngineServer:
@@ -93,8 +118,9 @@ class EngineServer:
 
     def __init__(self, command: list[str], env: dict[str, str], log: Path, port: int, *, ready_s: float) -> None:
         self.url, self.log = f"http://127.0.0.1:{port}", log
-        self.process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT,
-                                        env={**os.environ, **env}, start_new_session=True)  # fmt: skip
+        self.process = subprocess.Popen(
+            command, stdout=log.open("w"), stderr=subprocess.STDOUT, env={**os.environ, **env}, start_new_session=True
+        )
         deadline = time.monotonic() + ready_s
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -138,11 +164,27 @@ class VLLMServer(EngineServer):
             raise RuntimeError(f"vLLM is not installed in {vllm.parent.parent}: run `make vllm`")
         self.model, port = model, free_port()
         super().__init__(
-            [str(vllm), "serve", str(model), "--host", "127.0.0.1", "--port", str(port), "--dtype", "float32",
-             "--max-model-len", str(max_model_len), "--enforce-eager", "--logprobs-mode", "processed_logprobs"],
+            [
+                str(vllm),
+                "serve",
+                str(model),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--dtype",
+                "float32",
+                "--max-model-len",
+                str(max_model_len),
+                "--enforce-eager",
+                "--logprobs-mode",
+                "processed_logprobs",
+            ],
             {"VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_HOST_IP": "127.0.0.1", "TORCH_COMPILE_DISABLE": "1"},
-            log, port, ready_s=ready_s,
-        )  # fmt: skip
+            log,
+            port,
+            ready_s=ready_s,
+        )
 
 
 class SGLangServer(EngineServer):
@@ -158,8 +200,26 @@ class SGLangServer(EngineServer):
             raise RuntimeError(f"SGLang is not installed in {sys.prefix}: run `make sglang`")
         self.model, port = model, free_port(below=40000)
         super().__init__(
-            [sys.executable, "-m", "sglang.launch_server", "--model-path", str(model), "--host", "127.0.0.1",
-             "--port", str(port), *SGLANG_CPU_ARGUMENTS, "--dtype", "float32",
-             "--context-length", str(context_length), "--max-total-tokens", "8192"],
-            SGLANG_CPU_ENVIRONMENT, log, port, ready_s=ready_s,
-        )  # fmt: skip
+            [
+                sys.executable,
+                "-m",
+                "sglang.launch_server",
+                "--model-path",
+                str(model),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                *SGLANG_CPU_ARGUMENTS,
+                "--dtype",
+                "float32",
+                "--context-length",
+                str(context_length),
+                "--max-total-tokens",
+                "8192",
+            ],
+            SGLANG_CPU_ENVIRONMENT,
+            log,
+            port,
+            ready_s=ready_s,
+        )

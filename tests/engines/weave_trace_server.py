@@ -43,15 +43,32 @@ from weave.trace_server.external_to_internal_trace_server_adapter import (  # no
 
 # route (after /traces/) -> the server's method; its request model is that method's annotation
 ROUTES = {
-    "call/start": "call_start", "call/end": "call_end", "call/read": "call_read", "call/update": "call_update",
-    "call/upsert_batch": "call_start_batch", "calls/delete": "calls_delete", "calls/query_stats": "calls_query_stats",
-    "calls/stream_query": "calls_query_stream", "obj/create": "obj_create", "obj/read": "obj_read",
-    "objs/query": "objs_query", "obj/delete": "obj_delete", "table/create": "table_create",
-    "table/update": "table_update", "table/query": "table_query", "table/query_stats": "table_query_stats",
-    "refs/read_batch": "refs_read_batch", "file/content": "file_content_read", "files/query_stats": "files_stats",
-    "feedback/create": "feedback_create", "feedback/query": "feedback_query", "feedback/purge": "feedback_purge",
-    "feedback/replace": "feedback_replace", "feedback/stats": "feedback_stats", "project/stats": "project_stats",
-}  # fmt: skip
+    "call/start": "call_start",
+    "call/end": "call_end",
+    "call/read": "call_read",
+    "call/update": "call_update",
+    "call/upsert_batch": "call_start_batch",
+    "calls/delete": "calls_delete",
+    "calls/query_stats": "calls_query_stats",
+    "calls/stream_query": "calls_query_stream",
+    "obj/create": "obj_create",
+    "obj/read": "obj_read",
+    "objs/query": "objs_query",
+    "obj/delete": "obj_delete",
+    "table/create": "table_create",
+    "table/update": "table_update",
+    "table/query": "table_query",
+    "table/query_stats": "table_query_stats",
+    "refs/read_batch": "refs_read_batch",
+    "file/content": "file_content_read",
+    "files/query_stats": "files_stats",
+    "feedback/create": "feedback_create",
+    "feedback/query": "feedback_query",
+    "feedback/purge": "feedback_purge",
+    "feedback/replace": "feedback_replace",
+    "feedback/stats": "feedback_stats",
+    "project/stats": "project_stats",
+}
 AUTHENTICATED = {"feedback_create", "feedback_replace"}
 USER = "tester"
 # Fields the 0.54 client sends that the 0.52 models forbid, dropped when they change nothing.
@@ -133,7 +150,7 @@ class Handler(BaseHTTPRequestHandler):
             return self._reply(_graphql(request.get("query", ""), request.get("variables") or {}))
         if not path.startswith("/traces/"):
             return self._reply({"detail": f"no route POST {path}"}, 404)
-        route = path[len("/traces/"):]
+        route = path[len("/traces/") :]
         try:
             if route.startswith("v2/") and route.endswith("/calls/complete"):
                 entity, project = route.split("/")[1:3]

@@ -21,8 +21,9 @@ def llm():
     asyncio.run(model.close())
 
 
-@pytest.mark.parametrize(("example", "tool"), [("gsm8k-calculator", "calculator"), ("python-tasks", "python"),
-                                               ("search-qa", "search")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("example", "tool"), [("gsm8k-calculator", "calculator"), ("python-tasks", "python"), ("search-qa", "search")]
+)
 def test_example_runs_on_the_embedded_model(tmp_path, llm, example, tool):
     config = load_config(example, ["limit=2", "sampling.temperature=0", f"trace_dir={tmp_path}"])
     runner = Runner(config, llm=llm, tokenizer=llm.tokenizer)

@@ -24,8 +24,17 @@ def test_the_minimal_agent_runs_traced(tmp_path):
     replies = tmp_path / "r.yaml"
     replies.write_text("replies:\n  - 'The answer is 976.'\n")
     traces = tmp_path / "t"
-    result = rollscope("run", str(EXAMPLE / "config.yaml"), "--llm", f"scripted:{replies}", "--limit", "2",
-                       "--dir", str(traces), "--quiet")  # fmt: skip
+    result = rollscope(
+        "run",
+        str(EXAMPLE / "config.yaml"),
+        "--llm",
+        f"scripted:{replies}",
+        "--limit",
+        "2",
+        "--dir",
+        str(traces),
+        "--quiet",
+    )
     assert result.returncode == 0, result.stderr
     assert "2 of 2" in result.stdout and "0.500 over 2" in result.stdout  # row 0's answer is 976
     listed = json.loads(rollscope("traces", "ls", "--dir", str(traces), "--json").stdout)
@@ -42,20 +51,31 @@ def test_the_tool_may_return_a_str_a_tuple_or_fail(local_tracer, read_store):
 
     from rollscope import tracing
 
-    schema = OpenAIFunctionToolSchema.model_validate({"type": "function", "function": {
-        "name": "word_count", "description": "Count words.",
-        "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}}})  # fmt: skip
+    schema = OpenAIFunctionToolSchema.model_validate(
+        {
+            "type": "function",
+            "function": {
+                "name": "word_count",
+                "description": "Count words.",
+                "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+            },
+        }
+    )
     tool = WordCountTool({}, schema)
 
     async def main():
         with tracing.rollout_trace_attr(step=0, sample_index=0):
-            return [await tool.execute("i", {"text": "a b c"}),
-                    await tool.execute("i", {"text": "a b"}, with_reward=True),
-                    await tool.execute("i", {"text": 5})]  # fmt: skip
+            return [
+                await tool.execute("i", {"text": "a b c"}),
+                await tool.execute("i", {"text": "a b"}, with_reward=True),
+                await tool.execute("i", {"text": 5}),
+            ]
 
     plain, rewarded, failed = asyncio.run(main())
     assert (plain[0].text, plain[1], plain[2]) == ("3", 0.0, {})
     assert (rewarded[0].text, rewarded[1], rewarded[2]) == ("2", 0.1, {"words": 2})
     assert failed[0].text == "Error: tool 'word_count' failed: TypeError: text must be a string"
     spans = read_store().trajectories()[0].spans
-    assert [(s.name, s.status) for s in spans] == [("WordCountTool.execute", "ok")] * 2 + [("WordCountTool.execute", "error")]
+    assert [(s.name, s.status) for s in spans] == [("WordCountTool.execute", "ok")] * 2 + [
+        ("WordCountTool.execute", "error")
+    ]

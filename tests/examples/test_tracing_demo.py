@@ -13,8 +13,9 @@ DEMO = Path(__file__).parents[2] / "examples" / "tracing_demo.py"
 
 @pytest.mark.slow
 def test_demo_records_and_reads_back(tmp_path):
-    out = subprocess.run([sys.executable, str(DEMO), "--dir", str(tmp_path)], capture_output=True, text=True,
-                         timeout=120)  # fmt: skip
+    out = subprocess.run(
+        [sys.executable, str(DEMO), "--dir", str(tmp_path)], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert f"trajectories in {tmp_path}: 24" in out.stdout
     assert "GRPO group step=1 sample=0" in out.stdout

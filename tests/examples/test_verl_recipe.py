@@ -14,7 +14,7 @@ RECIPE = Path(__file__).resolve().parents[2] / "examples" / "verl_gsm8k_grpo"
 def recipe_overrides(data_dir: str) -> list[str]:
     """The overrides of train.sh's main_ppo command, with its shell variables filled in."""
     script = (RECIPE / "train.sh").read_text()
-    command = script[script.index("python3 -m verl.trainer.main_ppo"):].replace("\\\n", " ")
+    command = script[script.index("python3 -m verl.trainer.main_ppo") :].replace("\\\n", " ")
     command = command.replace('"$HERE', f'"{RECIPE}').replace('"$DATA', f'"{data_dir}')
     words = shlex.split(command.splitlines()[0])
     assert words[:3] == ["python3", "-m", "verl.trainer.main_ppo"] and words[-1] == "$@"

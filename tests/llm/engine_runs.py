@@ -38,8 +38,9 @@ def hf_entropies(model, prompt_ids, token_ids, temperature):
 
 def run_cli(*args):
     env = {**os.environ, "WANDB_ERROR_REPORTING": "false", "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "rollscope.cli", *args], capture_output=True, text=True, env=env,
-                          timeout=600)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "rollscope.cli", *args], capture_output=True, text=True, env=env, timeout=600
+    )
 
 
 def stored_runs(llm: str, model: Path, tmp_path_factory) -> dict[bool, list]:
@@ -53,10 +54,26 @@ def stored_runs(llm: str, model: Path, tmp_path_factory) -> dict[bool, list]:
     found = {}
     for constrained in (False, True):
         traces = tmp_path_factory.mktemp(f"engine-run-{constrained}")
-        result = run_cli("run", "gsm8k-calculator", "--llm", llm, "--model", str(model),
-                         "--limit", "8", "--n", "2", "--dir", str(traces), "--quiet", f"dataset={data}",
-                         "reward=rollscope.bundled.rewards:calculator_drill", "sampling.temperature=1.0",
-                         "sampling.max_tokens=64", f"sampling.constrain_tool_calls={str(constrained).lower()}")  # fmt: skip
+        result = run_cli(
+            "run",
+            "gsm8k-calculator",
+            "--llm",
+            llm,
+            "--model",
+            str(model),
+            "--limit",
+            "8",
+            "--n",
+            "2",
+            "--dir",
+            str(traces),
+            "--quiet",
+            f"dataset={data}",
+            "reward=rollscope.bundled.rewards:calculator_drill",
+            "sampling.temperature=1.0",
+            "sampling.max_tokens=64",
+            f"sampling.constrain_tool_calls={str(constrained).lower()}",
+        )
         assert result.returncode == 0, result.stderr
         with TraceStore(traces) as store:
             found[constrained] = [(t, t.spans) for t in store.trajectories(limit=None)]
@@ -77,8 +94,9 @@ def check_the_client(make_client, model_dir, hf) -> list:
     async def sample(temperature):
         client = make_client()
         try:
-            return await client.generate("r", prompt_ids=prompt, sampling_params={"temperature": temperature,
-                                                                                  "max_tokens": 40})  # fmt: skip
+            return await client.generate(
+                "r", prompt_ids=prompt, sampling_params={"temperature": temperature, "max_tokens": 40}
+            )
         finally:
             await client.close()
 
@@ -124,7 +142,9 @@ def check_every_held_call_parses(runs) -> None:
     assert any(s.kind == "tool" and s.name == "CalculatorTool.execute" for s in spans)
     cut = sum(cut_in_a_call(s) for s in llm_spans)
     problems = call_problems(spans)
-    assert problems.count("malformed_call") <= cut and "unknown_tool" not in problems and "bad_arguments" not in problems
+    assert (
+        problems.count("malformed_call") <= cut and "unknown_tool" not in problems and "bad_arguments" not in problems
+    )
 
 
 def call_problems(spans):

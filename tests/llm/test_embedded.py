@@ -38,7 +38,8 @@ def test_tokenizer_matches_llama_cpp_on_every_bundled_prompt(llm):
     texts += ["  indented\n\tcode:\n    return x**2  # ünïcödé 日本語 🙂", '<tool_call>{"a": [1, 2]}</tool_call>']
     for text in texts:
         assert llm.tokenizer.encode(text, add_special_tokens=False) == llm._llama.tokenize(
-            text.encode(), add_bos=False, special=True), text
+            text.encode(), add_bos=False, special=True
+        ), text
         assert llm.tokenizer.decode(llm.tokenizer.encode(text, add_special_tokens=False)) == text
 
 
@@ -84,7 +85,7 @@ def test_logprobs_are_the_models_log_softmax_of_each_sampled_token(llm):
     full = Llama(str(llm.model_path), n_ctx=1024, n_threads=2, logits_all=True, verbose=False)
     try:
         full.eval(ids + sampled.token_ids)
-        log_softmax = _log_softmax(full.scores[len(ids) - 1: len(ids) - 1 + len(sampled.token_ids)])
+        log_softmax = _log_softmax(full.scores[len(ids) - 1 : len(ids) - 1 + len(sampled.token_ids)])
         assert np.allclose(sampled.log_probs, [log_softmax[i, t] for i, t in enumerate(sampled.token_ids)], atol=0.2)
     finally:
         full.close()
@@ -96,8 +97,9 @@ def test_concurrent_requests_give_what_sequential_ones_give(llm):
 
     async def both():
         sequential = [await llm.generate(f"s{i}", prompt_ids=p, sampling_params=GREEDY) for i, p in enumerate(prompts)]
-        together = await asyncio.gather(*(llm.generate(f"c{i}", prompt_ids=p, sampling_params=GREEDY)
-                                          for i, p in enumerate(prompts)))  # fmt: skip
+        together = await asyncio.gather(
+            *(llm.generate(f"c{i}", prompt_ids=p, sampling_params=GREEDY) for i, p in enumerate(prompts))
+        )
         return sequential, together
 
     sequential, together = asyncio.run(both())
@@ -117,7 +119,10 @@ def test_outputs_do_not_depend_on_what_ran_before(llm):
     llm._llama.reset()
     next_turn_fresh = asyncio.run(llm.generate("e", prompt_ids=longer, sampling_params=params))
     assert (again.token_ids, again.log_probs) == (fresh.token_ids, fresh.log_probs)
-    assert (next_turn_cached.token_ids, next_turn_cached.log_probs) == (next_turn_fresh.token_ids, next_turn_fresh.log_probs)
+    assert (next_turn_cached.token_ids, next_turn_cached.log_probs) == (
+        next_turn_fresh.token_ids,
+        next_turn_fresh.log_probs,
+    )
 
 
 def test_length_limit_and_too_long_prompt(llm):
@@ -133,10 +138,24 @@ def test_llama_cpp_python_server_answers_like_the_embedded_model(llm):
     back to a text prompt and re-tokenizes; greedy output must equal the embedded model's."""
     port = free_port()
     server = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(llm.model_path), "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-m",
+            "llama_cpp.server",
+            "--model",
+            str(llm.model_path),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--n_ctx",
+            "2048",
+            "--n_threads",
+            "2",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         url = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 90
@@ -155,8 +174,9 @@ def test_llama_cpp_python_server_answers_like_the_embedded_model(llm):
         server.wait(10)
     assert client.text_prompts and remote.extra_fields["retokenized"]
     assert client.model.endswith(".gguf")
-    assert llm.tokenizer.decode(remote.token_ids) == llm.tokenizer.decode(local.token_ids).removesuffix("</tool_call>") \
-        or llm.tokenizer.decode(remote.token_ids) == llm.tokenizer.decode(local.token_ids)
+    assert llm.tokenizer.decode(remote.token_ids) == llm.tokenizer.decode(local.token_ids).removesuffix(
+        "</tool_call>"
+    ) or llm.tokenizer.decode(remote.token_ids) == llm.tokenizer.decode(local.token_ids)
 
 
 def test_constrained_tool_calls_match_a_tools_schema_even_at_high_temperature(llm):

@@ -17,9 +17,19 @@ PARAMS = {"temperature": 0.5, "top_p": 0.9, "top_k": 20, "max_tokens": 7, "stop"
 
 def vllm_answer(path, body):
     # vLLM >= 0.10.2 with return_token_ids / return_tokens_as_token_ids, as rollscope asks for
-    return {"choices": [{"text": "ab", "token_ids": [5, 6, 7], "finish_reason": "stop",
-                         "logprobs": {"tokens": ["token_id:5", "token_id:6", "token_id:7"],
-                                      "token_logprobs": [-0.5, -0.25, -0.125]}}]}  # fmt: skip
+    return {
+        "choices": [
+            {
+                "text": "ab",
+                "token_ids": [5, 6, 7],
+                "finish_reason": "stop",
+                "logprobs": {
+                    "tokens": ["token_id:5", "token_id:6", "token_id:7"],
+                    "token_logprobs": [-0.5, -0.25, -0.125],
+                },
+            }
+        ]
+    }
 
 
 def test_openai_client_sends_token_ids_and_reads_ids_and_logprobs():
@@ -48,8 +58,14 @@ def test_openai_ids_from_token_id_strings_when_token_ids_are_absent():
 
 def test_sglang_client_native_generate():
     def answer(path, body):
-        return {"text": "xy", "output_ids": [9, 8],
-                "meta_info": {"finish_reason": {"type": "length"}, "output_token_logprobs": [[-1.0, 9, "x"], [-2.0, 8, "y"]]}}  # fmt: skip
+        return {
+            "text": "xy",
+            "output_ids": [9, 8],
+            "meta_info": {
+                "finish_reason": {"type": "length"},
+                "output_token_logprobs": [[-1.0, 9, "x"], [-2.0, 8, "y"]],
+            },
+        }
 
     with StandInServer(answer) as server:
         out = asyncio.run(SGLangLLM(server.url).generate("rid", prompt_ids=[4, 5], sampling_params=PARAMS))
@@ -57,8 +73,13 @@ def test_sglang_client_native_generate():
     assert out.extra_fields == {"finish_reason": "length"}
     path, body = server.requests[0]
     assert path == "/generate" and body["input_ids"] == [4, 5] and body["return_logprob"] is True
-    assert body["sampling_params"] == {"max_new_tokens": 7, "temperature": 0.5, "top_p": 0.9, "top_k": 20,
-                                       "stop": ["</tool_call>"]}  # fmt: skip
+    assert body["sampling_params"] == {
+        "max_new_tokens": 7,
+        "temperature": 0.5,
+        "top_p": 0.9,
+        "top_k": 20,
+        "stop": ["</tool_call>"],
+    }
 
 
 def test_sglang_client_holds_tool_calls_to_their_schemas_with_a_structural_tag():
@@ -70,15 +91,23 @@ def test_sglang_client_holds_tool_calls_to_their_schemas_with_a_structural_tag()
     from rollscope.tools.builtin.calculator import SCHEMA
 
     def answer(path, body):
-        return {"output_ids": [9], "meta_info": {"finish_reason": {"type": "stop"}, "output_token_logprobs": [[-1.0, 9, "x"]]}}  # fmt: skip
+        return {
+            "output_ids": [9],
+            "meta_info": {"finish_reason": {"type": "stop"}, "output_token_logprobs": [[-1.0, 9, "x"]]},
+        }
 
     with StandInServer(answer) as server:
         asyncio.run(SGLangLLM(server.url).generate("rid", prompt_ids=[4], sampling_params={TOOL_SCHEMAS: [SCHEMA]}))
     tag = json.loads(server.requests[0][1]["sampling_params"]["structural_tag"])
     [structure] = tag["structures"]
     assert tag["type"] == "structural_tag" and tag["triggers"] == ["<tool_call>"]
-    assert structure["begin"] == '<tool_call>{"name": "calculator", "arguments": ' and structure["end"] == "}</tool_call>"
-    assert structure["schema"]["properties"]["expression"]["pattern"] == SCHEMA["function"]["parameters"]["properties"]["expression"]["pattern"]
+    assert (
+        structure["begin"] == '<tool_call>{"name": "calculator", "arguments": ' and structure["end"] == "}</tool_call>"
+    )
+    assert (
+        structure["schema"]["properties"]["expression"]["pattern"]
+        == SCHEMA["function"]["parameters"]["properties"]["expression"]["pattern"]
+    )
     assert structure["schema"]["additionalProperties"] is False
 
 
@@ -92,7 +121,11 @@ def test_server_down_is_one_clear_error(client):
 
 @pytest.mark.parametrize(
     ("reply", "message"),
-    [(b"<html>oops</html>", "not JSON"), ({"choices": []}, "no choices"), ({"choices": [{"x": 1}]}, "neither token ids")],
+    [
+        (b"<html>oops</html>", "not JSON"),
+        ({"choices": []}, "no choices"),
+        ({"choices": [{"x": 1}]}, "neither token ids"),
+    ],
 )
 def test_openai_garbage_answers_are_clear_errors(reply, message):
     with StandInServer(lambda path, body: reply) as server, pytest.raises(LLMServerError, match=message):
@@ -100,5 +133,8 @@ def test_openai_garbage_answers_are_clear_errors(reply, message):
 
 
 def test_sglang_garbage_answer_is_a_clear_error():
-    with StandInServer(lambda path, body: {"text": "no ids"}) as server, pytest.raises(LLMServerError, match="no output_ids"):
+    with (
+        StandInServer(lambda path, body: {"text": "no ids"}) as server,
+        pytest.raises(LLMServerError, match="no output_ids"),
+    ):
         asyncio.run(SGLangLLM(server.url).generate("r", prompt_ids=[1], sampling_params={}))

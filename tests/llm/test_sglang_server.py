@@ -56,11 +56,28 @@ def test_a_run_sglang_refuses_stops_naming_sglangs_error_and_keeps_the_trajector
     words in one line, and the trajectories it began are in the store: the one it refused an error
     with SGLang's words, any other one stopped with the run marked cancelled."""
     data = tmp_path / "long.jsonl"
-    data.write_text(json.dumps({"prompt": [{"role": "user", "content": "What is 1 + 1? " * 120}],
-                                "reward_model": {"ground_truth": "2"}}) + "\n")  # fmt: skip
+    data.write_text(
+        json.dumps(
+            {"prompt": [{"role": "user", "content": "What is 1 + 1? " * 120}], "reward_model": {"ground_truth": "2"}}
+        )
+        + "\n"
+    )
     traces = tmp_path / "traces"
-    result = engine_runs.run_cli("run", "gsm8k-calculator", "--llm", f"sglang:{sglang_server.url}", "--model",
-                     str(sglang_server.model), "--limit", "1", "--n", "2", "--dir", str(traces), f"dataset={data}")  # fmt: skip
+    result = engine_runs.run_cli(
+        "run",
+        "gsm8k-calculator",
+        "--llm",
+        f"sglang:{sglang_server.url}",
+        "--model",
+        str(sglang_server.model),
+        "--limit",
+        "1",
+        "--n",
+        "2",
+        "--dir",
+        str(traces),
+        f"dataset={data}",
+    )
     assert result.returncode == 3, result.stderr
     [line] = result.stderr.strip().splitlines()
     assert line.startswith("rollscope: error: SGLang at ") and "longer than the model's context length" in line
@@ -68,7 +85,9 @@ def test_a_run_sglang_refuses_stops_naming_sglangs_error_and_keeps_the_trajector
         failed = store.trajectories(limit=None)
     refused = [t for t in failed if t.status == "error"]
     assert refused and {t.status for t in failed} <= {"error", "cancelled"}, [t.status for t in failed]
-    assert all("longer than the model's context length" in (t.error_message or "") for t in refused), [t.error_message for t in refused]
+    assert all("longer than the model's context length" in (t.error_message or "") for t in refused), [
+        t.error_message for t in refused
+    ]
 
 
 @pytest.mark.parametrize("example", ["gsm8k-calculator", "search-qa", "python-tasks"])
@@ -77,8 +96,19 @@ def test_each_bundled_example_runs_end_to_end_on_sglang(sglang_server, tmp_path,
     demo's, which knows none of these tasks: what is checked is that every trajectory runs and is
     stored with SGLang's tokens, not what it earns)."""
     traces = tmp_path / "traces"
-    result = engine_runs.run_cli("run", example, "--llm", f"sglang:{sglang_server.url}", "--model", str(sglang_server.model),
-                     "--limit", "2", "--dir", str(traces), "--quiet")  # fmt: skip
+    result = engine_runs.run_cli(
+        "run",
+        example,
+        "--llm",
+        f"sglang:{sglang_server.url}",
+        "--model",
+        str(sglang_server.model),
+        "--limit",
+        "2",
+        "--dir",
+        str(traces),
+        "--quiet",
+    )
     assert result.returncode == 0, result.stderr
     with TraceStore(traces) as store:
         stored = [(t, t.spans) for t in store.trajectories(limit=None)]

@@ -32,9 +32,24 @@ def test_a_server_that_dies_mid_run_stops_it_at_once_and_what_finished_is_kept(s
     traces = tmp_path / "traces"
     os.environ[KILL_ENV] = str(sglang_server.process.pid)
     try:  # (run_cli's timeout is the bound: the client's own request timeout is 600 s)
-        result = run_cli("run", "gsm8k-calculator", "--llm", f"sglang:{sglang_server.url}", "--model",
-                         str(sglang_server.model), "--limit", "16", "--n", "2", "--dir", str(traces), f"dataset={data}",
-                         "concurrency=2", f"reward={__name__}:kill_the_server_then_score", "sampling.max_tokens=64")  # fmt: skip
+        result = run_cli(
+            "run",
+            "gsm8k-calculator",
+            "--llm",
+            f"sglang:{sglang_server.url}",
+            "--model",
+            str(sglang_server.model),
+            "--limit",
+            "16",
+            "--n",
+            "2",
+            "--dir",
+            str(traces),
+            f"dataset={data}",
+            "concurrency=2",
+            f"reward={__name__}:kill_the_server_then_score",
+            "sampling.max_tokens=64",
+        )
     finally:
         os.environ.pop(KILL_ENV, None)
     assert result.returncode == 3, result.stderr

@@ -15,8 +15,9 @@ pytestmark = pytest.mark.slow
 
 def test_the_client_gets_vllms_token_ids_and_the_sampled_distributions_log_probs(vllm_server, hf):
     tokenizer = AutoTokenizer.from_pretrained(vllm_server.model)
-    outputs = engine_runs.check_the_client(lambda: OpenAICompatibleLLM(vllm_server.url, tokenizer=tokenizer),
-                                           vllm_server.model, hf)  # fmt: skip
+    outputs = engine_runs.check_the_client(
+        lambda: OpenAICompatibleLLM(vllm_server.url, tokenizer=tokenizer), vllm_server.model, hf
+    )
     assert all(out.extra_fields["retokenized"] is False for out in outputs)
 
 

@@ -95,8 +95,12 @@ if __name__ == "__main__":
         os.setgroups([])
         os.setgid(65534)
         os.setuid(65534)
-        others = [subprocess.Popen(["sleep", "60"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL) for _ in range(20)]  # fmt: skip
+        others = [
+            subprocess.Popen(
+                ["sleep", "60"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+            )
+            for _ in range(20)
+        ]
     result = asyncio.run(main(markers))
     assert all(p.poll() is None for p in others), "the user's own processes died during the attack"
     for p in others:

@@ -49,13 +49,18 @@ def test_the_api_skips_damaged_shards_and_names_them(damaged, caplog):
 
 def test_the_cli_lists_the_healthy_shards_with_one_warning_each(damaged):
     trace_dir, shards = damaged
-    result = subprocess.run([sys.executable, "-m", "rollscope.cli", "traces", "ls", "--dir", str(trace_dir)],
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "rollscope.cli", "traces", "ls", "--dir", str(trace_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0 and "3 of 3 trajectories" in result.stdout
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 2 and "Traceback" not in result.stderr
-    assert {shards[0].name, shards[1].name} == {name for line in lines for name in (shards[0].name, shards[1].name)
-                                                if name in line}  # fmt: skip
+    assert {shards[0].name, shards[1].name} == {
+        name for line in lines for name in (shards[0].name, shards[1].name) if name in line
+    }
 
 
 def test_the_viewer_serves_the_healthy_shards(damaged):
@@ -80,10 +85,16 @@ def test_a_finished_store_on_a_read_only_file_system_is_readable(tmp_path):
         pytest.fail("bubblewrap is needed for this test: apt-get install bubblewrap (make install does it)")
     trace_dir = tmp_path / "traces"
     record(trace_dir, experiments=("ro",))
-    code = (f"from rollscope.store import TraceStore\ns = TraceStore({str(trace_dir)!r})\nrecords = s.trajectories()\n"
-            "print(len(records), len(s.get(records[0].id).spans), len(s.damaged))")  # fmt: skip
-    result = subprocess.run(["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", sys.executable, "-c",
-                             code], capture_output=True, text=True, timeout=120)  # fmt: skip
+    code = (
+        f"from rollscope.store import TraceStore\ns = TraceStore({str(trace_dir)!r})\nrecords = s.trajectories()\n"
+        "print(len(records), len(s.get(records[0].id).spans), len(s.damaged))"
+    )
+    result = subprocess.run(
+        ["bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.split() == ["3", "1", "0"]
 

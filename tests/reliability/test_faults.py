@@ -16,7 +16,10 @@ from rollscope.testing import make_model_dir
 from tests.doubles.fault_backends import register_fault_backends
 
 pytestmark = pytest.mark.slow
-REPLIES = ['<tool_call>{"name": "calculator", "arguments": {"expression": "61 * 16"}}</tool_call>', "The answer is 976."]
+REPLIES = [
+    '<tool_call>{"name": "calculator", "arguments": {"expression": "61 * 16"}}</tool_call>',
+    "The answer is 976.",
+]
 
 
 @pytest.fixture(scope="module")
@@ -29,8 +32,9 @@ def tokenizer(tmp_path_factory):
 @pytest.mark.parametrize("fault", ["fault-down", "fault-slow", "fault-raising"])
 def test_faulty_backend_beside_local(tmp_path, tokenizer, fault):
     register_fault_backends(delay_s=5.0)
-    config = load_config("gsm8k-calculator", ["limit=40", "n=5", "concurrency=32", f"trace_dir={tmp_path}",
-                                              f"backend=local,{fault}"])  # fmt: skip
+    config = load_config(
+        "gsm8k-calculator", ["limit=40", "n=5", "concurrency=32", f"trace_dir={tmp_path}", f"backend=local,{fault}"]
+    )
     runner = Runner(config, llm=ScriptedLLM(tokenizer, REPLIES), tokenizer=tokenizer)
     runner.setup()
     tracing.init_tracing(backend=config.backend, trace_dir=str(tmp_path), max_queue=200)

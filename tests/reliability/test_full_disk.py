@@ -23,8 +23,10 @@ def small_disk(tmp_path):
 
 def rollout(i: int) -> None:
     noise = os.urandom(6_000).hex()  # incompressible: fills the disk fast
-    with tracing.rollout_trace_attr(step=0, sample_index=i, rollout_n=0), \
-            tracing.trace_span("llm.generate", kind="llm", inputs={"prompt": noise}) as span:
+    with (
+        tracing.rollout_trace_attr(step=0, sample_index=i, rollout_n=0),
+        tracing.trace_span("llm.generate", kind="llm", inputs={"prompt": noise}) as span,
+    ):
         span.outputs = {"response_text": f"answer {i}"}
 
 

@@ -55,25 +55,35 @@ arguments = st.one_of(
     st.fixed_dictionaries({"query": st.text(max_size=80)}, optional={"top_k": json_values}),
     st.fixed_dictionaries({"key": st.text(max_size=10)}, optional={"times": json_values}),
 )
-well_formed = st.builds(lambda n, a: "<tool_call>" + json.dumps({"name": n, "arguments": a}) + "</tool_call>",
-                        tool_names, arguments)  # fmt: skip
+well_formed = st.builds(
+    lambda n, a: "<tool_call>" + json.dumps({"name": n, "arguments": a}) + "</tool_call>", tool_names, arguments
+)
 replies = st.one_of(
     well_formed,
     st.text(max_size=300),
     st.builds(lambda t: f"<tool_call>{t}</tool_call>", st.text(max_size=200)),
     st.builds(lambda t: f"<tool_call>{t}", st.text(max_size=100)),  # cut off before the closing tag
     st.builds(lambda d: "<tool_call>" + "[" * d + "1" + "]" * d + "</tool_call>", st.integers(1, 3000)),
-    st.builds(lambda n: f"<tool_call>{json.dumps({'name': 'calculator', 'arguments': {'expression': '9' * n}})}"
-                        "</tool_call>", st.integers(1, 20_000)),
+    st.builds(
+        lambda n: f"<tool_call>{json.dumps({'name': 'calculator', 'arguments': {'expression': '9' * n}})}</tool_call>",
+        st.integers(1, 20_000),
+    ),
     st.lists(well_formed, min_size=2, max_size=6).map("\n".join),  # parallel calls
     # hostile shapes: ids that are not strings, nesting past the interpreter's limit, integers past its
     # digit limit, dozens of calls in one turn
-    st.builds(lambda i, a: "<tool_call>" + json.dumps({"name": "calculator", "arguments": a, "id": i}) + "</tool_call>",
-              json_values.filter(lambda v: v is not None and not isinstance(v, str)), arguments),
-    st.builds(lambda d: '<tool_call>{"name": "calculator", "arguments": ' + "[" * d + "]" * d + "}</tool_call>",
-              st.integers(1, 100_000)),
-    st.builds(lambda n: '<tool_call>{"name": "calculator", "arguments": {"expression": ' + "7" * n + "}}</tool_call>",
-              st.integers(4_000, 20_000)),
+    st.builds(
+        lambda i, a: "<tool_call>" + json.dumps({"name": "calculator", "arguments": a, "id": i}) + "</tool_call>",
+        json_values.filter(lambda v: v is not None and not isinstance(v, str)),
+        arguments,
+    ),
+    st.builds(
+        lambda d: '<tool_call>{"name": "calculator", "arguments": ' + "[" * d + "]" * d + "}</tool_call>",
+        st.integers(1, 100_000),
+    ),
+    st.builds(
+        lambda n: '<tool_call>{"name": "calculator", "arguments": {"expression": ' + "7" * n + "}}</tool_call>",
+        st.integers(4_000, 20_000),
+    ),
     st.lists(well_formed, min_size=20, max_size=60).map("".join),
 )
 
@@ -91,8 +101,21 @@ for _ in range(500):
 results = st.one_of(
     st.text(max_size=2000),
     st.just("x" * 2_000_000),
-    st.sampled_from([math.nan, math.inf, -math.inf, deep, {1, 2}, b"\xff\xfe bytes", Unprintable(), object(),
-                     {"nested": {"nan": math.nan, "set": {3}}}, "\ud800 lone surrogate", "\x00 nul \u202e rtl"]),
+    st.sampled_from(
+        [
+            math.nan,
+            math.inf,
+            -math.inf,
+            deep,
+            {1, 2},
+            b"\xff\xfe bytes",
+            Unprintable(),
+            object(),
+            {"nested": {"nan": math.nan, "set": {3}}},
+            "\ud800 lone surrogate",
+            "\x00 nul \u202e rtl",
+        ]
+    ),
     json_values,
 )
 
@@ -126,8 +149,11 @@ def run_once(config, tokenizer, first_reply):
 
     async def main():
         loop = build_loop(ToolAgentLoop, config, tokenizer, llm, tools)
-        return await loop.run({"temperature": 1.0, "logprobs": True}, raw_prompt=[{"role": "user", "content": "q"}],
-                              index=COUNTS["model text and arguments"] + COUNTS["tool results"])  # fmt: skip
+        return await loop.run(
+            {"temperature": 1.0, "logprobs": True},
+            raw_prompt=[{"role": "user", "content": "q"}],
+            index=COUNTS["model text and arguments"] + COUNTS["tool results"],
+        )
 
     out = asyncio.run(main())
     assert len(out.response_mask) == len(out.response_ids) == len(out.response_logprobs)
@@ -135,8 +161,9 @@ def run_once(config, tokenizer, first_reply):
     return out
 
 
-@settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                   HealthCheck.too_slow])  # fmt: skip
+@settings(
+    max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(reply=replies)
 def test_any_model_text_and_arguments(verl_config, tokenizer, traced, reply):
     config = with_overrides(verl_config, max_assistant_turns=2, max_tool_response_length=200)
@@ -145,8 +172,9 @@ def test_any_model_text_and_arguments(verl_config, tokenizer, traced, reply):
     COUNTS["model text and arguments"] += 1
 
 
-@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                  HealthCheck.too_slow])  # fmt: skip
+@settings(
+    max_examples=80, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(result=results)
 def test_any_tool_result(verl_config, tokenizer, traced, result):
     config = with_overrides(verl_config, max_assistant_turns=2, max_tool_response_length=200)

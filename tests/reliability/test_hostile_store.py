@@ -59,8 +59,10 @@ def hostile(tmp_path):
     # a second shard whose "trajectories" is a view over a query that never ends
     trap = trace_dir / "trap.rstrace"
     with sqlite3.connect(trap) as db:
-        db.execute("CREATE VIEW trajectories AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
-                   "SELECT i AS id FROM n")  # fmt: skip
+        db.execute(
+            "CREATE VIEW trajectories AS WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n) "
+            "SELECT i AS id FROM n"
+        )
     return trace_dir, ids, trap
 
 
@@ -75,7 +77,9 @@ def test_the_api_reads_every_good_row_and_marks_each_bad_one(hostile, caplog):
         assert "not JSON" in records[ids[2]].attributes[UNREADABLE]
         assert records[ids[5]].attributes == {"task": "task 5", "answer": "a5"} and records[ids[5]].num_llm_calls == 1
         bad_json = {s.kind: s for s in store.get(ids[3]).spans}
-        assert "not JSON" in bad_json["tool"].attributes[UNREADABLE] and bad_json["llm"].outputs == {"response_text": "a3"}
+        assert "not JSON" in bad_json["tool"].attributes[UNREADABLE] and bad_json["llm"].outputs == {
+            "response_text": "a3"
+        }
         bomb = {s.kind: s for s in store.get(ids[4]).spans}
         assert f"more than {MAX_PAYLOAD_BYTES:,} bytes" in bomb["tool"].attributes[UNREADABLE]
         assert [s.outputs for s in store.get(ids[5]).spans] == [{"response_text": "a5"}, {"text": "2"}]
@@ -88,14 +92,22 @@ def test_the_api_reads_every_good_row_and_marks_each_bad_one(hostile, caplog):
 def test_the_cli_lists_and_shows_them_in_bounded_time(hostile):
     trace_dir, ids, _ = hostile
     started = time.monotonic()
-    listed = subprocess.run([sys.executable, "-m", "rollscope.cli", "traces", "ls", "--dir", str(trace_dir)],
-                            capture_output=True, text=True, timeout=120)  # fmt: skip
+    listed = subprocess.run(
+        [sys.executable, "-m", "rollscope.cli", "traces", "ls", "--dir", str(trace_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert listed.returncode == 0, listed.stderr[-2000:]
     assert all(i in listed.stdout for i in ids) and HOSTILE_HTML not in listed.stdout
     assert "trap.rstrace" in listed.stderr and "view" in listed.stderr
     for tid in (ids[3], ids[4]):
-        shown = subprocess.run([sys.executable, "-m", "rollscope.cli", "traces", "show", tid, "--dir", str(trace_dir)],
-                               capture_output=True, text=True, timeout=120)  # fmt: skip
+        shown = subprocess.run(
+            [sys.executable, "-m", "rollscope.cli", "traces", "show", tid, "--dir", str(trace_dir)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert shown.returncode == 0, shown.stderr[-2000:]
         assert "calc.execute" in shown.stdout and "llm.generate" in shown.stdout
     assert time.monotonic() - started < 120  # (the view's query would never have returned)
@@ -119,8 +131,10 @@ def test_hostile_values_in_every_column_are_drawn_as_text_in_chromium(tmp_path, 
         [tid, _] = [r[0] for r in db.execute("SELECT id FROM trajectories ORDER BY sample_index")]
         for column, tag in zip(("num_llm_calls", "num_tool_calls", "num_errors"), HOSTILE_TAGS, strict=True):
             db.execute(f"UPDATE trajectories SET {column} = ? WHERE id = ?", [tag, tid])
-        db.execute("UPDATE trajectories SET agent_name = ?, experiment = ?, status = 'error', error_message = ? "
-                   "WHERE id = ?", [*HOSTILE_TAGS, tid])  # fmt: skip
+        db.execute(
+            "UPDATE trajectories SET agent_name = ?, experiment = ?, status = 'error', error_message = ? WHERE id = ?",
+            [*HOSTILE_TAGS, tid],
+        )
     with serving(trace_dir) as url:
         assert_drawn_as_text(browser, url + "/", texts=HOSTILE_TAGS[:2], shot="hostile-store-list")
         assert_drawn_as_text(browser, f"{url}/t/{tid}", texts=HOSTILE_TAGS[2:], shot="hostile-store-trajectory")
@@ -134,8 +148,20 @@ def test_push_sends_every_readable_trajectory_and_says_which_it_left_out(hostile
     trace_dir, ids, _ = hostile
     readable = ids[5]
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    command = [sys.executable, "-m", "rollscope.cli", "push", "--to", "mlflow", "--dir", str(trace_dir),
-               "--endpoint", uri, "--project", "hostile"]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "rollscope.cli",
+        "push",
+        "--to",
+        "mlflow",
+        "--dir",
+        str(trace_dir),
+        "--endpoint",
+        uri,
+        "--project",
+        "hostile",
+    ]
     first = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert first.returncode == 1, first.stderr[-2000:]  # something was left out: said, and not a success
     assert "pushed 1 trajectories to mlflow" in first.stdout and "left out 5" in first.stdout

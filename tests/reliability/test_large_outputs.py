@@ -20,8 +20,17 @@ def test_a_256_kb_tool_answer_of_secrets_costs_no_trajectory(tmp_path):
     (tmp_path / "tools.yaml").write_text(TOOLS)
     (tmp_path / "replies.json").write_text(json.dumps([f"<tool_call>{json.dumps(CALL)}</tool_call>", "Done."]))
     traces = tmp_path / "traces"
-    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{tmp_path / 'replies.json'}",
-                       f"tools={tmp_path / 'tools.yaml'}", "limit=3", "--trace-dir", str(traces), "--quiet")  # fmt: skip
+    result = rollscope(
+        "run",
+        "gsm8k-calculator",
+        "--llm",
+        f"scripted:{tmp_path / 'replies.json'}",
+        f"tools={tmp_path / 'tools.yaml'}",
+        "limit=3",
+        "--trace-dir",
+        str(traces),
+        "--quiet",
+    )
     assert result.returncode == 0, result.stderr
     done, total = map(int, re.search(r"trajectories\W+(\d+) of (\d+)", result.stdout).groups())
     with TraceStore(traces) as store:

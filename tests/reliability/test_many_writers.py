@@ -14,8 +14,7 @@ WORKER = str(Path(__file__).parents[1] / "_trace_worker.py")
 
 
 def test_eight_processes_ten_thousand_trajectories_each(tmp_path):
-    procs = [subprocess.Popen([sys.executable, WORKER, "write", str(tmp_path), str(w), "10000", "1"])
-             for w in range(8)]  # fmt: skip
+    procs = [subprocess.Popen([sys.executable, WORKER, "write", str(tmp_path), str(w), "10000", "1"]) for w in range(8)]
     assert [p.wait(600) for p in procs] == [0] * 8
     with TraceStore(tmp_path) as store:
         assert len(store.shards()) == 8

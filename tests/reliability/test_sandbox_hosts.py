@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
 ATTACKS = [sys.executable, "-m", "tests.reliability.sandbox_attacks"]
 # Unmounts the host's cgroup hierarchies in a private mount namespace and mounts cgroup2 alone.
-V2_ONLY = "umount -R /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && exec \"$@\""
+V2_ONLY = 'umount -R /sys/fs/cgroup && mount -t cgroup2 none /sys/fs/cgroup && exec "$@"'
 
 
 @pytest.fixture
@@ -35,8 +35,9 @@ def markers():
 
 def attack(markers: Path, *prefix: str, nobody: bool = False) -> dict:
     argv = [*prefix, *ATTACKS, str(markers), *(["--as-nobody"] if nobody else [])]
-    done = subprocess.run(argv, cwd=REPO, capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    done = subprocess.run(
+        argv, cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(REPO)}
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["problem"] is None

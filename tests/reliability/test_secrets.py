@@ -26,32 +26,56 @@ class KeepingBackend(TraceBackend):
         self.seen.append(repr(vars(trajectory) if hasattr(trajectory, "__dict__") else trajectory.attributes))
 
     def on_span_end(self, span):
-        self.seen.append(json.dumps({"inputs": span.inputs, "outputs": span.outputs, "attrs": span.attributes},
-                                    default=str))  # fmt: skip
+        self.seen.append(
+            json.dumps({"inputs": span.inputs, "outputs": span.outputs, "attrs": span.attributes}, default=str)
+        )
 
 
 def test_secrets_never_reach_the_store(tmp_path, monkeypatch):
     data = tmp_path / "data.jsonl"
-    row = {"prompt": [{"role": "user", "content": f"Use my key {OPENAI_KEY} and token {GITHUB_TOKEN}"}],
-           "reward_model": {"ground_truth": "2"},
-           "extra_info": {"index": 0, "tools_kwargs": {"submit_answer": {"create_kwargs": {"ground_truth": "1"}}}}}
+    row = {
+        "prompt": [{"role": "user", "content": f"Use my key {OPENAI_KEY} and token {GITHUB_TOKEN}"}],
+        "reward_model": {"ground_truth": "2"},
+        "extra_info": {"index": 0, "tools_kwargs": {"submit_answer": {"create_kwargs": {"ground_truth": "1"}}}},
+    }
     data.write_text(json.dumps(row) + "\n")
     replies = tmp_path / "replies.json"
     call = {"name": "calculator", "arguments": {"expression": "1+1", "api_key": OPENAI_KEY}}
-    replies.write_text(json.dumps([f"<tool_call>{json.dumps(call)}</tool_call>",
-                                   f"The password is {ENV_SECRET} and my token is {GITHUB_TOKEN}."]))
+    replies.write_text(
+        json.dumps(
+            [
+                f"<tool_call>{json.dumps(call)}</tool_call>",
+                f"The password is {ENV_SECRET} and my token is {GITHUB_TOKEN}.",
+            ]
+        )
+    )
     env = {"ROLLSCOPE_TEST_SECRET": ENV_SECRET}
     monkeypatch.setenv("ROLLSCOPE_TEST_SECRET", ENV_SECRET)
     traces = tmp_path / "traces"
-    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", f"dataset={data}",
-                       "--trace-dir", str(traces), "--quiet", env_extra=env)  # fmt: skip
+    result = rollscope(
+        "run",
+        "gsm8k-calculator",
+        "--llm",
+        f"scripted:{replies}",
+        f"dataset={data}",
+        "--trace-dir",
+        str(traces),
+        "--quiet",
+        env_extra=env,
+    )
     assert result.returncode == 0, result.stderr
     stored = b"".join(p.read_bytes() for p in traces.iterdir())
     assert stored  # something was stored: the search below is not vacuous
     for secret in (OPENAI_KEY, GITHUB_TOKEN, ENV_SECRET):
         assert secret.encode() not in stored
-    shown = rollscope("traces", "show", json.loads(rollscope("traces", "ls", "--dir", str(traces), "--json").stdout)[0]["id"],
-                      "--dir", str(traces), "--json").stdout  # fmt: skip
+    shown = rollscope(
+        "traces",
+        "show",
+        json.loads(rollscope("traces", "ls", "--dir", str(traces), "--json").stdout)[0]["id"],
+        "--dir",
+        str(traces),
+        "--json",
+    ).stdout
     assert "REDACTED" in shown and "The password is" in shown
 
 
@@ -60,8 +84,10 @@ def test_secrets_never_reach_another_backend(tmp_path, monkeypatch):
     register_backend("keeping", KeepingBackend)
     KeepingBackend.seen.clear()
     tracing.init_tracing(backend="local,keeping", trace_dir=str(tmp_path))
-    with tracing.rollout_trace_attr(step=0, sample_index=0), \
-            tracing.trace_span("tool", kind="tool", inputs={"api_key": "x" * 20, "q": f"Bearer {GITHUB_TOKEN}"}) as s:
+    with (
+        tracing.rollout_trace_attr(step=0, sample_index=0),
+        tracing.trace_span("tool", kind="tool", inputs={"api_key": "x" * 20, "q": f"Bearer {GITHUB_TOKEN}"}) as s,
+    ):
         s.outputs = {"text": f"env says {ENV_SECRET}", "key": OPENAI_KEY}
     assert tracing.flush_tracing(30)
     seen = "\n".join(KeepingBackend.seen)
@@ -71,15 +97,31 @@ def test_secrets_never_reach_another_backend(tmp_path, monkeypatch):
 
 
 DSN = "postgres://trainer:Pg-s3cret-pw-77@db.internal:5432/rl"
-STRIPE_LIVE, STRIPE_TEST, STRIPE_RESTRICTED = "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc", "sk_test_" + "9xYz" * 6, "rk_live_" + "Ab12" * 6
+STRIPE_LIVE, STRIPE_TEST, STRIPE_RESTRICTED = (
+    "sk_live_" + "4eC39HqLyjWDarjtT1zdp7dc",
+    "sk_test_" + "9xYz" * 6,
+    "rk_live_" + "Ab12" * 6,
+)
 GITLAB = "glpat-" + "xY9_zW8-vU7t" * 2
 BASIC = "dXNlcjpodW50ZXIyLXBhc3N3b3Jk"
 AWS_SECRET = "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY"
 SLACK, GOOGLE = "xoxb-" + "1234567890-abcdefghij", "AIza" + "SyA1b2C3d4E5f6G7h8I9j0K1l2M3n4O5p6Q"
 ANTHROPIC, HF = "sk-ant-api03-" + "Qw9" * 10, "hf_" + "AbCdEfGhIjKlMnOpQrStUv"
 LATE = "late-exported-secret-" + "8" * 12
-SHAPES = [DSN.split(":")[2].split("@")[0], STRIPE_LIVE, STRIPE_TEST, STRIPE_RESTRICTED, GITLAB, BASIC, AWS_SECRET,
-          SLACK, GOOGLE, ANTHROPIC, HF, LATE]
+SHAPES = [
+    DSN.split(":")[2].split("@")[0],
+    STRIPE_LIVE,
+    STRIPE_TEST,
+    STRIPE_RESTRICTED,
+    GITLAB,
+    BASIC,
+    AWS_SECRET,
+    SLACK,
+    GOOGLE,
+    ANTHROPIC,
+    HF,
+    LATE,
+]
 
 
 def every_stored_text(trace_dir):
@@ -103,10 +145,16 @@ def test_every_secret_shape_through_every_path_is_redacted(tmp_path, monkeypatch
     tracing.init_tracing(trace_dir=str(traces), experiment=f"run-{STRIPE_LIVE}", sidecar=sidecar)
     monkeypatch.setenv("LATE_API_KEY", LATE)  # set after tracing started
     with tracing.rollout_trace_attr(step=1, sample_index=0, name=f"agent {GITLAB}", note=f"db {DSN}"):
-        with tracing.trace_span(f"lookup {SLACK}", kind="tool",
-                                inputs={"prompt": f"use {ANTHROPIC} and {HF}", "late": f"env {LATE}",
-                                        "nested": {"calls": [{"aws_secret_access_key": AWS_SECRET}]},
-                                        GOOGLE: "a secret used as a key"}) as span:  # fmt: skip
+        with tracing.trace_span(
+            f"lookup {SLACK}",
+            kind="tool",
+            inputs={
+                "prompt": f"use {ANTHROPIC} and {HF}",
+                "late": f"env {LATE}",
+                "nested": {"calls": [{"aws_secret_access_key": AWS_SECRET}]},
+                GOOGLE: "a secret used as a key",
+            },
+        ) as span:
             span.outputs = {"header": f"Authorization: Basic {BASIC}", "keys": [STRIPE_TEST, STRIPE_RESTRICTED]}
             span.fail(RuntimeError(f"connect failed for {DSN}"))
         tracing.set_reward(1.0, detail=f"scored with {GOOGLE}")

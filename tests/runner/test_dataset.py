@@ -6,8 +6,12 @@ import pytest
 
 from rollscope.runner.dataset import DatasetError, load_rows, loop_kwargs
 
-ROW = {"data_source": "d", "prompt": [{"role": "user", "content": "hi"}], "reward_model": {"ground_truth": "1"},
-       "extra_info": {"index": 7, "tools_kwargs": {"t": {"create_kwargs": {"x": 1}}}}}  # fmt: skip
+ROW = {
+    "data_source": "d",
+    "prompt": [{"role": "user", "content": "hi"}],
+    "reward_model": {"ground_truth": "1"},
+    "extra_info": {"index": 7, "tools_kwargs": {"t": {"create_kwargs": {"x": 1}}}},
+}
 
 
 def test_jsonl_and_parquet_give_the_same_rows(tmp_path):

@@ -13,8 +13,20 @@ def test_two_ray_workers_record_every_trajectory_once(tmp_path):
     replies = tmp_path / "replies.yaml"
     replies.write_text(REPLIES)
     traces = tmp_path / "traces"
-    result = rollscope("run", "gsm8k-calculator", "--llm", f"scripted:{replies}", "--workers", "2", "--limit", "5",
-                       "--n", "2", "--trace-dir", str(traces))  # fmt: skip
+    result = rollscope(
+        "run",
+        "gsm8k-calculator",
+        "--llm",
+        f"scripted:{replies}",
+        "--workers",
+        "2",
+        "--limit",
+        "5",
+        "--n",
+        "2",
+        "--trace-dir",
+        str(traces),
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert "10 of 10" in result.stdout and "0.200 over 10" in result.stdout
     listed = json.loads(rollscope("traces", "ls", "--dir", str(traces), "--json", "--limit", "100").stdout)

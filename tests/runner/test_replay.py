@@ -20,8 +20,7 @@ TOOLS = "tools:\n  - class_name: tests.runner.flip_tool.FlipCalculator\n    conf
 
 
 def rollscope(*args):
-    return subprocess.run([sys.executable, "-m", "rollscope.cli", *args], capture_output=True, text=True,
-                          timeout=300)  # fmt: skip
+    return subprocess.run([sys.executable, "-m", "rollscope.cli", *args], capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -35,8 +34,16 @@ def recorded(tmp_path_factory):
     root = tmp_path_factory.mktemp("replay")
     (root / "replies.yaml").write_text(THREE_TURNS)
     (root / "tools.yaml").write_text(TOOLS)
-    config = load_config("gsm8k-calculator", [f"llm=scripted:{root / 'replies.yaml'}", f"tools={root / 'tools.yaml'}",
-                                              "limit=2", f"trace_dir={root / 'traces'}", "step=4"])  # fmt: skip
+    config = load_config(
+        "gsm8k-calculator",
+        [
+            f"llm=scripted:{root / 'replies.yaml'}",
+            f"tools={root / 'tools.yaml'}",
+            "limit=2",
+            f"trace_dir={root / 'traces'}",
+            "step=4",
+        ],
+    )
     runner = Runner(config)
     runner.setup()
     asyncio.run(session.run_traced(runner))
@@ -55,7 +62,11 @@ def test_check_passes_on_unchanged_code_and_stores_a_marked_replay(recorded):
     with TraceStore(root / "traces") as store:
         original, again = store.get(first), store.get(outcome.replay)
         assert (again.replay_of, again.step, again.sample_index, again.experiment) == (
-            first, original.step, original.sample_index, original.experiment)  # fmt: skip
+            first,
+            original.step,
+            original.sample_index,
+            original.experiment,
+        )
         turns = [[s.outputs["token_ids"] for s in t.spans if s.kind == "llm"] for t in (original, again)]
         assert turns[0] == turns[1] and len(turns[0]) == 3  # the same conversation, token for token
         assert [t.id for t in store.group(4, original.sample_index)] == [first]  # replays join no group
@@ -82,8 +93,9 @@ def test_from_turn_one_with_another_llm_diverges_at_turn_one(recorded, tmp_path)
     root, (first, _) = recorded
     other = tmp_path / "other.yaml"
     other.write_text("replies:\n  - 'I will not use tools. The answer is 42.'\n")
-    result = rollscope("replay", first, "--dir", str(root / "traces"), "--from-turn", "1", "--llm",
-                       f"scripted:{other}", "--json")  # fmt: skip
+    result = rollscope(
+        "replay", first, "--dir", str(root / "traces"), "--from-turn", "1", "--llm", f"scripted:{other}", "--json"
+    )
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["first_divergent_model_turn"] == 1 and data["from_turn"] == 1
@@ -101,7 +113,8 @@ def test_check_on_the_command_line_and_clear_errors(recorded, tmp_path):
     assert "same tool results, final response and reward as recorded" in ok.stdout
     missing = rollscope("replay", first, "--dir", str(root / "traces"), "--from-turn", "1")
     assert missing.returncode == 2 and missing.stderr.strip() == (
-        "rollscope: error: --from-turn K asks a model from turn K on: name it with --llm")  # fmt: skip
+        "rollscope: error: --from-turn K asks a model from turn K on: name it with --llm"
+    )
     from rollscope import tracing
 
     tracing.init_tracing(trace_dir=str(tmp_path / "bare"))

@@ -42,7 +42,8 @@ def test_runs_every_sample_n_times_with_verls_attributes(tmp_path, tokenizer):
         assert len(records) == 6
         assert {(r.sample_index, r.rollout_n) for r in records} == {(i, k) for i in range(3) for k in range(2)}
         assert {(r.step, r.validate, r.experiment, r.agent_name) for r in records} == {
-            (5, True, "gsm8k-calculator", "rollscope_tool_agent")}
+            (5, True, "gsm8k-calculator", "rollscope_tool_agent")
+        }
         best = store.get(next(r.id for r in records if r.sample_index == 0))
         assert best.reward == 1.0
         kinds = [s.kind for s in best.spans]
@@ -77,7 +78,8 @@ def test_a_broken_trajectory_is_recorded_and_the_run_goes_on(tmp_path, tokenizer
     with TraceStore(tmp_path) as store:
         assert store.count() == 4
         assert {r.sample_index: r.agent_name for r in store.trajectories(status="error")} == {
-            1: "tests.runner.agents:BrokenAgent"}
+            1: "tests.runner.agents:BrokenAgent"
+        }
         assert store.trajectories(sample_index=2)[0].agent_name == "rollscope_single_turn"
 
 
@@ -110,13 +112,16 @@ def test_a_dead_llm_stops_the_run_and_keeps_what_was_traced(tmp_path, tokenizer)
 
 
 @pytest.mark.parametrize("constrained", [True, False])
-def test_constrained_tool_calls_reach_the_llm_as_the_turns_tool_schemas_and_show_on_the_span(tmp_path, tokenizer,
-                                                                                            constrained):  # fmt: skip
+def test_constrained_tool_calls_reach_the_llm_as_the_turns_tool_schemas_and_show_on_the_span(
+    tmp_path, tokenizer, constrained
+):
     """``constrain_tool_calls`` (on in the bundled calculator example) puts the turn's tool schemas
     in the LLM's sampling parameters (each client turns them into its engine's constraint), and
     the llm span says the reply was constrained."""
-    config = load_config("gsm8k-calculator", ["limit=1", f"trace_dir={tmp_path}",
-                                               f"sampling.constrain_tool_calls={str(constrained).lower()}"])  # fmt: skip
+    config = load_config(
+        "gsm8k-calculator",
+        ["limit=1", f"trace_dir={tmp_path}", f"sampling.constrain_tool_calls={str(constrained).lower()}"],
+    )
     seen = []
 
     class Recording(ScriptedLLM):  # the test double records what it was asked with
@@ -146,21 +151,27 @@ def test_verls_tools_and_function_tools_run_and_count_under_rollscope_run(tmp_pa
 
     tools = Path(__file__).resolve().parent.parent / "fixtures" / "verl_tools"
     config_file = tmp_path / "run.yaml"
-    config_file.write_text(f"dataset: {Path(__file__).resolve().parents[2] / 'rollscope/bundled/data/arithmetic.jsonl'}\n"
-                           f"tools: {tools / 'gsm8k_tool_config.yaml'}\n"
-                           f"multi_turn: {{format: hermes, function_tool_path: {tools / 'function_tools.py'}}}\n")  # fmt: skip
+    config_file.write_text(
+        f"dataset: {Path(__file__).resolve().parents[2] / 'rollscope/bundled/data/arithmetic.jsonl'}\n"
+        f"tools: {tools / 'gsm8k_tool_config.yaml'}\n"
+        f"multi_turn: {{format: hermes, function_tool_path: {tools / 'function_tools.py'}}}\n"
+    )
     config = load_config(str(config_file), ["limit=2", f"trace_dir={tmp_path / 'traces'}"])
-    calls = ['<tool_call>{"name": "calc_gsm8k_reward", "arguments": {"answer": "976"}}</tool_call>',
-             '<tool_call>{"name": "word_count", "arguments": {"text": "sixty one boxes"}}</tool_call>',
-             "The answer is 976."]  # fmt: skip
+    calls = [
+        '<tool_call>{"name": "calc_gsm8k_reward", "arguments": {"answer": "976"}}</tool_call>',
+        '<tool_call>{"name": "word_count", "arguments": {"text": "sixty one boxes"}}</tool_call>',
+        "The answer is 976.",
+    ]
     runner = run(config, ScriptedLLM(tokenizer, calls), tokenizer)
     assert runner.stats.done == 2 and runner.stats.tool_calls == 4
     with TraceStore(tmp_path / "traces") as store:
         records = [store.get(t.id) for t in store.trajectories()]
     for record in records:
         assert record.num_tool_calls == 2
-        assert [s.attributes["tool.name"] for s in record.spans if s.kind == "tool"] == ["calc_gsm8k_reward",
-                                                                                          "word_count"]  # fmt: skip
+        assert [s.attributes["tool.name"] for s in record.spans if s.kind == "tool"] == [
+            "calc_gsm8k_reward",
+            "word_count",
+        ]
 
 
 def test_rates_are_over_the_rollouts_the_same_live_and_in_the_summary():

@@ -42,8 +42,9 @@ def test_other_overrides_are_another_composition(cache, tmp_path):
     assert len(list(cache.iterdir())) == 2
 
 
-@pytest.mark.parametrize("content", ["a: [unclosed", "- a list\n", "\x00\x01 not yaml: {{", "trainer: {when: 2026-12-05}\n",
-                                     "{1: one}\n"])
+@pytest.mark.parametrize(
+    "content", ["a: [unclosed", "- a list\n", "\x00\x01 not yaml: {{", "trainer: {when: 2026-12-05}\n", "{1: one}\n"]
+)
 def test_a_kept_composition_that_cannot_be_read_is_said_and_composed_again(cache, tmp_path, content, caplog):
     composed = compose_config(tmp_path / "model")
     (kept,) = cache.iterdir()

@@ -7,8 +7,18 @@ import pytest
 from rollscope.sources.wandb_history import HistoryError, read_history
 from tests.sources.wandb_runs import offline_run
 
-ROWS = [(step, {"critic/score/mean": 0.1 * step, "actor/entropy": 1.0 / step, "response_length/mean": 50 + step,
-                "note": "text is no metric"}) for step in range(1, 41)]  # fmt: skip
+ROWS = [
+    (
+        step,
+        {
+            "critic/score/mean": 0.1 * step,
+            "actor/entropy": 1.0 / step,
+            "response_length/mean": 50 + step,
+            "note": "text is no metric",
+        },
+    )
+    for step in range(1, 41)
+]
 
 
 @pytest.fixture(scope="module")
@@ -37,14 +47,21 @@ def test_a_damaged_record_costs_itself_counted(wandb_dir, tmp_path):
     damaged.write_bytes(bytes(data))
     history = read_history(str(damaged))
     assert history.skipped == 1 and len(history.steps) >= len(ROWS) - 1  # that record only (a step's, or the summary)
-    assert all(history.steps[step]["response_length/mean"] == 50.0 + step for step in history.steps
-               if "response_length/mean" in history.steps[step])  # fmt: skip
+    assert all(
+        history.steps[step]["response_length/mean"] == 50.0 + step
+        for step in history.steps
+        if "response_length/mean" in history.steps[step]
+    )
 
 
 def test_what_is_no_run_is_one_clear_error(tmp_path):
     (tmp_path / "run-x.wandb").write_bytes(b"not a record file")
-    for source, said in ((tmp_path / "run-x.wandb", "not a W&B record file"), (tmp_path, "not a W&B record file"),
-                         (tmp_path / "empty", "no W&B run here"), ("not/a-path", "neither")):  # fmt: skip
+    for source, said in (
+        (tmp_path / "run-x.wandb", "not a W&B record file"),
+        (tmp_path, "not a W&B record file"),
+        (tmp_path / "empty", "no W&B run here"),
+        ("not/a-path", "neither"),
+    ):
         if source == tmp_path / "empty":
             source.mkdir()
         with pytest.raises(HistoryError, match=said):

@@ -33,9 +33,18 @@ def same_run(weave_trace_server, tmp_path_factory):
     experiment = store.trajectories(limit=1)[0].experiment
     tracing.init_tracing(backend="local,weave", project=PROJECT, experiment=experiment, trace_dir=str(traces))
     for i, t in enumerate(store.trajectories(step=1)):
-        tracing.get_tracer().training(t.id, {"step": 1, "uid": f"u{t.sample_index}", "advantage": 0.5 - i % 2,
-                                             "policy_version": 3, "lag": i % 2, "logprob_delta_max": 0.1 * i,
-                                             "entropy_mean": 1.0 / (1 + i)})
+        tracing.get_tracer().training(
+            t.id,
+            {
+                "step": 1,
+                "uid": f"u{t.sample_index}",
+                "advantage": 0.5 - i % 2,
+                "policy_version": 3,
+                "lag": i % 2,
+                "logprob_delta_max": 0.1 * i,
+                "entropy_mean": 1.0 / (1 + i),
+            },
+        )
     assert tracing.flush_tracing(120)
     tracing.shutdown_tracing(120)
     store.close()
@@ -75,8 +84,11 @@ def test_insights_groups_and_prompt_history_are_the_same(same_run, capsys):
     assert any(s["count"] for s in found["signals"] if s["name"] == "tool_errors")
     assert {"answer_collapse", "answer_length_with_reward", "entropy_collapse"} <= names  # reward hacking's too
     assert json.loads(weave) == found
-    for args in (["insights", "--json", "--step", "2"], ["traces", "group", "1", "0", "--json"],
-                 ["traces", "prompt", "2", "--json"]):  # fmt: skip
+    for args in (
+        ["insights", "--json", "--step", "2"],
+        ["traces", "group", "1", "0", "--json"],
+        ["traces", "prompt", "2", "--json"],
+    ):
         local, weave = both(capsys, same_run, *args)
         assert json.loads(weave) == json.loads(local), args
 
@@ -131,8 +143,9 @@ def test_a_steps_listing_fetches_that_step_only(same_run):
 
 
 def _cli(*args, env=None):
-    return subprocess.run([sys.executable, "-m", "rollscope.cli", *args], capture_output=True, text=True,
-                          timeout=120, env=env)  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "-m", "rollscope.cli", *args], capture_output=True, text=True, timeout=120, env=env
+    )
 
 
 def test_errors_are_one_line_naming_the_source_and_exit_2(weave_trace_server, monkeypatch):
@@ -142,7 +155,7 @@ def test_errors_are_one_line_naming_the_source_and_exit_2(weave_trace_server, mo
         (["traces", "ls", "--source", "weave:ent/no-such-project"], "weave:ent/no-such-project: no trajectories there"),
         (["traces", "ls", "--source", "weave:just-a-name"], "weave:ENTITY/PROJECT"),
         (["insights", "--source", "wandb:ent/x"], "'weave:ENTITY/PROJECT'"),
-    ]:  # fmt: skip
+    ]:
         done = _cli(*args, env=os.environ)
         assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
         assert len(done.stderr.strip().splitlines()) == 1 and fragment in done.stderr, done.stderr
@@ -217,9 +230,11 @@ def test_bad_records_a_count_that_is_no_count_and_a_pager_that_repeats_cost_only
         source = weave_source.WeaveSource(PROJECT, server=Misbehaving(real))
     read = {t.id for t in source.trajectories()}
     assert len(read) == 5 and read <= everything  # the first page, read once
-    assert source.skipped == {"a call count that is not a count": 1,
-                              "a page of calls that repeats the one before it (offset 5 ignored): reading stopped": 1,
-                              "training feedback records without a call or a payload (skipped)": 4}  # fmt: skip
+    assert source.skipped == {
+        "a call count that is not a count": 1,
+        "a page of calls that repeats the one before it (offset 5 ignored): reading stopped": 1,
+        "training feedback records without a call or a payload (skipped)": 4,
+    }
     assert "repeats the one before it" in caplog.text
     source.close()
 
@@ -229,8 +244,16 @@ def test_the_viewer_serves_the_same_pages_from_weave(same_run, capsys):
 
     rows = json.loads(_answer(capsys, "traces", "ls", "--json", "--dir", str(same_run), "--step", "1"))
     local, weave = Viewer(str(same_run)), Viewer(source=SOURCE)
-    for target in ("/", "/?step=2&sort=reward", f"/t/{rows[0]['id']}", "/group?step=1&sample=0", "/insights",
-                   "/steps", "/prompt?sample=1", f"/compare?id={rows[0]['id']}&id={rows[1]['id']}"):  # fmt: skip
+    for target in (
+        "/",
+        "/?step=2&sort=reward",
+        f"/t/{rows[0]['id']}",
+        "/group?step=1&sample=0",
+        "/insights",
+        "/steps",
+        "/prompt?sample=1",
+        f"/compare?id={rows[0]['id']}&id={rows[1]['id']}",
+    ):
         status, _, page = weave.handle(target)
         assert status == 200, (target, page[:300])
         assert page == local.handle(target)[2], target
@@ -249,11 +272,24 @@ def _write_calls(calls, project=HOSTILE_PROJECT):
     from rollscope.tracing.backends.weave import send_calls
 
     now = datetime.datetime.now(datetime.timezone.utc)
-    batch = [{"project_id": project, "id": c["id"], "trace_id": c["trace"], "parent_id": c.get("parent"),
-              "op_name": c.get("op", "hostile.op"), "display_name": c.get("op", "hostile.op"), "started_at": now,
-              "ended_at": now, "attributes": c.get("attributes", {}), "inputs": c.get("inputs", {}),
-              "output": c.get("output"), "summary": c.get("summary", {}), "exception": c.get("exception")}
-             for c in calls]  # fmt: skip
+    batch = [
+        {
+            "project_id": project,
+            "id": c["id"],
+            "trace_id": c["trace"],
+            "parent_id": c.get("parent"),
+            "op_name": c.get("op", "hostile.op"),
+            "display_name": c.get("op", "hostile.op"),
+            "started_at": now,
+            "ended_at": now,
+            "attributes": c.get("attributes", {}),
+            "inputs": c.get("inputs", {}),
+            "output": c.get("output"),
+            "summary": c.get("summary", {}),
+            "exception": c.get("exception"),
+        }
+        for c in calls
+    ]
     return send_calls(_server(project), batch)
 
 
@@ -269,12 +305,21 @@ def test_a_hostile_project_costs_each_bad_call_only_itself(weave_trace_server):
     from rollscope.viewer.server import Viewer
 
     def root(tid, row):  # (ids as rollscope derives them: a trajectory's calls are found by its trace id)
-        return {"id": call_id(tid), "trace": call_id(tid), "inputs": {"trajectory_id": tid},
-                "summary": {"rollscope": {"row": {"status": "ok", "start_ns": 1, **row}}}}  # fmt: skip
+        return {
+            "id": call_id(tid),
+            "trace": call_id(tid),
+            "inputs": {"trajectory_id": tid},
+            "summary": {"rollscope": {"row": {"status": "ok", "start_ns": 1, **row}}},
+        }
 
     good = root("good", {"reward": 1.0, "step": 3, "num_llm_calls": 2})
-    roots = [good, root("dict-reward", {"reward": {"a": 1}}), root("nan", {"reward": "NaN"}),
-             root("time", {"start_ns": "yesterday"}), root("html", {"num_llm_calls": HTML, "agent_name": HTML})]
+    roots = [
+        good,
+        root("dict-reward", {"reward": {"a": 1}}),
+        root("nan", {"reward": "NaN"}),
+        root("time", {"start_ns": "yesterday"}),
+        root("html", {"num_llm_calls": HTML, "agent_name": HTML}),
+    ]
     deep = roots[0]
     spans, parent = [], deep["id"]
     for i in range(300):  # under the good root: nested 300 deep
@@ -317,10 +362,22 @@ def test_a_hostile_projects_values_are_drawn_as_text_in_chromium(weave_trace_ser
 
     project = "ent/hostile-drawn"
     tags = dict(zip(("num_llm_calls", "num_tool_calls", "num_errors"), HOSTILE_TAGS, strict=True))
-    row = {"status": "error", "start_ns": 1, "reward": 0.0, **tags, "agent_name": HOSTILE_TAGS[0],
-           "experiment": HOSTILE_TAGS[1], "error_message": HOSTILE_TAGS[2]}  # fmt: skip
-    root = {"id": call_id("drawn"), "trace": call_id("drawn"), "inputs": {"trajectory_id": "drawn"},
-            "summary": {"rollscope": {"row": row}}, "output": {"text": HOSTILE_TAGS[1]}}  # fmt: skip
+    row = {
+        "status": "error",
+        "start_ns": 1,
+        "reward": 0.0,
+        **tags,
+        "agent_name": HOSTILE_TAGS[0],
+        "experiment": HOSTILE_TAGS[1],
+        "error_message": HOSTILE_TAGS[2],
+    }
+    root = {
+        "id": call_id("drawn"),
+        "trace": call_id("drawn"),
+        "inputs": {"trajectory_id": "drawn"},
+        "summary": {"rollscope": {"row": row}},
+        "output": {"text": HOSTILE_TAGS[1]},
+    }
     assert _write_calls([root], project) == []
     with serving_source(f"weave:{project}") as url:
         assert_drawn_as_text(browser, url + "/", texts=HOSTILE_TAGS[:2], shot="hostile-weave-list")

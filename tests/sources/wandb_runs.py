@@ -21,10 +21,21 @@ run.finish()
 
 
 def offline_run(directory: Path, rows: list[tuple[int, dict]]) -> str:
-    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(directory), "WANDB_SILENT": "true",
-           "WANDB_ERROR_REPORTING": "false"}  # fmt: skip
-    done = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(rows)], env=env, capture_output=True, text=True,
-                          timeout=120, check=True)  # fmt: skip
+    env = {
+        **os.environ,
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(directory),
+        "WANDB_SILENT": "true",
+        "WANDB_ERROR_REPORTING": "false",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, json.dumps(rows)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     return done.stdout.strip().splitlines()[-1]
 
 
@@ -36,7 +47,9 @@ def traced_runs(trace_dir: Path, runs: list[str | None]) -> None:
     tracing.init_tracing(project="p", experiment="runs", trace_dir=str(trace_dir))
     for n, run in enumerate(runs):
         attributes = {WANDB_RUN: run} if run else {}
-        with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=n, **attributes), \
-                tracing.trace_span("generate", kind="llm"):  # fmt: skip
+        with (
+            tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=n, **attributes),
+            tracing.trace_span("generate", kind="llm"),
+        ):
             pass
     tracing.shutdown_tracing()

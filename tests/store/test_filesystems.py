@@ -20,12 +20,26 @@ MOUNTINFO = """\
 
 def test_the_mount_holding_a_path_is_the_longest_mount_point_above_it():
     assert ("/shared/ceph data", "ceph") in mounts(MOUNTINFO)  # an escaped space in a mount point
-    cases = {"/shared/run-1/traces": "nfs4", "/shared/ceph data/t": "ceph", "/lustre/u/t": "lustre",
-             "/home/me/remote/t": "fuse.sshfs", "/scratch/t": "xfs", "/sharedx/t": "ext4", "/var/t": "ext4"}  # fmt: skip
+    cases = {
+        "/shared/run-1/traces": "nfs4",
+        "/shared/ceph data/t": "ceph",
+        "/lustre/u/t": "lustre",
+        "/home/me/remote/t": "fuse.sshfs",
+        "/scratch/t": "xfs",
+        "/sharedx/t": "ext4",
+        "/var/t": "ext4",
+    }
     for path, fstype in cases.items():
         assert filesystem_of(path, MOUNTINFO) == fstype, path
-    assert [is_network(f) for f in ("nfs4", "lustre", "ceph", "fuse.sshfs", "ext4", "xfs", "tmpfs")] == \
-        [True, True, True, True, False, False, False]
+    assert [is_network(f) for f in ("nfs4", "lustre", "ceph", "fuse.sshfs", "ext4", "xfs", "tmpfs")] == [
+        True,
+        True,
+        True,
+        True,
+        False,
+        False,
+        False,
+    ]
 
 
 def test_a_store_on_nfs_writes_its_live_database_on_this_node_and_says_so_once(caplog):

@@ -31,7 +31,7 @@ def test_an_old_shard_reads_beside_a_new_one(tmp_path):
     record(traces, "old")
     [old] = [p for p in traces.glob("*.rstrace") if p != new]
     db = sqlite3.connect(old)  # back to schema version 2: the added columns and their indexes gone
-    for name, in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL").fetchall():
+    for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'index' AND sql IS NOT NULL").fetchall():
         db.execute(f"DROP INDEX {name}")
     for column in ADDED_COLUMNS:
         db.execute(f"ALTER TABLE trajectories DROP COLUMN {column}")

@@ -10,8 +10,9 @@ from rollscope.store.segments import LIVE
 
 
 def _write(shared, local, experiment, steps, keep_open=False):
-    tracing.init_tracing(trace_dir=str(shared), local_dir=str(local), sidecar=False, experiment=experiment,
-                         publish_interval_s=0.05)  # fmt: skip
+    tracing.init_tracing(
+        trace_dir=str(shared), local_dir=str(local), sidecar=False, experiment=experiment, publish_interval_s=0.05
+    )
     ids = []
     for step in range(steps):
         for sample in range(3):
@@ -32,20 +33,28 @@ def _write(shared, local, experiment, steps, keep_open=False):
 
 def _answers(store):
     """What the viewer and CLI ask, in plain values."""
-    out = {"count": store.count(), "total": store.total(), "experiments": store.experiments(),
-           "steps": [tuple(vars(s).values()) for s in store.steps()],
-           "by step, reward >= 1": store.count(step=1, min_reward=1.0),
-           "training": [(r.trajectory_id, r.advantage) for r in store.training_records()],
-           "insights": [(e.experiment, s.name, s.step, s.count, s.examples) for e in insights(store) for s in e.signals]}  # fmt: skip
+    out = {
+        "count": store.count(),
+        "total": store.total(),
+        "experiments": store.experiments(),
+        "steps": [tuple(vars(s).values()) for s in store.steps()],
+        "by step, reward >= 1": store.count(step=1, min_reward=1.0),
+        "training": [(r.trajectory_id, r.advantage) for r in store.training_records()],
+        "insights": [(e.experiment, s.name, s.step, s.count, s.examples) for e in insights(store) for s in e.signals],
+    }
     for order in ("step", "reward", "end", "tools", "errors"):
         for descending in (False, True):
-            out[order, descending] = [r.id for r in store.trajectories(order_by=order, descending=descending,
-                                                                           limit=7, offset=5)]  # fmt: skip
+            out[order, descending] = [
+                r.id for r in store.trajectories(order_by=order, descending=descending, limit=7, offset=5)
+            ]
     records = store.trajectories(has_error=True, order_by="start")
     out["errors"] = [(r.id, r.shard, r.reward, r.num_tool_errors) for r in records]
     some = records[0].id
-    out["get"] = (store.get(some).shard, [(s.name, s.outputs) for s in store.get(some).spans],
-                  store.get(some).training and store.get(some).training.advantage)  # fmt: skip
+    out["get"] = (
+        store.get(some).shard,
+        [(s.name, s.outputs) for s in store.get(some).spans],
+        store.get(some).training and store.get(some).training.advantage,
+    )
     out["group"] = [r.id for r in store.group(1, 2)]
     return out
 
@@ -89,11 +98,13 @@ def test_a_shard_its_writer_holds_locked_is_read_again_not_left_out(tmp_path):
     holder = sqlite3.connect(shard, isolation_level=None)
     holder.execute("PRAGMA journal_mode=DELETE")  # (a rollback journal: an exclusive lock blocks readers)
     holder.execute("BEGIN EXCLUSIVE")
-    holder.execute("INSERT INTO trajectories SELECT 'second', project, experiment, step, sample_index, 1, validate, "
-                   "agent_name, status, reward, start_ns, end_ns, num_spans, num_llm_calls, num_tool_calls, "
-                   "num_errors, num_tokens, num_tool_errors, error_type, error_message, attributes, num_truncated, "
-                   "num_repeated_calls, logprob_sum, logprob_count, answer_chars, turn_limit, replay_of "
-                   "FROM trajectories")  # fmt: skip
+    holder.execute(
+        "INSERT INTO trajectories SELECT 'second', project, experiment, step, sample_index, 1, validate, "
+        "agent_name, status, reward, start_ns, end_ns, num_spans, num_llm_calls, num_tool_calls, "
+        "num_errors, num_tokens, num_tool_errors, error_type, error_message, attributes, num_truncated, "
+        "num_repeated_calls, logprob_sum, logprob_count, answer_chars, turn_limit, replay_of "
+        "FROM trajectories"
+    )
     store = TraceStore(tmp_path)
     assert store.count() == 0 and not store.damaged  # locked now: not counted, not damaged
     holder.execute("COMMIT")

@@ -69,8 +69,11 @@ READER = textwrap.dedent("""
 
 
 def _writer(shared, local, n, tag, interval=0.05):
-    return subprocess.Popen([sys.executable, "-c", WRITER, str(shared), str(local), str(n), tag, str(interval)],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    return subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(shared), str(local), str(n), tag, str(interval)],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
 
 
 def test_readers_only_ever_open_published_files_and_read_each_trajectory_once(tmp_path):
@@ -78,8 +81,10 @@ def test_readers_only_ever_open_published_files_and_read_each_trajectory_once(tm
     locals_ = [tmp_path / f"node{i}" for i in range(8)]
     writers = [_writer(shared, local, 40, f"w{i}") for i, local in enumerate(locals_)]
     time.sleep(0.5)  # some segments exist; readers start while writers still publish
-    readers = [subprocess.Popen([sys.executable, "-c", READER, str(shared), str(stop)], stdout=subprocess.PIPE,
-                                text=True) for _ in range(2)]  # fmt: skip
+    readers = [
+        subprocess.Popen([sys.executable, "-c", READER, str(shared), str(stop)], stdout=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     deadline = time.monotonic() + 120
     compacted = compact(shared, min_segments=2)  # while writers keep publishing: as soon as there are two
     while not compacted and time.monotonic() < deadline:
@@ -121,8 +126,9 @@ def test_a_writer_killed_while_publishing_leaves_nothing_partial_and_recovery_pu
         seen = store.trajectories(experiment="multi")
         for t in seen:
             assert t.status == "running" or len(store.get(t.id).spans) == 2
-    assert not [p for p in (shared / SEGMENTS).iterdir() if not p.name.endswith(".rstrace")
-                and not p.name.startswith(".")]  # fmt: skip
+    assert not [
+        p for p in (shared / SEGMENTS).iterdir() if not p.name.endswith(".rstrace") and not p.name.startswith(".")
+    ]
     import sqlite3
 
     db = sqlite3.connect(database)
@@ -180,7 +186,9 @@ def test_a_trainers_records_are_published_and_survive_compaction(tmp_path):
     assert len(store.training_records(experiment="e")) == 3
 
 
-def test_a_trajectory_without_reward_shows_before_any_segment_and_a_reward_after_sealing_is_counted(tmp_path, monkeypatch):
+def test_a_trajectory_without_reward_shows_before_any_segment_and_a_reward_after_sealing_is_counted(
+    tmp_path, monkeypatch
+):
     """Readers see a writer's unrewarded trajectory in its live view from the first publish (the
     layout exists before any segment); a reward arriving after its trajectory was sealed is kept
     in the writer's database and counted, not silently missing from the shared directory."""

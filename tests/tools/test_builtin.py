@@ -16,18 +16,29 @@ def _execute(tool, params, instance_id="i"):
 
 @pytest.mark.parametrize(
     ("expression", "text"),
-    [("17 * 23", "391"), ("(1 + 2) ** 3 - 4 / 8", "26.5"), ("7 // 2 + 7 % 2", "4"), ("-3 * -3", "9"),
-     ("10 / 4", "2.5"), ("2 ** 0.5", "1.414213562")],
-)  # fmt: skip
+    [
+        ("17 * 23", "391"),
+        ("(1 + 2) ** 3 - 4 / 8", "26.5"),
+        ("7 // 2 + 7 % 2", "4"),
+        ("-3 * -3", "9"),
+        ("10 / 4", "2.5"),
+        ("2 ** 0.5", "1.414213562"),
+    ],
+)
 def test_calculator_values(expression, text):
     assert _execute(CalculatorTool(), {"expression": expression})[0].text == text
 
 
 @pytest.mark.parametrize(
     ("expression", "message"),
-    [("__import__('os').system('true')", "unsupported element Call"), ("1/0", "division by zero"),
-     ("2 ** 1000", "exponent 1000 is larger than 100"), ("1 +", "cannot parse"), ("x * 2", "unsupported element Name")],
-)  # fmt: skip
+    [
+        ("__import__('os').system('true')", "unsupported element Call"),
+        ("1/0", "division by zero"),
+        ("2 ** 1000", "exponent 1000 is larger than 100"),
+        ("1 +", "cannot parse"),
+        ("x * 2", "unsupported element Name"),
+    ],
+)
 def test_calculator_refuses(expression, message):
     response, reward, _ = _execute(CalculatorTool(), {"expression": expression})
     assert response.text.startswith("Error: ") and message in response.text and reward == 0.0
@@ -84,8 +95,11 @@ def sandbox_processes_left() -> list[int]:
     outlived whatever started them (orphans: their line of parents is sandbox processes up to the
     init process). A sandbox another test process is running at the same moment (``make test``
     runs two) is its own."""
-    return [pid for pid in map(int, filter(str.isdigit, os.listdir("/proc"))) if _is_sandbox_child(pid)
-            and _started_here_or_orphaned(pid)]  # fmt: skip
+    return [
+        pid
+        for pid in map(int, filter(str.isdigit, os.listdir("/proc")))
+        if _is_sandbox_child(pid) and _started_here_or_orphaned(pid)
+    ]
 
 
 def _is_sandbox_child(pid: int) -> bool:

@@ -62,8 +62,10 @@ def test_execute_sync_and_async_with_traces(local_tracer, read_store):
     assert c[0].text == "Error: tool 'fetch_user' timed out after 0.3s"
     spans = read_store().trajectories()[0].spans
     assert [(s.name, s.status) for s in spans] == [
-        ("convert", "ok"), ("fetch_user", "ok"), ("fetch_user", "error")
-    ]  # fmt: skip  (named by the tool, not by FunctionTool)
+        ("convert", "ok"),
+        ("fetch_user", "ok"),
+        ("fetch_user", "error"),
+    ]  # (named by the tool, not by FunctionTool)
     assert spans[0].attributes == {"tool.name": "convert"}
 
 

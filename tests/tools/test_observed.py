@@ -69,8 +69,11 @@ def users_tools():
 def run(loop_class, config, tokenizer, tools, replies=REPLIES):
     async def main():
         loop = build_loop(loop_class, config, tokenizer, ScriptedLLM(tokenizer, replies), tools)
-        return await loop.run({"temperature": 1.0, "logprobs": True}, raw_prompt=list(PROMPT),
-                              tools_kwargs={"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": "7"}}})  # fmt: skip
+        return await loop.run(
+            {"temperature": 1.0, "logprobs": True},
+            raw_prompt=list(PROMPT),
+            tools_kwargs={"calc_gsm8k_reward": {"create_kwargs": {"ground_truth": "7"}}},
+        )
 
     return asyncio.run(main())
 
@@ -147,10 +150,12 @@ def test_a_tool_keeps_its_class_and_records_nothing_outside_a_trajectory(trace_d
 
 def test_a_tool_class_whose_optional_package_is_missing_is_one_error(tmp_path):
     module = tmp_path / "needs_pkg_tools.py"
-    module.write_text("from verl.tools.base_tool import BaseTool\n\n"
-                      "class NeedsPackage(BaseTool):\n"
-                      "    def __init__(self, config, tool_schema):\n"
-                      "        import faiss_not_installed_here  # noqa: F401\n")  # fmt: skip
+    module.write_text(
+        "from verl.tools.base_tool import BaseTool\n\n"
+        "class NeedsPackage(BaseTool):\n"
+        "    def __init__(self, config, tool_schema):\n"
+        "        import faiss_not_installed_here  # noqa: F401\n"
+    )
     config = tmp_path / "tools.yaml"
     config.write_text("tools:\n  - class_name: needs_pkg_tools.NeedsPackage\n    config: {type: native}\n")
     import sys
@@ -169,8 +174,11 @@ def test_a_tool_class_whose_optional_package_is_missing_is_one_error(tmp_path):
 def test_a_function_tool_file_that_fails_or_clashes_is_one_error(tmp_path):
     broken = tmp_path / "broken.py"
     broken.write_text("import nothing_by_this_name\n")
-    with pytest.raises(ToolConfigError, match=r"broken.py: function_tool_path: needs the package providing "
-                                              r"'nothing_by_this_name'"):  # fmt: skip
+    with pytest.raises(
+        ToolConfigError,
+        match=r"broken.py: function_tool_path: needs the package providing "
+        r"'nothing_by_this_name'",
+    ):
         load_function_tools(broken)
     with pytest.raises(ToolConfigError, match=r"function_tool_path: tool name\(s\) \['word_count'\] are also"):
         load_function_tools(VERL_TOOLS / "function_tools.py", taken=["word_count"])
@@ -191,8 +199,9 @@ class SwitchWitness(Gsm8kTool):
         return await super().execute(instance_id, parameters, **kwargs)
 
 
-def test_verls_own_decorator_records_nothing_where_rollscope_records_the_call(verl_config, tokenizer, trace_dir,
-                                                                             read_store):  # fmt: skip
+def test_verls_own_decorator_records_nothing_where_rollscope_records_the_call(
+    verl_config, tokenizer, trace_dir, read_store
+):
     [gsm8k] = load_tools(VERL_TOOLS / "gsm8k_tool_config.yaml")
     witness = SwitchWitness(gsm8k.config, gsm8k.tool_schema)
     tracing.init_tracing(trace_dir=str(trace_dir))
@@ -215,8 +224,9 @@ def test_a_tool_that_cannot_be_traced_is_said_once(caplog):
 
 
 @pytest.mark.parametrize("shape", SHAPES, ids=lambda c: c.__name__)
-def test_a_tool_of_any_shape_behaves_under_rollscope_as_under_verl(shape, verl_config, tokenizer, trace_dir,
-                                                                   read_store, caplog):  # fmt: skip
+def test_a_tool_of_any_shape_behaves_under_rollscope_as_under_verl(
+    shape, verl_config, tokenizer, trace_dir, read_store, caplog
+):
     """The same tool class, a fresh instance each: verl's own ToolAgentLoop (untraced) and
     rollscope's give the model the same answer; rollscope records the call, or, for a class that
     refuses a subclass, runs it untraced and says so once."""

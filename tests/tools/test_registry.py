@@ -18,7 +18,9 @@ def _yaml(tmp_path, body):
 
 
 def test_verl_format_and_function_entries(tmp_path):
-    p = _yaml(tmp_path, """
+    p = _yaml(
+        tmp_path,
+        """
         tools:
           - class_name: rollscope.tools.builtin.CalculatorTool
             config: {type: native, timeout: 3}
@@ -33,7 +35,8 @@ def test_verl_format_and_function_entries(tmp_path):
                 name: murmur
                 description: Lower-case a text, renamed.
                 parameters: {type: object, properties: {text: {type: string}}, required: [text]}
-        """)
+        """,
+    )
     tools = load_tools(p)
     assert [t.name for t in tools] == ["calculator", "shout", "whisper", "murmur"]
     assert tools[0].timeout_s == 3 and tools[2].timeout_s == 1
@@ -49,29 +52,45 @@ def test_verls_own_loader_reads_the_shipped_yaml():
 @pytest.mark.parametrize(
     ("body", "message"),
     [
-        ("tools:\n  - class_name: rollscope.tools.builtin.Nope\n    config: {type: native}\n",
-         r"tools\[0\] \(rollscope.tools.builtin.Nope\): module 'rollscope.tools.builtin' has no attribute 'Nope'"),
-        ("tools:\n  - class_name: tests.tools.sample_tools.NotATool\n    config: {type: native}\n",
-         r"tools\[0\] \(tests.tools.sample_tools.NotATool\): 'tests.tools.sample_tools.NotATool' is not a subclass"),
-        ("tools:\n  - class_name: rollscope.tools.builtin.CalculatorTool\n    config: {type: native}\n"
-         "    tool_schema: {type: function, function: {name: calc}}\n",
-         r"\(rollscope.tools.builtin.CalculatorTool\): tool_schema.function.description: a string is needed, got None"),
-        ("tools:\n  - function: tests.tools.sample_tools:shout\n  - function: tests.tools.sample_tools:shout\n",
-         r"tools\[1\] \(tests.tools.sample_tools:shout\): duplicate tool name 'shout' \(also tools\[0\]\)"),
-        ("tools:\n  - function: no_such_module_xyz:fn\n",
-         r"tools\[0\] \(no_such_module_xyz:fn\): cannot import module 'no_such_module_xyz'"),
+        (
+            "tools:\n  - class_name: rollscope.tools.builtin.Nope\n    config: {type: native}\n",
+            r"tools\[0\] \(rollscope.tools.builtin.Nope\): module 'rollscope.tools.builtin' has no attribute 'Nope'",
+        ),
+        (
+            "tools:\n  - class_name: tests.tools.sample_tools.NotATool\n    config: {type: native}\n",
+            r"tools\[0\] \(tests.tools.sample_tools.NotATool\): 'tests.tools.sample_tools.NotATool' is not a subclass",
+        ),
+        (
+            "tools:\n  - class_name: rollscope.tools.builtin.CalculatorTool\n    config: {type: native}\n"
+            "    tool_schema: {type: function, function: {name: calc}}\n",
+            r"\(rollscope.tools.builtin.CalculatorTool\): tool_schema.function.description: a string is needed, got None",
+        ),
+        (
+            "tools:\n  - function: tests.tools.sample_tools:shout\n  - function: tests.tools.sample_tools:shout\n",
+            r"tools\[1\] \(tests.tools.sample_tools:shout\): duplicate tool name 'shout' \(also tools\[0\]\)",
+        ),
+        (
+            "tools:\n  - function: no_such_module_xyz:fn\n",
+            r"tools\[0\] \(no_such_module_xyz:fn\): cannot import module 'no_such_module_xyz'",
+        ),
         ("tools:\n  - config: {type: native}\n", r"tools\[0\] \(\?\): needs 'class_name'"),
-        ("tools:\n  - class_name: rollscope.tools.builtin.CalculatorTool\n    config: {type: mcp}\n",
-         r"config.type 'mcp' is not supported"),
-        ("tools:\n  - class_name: verl.tools.base_tool.BaseTool\n    config: {type: native}\n",
-         r"no tool_schema given and the class provides none"),
-        ("tools:\n  - class_name: tests.tools.sample_tools.NeedsAKey\n    config: {type: native}\n"
-         "    tool_schema: {type: function, function: {name: s, description: search}}\n",
-         r"NeedsAKey\(config, tool_schema\) raised RuntimeError: SEARCH_API_KEY is not set"),
+        (
+            "tools:\n  - class_name: rollscope.tools.builtin.CalculatorTool\n    config: {type: mcp}\n",
+            r"config.type 'mcp' is not supported",
+        ),
+        (
+            "tools:\n  - class_name: verl.tools.base_tool.BaseTool\n    config: {type: native}\n",
+            r"no tool_schema given and the class provides none",
+        ),
+        (
+            "tools:\n  - class_name: tests.tools.sample_tools.NeedsAKey\n    config: {type: native}\n"
+            "    tool_schema: {type: function, function: {name: s, description: search}}\n",
+            r"NeedsAKey\(config, tool_schema\) raised RuntimeError: SEARCH_API_KEY is not set",
+        ),
         ("tool: []\n", r"expected a top-level 'tools:' list"),
         ("tools: [\n", r"not valid YAML"),
     ],
-)  # fmt: skip
+)
 def test_mistakes_name_the_file_and_entry(tmp_path, body, message):
     p = _yaml(tmp_path, body)
     with pytest.raises(ToolConfigError, match=f"^{p}: .*{message}" if "tools[" not in message else message):
@@ -100,8 +119,9 @@ def test_verls_own_tool_configs_load_as_in_verl(path):
         assert "cannot import module 'verl.tools." in str(err.value)
         return
     ours = load_tools(path)
-    assert [(type(t), t.name, t.tool_schema.model_dump()) for t in ours] == \
-        [(type(t), t.name, t.tool_schema.model_dump()) for t in theirs]  # fmt: skip
+    assert [(type(t), t.name, t.tool_schema.model_dump()) for t in ours] == [
+        (type(t), t.name, t.tool_schema.model_dump()) for t in theirs
+    ]
 
 
 def test_loading_prints_no_schema_and_keeps_what_a_tool_prints_itself(tmp_path, capsys, monkeypatch):
@@ -110,15 +130,19 @@ def test_loading_prints_no_schema_and_keeps_what_a_tool_prints_itself(tmp_path, 
     (tmp_path / "loud_tools.py").write_text(
         "from verl.tools.base_tool import BaseTool\n\n\nclass LoudTool(BaseTool):\n"
         "    def __init__(self, config, tool_schema):\n        super().__init__(config, tool_schema)\n"
-        "        print('LoudTool ready')\n")  # fmt: skip
+        "        print('LoudTool ready')\n"
+    )
     monkeypatch.syspath_prepend(str(tmp_path))
-    p = _yaml(tmp_path, """
+    p = _yaml(
+        tmp_path,
+        """
         tools:
           - class_name: rollscope.tools.builtin.CalculatorTool
             config: {type: native}
           - class_name: loud_tools.LoudTool
             config: {type: native}
             tool_schema: {type: function, function: {name: loud, description: Be loud.}}
-        """)
+        """,
+    )
     assert [t.name for t in load_tools(p)] == ["calculator", "loud"]
     assert capsys.readouterr().out == "LoudTool ready\n"

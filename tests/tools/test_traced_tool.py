@@ -62,9 +62,11 @@ def test_every_lifecycle_method_is_traced(local_tracer, read_store):
     assert (response.text, reward, metrics) == ("value of k1", 0.5, {"hits": 1})
     [t] = read_store().trajectories()
     assert [(s.kind, s.name) for s in t.spans] == [
-        ("custom", "LookupTool.create"), ("tool", "LookupTool.execute"),
-        ("reward", "LookupTool.calc_reward"), ("custom", "LookupTool.release"),
-    ]  # fmt: skip
+        ("custom", "LookupTool.create"),
+        ("tool", "LookupTool.execute"),
+        ("reward", "LookupTool.calc_reward"),
+        ("custom", "LookupTool.release"),
+    ]
     execute = t.spans[1]
     assert execute.inputs == {"instance_id": "inst-1", "parameters": {"key": "k1"}}
     assert execute.outputs == {"text": "value of k1", "reward": 0.5, "metrics": {"hits": 1}}

@@ -7,11 +7,16 @@ from typing import Any
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-SCHEMA = OpenAIFunctionToolSchema(**{
-    "type": "function",
-    "function": {"name": "echo", "description": "Say the text back.",
-                 "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]}},
-})  # fmt: skip
+SCHEMA = OpenAIFunctionToolSchema(
+    **{
+        "type": "function",
+        "function": {
+            "name": "echo",
+            "description": "Say the text back.",
+            "parameters": {"type": "object", "properties": {"text": {"type": "string"}}, "required": ["text"]},
+        },
+    }
+)
 
 
 def answer(tag: str, parameters: dict[str, Any]) -> tuple[ToolResponse, float, dict]:

@@ -176,8 +176,9 @@ def test_a_row_sqlite_refuses_costs_that_row_only(trace_dir):
     from rollscope.tracing.spans import Span, SpanKind, Trajectory
 
     backend = LocalBackend(trace_dir=trace_dir)
-    t = Trajectory(project=None, experiment=None, step=0, sample_index=0, rollout_n=0, validate=False,
-                   agent_name="agent")  # fmt: skip
+    t = Trajectory(
+        project=None, experiment=None, step=0, sample_index=0, rollout_n=0, validate=False, agent_name="agent"
+    )
     backend.on_trajectory_start(t)
     for name in ("first", "bad \ud800", "third"):
         span = Span(name, SpanKind.TOOL, t, t.id, {"q": 1})

@@ -23,8 +23,10 @@ def test_keys_of_vendors_no_rule_was_tuned_on_rarely_reach_a_trace(redactor, cap
     found = [leaked(c, redactor.text(c["input"])) for c in held_out]
     keys, parts = found.count("key"), found.count("part")
     with capsys.disabled():
-        print(f"\nTruffleHog held-out half: keys leaked {keys} of {len(held_out)} ({keys / len(held_out):.1%}); "
-              f"another part of the credential (an id, a user) {parts}")  # fmt: skip
+        print(
+            f"\nTruffleHog held-out half: keys leaked {keys} of {len(held_out)} ({keys / len(held_out):.1%}); "
+            f"another part of the credential (an id, a user) {parts}"
+        )
     assert len(held_out) >= 500 and keys <= 0.03 * len(held_out)
 
 
@@ -56,14 +58,23 @@ def test_code_and_data_that_hold_no_secret_are_left_as_written(redactor, line):
 @pytest.mark.parametrize(
     ("text", "parts"),
     [
-        ("CLIENT_ID=k3v9x2m7q8w4t6y1z5b0n3c8\nCLIENT_SECRET=Qm9vN2xBc3Zz3kLp0WqR8tYu\n",
-         ["k3v9x2m7q8w4t6y1z5b0n3c8", "Qm9vN2xBc3Zz3kLp0WqR8tYu"]),
-        ("<credentials>\n  <id>app-7Kd93mQx2Lp8Vw4</id>\n  <secret>Zq8Rt5Vz1Jd8s7fKs9Qw2Lm4Nx</secret>\n</credentials>",
-         ["7Kd93mQx2Lp8Vw4", "Zq8Rt5Vz1Jd8s7fKs9Qw2Lm4Nx"]),
-        ("https://acct.blob.core.windows.net/c/x.bin?sv=2022-11-02&sr=b&sp=r&se=2026-01-01T00:00:00Z"
-         "&sig=Qm9vN2xBc3Zz%2B3kLp0WqR8tYu%3D", ["sv=2022-11-02&sr=b&sp=r", "Qm9vN2xBc3Zz%2B3kLp0WqR8tYu%3D"]),
-        ('DOCKER_AUTH_CONFIG={\\"auths\\":{\\"registry.example.com\\":{\\"auth\\":\\"dXNlcjpzM2NyM3RwYXNz\\"}}}',
-         ["dXNlcjpzM2NyM3RwYXNz"]),
+        (
+            "CLIENT_ID=k3v9x2m7q8w4t6y1z5b0n3c8\nCLIENT_SECRET=Qm9vN2xBc3Zz3kLp0WqR8tYu\n",
+            ["k3v9x2m7q8w4t6y1z5b0n3c8", "Qm9vN2xBc3Zz3kLp0WqR8tYu"],
+        ),
+        (
+            "<credentials>\n  <id>app-7Kd93mQx2Lp8Vw4</id>\n  <secret>Zq8Rt5Vz1Jd8s7fKs9Qw2Lm4Nx</secret>\n</credentials>",
+            ["7Kd93mQx2Lp8Vw4", "Zq8Rt5Vz1Jd8s7fKs9Qw2Lm4Nx"],
+        ),
+        (
+            "https://acct.blob.core.windows.net/c/x.bin?sv=2022-11-02&sr=b&sp=r&se=2026-01-01T00:00:00Z"
+            "&sig=Qm9vN2xBc3Zz%2B3kLp0WqR8tYu%3D",
+            ["sv=2022-11-02&sr=b&sp=r", "Qm9vN2xBc3Zz%2B3kLp0WqR8tYu%3D"],
+        ),
+        (
+            'DOCKER_AUTH_CONFIG={\\"auths\\":{\\"registry.example.com\\":{\\"auth\\":\\"dXNlcjpzM2NyM3RwYXNz\\"}}}',
+            ["dXNlcjpzM2NyM3RwYXNz"],
+        ),
     ],
     ids=["id and secret", "xml id beside secret", "azure sas", "escaped registry auth"],
 )

@@ -15,8 +15,14 @@ def test_trajectories_are_searchable_traces(tmp_path):
     import mlflow
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    tracing.init_tracing(backend="local,mlflow", project="proj", experiment="exp", trace_dir=str(tmp_path / "t"),
-                         mlflow_tracking_uri=uri, mlflow_experiment="rollscope-test")  # fmt: skip
+    tracing.init_tracing(
+        backend="local,mlflow",
+        project="proj",
+        experiment="exp",
+        trace_dir=str(tmp_path / "t"),
+        mlflow_tracking_uri=uri,
+        mlflow_experiment="rollscope-test",
+    )
     for i in range(4):
         with tracing.rollout_trace_attr(step=7, sample_index=i, rollout_n=0, name="tool_agent"):
             with tracing.trace_span("ToolAgentLoop.run", kind="agent", inputs={"q": i}):
@@ -30,8 +36,9 @@ def test_trajectories_are_searchable_traces(tmp_path):
     assert tracing.stats()["backends"]["mlflow"]["errors"] == 0
     mlflow.set_tracking_uri(uri)
     experiment = mlflow.get_experiment_by_name("rollscope-test")
-    traces = mlflow.search_traces(experiment_ids=[experiment.experiment_id], filter_string="tags.step = '7'",
-                                  return_type="list")  # fmt: skip
+    traces = mlflow.search_traces(
+        experiment_ids=[experiment.experiment_id], filter_string="tags.step = '7'", return_type="list"
+    )
     assert len(traces) == 4
     by_sample = {t.info.tags["sample_index"]: t for t in traces}
     assert by_sample["1"].info.tags["reward"] == "1.0" and by_sample["1"].info.tags["experiment_name"] == "exp"
@@ -40,16 +47,16 @@ def test_trajectories_are_searchable_traces(tmp_path):
     assert spans["calculator"].parent_id == spans["ToolAgentLoop.run"].span_id
     assert spans["calculator"].status.status_code == "ERROR"
     assert spans["llm.generate"].outputs == {"response_text": "answer 3"}
-    rewarded = mlflow.search_traces(experiment_ids=[experiment.experiment_id], filter_string="tags.reward = '1.0'",
-                                    return_type="list")  # fmt: skip
+    rewarded = mlflow.search_traces(
+        experiment_ids=[experiment.experiment_id], filter_string="tags.reward = '1.0'", return_type="list"
+    )
     assert len(rewarded) == 2
 
 
 def test_workers_starting_together_share_one_tracking_store(tmp_path):
     """Four processes create the same SQLite tracking store at once: no migration crash."""
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    code = ("import sys; from rollscope.tracing.backends.mlflow import prepare_tracking_store as p; "
-            "p(sys.argv[1])")  # fmt: skip
+    code = "import sys; from rollscope.tracing.backends.mlflow import prepare_tracking_store as p; p(sys.argv[1])"
     procs = [subprocess.Popen([sys.executable, "-c", code, uri], stderr=subprocess.PIPE) for _ in range(4)]
     assert [p.wait(120) for p in procs] == [0, 0, 0, 0], [p.stderr.read().decode()[-500:] for p in procs]
     import sqlite3
@@ -63,20 +70,24 @@ def test_a_training_record_arriving_later_becomes_tags_of_the_trajectorys_trace(
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     options = {"mlflow_tracking_uri": uri, "mlflow_experiment": "rollscope-test"}
     tracing.init_tracing(backend="mlflow", project="proj", **options)
-    with tracing.rollout_trace_attr(step=7, sample_index=0, rollout_n=0, name="tool_agent") as t, \
-            tracing.trace_span("ToolAgentLoop.run", kind="agent"):
+    with (
+        tracing.rollout_trace_attr(step=7, sample_index=0, rollout_n=0, name="tool_agent") as t,
+        tracing.trace_span("ToolAgentLoop.run", kind="agent"),
+    ):
         pass
     tracing.shutdown_tracing()
     tracing.init_tracing(backend="mlflow", project="proj", **options)  # the trainer's process
-    tracing.get_tracer().training(t.id, {"step": 7, "uid": "u-1", "advantage": 0.25, "lag": 0,
-                                         "old_log_probs": [-1.0, -2.0]})  # fmt: skip
+    tracing.get_tracer().training(
+        t.id, {"step": 7, "uid": "u-1", "advantage": 0.25, "lag": 0, "old_log_probs": [-1.0, -2.0]}
+    )
     assert tracing.flush_tracing(120)
     assert tracing.stats()["backends"]["mlflow"]["training_unjoined"] == 0
     tracing.shutdown_tracing()
     mlflow.set_tracking_uri(uri)
     experiment = mlflow.get_experiment_by_name("rollscope-test")
-    [trace] = mlflow.search_traces(locations=[experiment.experiment_id], filter_string="tags.`training.uid` = 'u-1'",
-                                   return_type="list")  # fmt: skip
+    [trace] = mlflow.search_traces(
+        locations=[experiment.experiment_id], filter_string="tags.`training.uid` = 'u-1'", return_type="list"
+    )
     tags = trace.info.tags
     assert (tags["training.advantage"], tags["training.step"], tags["rollscope.trajectory_id"]) == ("0.25", "7", t.id)
     assert "training.old_log_probs" not in tags
@@ -112,8 +123,13 @@ def test_trajectories_a_killed_process_sent_but_had_not_confirmed_are_not_traced
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     repo = Path(__file__).resolve().parents[2]
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_SENT_THEN_KILLED), uri], cwd=repo,
-                            env={**os.environ, "PYTHONPATH": str(repo)}, stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(_SENT_THEN_KILLED), uri],
+        cwd=repo,
+        env={**os.environ, "PYTHONPATH": str(repo)},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().strip() == "sent"
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
@@ -174,8 +190,9 @@ def test_the_end_of_fit_waits_for_traces_still_on_their_way_from_a_rollout_worke
     from rollscope.trainer.verl_hook import flush_until_joined
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    worker = subprocess.Popen([sys.executable, "-c", _WORKER_STILL_TRACING, uri], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True)  # fmt: skip
+    worker = subprocess.Popen(
+        [sys.executable, "-c", _WORKER_STILL_TRACING, uri], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     trajectory_id = worker.stdout.readline().strip()
     tracing.init_tracing(backend="mlflow", project="proj", mlflow_tracking_uri=uri, mlflow_experiment="rollscope-test")
     try:

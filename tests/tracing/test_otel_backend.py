@@ -44,23 +44,40 @@ def _attrs(span):
 
 def test_genai_spans_reach_an_otlp_receiver(receiver, trace_dir):
     endpoint, received = receiver
-    tracing.init_tracing(backend="local,otel", experiment="exp", trace_dir=str(trace_dir), otel_endpoint=endpoint,
-                         otel_service_name="rollouts")  # fmt: skip
+    tracing.init_tracing(
+        backend="local,otel",
+        experiment="exp",
+        trace_dir=str(trace_dir),
+        otel_endpoint=endpoint,
+        otel_service_name="rollouts",
+    )
     with tracing.rollout_trace_attr(step=2, sample_index=5, rollout_n=1, name="tool_agent"):
         with tracing.trace_span("ToolAgentLoop.run", kind="agent", inputs={"q": "what"}):
-            with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_ids": [1]},
-                                    **{"gen_ai.usage.input_tokens": 12, "gen_ai.usage.output_tokens": 7}) as s:  # fmt: skip
+            with tracing.trace_span(
+                "llm.generate",
+                kind="llm",
+                inputs={"prompt_ids": [1]},
+                **{"gen_ai.usage.input_tokens": 12, "gen_ai.usage.output_tokens": 7},
+            ) as s:
                 s.outputs = {"response_text": "call"}
-            with tracing.trace_span("CalculatorTool.execute", kind="tool", inputs={"expression": "1/0"},
-                                    **{"tool.name": "calculator"}) as s:  # fmt: skip
+            with tracing.trace_span(
+                "CalculatorTool.execute", kind="tool", inputs={"expression": "1/0"}, **{"tool.name": "calculator"}
+            ) as s:
                 s.fail(ZeroDivisionError("division by zero"))
         tracing.set_reward(0.5, judge="lenient")
     assert tracing.flush_tracing(30)
     tracing.shutdown_tracing()
-    assert received and all(path == "/v1/traces" and ctype == "application/x-protobuf" for path, ctype, _, _ in received)
+    assert received and all(
+        path == "/v1/traces" and ctype == "application/x-protobuf" for path, ctype, _, _ in received
+    )
     spans = [s for _, _, req, _ in received for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
-    service = {kv.value.string_value for _, _, req, _ in received for rs in req.resource_spans
-               for kv in rs.resource.attributes if kv.key == "service.name"}  # fmt: skip
+    service = {
+        kv.value.string_value
+        for _, _, req, _ in received
+        for rs in req.resource_spans
+        for kv in rs.resource.attributes
+        if kv.key == "service.name"
+    }
     assert service == {"rollouts"}
     by_name = {s.name: s for s in spans}
     assert set(by_name) == {"invoke_agent tool_agent", "ToolAgentLoop.run", "chat model", "execute_tool calculator"}
@@ -84,15 +101,21 @@ def test_weave_otel_sends_to_weaves_otlp_endpoint_with_key_and_project(receiver,
     monkeypatch.setenv("WF_TRACE_SERVER_URL", endpoint.removesuffix("/v1/traces") + "/traces")
     monkeypatch.setenv("WANDB_API_KEY", "k" * 40)
     tracing.init_tracing(backend="weave-otel", experiment="exp", weave_project="ent/proj")
-    with tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=0, name="tool_agent"), \
-            tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": "hi"}) as s:
+    with (
+        tracing.rollout_trace_attr(step=1, sample_index=0, rollout_n=0, name="tool_agent"),
+        tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": "hi"}) as s,
+    ):
         s.outputs = {"response_text": "hello"}
     assert tracing.flush_tracing(30)
     tracing.shutdown_tracing()
     assert {path for path, _, _, _ in received} == {"/traces/otel/v1/traces"}
     assert all(headers.get("wandb-api-key") == "k" * 40 for _, _, _, headers in received)
-    resource = {kv.key: kv.value.string_value for _, _, req, _ in received for rs in req.resource_spans
-                for kv in rs.resource.attributes}  # fmt: skip
+    resource = {
+        kv.key: kv.value.string_value
+        for _, _, req, _ in received
+        for rs in req.resource_spans
+        for kv in rs.resource.attributes
+    }
     assert (resource["wandb.entity"], resource["wandb.project"]) == ("ent", "proj")
     spans = [s for _, _, req, _ in received for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans]
     assert sorted(s.name for s in spans) == ["chat model", "invoke_agent tool_agent"]
@@ -110,16 +133,20 @@ def test_a_training_record_joins_the_trajectorys_trace_from_another_tracer(recei
     own tracer, puts a ``rollscope.training`` span with ``rl.*`` attributes under the root span."""
     endpoint, received = receiver
     tracing.init_tracing(backend="local,otel", trace_dir=str(trace_dir), otel_endpoint=endpoint)
-    with tracing.rollout_trace_attr(step=2, sample_index=5, rollout_n=1, name="tool_agent") as t, \
-            tracing.trace_span("ToolAgentLoop.run", kind="agent"):
+    with (
+        tracing.rollout_trace_attr(step=2, sample_index=5, rollout_n=1, name="tool_agent") as t,
+        tracing.trace_span("ToolAgentLoop.run", kind="agent"),
+    ):
         pass
     tracing.shutdown_tracing()
     tracing.init_tracing(backend="otel", otel_endpoint=endpoint)  # the trainer's process
-    tracing.get_tracer().training(t.id, {"step": 2, "uid": "u-1", "advantage": -0.5, "policy_version": 1,
-                                         "lag": 0, "old_log_probs": [-1.0]})  # fmt: skip
+    tracing.get_tracer().training(
+        t.id, {"step": 2, "uid": "u-1", "advantage": -0.5, "policy_version": 1, "lag": 0, "old_log_probs": [-1.0]}
+    )
     tracing.shutdown_tracing()
-    spans = {s.name: s for _, _, req, _ in received for rs in req.resource_spans for ss in rs.scope_spans
-             for s in ss.spans}  # fmt: skip
+    spans = {
+        s.name: s for _, _, req, _ in received for rs in req.resource_spans for ss in rs.scope_spans for s in ss.spans
+    }
     root, training = spans["invoke_agent tool_agent"], spans["rollscope.training"]
     assert training.trace_id == root.trace_id and training.parent_span_id == root.span_id
     attrs = _attrs(training)

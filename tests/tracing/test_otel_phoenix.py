@@ -29,9 +29,16 @@ def phoenix(tmp_path_factory):
     if not (PHOENIX / "phoenix").exists():
         pytest.fail(f"Arize Phoenix is not installed in {PHOENIX.parent}: run `make install`")
     port = free_port()
-    env = {**os.environ, "PHOENIX_WORKING_DIR": str(tmp_path / "phoenix"), "PHOENIX_HOST": "127.0.0.1",
-           "PHOENIX_PORT": str(port), "PHOENIX_GRPC_PORT": str(free_port()), "PHOENIX_TELEMETRY_ENABLED": "false",
-           "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false", "PHOENIX_ALLOWED_SANDBOX_PROVIDERS": "NONE"}  # fmt: skip
+    env = {
+        **os.environ,
+        "PHOENIX_WORKING_DIR": str(tmp_path / "phoenix"),
+        "PHOENIX_HOST": "127.0.0.1",
+        "PHOENIX_PORT": str(port),
+        "PHOENIX_GRPC_PORT": str(free_port()),
+        "PHOENIX_TELEMETRY_ENABLED": "false",
+        "PHOENIX_ALLOW_EXTERNAL_RESOURCES": "false",
+        "PHOENIX_ALLOWED_SANDBOX_PROVIDERS": "NONE",
+    }
     log = (tmp_path / "phoenix.log").open("w")
     server = subprocess.Popen([str(PHOENIX / "phoenix"), "serve"], env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
@@ -55,17 +62,25 @@ def phoenix(tmp_path_factory):
 
 def read_spans(url, project):
     """Phoenix's own client, run in Phoenix's venv."""
-    script = (f"import json; from phoenix.client import Client; "
-              f"print(json.dumps(Client(base_url={url!r}).spans.get_spans(project_identifier={project!r}, "
-              f"limit=1000), default=str))")  # fmt: skip
+    script = (
+        f"import json; from phoenix.client import Client; "
+        f"print(json.dumps(Client(base_url={url!r}).spans.get_spans(project_identifier={project!r}, "
+        f"limit=1000), default=str))"
+    )
     done = subprocess.run([str(PHOENIX / "python"), "-c", script], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr[-2000:]
     return json.loads(done.stdout)
 
 
 def test_phoenix_shows_every_trajectory_as_one_root_and_every_llm_turn_as_a_conversation(phoenix, tiny_tokenizer):
-    tracing.init_tracing(backend="otel", project="phx", experiment="e1", token2text=True, tokenizer=tiny_tokenizer,
-                         otel_endpoint=f"{phoenix}/v1/traces")  # fmt: skip
+    tracing.init_tracing(
+        backend="otel",
+        project="phx",
+        experiment="e1",
+        token2text=True,
+        tokenizer=tiny_tokenizer,
+        otel_endpoint=f"{phoenix}/v1/traces",
+    )
     questions = ["6 * 7", "3 + 4", "9 - 2"]
     for i, q in enumerate(questions):
         with tracing.rollout_trace_attr(step=4, sample_index=i, rollout_n=0, name="tool_agent"):
@@ -73,8 +88,12 @@ def test_phoenix_shows_every_trajectory_as_one_root_and_every_llm_turn_as_a_conv
                 prompt_ids = tiny_tokenizer.encode(PROMPT.format(q=q))
                 with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_ids": prompt_ids}) as s:
                     s.outputs = {"token_ids": tiny_tokenizer.encode("calculate"), "stop_reason": "completed"}
-                with tracing.trace_span("CalculatorTool.execute", kind="tool", **{"tool.name": "calculator"},
-                                        inputs={"instance_id": f"c{i}", "parameters": {"expression": q}}) as s:
+                with tracing.trace_span(
+                    "CalculatorTool.execute",
+                    kind="tool",
+                    **{"tool.name": "calculator"},
+                    inputs={"instance_id": f"c{i}", "parameters": {"expression": q}},
+                ) as s:
                     s.outputs = {"text": "42", "reward": 0.0}
             tracing.set_reward(float(i))
     assert tracing.flush_tracing(60)
@@ -100,8 +119,9 @@ def test_phoenix_shows_every_trajectory_as_one_root_and_every_llm_turn_as_a_conv
         assert a["llm.input_messages.1.message.content"] == f"What is {q}?"
         assert a["llm.output_messages.0.message.content"] == "calculate" and a["output.value"] == "calculate"
         # OpenTelemetry GenAI: the same conversation
-        assert json.loads(a["gen_ai.input.messages"]) == [{"role": "user", "parts": [{"type": "text",
-                                                                                       "content": f"What is {q}?"}]}]  # fmt: skip
+        assert json.loads(a["gen_ai.input.messages"]) == [
+            {"role": "user", "parts": [{"type": "text", "content": f"What is {q}?"}]}
+        ]
         assert json.loads(a["gen_ai.system_instructions"]) == [{"type": "text", "content": "Be brief."}]
         assert json.loads(a["gen_ai.output.messages"])[0]["finish_reason"] == "completed"
         [tool] = [s for s in trace if s["span_kind"] == "TOOL"]

@@ -86,8 +86,9 @@ def test_truncation_marks_what_was_cut(trace_dir, read_store):
 
 
 @pytest.mark.slow
-def test_token2text_decodes_in_the_sidecar_with_the_owners_tokenizer_loaded_by_name(trace_dir, read_store,
-                                                                                    tiny_tokenizer, tmp_path):  # fmt: skip
+def test_token2text_decodes_in_the_sidecar_with_the_owners_tokenizer_loaded_by_name(
+    trace_dir, read_store, tiny_tokenizer, tmp_path
+):
     """verl's tokenizer comes from a directory: the sidecar loads its own copy from there and
     decodes, the traced process's tokenizer decodes nothing (a decorated method's object's
     tokenizer, and the traced LLM client's)."""
@@ -133,8 +134,9 @@ def test_token2text_decodes_in_the_sidecar_with_the_owners_tokenizer_loaded_by_n
     assert decoded_here == []  # all of it in the sidecar
 
 
-def test_token2text_with_a_tokenizer_built_in_memory_decodes_in_the_traced_process(trace_dir, read_store,
-                                                                                   tiny_tokenizer):  # fmt: skip
+def test_token2text_with_a_tokenizer_built_in_memory_decodes_in_the_traced_process(
+    trace_dir, read_store, tiny_tokenizer
+):
     """A tokenizer no directory holds cannot be loaded by the sidecar: given to init_tracing, it
     decodes where it is."""
     tracing.init_tracing(trace_dir=str(trace_dir), token2text=True, tokenizer=tiny_tokenizer)
@@ -157,8 +159,10 @@ def test_long_values_shaped_in_a_deferred_block_are_redacted_together_and_trunca
 
     shaper = PayloadShaper(Counting(include_environment=False), max_payload_chars=2000)
     prose = "The run went well and the reward was one. " * 30
-    events = [{"prompt": prose + f'api_key = "sk-proj-Zq3Zq3Zq3Zq3Zq3Zq3Zq3Zq{i}"', "reply": {"text": prose * 2}}
-              for i in range(5)]  # fmt: skip
+    events = [
+        {"prompt": prose + f'api_key = "sk-proj-Zq3Zq3Zq3Zq3Zq3Zq3Zq3Zq{i}"', "reply": {"text": prose * 2}}
+        for i in range(5)
+    ]
     with shaper.deferred():
         shaped = [shaper.shape(e) for e in events]
     assert Counting.scans < len(events) * 2  # (ten long values, a few to a scan)

@@ -26,8 +26,9 @@ def redactor():
 
 
 def test_kingfishers_rule_examples_are_caught(redactor, capsys):
-    examples = [e for e in json.loads((FIXTURES / "kingfisher" / "examples.json").read_text())["examples"]
-                if e["visible"]]  # (a rule that only supplies a part to another reports nothing alone)
+    examples = [
+        e for e in json.loads((FIXTURES / "kingfisher" / "examples.json").read_text())["examples"] if e["visible"]
+    ]  # (a rule that only supplies a part to another reports nothing alone)
     missed = [e for e in examples if redactor.text(e["text"]) == e["text"]]
     with capsys.disabled():
         print(f"\nKingfisher's rule examples caught: {len(examples) - len(missed)} of {len(examples)}")
@@ -106,8 +107,10 @@ def test_code_that_only_names_a_secret_is_unchanged(redactor, line):
 def test_an_env_files_value_is_a_literal_and_its_comment_stays(redactor):
     """``KEY=value`` in an environment file: the value is the secret even when it reads like a name,
     and only it is replaced, the comment after it kept."""
-    assert redactor.text("REACT_APP_AUTH_PASSWORD=whiteduke    # some comment") == \
-        f"REACT_APP_AUTH_PASSWORD={REDACTED}    # some comment"  # fmt: skip
+    assert (
+        redactor.text("REACT_APP_AUTH_PASSWORD=whiteduke    # some comment")
+        == f"REACT_APP_AUTH_PASSWORD={REDACTED}    # some comment"
+    )
     assert redactor.text("password = hunter2abc # set by ops") == f"password = {REDACTED} # set by ops"
 
 
@@ -136,8 +139,11 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize("text", HOSTILE, ids=["kingfisher ignore", "gitleaks allow", "detect-secrets allowlist",
-                                                "base64", "escaped JSON", "HTML"])  # fmt: skip
+@pytest.mark.parametrize(
+    "text",
+    HOSTILE,
+    ids=["kingfisher ignore", "gitleaks allow", "detect-secrets allowlist", "base64", "escaped JSON", "HTML"],
+)
 def test_markers_and_encodings_do_not_hide_a_secret(redactor, text):
     out = redactor.text(text)
     assert REDACTED in out and SECRET not in out
@@ -196,15 +202,20 @@ def test_data_that_only_looks_random_is_kept_as_written(redactor):
     for seed in range(50):
         for side in (1, 2, 4, 8):
             url = "data:image/png;base64," + base64.b64encode(_png(side, seed)).decode()
-            texts += [url, f"![plot]({url})", json.dumps({"image": url}),
-                      json.dumps({"content": [{"type": "image_url", "image_url": {"url": url}}]})]  # fmt: skip
+            texts += [
+                url,
+                f"![plot]({url})",
+                json.dumps({"image": url}),
+                json.dumps({"content": [{"type": "image_url", "image_url": {"url": url}}]}),
+            ]
         blob = base64.b64encode(hashlib.sha256(str(seed).encode()).digest() * (1 + seed % 3)).decode()
         texts += [json.dumps({"data": blob}), json.dumps({"b64_json": blob.rstrip("=")}), f"payload: {blob}"]
     altered = [t for t in texts if redactor.text(t) != t]
     assert altered == []
     key = "sk-proj-" + "Qm7RzT2xVb9LpW4nKc8YdF3hJs6AgE1uNo5Xi0Ze"
     assert redactor.text(json.dumps({"image": "data:image/png;base64,iVBORw0K", "api_key": key})) == json.dumps(
-        {"image": "data:image/png;base64,iVBORw0K", "api_key": REDACTED})
+        {"image": "data:image/png;base64,iVBORw0K", "api_key": REDACTED}
+    )
 
 
 def test_a_long_value_full_of_secrets_is_stored_cut_and_redacted(trace_dir, read_store):
@@ -281,6 +292,10 @@ def test_a_key_of_letters_alone_after_its_name_is_a_key_and_a_name_in_code_is_co
     keys = ["".join(rnd.choice(string.ascii_letters) for _ in range(20)) for _ in range(1000)]
     leaked = [k for k in keys if k in redactor.text(f"api_key={k}")]
     assert len(leaked) <= 40  # (was 11 %: 115 of 1,000 taken for names in code)
-    for line in ("api_key=self.apiKeyFromEnvironment", "password=getPasswordFromVault",
-                 "password=userProvidedPassword", "secret_key=cfg.secretKey"):  # fmt: skip
+    for line in (
+        "api_key=self.apiKeyFromEnvironment",
+        "password=getPasswordFromVault",
+        "password=userProvidedPassword",
+        "secret_key=cfg.secretKey",
+    ):
         assert redactor.text(line) == line

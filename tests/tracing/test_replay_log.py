@@ -9,7 +9,7 @@ from rollscope.tracing._sidecar.replay_log import ReplayLog
 def frames_of(log, numbers):
     """Send events ``numbers`` as frames of three, as the parent's sender does."""
     for i in range(0, len(numbers), 3):
-        part = numbers[i: i + 3]
+        part = numbers[i : i + 3]
         log.keep(part[0], part[-1] + 1, wire.join([wire.encode(("event", n)) for n in part]))
 
 

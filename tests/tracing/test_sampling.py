@@ -41,8 +41,7 @@ def test_negative_k_is_rejected(trace_dir):
 def test_two_worker_processes_choose_the_same_samples(tmp_path):
     dirs = [tmp_path / "w0", tmp_path / "w1"]
     procs = [
-        subprocess.Popen([sys.executable, WORKER, "sample", str(d), str(i), "3", "42", "4"])
-        for i, d in enumerate(dirs)
+        subprocess.Popen([sys.executable, WORKER, "sample", str(d), str(i), "3", "42", "4"]) for i, d in enumerate(dirs)
     ]
     assert [p.wait(120) for p in procs] == [0, 0]
     chosen = []

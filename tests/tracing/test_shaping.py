@@ -30,9 +30,11 @@ def _shaped(inputs, output, attributes=None, kind=SpanKind.LLM, max_chars=20_000
 def test_token_counts_finish_reason_and_latency_come_from_the_span():
     span = _shaped({"prompt_ids": list(range(12)), "sampling_params": {}}, TokenOutput(list(range(7)), "stop"))
     assert span.attributes == {
-        "gen_ai.usage.input_tokens": 12, "gen_ai.usage.output_tokens": 7,
-        "gen_ai.response.finish_reasons": ["stop"], "latency_s": 0.25,
-    }  # fmt: skip
+        "gen_ai.usage.input_tokens": 12,
+        "gen_ai.usage.output_tokens": 7,
+        "gen_ai.response.finish_reasons": ["stop"],
+        "latency_s": 0.25,
+    }
 
 
 def test_counts_are_taken_before_truncation_and_from_a_packed_output():
@@ -104,8 +106,11 @@ def test_such_a_span_is_stored_in_its_trajectory(sidecar, tmp_path):
 
     tracing.init_tracing(trace_dir=str(tmp_path), sidecar=sidecar)
     try:
-        with tracing.rollout_trace_attr(step=1, sample_index=0), tracing.trace_span("run", kind="agent"), \
-                tracing.trace_span("llm.generate", kind="llm") as turn:  # fmt: skip
+        with (
+            tracing.rollout_trace_attr(step=1, sample_index=0),
+            tracing.trace_span("run", kind="agent"),
+            tracing.trace_span("llm.generate", kind="llm") as turn,
+        ):
             turn.outputs = ChangedWhileRead(token_ids=[1])
         assert tracing.flush_tracing()
     finally:

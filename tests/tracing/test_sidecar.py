@@ -74,8 +74,10 @@ def test_killed_sidecar_rollouts_go_on_and_the_store_continues_here(trace_dir, c
         assert worker.process.wait(10)
         rollouts(15, start=10)
         assert tracing.flush_tracing(30)
-    assert any("trace sidecar" in r.getMessage() and "continue in this process, nothing lost" in r.getMessage()
-               for r in caplog.records), [r.getMessage() for r in caplog.records]  # fmt: skip
+    assert any(
+        "trace sidecar" in r.getMessage() and "continue in this process, nothing lost" in r.getMessage()
+        for r in caplog.records
+    ), [r.getMessage() for r in caplog.records]
     assert [w.name for w in worker.failover.workers] == ["local"]
     stats = tracing.stats()["backends"]["local"]
     assert stats["dropped"] == 0 and stats["lossless"] is True
@@ -171,8 +173,13 @@ def test_secret_rules_are_loaded_only_where_events_are_redacted(trace_dir, sidec
         assert tracing.flush_tracing(60)
         print(loaded_at_start, "kingfisher_sdk" in sys.modules, "detect_secrets" in sys.modules)
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
-                          env={**os.environ, "ROLLSCOPE_TRACE_SIDECAR": sidecars})  # fmt: skip
+    proc = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "ROLLSCOPE_TRACE_SIDECAR": sidecars},
+    )
     assert proc.returncode == 0, proc.stderr
     here = sidecars == "0"
     assert proc.stdout.split() == [str(here)] * 3
@@ -386,8 +393,16 @@ def test_what_the_wire_carries_shapes_like_the_original(value):
 
 
 def test_spans_trajectories_and_call_arguments_cross_whole():
-    t = Trajectory(project="p", experiment="e", step=3, sample_index=4, rollout_n=1, validate=True,
-                   agent_name="a", attributes={"k": "v"})  # fmt: skip
+    t = Trajectory(
+        project="p",
+        experiment="e",
+        step=3,
+        sample_index=4,
+        rollout_n=1,
+        validate=True,
+        agent_name="a",
+        attributes={"k": "v"},
+    )
     t.reward = 0.5
     t.finish()
 
@@ -398,10 +413,23 @@ def test_spans_trajectories_and_call_arguments_cross_whole():
     span = Span("llm.generate", SpanKind.LLM, t, t.id, args, {"gen_ai.usage.output_tokens": 2})
     span.finish({"token_ids": [3]})
     t2, s2 = wire.decode(wire.encode([t, span]))
-    assert (t2.id, t2.step, t2.sample_index, t2.validate, t2.reward, t2.status, t2.end_ns) == \
-        (t.id, 3, 4, True, 0.5, "ok", t.end_ns)  # fmt: skip
-    assert (s2.id, s2.trajectory_id, s2.parent_id, s2.kind, s2.start_ns, s2.end_ns) == \
-        (span.id, t.id, t.id, SpanKind.LLM, span.start_ns, span.end_ns)  # fmt: skip
+    assert (t2.id, t2.step, t2.sample_index, t2.validate, t2.reward, t2.status, t2.end_ns) == (
+        t.id,
+        3,
+        4,
+        True,
+        0.5,
+        "ok",
+        t.end_ns,
+    )
+    assert (s2.id, s2.trajectory_id, s2.parent_id, s2.kind, s2.start_ns, s2.end_ns) == (
+        span.id,
+        t.id,
+        t.id,
+        SpanKind.LLM,
+        span.start_ns,
+        span.end_ns,
+    )
     assert s2.inputs == {"request_id": "r1", "prompt_ids": [1, 2], "sampling_params": {}, "kwargs": {"x": 1}}
     assert s2.outputs == {"token_ids": [3]}
 
@@ -427,17 +455,53 @@ def test_packed_events_come_back_in_order_whichever_way_they_were_packed():
     loop = Span("cyclic", SpanKind.CUSTOM, t, t.id, {"loop": cyclic})
     loop.finish(None)
     # leaf spans (an LLM turn): one by marshal, one whose inputs marshal refuses (then pickled)
-    leaf = (LEAF_SPAN, plain, "leaf", SpanKind.LLM, 10, 20, {"prompt_ids": [1]}, Reply(text="t", ids=[3]), None, None, None)
-    rich_leaf = (LEAF_SPAN, t, "rich_leaf", SpanKind.LLM, 30, 40, {"r": Reply(text="i", ids=[])}, {"ok": 1}, None, None, None)
+    leaf = (
+        LEAF_SPAN,
+        plain,
+        "leaf",
+        SpanKind.LLM,
+        10,
+        20,
+        {"prompt_ids": [1]},
+        Reply(text="t", ids=[3]),
+        None,
+        None,
+        None,
+    )
+    rich_leaf = (
+        LEAF_SPAN,
+        t,
+        "rich_leaf",
+        SpanKind.LLM,
+        30,
+        40,
+        {"r": Reply(text="i", ids=[])},
+        {"ok": 1},
+        None,
+        None,
+        None,
+    )
     sent = [(0, t), plain, rich, (4, t.id, 0.5, {"why": "ok"}), loop, leaf, rich_leaf, (3, t)]
     records = [wire.pack(e) for e in sent]
     assert wire.join([]) == b""
     events = wire.unpack(wire.join(records))
-    assert [e[0] if type(e) is tuple else e.name for e in events] == [0, "plain", "rich", 4, "cyclic", "leaf",
-                                                                      "rich_leaf", 3]  # fmt: skip
+    assert [e[0] if type(e) is tuple else e.name for e in events] == [
+        0,
+        "plain",
+        "rich",
+        4,
+        "cyclic",
+        "leaf",
+        "rich_leaf",
+        3,
+    ]
     got_leaf, got_rich_leaf = events[5], events[6]
     assert (got_leaf.parent_id, got_leaf.trajectory_id, got_leaf.start_ns, got_leaf.end_ns) == (plain.id, t.id, 10, 20)
-    assert got_leaf.outputs == {"text": "t", "ids": [3]} and got_leaf.status == "ok" and got_leaf.id not in (plain.id, t.id)
+    assert (
+        got_leaf.outputs == {"text": "t", "ids": [3]}
+        and got_leaf.status == "ok"
+        and got_leaf.id not in (plain.id, t.id)
+    )
     assert got_rich_leaf.parent_id == t.id and got_rich_leaf.inputs["r"] == {"text": "i", "ids": []}
     shaper = PayloadShaper(Redactor(), 20_000)
     assert events[1].outputs["text"] == "ok" and shaper.shape(events[1].outputs)["nan"] == "nan"
@@ -556,10 +620,20 @@ def test_a_sidecar_whose_backend_hangs_in_a_flush_exits_within_its_bound_and_say
     gone. It still exits ROLLSCOPE_SIDECAR_ORPHAN_S (+ a grace of 5 s) after that process ended,
     saying how many events it did not deliver and where the spooled ones wait."""
     lock = tmp_path / "sidecars.lock"
-    env = {**os.environ, "ROLLSCOPE_TEST_LEDGER_GATE": str(tmp_path / "never"), lease.ENV: str(lock),
-           "ROLLSCOPE_SIDECAR_ORPHAN_S": "2", "PYTHONPATH": os.getcwd()}  # fmt: skip
-    proc = subprocess.Popen([sys.executable, "-c", _HUNG_FLUSH, str(tmp_path / "traces"), str(tmp_path / "ledger")],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    env = {
+        **os.environ,
+        "ROLLSCOPE_TEST_LEDGER_GATE": str(tmp_path / "never"),
+        lease.ENV: str(lock),
+        "ROLLSCOPE_SIDECAR_ORPHAN_S": "2",
+        "PYTHONPATH": os.getcwd(),
+    }
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HUNG_FLUSH, str(tmp_path / "traces"), str(tmp_path / "ledger")],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     out, err = proc.communicate(timeout=120)  # (returns once the sidecar, holding its stderr, has exited)
     assert "flushed False" in out
     assert lease.wait_released(lock, 0)

@@ -38,8 +38,14 @@ LEDGER = ("ledger", "tests.tracing.spool_backends:LedgerBackend")
 
 
 def config_for(*backends):
-    return {"backends": list(backends), "settings": {"project": None, "experiment": "parts"},
-            "max_payload_chars": None, "redact_patterns": [], "max_queue": 1000, "shaped": False}  # fmt: skip
+    return {
+        "backends": list(backends),
+        "settings": {"project": None, "experiment": "parts"},
+        "max_payload_chars": None,
+        "redact_patterns": [],
+        "max_queue": 1000,
+        "shaped": False,
+    }
 
 
 def trajectories(tmp_path, samples):
@@ -120,12 +126,15 @@ def test_the_greeting_returns_each_backends_resume_options(pipes):
     assert got[0][0] == CONFIG
 
 
-@pytest.mark.parametrize(("answer", "raised", "said"), [
-    ((FAILED, wire.encode(("OSError", "cannot create /traces"))), OSError, "cannot create /traces"),
-    ((FAILED, wire.encode(("TypeError", "unknown option"))), ValueError, "unknown option"),
-    ((EVENTS, b""), SidecarError, "unexpected first frame"),
-    ((None, b""), SidecarError, "no greeting"),
-])  # fmt: skip
+@pytest.mark.parametrize(
+    ("answer", "raised", "said"),
+    [
+        ((FAILED, wire.encode(("OSError", "cannot create /traces"))), OSError, "cannot create /traces"),
+        ((FAILED, wire.encode(("TypeError", "unknown option"))), ValueError, "unknown option"),
+        ((EVENTS, b""), SidecarError, "unexpected first frame"),
+        ((None, b""), SidecarError, "no greeting"),
+    ],
+)
 def test_a_greeting_gone_wrong_is_one_clear_error(pipes, answer, raised, said):
     (child_in, parent_out), (parent_in, child_out) = pipes
     answering(child_in, child_out, *answer)
@@ -138,8 +147,9 @@ def test_a_greeting_gone_wrong_is_one_clear_error(pipes, answer, raised, said):
 def test_events_go_out_numbered_and_a_flush_returns_when_the_child_passed_it(tmp_path, pipe):
     r, w = pipe
     failover = Failover(config_for((*LOCAL, {"trace_dir": str(tmp_path / "t")})), {"local": {"resume_shard": "s"}}, 0)
-    sender = Sender(lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=True,
-                    secrets=secret_env_values())
+    sender = Sender(
+        lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=True, secrets=secret_env_values()
+    )
     events = [e for t in trajectories(tmp_path, range(3)) for e in t]
     marker = Marker(1)
     sender.submit([*events, ev.flush(marker)])
@@ -168,8 +178,9 @@ def test_when_the_child_is_gone_its_flushes_return_and_what_follows_goes_to_the_
     r, w = pipe
     store = tmp_path / "t"
     failover = Failover(config_for((*LOCAL, {"trace_dir": str(store)})), {"local": None}, 0)
-    sender = Sender(lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=False,
-                    secrets=secret_env_values())
+    sender = Sender(
+        lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=False, secrets=secret_env_values()
+    )
     before, after = trajectories(tmp_path, range(2)), trajectories(tmp_path, range(2, 5))
     waiting = Marker(1)
     sender.submit([*before[0], *before[1], ev.flush(waiting)])
@@ -191,8 +202,9 @@ def test_a_batch_the_child_never_read_is_not_lost(tmp_path, pipe):
     os.close(r)  # the child's end closes: the next write fails
     store = tmp_path / "t"
     failover = Failover(config_for((*LOCAL, {"trace_dir": str(store)})), {"local": None}, 0)
-    sender = Sender(lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=False,
-                    secrets=secret_env_values())
+    sender = Sender(
+        lambda kind, body: write_frame(w, kind, body), failover, keep_for_replay=False, secrets=secret_env_values()
+    )
     done = Marker(1)
     sender.submit([*(e for t in trajectories(tmp_path, range(4)) for e in t), ev.flush(done)])
     assert done.done.wait(30)

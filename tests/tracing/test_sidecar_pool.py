@@ -108,8 +108,10 @@ def test_when_one_sidecar_cannot_start_none_is_kept_and_tracing_stays_here(trace
     assert TraceStore(trace_dir).count() == 3
 
 
-@pytest.mark.parametrize(("given", "env", "count"), [(None, None, 1), (None, "0", 0), (None, "off", 0), (None, "4", 4),
-                                                     (False, "4", 0), (True, None, 1), (2, "0", 2)])  # fmt: skip
+@pytest.mark.parametrize(
+    ("given", "env", "count"),
+    [(None, None, 1), (None, "0", 0), (None, "off", 0), (None, "4", 4), (False, "4", 0), (True, None, 1), (2, "0", 2)],
+)
 def test_the_sidecar_count_comes_from_the_argument_else_the_environment(given, env, count, monkeypatch):
     if env is None:
         monkeypatch.delenv("ROLLSCOPE_TRACE_SIDECAR", raising=False)

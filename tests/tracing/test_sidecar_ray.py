@@ -57,10 +57,22 @@ DRIVER = textwrap.dedent("""
 
 def test_a_worker_ended_by_ray_leaves_its_sidecar_to_deliver_what_it_was_sent(tmp_path):
     trace_dir, ledger, gate, lock = (str(tmp_path / n) for n in ("traces", "ledger", "gate", "sidecars.lock"))
-    env = {**os.environ, "PYTHONPATH": str(ROOT), lease.ENV: lock, "ROLLSCOPE_TEST_LEDGER_GATE": gate,
-           "RAY_ADDRESS": "", "WANDB_ERROR_REPORTING": "false"}  # fmt: skip
-    proc = subprocess.run([sys.executable, "-c", DRIVER, trace_dir, ledger, str(TRAJECTORIES)], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        lease.ENV: lock,
+        "ROLLSCOPE_TEST_LEDGER_GATE": gate,
+        "RAY_ADDRESS": "",
+        "WANDB_ERROR_REPORTING": "false",
+    }
+    proc = subprocess.run(
+        [sys.executable, "-c", DRIVER, trace_dir, ledger, str(TRAJECTORIES)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert ended(int(proc.stdout.split()[-1]), 120)  # Ray ended the worker (and the worker's group)
     with TraceStore(trace_dir) as store:

@@ -125,8 +125,13 @@ time.sleep(600)
 def test_a_killed_process_spool_is_sent_by_the_next_none_skipped_none_twice(tmp_path):
     sent = tmp_path / "sent"
     env = {**os.environ, "ROLLSCOPE_TEST_HANG_AFTER": "30", "PYTHONPATH": str(REPO)}
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(_KILLED), str(sent)], cwd=REPO, env=env,
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(_KILLED), str(sent)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert proc.stdout.readline().split() == ["traced", str(600 * 5)]
     hung = tmp_path / "sent.hung"
     deadline = time.monotonic() + 120

@@ -44,10 +44,18 @@ def run(request, tmp_path_factory):
     root = tmp_path_factory.mktemp("leak")
     (root / "replies.json").write_text(json.dumps(REPLIES))
     (root / "tools.yaml").write_text(TOOLS)
-    config = load_config("gsm8k-calculator", [f"llm=scripted:{root / 'replies.json'}", f"tools={root / 'tools.yaml'}",
-                                              f"model={model_dir('qwen2.5', root / 'qwen')}", "limit=1",
-                                              f"trace_dir={root / 'traces'}", "sampling={temperature: 0, max_tokens: 200}",
-                                              f"token2text={str(request.param).lower()}"])  # fmt: skip
+    config = load_config(
+        "gsm8k-calculator",
+        [
+            f"llm=scripted:{root / 'replies.json'}",
+            f"tools={root / 'tools.yaml'}",
+            f"model={model_dir('qwen2.5', root / 'qwen')}",
+            "limit=1",
+            f"trace_dir={root / 'traces'}",
+            "sampling={temperature: 0, max_tokens: 200}",
+            f"token2text={str(request.param).lower()}",
+        ],
+    )
     runner = Runner(config)
     runner.setup()
     asyncio.run(session.run_traced(runner))

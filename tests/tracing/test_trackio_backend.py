@@ -11,7 +11,7 @@ import pytest
 
 pytestmark = pytest.mark.slow
 
-SCRIPT = textwrap.dedent('''
+SCRIPT = textwrap.dedent("""
     import json
     from rollscope import tracing
     from rollscope.tracing.backends.trackio import TrackioBackend
@@ -33,7 +33,7 @@ SCRIPT = textwrap.dedent('''
     tracing.shutdown_tracing(60)
     from trackio.sqlite_storage import SQLiteStorage
     print(json.dumps(SQLiteStorage.get_traces("tkproj", run="run-a"), default=str))
-''')
+""")
 
 
 def test_one_trackio_trace_per_trajectory_in_trackios_store(tmp_path):
@@ -50,9 +50,11 @@ def test_one_trackio_trace_per_trajectory_in_trackios_store(tmp_path):
         meta = t["metadata"]
         assert (meta["rollout_n"], meta["reward"], meta["experiment_name"]) == (i % 2, float(i), "run-a")
         assert t["messages"][:4] == [
-            {"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 6 * 7?"},
+            {"role": "system", "content": "Be brief."},
+            {"role": "user", "content": "What is 6 * 7?"},
             {"role": "assistant", "content": "<tool_call>calculator</tool_call>"},
-            {"role": "tool", "name": "calculator", "tool_call_id": "c1", "content": "42"}]  # fmt: skip
+            {"role": "tool", "name": "calculator", "tool_call_id": "c1", "content": "42"},
+        ]
         spans = {s["name"]: s for s in t["spans"]}
         turn = spans["llm.generate"] if i != 2 else t["spans"][1]
         assert turn["kind"] == "generation" and turn["usage"]["completion_tokens"] == 3

@@ -40,8 +40,9 @@ class Server:
         return {"token_ids": ids, "log_probs": [round(-self.rng.random(), 4) for _ in ids], "stop_reason": "stop"}
 
 
-def run_loop(client, qwen, turns: int, rewrite_at: set[int] = frozenset(), mutate: bool = False,
-             split: list[int] | None = None) -> list[list[int]]:  # fmt: skip
+def run_loop(
+    client, qwen, turns: int, rewrite_at: set[int] = frozenset(), mutate: bool = False, split: list[int] | None = None
+) -> list[list[int]]:
     """A multi-turn loop as verl's ToolAgentLoop runs one: the prompt list extended in place by
     the reply and a tool's answer; at ``rewrite_at`` its context is cut (a loop that summarises);
     ``split``: the rest of a character the reply began. Returns each turn's prompt as passed."""
@@ -86,8 +87,7 @@ def test_every_prompt_of_a_long_trajectory_reads_back_whole_with_its_text_exact(
     tracing.init_tracing(trace_dir=str(trace_dir), token2text=True)
     char = qwen.encode("🦜")
     assert len(char) > 1  # (bytes of one character over several tokens)
-    passed = run_loop(TracedLLMClient(Server(tail=char[:1]), qwen), qwen, 40, rewrite_at={14, 27},
-                      split=char[1:])  # fmt: skip
+    passed = run_loop(TracedLLMClient(Server(tail=char[:1]), qwen), qwen, 40, rewrite_at={14, 27}, split=char[1:])
     assert tracing.flush_tracing(60)
     spans = llm_spans(trace_dir)
     assert len(spans) == 40
@@ -158,7 +158,10 @@ def test_a_turn_whose_base_is_missing_keeps_what_it_added_and_says_why(trace_dir
     assert spans[0].inputs["prompt_ids"] == passed[0]
     for span in spans[1:]:  # the third continues the second, the fourth the third
         assert "prompt_ids" not in span.inputs and span.inputs[PROMPT_IDS_ADDED]
-        assert "not in the trace" in span.attributes[PROMPT_UNRESOLVED] or "could not be made whole" in span.attributes[PROMPT_UNRESOLVED]
+        assert (
+            "not in the trace" in span.attributes[PROMPT_UNRESOLVED]
+            or "could not be made whole" in span.attributes[PROMPT_UNRESOLVED]
+        )
 
 
 def test_a_turns_text_is_stored_only_where_redaction_changed_it(trace_dir, qwen):
@@ -189,11 +192,16 @@ def test_a_turns_text_is_stored_only_where_redaction_changed_it(trace_dir, qwen)
         ids = span.inputs["prompt_ids"]
         hidden = [i for i, token in enumerate(ids) if token == semconv.REDACTED_ID]
         assert len(ids) == len(prompt) and [t for i, t in enumerate(prompt) if i not in hidden] == [
-            t for t in ids if t != semconv.REDACTED_ID]
+            t for t in ids if t != semconv.REDACTED_ID
+        ]
         assert bool(hidden) == (turn >= 2) and secret not in tokens.decode(qwen, ids)
         if hidden:  # the secret's own tokens, and no more than the token before and after it
-            assert hidden == list(range(hidden[0], hidden[-1] + 1)) and secret in qwen.decode(prompt[hidden[0]: hidden[-1] + 1])
-            assert secret not in qwen.decode(prompt[hidden[0] + 1: hidden[-1] + 1]) + qwen.decode(prompt[hidden[0]: hidden[-1]])
+            assert hidden == list(range(hidden[0], hidden[-1] + 1)) and secret in qwen.decode(
+                prompt[hidden[0] : hidden[-1] + 1]
+            )
+            assert secret not in qwen.decode(prompt[hidden[0] + 1 : hidden[-1] + 1]) + qwen.decode(
+                prompt[hidden[0] : hidden[-1]]
+            )
         assert span.attributes.get(semconv.REDACTED_TOKENS) == (len(hidden) if turn == 2 else None)
     assert spans[1].inputs["prompt_text"] == qwen.decode(passed[1])
     for span, prompt in zip(spans[2:], passed[2:], strict=True):
@@ -220,8 +228,12 @@ def test_every_reader_gets_each_prompt_whole(trace_dir, qwen, tmp_path):
     [long_] = [t for t in TraceStore(trace_dir).trajectories() if t.num_llm_calls == 12]
     done = retain(trace_dir, parse_policy("tool_error,sample=0"), step=1)
     assert done.summary["kept_groups"] == 0 and [t.id for t in TraceStore(trace_dir).trajectories()] == [long_.id]
-    shown = subprocess.run([sys.executable, "-m", "rollscope.cli", "traces", "show", long_.id, "--dir", str(trace_dir),
-                            "--json"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    shown = subprocess.run(
+        [sys.executable, "-m", "rollscope.cli", "traces", "show", long_.id, "--dir", str(trace_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shown.returncode == 0, shown.stderr
     llm = sorted((s for s in json.loads(shown.stdout)["spans"] if s["kind"] == "llm"), key=lambda s: s["start_ns"])
     assert [s["inputs"]["prompt_ids"] for s in llm] == passed

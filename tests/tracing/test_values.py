@@ -63,14 +63,22 @@ def test_a_traced_calls_numpy_arguments_and_result_are_numbers(trace_dir, read_s
 # Strings under 8 characters: redaction (which the property is not about) leaves them alone.
 _text = st.text(st.characters(codec=None, exclude_categories=("Cs",)) | st.sampled_from("\ud800\udcff"), max_size=7)
 _scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(), _text,
-    st.integers(-(2**63), 2**63 - 1).map(np.int64), st.floats(width=32).map(np.float32), st.booleans().map(np.bool_),
-    st.integers(0, 255).map(np.uint8), st.binary(max_size=40),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    _text,
+    st.integers(-(2**63), 2**63 - 1).map(np.int64),
+    st.floats(width=32).map(np.float32),
+    st.booleans().map(np.bool_),
+    st.integers(0, 255).map(np.uint8),
+    st.binary(max_size=40),
     st.sampled_from([Color.RED, Mode.GREEDY, Level.HIGH]),
-    st.datetimes(), st.decimals(allow_nan=False, allow_infinity=False, places=3),
+    st.datetimes(),
+    st.decimals(allow_nan=False, allow_infinity=False, places=3),
     hnp.arrays(st.sampled_from([np.int32, np.float64, np.bool_]), hnp.array_shapes(max_dims=2, max_side=3)),
     st.lists(st.integers(-1000, 1000), max_size=4).map(lambda xs: torch.tensor(xs, dtype=torch.int64)),
-)  # fmt: skip
+)
 
 
 def _object_array(items):
@@ -83,12 +91,15 @@ def _object_array(items):
 _values = st.recursive(
     _scalars,
     lambda inner: st.one_of(
-        st.lists(inner, max_size=4), st.tuples(inner, inner), st.dictionaries(_text, inner, max_size=4),
-        st.frozensets(st.integers(), max_size=4), st.lists(inner, min_size=1, max_size=3).map(_object_array),
+        st.lists(inner, max_size=4),
+        st.tuples(inner, inner),
+        st.dictionaries(_text, inner, max_size=4),
+        st.frozensets(st.integers(), max_size=4),
+        st.lists(inner, min_size=1, max_size=3).map(_object_array),
         st.builds(Step, reward=st.floats(width=32).map(np.float32), ids=st.tuples(inner)),
     ),
     max_leaves=12,
-)  # fmt: skip
+)
 
 
 @pytest.fixture(scope="module")
@@ -109,8 +120,9 @@ def _no_tracer_leak():
 _examples = iter(range(10**9))
 
 
-@settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                                                   HealthCheck.too_slow])  # fmt: skip
+@settings(
+    max_examples=500, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 @given(value=_values)
 def test_nested_values_read_back_as_their_plain_form(sidecar_store, value):
     n = next(_examples)
@@ -124,9 +136,14 @@ def test_nested_values_read_back_as_their_plain_form(sidecar_store, value):
 
 
 _numbers = st.one_of(
-    st.integers(), st.floats(), st.booleans(), st.integers(-(2**63), 2**63 - 1).map(np.int64),
-    st.floats(width=32).map(np.float32), st.sampled_from([Level.HIGH]), st.decimals(allow_nan=False, places=2),
-)  # fmt: skip
+    st.integers(),
+    st.floats(),
+    st.booleans(),
+    st.integers(-(2**63), 2**63 - 1).map(np.int64),
+    st.floats(width=32).map(np.float32),
+    st.sampled_from([Level.HIGH]),
+    st.decimals(allow_nan=False, places=2),
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -138,8 +155,13 @@ _numbers = st.one_of(
 @example(items=[0.5, np.float32(1)])
 @example(items=[1, True, Level.HIGH])
 @example(items=[0, Decimal("Infinity"), Decimal("-Infinity")])  # (their sum raises InvalidOperation)
-@given(items=st.one_of(st.lists(st.integers(), min_size=1, max_size=300), st.lists(st.floats(), min_size=1, max_size=300),
-                       st.lists(_numbers, min_size=1, max_size=300)))  # fmt: skip
+@given(
+    items=st.one_of(
+        st.lists(st.integers(), min_size=1, max_size=300),
+        st.lists(st.floats(), min_size=1, max_size=300),
+        st.lists(_numbers, min_size=1, max_size=300),
+    )
+)
 def test_a_list_of_numbers_is_shaped_as_its_items_are_one_by_one(items):
     """The shaper checks the big number lists (token ids, log-probabilities) at once: whatever
     such a list holds (an int past 64 bits, a NaN, a numpy scalar, a bool), it becomes what its

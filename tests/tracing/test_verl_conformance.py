@@ -22,8 +22,14 @@ def config(api):
 
 def held(cfg):
     instance = cfg.get_instance()
-    return (cfg.get_backend(), cfg.enable_token2text(), cfg.get_client(), instance.project_name,
-            instance.experiment_name, instance.max_samples_per_step_per_worker)  # fmt: skip
+    return (
+        cfg.get_backend(),
+        cfg.enable_token2text(),
+        cfg.get_client(),
+        instance.project_name,
+        instance.experiment_name,
+        instance.max_samples_per_step_per_worker,
+    )
 
 
 def test_the_config_holds_what_verls_holds_set_once_until_reset():
@@ -33,8 +39,9 @@ def test_the_config_holds_what_verls_holds_set_once_until_reset():
         cfg = config(api)
         cfg.reset()
         assert cfg.get_instance() is cfg.get_instance() is cfg()  # one instance
-        cfg.init(project_name="p", experiment_name="e", backend="dummy", token2text=True,
-                 max_samples_per_step_per_worker=3)  # fmt: skip
+        cfg.init(
+            project_name="p", experiment_name="e", backend="dummy", token2text=True, max_samples_per_step_per_worker=3
+        )
         cfg.init(project_name="q", experiment_name="f", backend="other", token2text=False)
         seen[api] = held(cfg)
         cfg.reset()
@@ -47,8 +54,10 @@ def test_the_signatures_take_verls_arguments_in_verls_order():
     assert list(ours.parameters)[: len(theirs.parameters)] == list(theirs.parameters)
     for name, parameter in theirs.parameters.items():
         assert ours.parameters[name].default == parameter.default, name
-    assert inspect.signature(RolloutTraceConfig.init).parameters.keys() == \
-        inspect.signature(verl.RolloutTraceConfig.init).parameters.keys()  # fmt: skip
+    assert (
+        inspect.signature(RolloutTraceConfig.init).parameters.keys()
+        == inspect.signature(verl.RolloutTraceConfig.init).parameters.keys()
+    )
 
 
 def loop_class(decorator):
@@ -83,8 +92,9 @@ def test_a_decorated_method_returns_raises_and_reads_as_verls_does(traced, trace
             with pytest.raises(ZeroDivisionError, match="boom"):
                 loop.tool("boom")
         for attribute in ("__name__", "__qualname__", "__doc__"):
-            assert getattr(type(loops["rollscope"]).generate, attribute) == getattr(type(loops["verl"]).generate,
-                                                                                   attribute)  # fmt: skip
+            assert getattr(type(loops["rollscope"]).generate, attribute) == getattr(
+                type(loops["verl"]).generate, attribute
+            )
     finally:
         tracing.shutdown_tracing()
 
@@ -129,8 +139,7 @@ class TracedClass:
         raise ValueError("Test Exception")
 
 
-def test_an_op_is_named_by_its_class_and_method_with_its_arguments_bound_as_verls(trace_dir, read_store,
-                                                                                monkeypatch):
+def test_an_op_is_named_by_its_class_and_method_with_its_arguments_bound_as_verls(trace_dir, read_store, monkeypatch):
     """verl's test: op ``TracedClass.my_method``, inputs ``{"a": ..., "b": ...}`` (no ``self``), the
     result as output, an exception recorded and raised on; nested ops nest. Trajectories opened
     without a name are called as verl calls them (``rollout_trace``)."""

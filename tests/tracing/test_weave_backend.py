@@ -40,8 +40,9 @@ def rollout(i, reward):
 
 def test_calls_nest_carry_verls_attributes_and_the_reward(weave_client, trace_dir, monkeypatch):
     project, client = weave_client
-    tracing.init_tracing(backend="local,weave", project="proj", experiment="exp", trace_dir=str(trace_dir),
-                         weave_client=client)  # a client object: the backend stays in this process
+    tracing.init_tracing(
+        backend="local,weave", project="proj", experiment="exp", trace_dir=str(trace_dir), weave_client=client
+    )  # a client object: the backend stays in this process
     rollout(0, 1.0)
     rollout(1, 0.0)
     assert tracing.flush_tracing(30)
@@ -55,8 +56,9 @@ def test_calls_nest_carry_verls_attributes_and_the_reward(weave_client, trace_di
         assert root["attributes"]["step"] == 3 and root["attributes"]["rollout_n"] == 1
         assert root["attributes"]["experiment_name"] == "exp" and root["attributes"]["validate"] is False
         children = [s for s in starts.values() if s["trace_id"] == root["trace_id"] and s is not root]
-        assert len(children) == 3 and all(c["attributes"]["sample_index"] == root["attributes"]["sample_index"]
-                                          for c in children)  # fmt: skip
+        assert len(children) == 3 and all(
+            c["attributes"]["sample_index"] == root["attributes"]["sample_index"] for c in children
+        )
     first = roots[0]["trace_id"]
     [tool] = [s for s in starts.values() if s["trace_id"] == first and "/op/calculator:" in s["op_name"]]
     [run] = [s for s in starts.values() if s["trace_id"] == first and "/op/ToolAgentLoop.run:" in s["op_name"]]
@@ -74,16 +76,27 @@ def test_calls_nest_carry_verls_attributes_and_the_reward(weave_client, trace_di
     assert abs(started.timestamp() - t.start_ns / 1e9) < 1e-3
 
 
-TRAINING = {"step": 3, "uid": "u-1", "advantage": 0.7, "group_size": 2, "group_mean": 0.5, "group_std": 0.71,
-            "policy_version": 2, "lag": 0, "logprob_delta_max": 0.02, "old_log_probs": [-1.0, -2.0]}  # fmt: skip
+TRAINING = {
+    "step": 3,
+    "uid": "u-1",
+    "advantage": 0.7,
+    "group_size": 2,
+    "group_mean": 0.5,
+    "group_std": 0.71,
+    "policy_version": 2,
+    "lag": 0,
+    "logprob_delta_max": 0.02,
+    "old_log_probs": [-1.0, -2.0],
+}
 
 
 def test_a_training_record_arriving_later_is_feedback_on_the_root_call(weave_client, trace_dir, monkeypatch):
     """The trainer's process knows what training did with a trajectory only after the worker wrote
     it: a second tracer (the trainer's) attaches it to the root call the worker wrote, by its id."""
     project, client = weave_client
-    tracing.init_tracing(backend="local,weave", project="proj", experiment="exp", trace_dir=str(trace_dir),
-                         weave_client=client)  # fmt: skip
+    tracing.init_tracing(
+        backend="local,weave", project="proj", experiment="exp", trace_dir=str(trace_dir), weave_client=client
+    )
     rollout(0, 1.0)
     assert tracing.flush_tracing(30)
     [trajectory] = TraceStore(trace_dir).trajectories()
@@ -95,7 +108,10 @@ def test_a_training_record_arriving_later_is_feedback_on_the_root_call(weave_cli
     monkeypatch.undo()  # (weave.init again, to read)
     [root] = [c for c in weave_calls(project) if c["parent_id"] is None]
     [item] = weave_feedback(project)
-    assert item["weave_ref"] == f"weave:///{client.project_id}/call/{root['id']}" == \
-        f"weave:///{client.project_id}/call/{call_id(trajectory.id)}"
+    assert (
+        item["weave_ref"]
+        == f"weave:///{client.project_id}/call/{root['id']}"
+        == f"weave:///{client.project_id}/call/{call_id(trajectory.id)}"
+    )
     assert item["feedback_type"] == "rollscope.training"
     assert item["payload"] == {k: v for k, v in TRAINING.items() if k != "old_log_probs"}  # scalars only

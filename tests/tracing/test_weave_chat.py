@@ -32,11 +32,19 @@ def run(request, weave_trace_server, tmp_path_factory):
     root = tmp_path_factory.mktemp("chat")
     project = f"ent/chat-{'text' if request.param else 'ids'}"
     (root / "replies.json").write_text(json.dumps(REPLIES))
-    config = load_config("gsm8k-calculator", [f"llm=scripted:{root / 'replies.json'}", "limit=2",
-                                              f"model={model_dir('qwen2.5', root / 'qwen')}",
-                                              "sampling={temperature: 0, max_tokens: 200}", "backend=local,weave",
-                                              f"project={project}", f"trace_dir={root / 'traces'}",
-                                              f"token2text={str(request.param).lower()}"])  # fmt: skip
+    config = load_config(
+        "gsm8k-calculator",
+        [
+            f"llm=scripted:{root / 'replies.json'}",
+            "limit=2",
+            f"model={model_dir('qwen2.5', root / 'qwen')}",
+            "sampling={temperature: 0, max_tokens: 200}",
+            "backend=local,weave",
+            f"project={project}",
+            f"trace_dir={root / 'traces'}",
+            f"token2text={str(request.param).lower()}",
+        ],
+    )
     runner = Runner(config)
     runner.setup()
     asyncio.run(session.run_traced(runner))
@@ -49,8 +57,12 @@ def test_every_llm_call_is_a_chat_whose_messages_are_its_prompt(run):
     llm = [c for c in weave_calls(project) if c["attributes"].get("kind") == "llm"]
     assert len(llm) == 4  # two trajectories, two turns each
     with TraceStore(traces) as store:
-        prompts = {s.id: tokenizer.decode(s.inputs["prompt_ids"]) for t in store.trajectories()
-                   for s in store.get(t.id).spans if s.kind == "llm"}  # fmt: skip
+        prompts = {
+            s.id: tokenizer.decode(s.inputs["prompt_ids"])
+            for t in store.trajectories()
+            for s in store.get(t.id).spans
+            if s.kind == "llm"
+        }
     for call in llm:
         assert is_openai_chat(call["inputs"]), call["inputs"]["messages"]
         [choice] = call["output"]["choices"]

@@ -13,8 +13,9 @@ def test_a_burst_far_beyond_the_queue_reaches_weave_whole(weave_trace_server, tr
     spool on disk and Weave stores every call."""
     import weave
 
-    tracing.init_tracing(backend="local,weave", project="proj", trace_dir=str(trace_dir), weave_project="ent/burst",
-                         max_queue=50)  # fmt: skip
+    tracing.init_tracing(
+        backend="local,weave", project="proj", trace_dir=str(trace_dir), weave_project="ent/burst", max_queue=50
+    )
     for i in range(400):
         with tracing.rollout_trace_attr(step=0, sample_index=i, rollout_n=0, name="tool_agent"):
             for turn in range(2):

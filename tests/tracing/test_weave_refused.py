@@ -17,11 +17,14 @@ pytestmark = pytest.mark.slow
 def test_one_refused_call_among_100_costs_that_call_only(wandb, trace_dir, tmp_path, monkeypatch):
     monkeypatch.setenv("ROLLSCOPE_SPOOL_DIR", str(tmp_path / "spool"))  # (the sidecar's, too)
     wandb.refuse = lambda call: (call.get("inputs") or {}).get("i") == 17
-    tracing.init_tracing(backend="local,weave", project="refused", trace_dir=str(trace_dir),
-                         weave_project="ent/refused")  # fmt: skip
+    tracing.init_tracing(
+        backend="local,weave", project="refused", trace_dir=str(trace_dir), weave_project="ent/refused"
+    )
     for i in range(50):  # 50 roots and 50 tool calls
-        with tracing.rollout_trace_attr(step=0, sample_index=i, rollout_n=0, name="agent"), \
-                tracing.trace_span("calculator", kind="tool", inputs={"i": i}) as s:  # fmt: skip
+        with (
+            tracing.rollout_trace_attr(step=0, sample_index=i, rollout_n=0, name="agent"),
+            tracing.trace_span("calculator", kind="tool", inputs={"i": i}) as s,
+        ):
             s.outputs = {"text": str(i)}
     assert tracing.flush_tracing(120)
     stats = tracing.stats()["backends"]

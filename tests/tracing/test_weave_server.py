@@ -58,8 +58,9 @@ def _eq(field, value):
 def test_the_traces_table_shows_each_trajectory_as_one_filterable_tree(weave_trace_server, trace_dir):
     import weave
 
-    tracing.init_tracing(backend="local,weave", project="guide", experiment="exp-a", trace_dir=str(trace_dir),
-                         weave_project="ent/guide")  # fmt: skip
+    tracing.init_tracing(
+        backend="local,weave", project="guide", experiment="exp-a", trace_dir=str(trace_dir), weave_project="ent/guide"
+    )
     plan = [(step, sample, n, step == 2) for step in (1, 2) for sample in (0, 1) for n in (0, 1)]
     for step, sample, n, validate in plan:
         _rollout(step, sample, n, validate, reward=float(n))
@@ -74,9 +75,14 @@ def test_the_traces_table_shows_each_trajectory_as_one_filterable_tree(weave_tra
     client = weave.init("ent/guide")
     roots = list(client.get_calls(filter={"trace_roots_only": True}))
     assert len(roots) == len(plan)  # one root call per trajectory
-    for field, value, expected in [("attributes.step", 2, 4), ("attributes.sample_index", 1, 4),
-                                   ("attributes.rollout_n", 0, 4), ("attributes.validate", True, 4),
-                                   ("attributes.experiment_name", "exp-a", 8), ("attributes.step", 7, 0)]:  # fmt: skip
+    for field, value, expected in [
+        ("attributes.step", 2, 4),
+        ("attributes.sample_index", 1, 4),
+        ("attributes.rollout_n", 0, 4),
+        ("attributes.validate", True, 4),
+        ("attributes.experiment_name", "exp-a", 8),
+        ("attributes.step", 7, 0),
+    ]:
         found = list(client.get_calls(filter={"trace_roots_only": True}, query=_eq(field, value)))
         want = [r for r in roots if r.attributes[field.split(".")[1]] == value]
         assert len(found) == expected == len(want), field
@@ -94,12 +100,18 @@ def test_the_traces_table_shows_each_trajectory_as_one_filterable_tree(weave_tra
         assert llm.inputs["prompt_text"] == f"what is {sample} + 1?" and "calculator" in llm.output["response_text"]
         assert tool.inputs["expression"] == f"{sample} + 1" and tool.output["text"] == str(sample + 1)
     feedback = list(client.get_feedback(query=_eq("feedback_type", "rollscope.training")))
-    assert [(f.weave_ref.rsplit("/", 1)[1], f.payload["advantage"]) for f in feedback] == \
-        [(next(r.id for r in roots if (r.attributes["step"], r.attributes["sample_index"], r.attributes["rollout_n"])
-               == (1, 0, 1)), 0.5)]  # fmt: skip
+    assert [(f.weave_ref.rsplit("/", 1)[1], f.payload["advantage"]) for f in feedback] == [
+        (
+            next(
+                r.id
+                for r in roots
+                if (r.attributes["step"], r.attributes["sample_index"], r.attributes["rollout_n"]) == (1, 0, 1)
+            ),
+            0.5,
+        )
+    ]
     a, b = roots[0], roots[1]  # two trajectories fetched for comparison hold the same fields
     assert set(a.attributes) == set(b.attributes) and set(a.output) == set(b.output)
-
 
 
 def test_filter_columns_hold_what_users_filter_by_and_replay_data_is_in_the_summary(weave_trace_server):
@@ -108,8 +120,10 @@ def test_filter_columns_hold_what_users_filter_by_and_replay_data_is_in_the_summ
 
     tracing.init_tracing(backend="weave", project="columns", weave_project="ent/columns")
     replay = {"class": "my_pkg.loops.MathLoop", "tokenizer": "/models/qwen"}
-    with tracing.rollout_trace_attr(step=5, sample_index=0, rollout_n=0, name="math_agent"), \
-            tracing.trace_span("MathLoop.run", kind="agent", **{REPLAY: replay}):  # fmt: skip
+    with (
+        tracing.rollout_trace_attr(step=5, sample_index=0, rollout_n=0, name="math_agent"),
+        tracing.trace_span("MathLoop.run", kind="agent", **{REPLAY: replay}),
+    ):
         pass
     assert tracing.flush_tracing(60)
     tracing.shutdown_tracing(60)
@@ -142,14 +156,24 @@ def test_each_op_page_shows_the_traced_functions_own_code(weave_trace_server):
     tracing.shutdown_tracing(60)
     client = weave.init("ent/ops")
     filters = {"is_op": True, "latest_only": True, "object_ids": ["MathLoop.run", "CodeLoop.run"]}
-    ops = client.server.objs_query({"project_id": client.project_id, "filter": filters, "limit": None, "offset": None,
-                                    "sort_by": None, "metadata_only": False, "include_storage_size": False,
-                                    "include_tags_and_aliases": False}).objs  # fmt: skip
+    ops = client.server.objs_query(
+        {
+            "project_id": client.project_id,
+            "filter": filters,
+            "limit": None,
+            "offset": None,
+            "sort_by": None,
+            "metadata_only": False,
+            "include_storage_size": False,
+            "include_tags_and_aliases": False,
+        }
+    ).objs
     sources = {}
     for op in ops:
         digest = op.val["files"]["obj.py"]
-        sources[op.object_id] = client.server.file_content_read({"project_id": client.project_id,
-                                                                 "digest": digest}).content.decode()  # fmt: skip
+        sources[op.object_id] = client.server.file_content_read(
+            {"project_id": client.project_id, "digest": digest}
+        ).content.decode()
     assert sorted(sources) == ["CodeLoop.run", "MathLoop.run"]
     assert "def math_run(question):" in sources["MathLoop.run"] and '* 2"' in sources["MathLoop.run"]
     assert "def code_run(question):" in sources["CodeLoop.run"] and ".upper()" in sources["CodeLoop.run"]
@@ -180,13 +204,23 @@ def test_push_publishes_no_file_a_stored_span_names_as_its_op_source(weave_trace
     client = weave.init("ent/pushed-ops")
     assert list(push("weave", str(tmp_path / "traces"), destination=weave_destination(client=client)))[-1] == (2, 2)
     filters = {"is_op": True, "latest_only": True, "object_ids": ["Leak.run", "Settings.run"]}
-    ops = client.server.objs_query({"project_id": client.project_id, "filter": filters, "limit": None, "offset": None,
-                                    "sort_by": None, "metadata_only": False, "include_storage_size": False,
-                                    "include_tags_and_aliases": False}).objs  # fmt: skip
+    ops = client.server.objs_query(
+        {
+            "project_id": client.project_id,
+            "filter": filters,
+            "limit": None,
+            "offset": None,
+            "sort_by": None,
+            "metadata_only": False,
+            "include_storage_size": False,
+            "include_tags_and_aliases": False,
+        }
+    ).objs
     assert sorted(op.object_id for op in ops) == ["Leak.run", "Settings.run"]
     for op in ops:
-        source = client.server.file_content_read({"project_id": client.project_id,
-                                                  "digest": op.val["files"]["obj.py"]}).content.decode()  # fmt: skip
+        source = client.server.file_content_read(
+            {"project_id": client.project_id, "digest": op.val["files"]["obj.py"]}
+        ).content.decode()
         assert "not-for-weave" not in source and "Stands for an op recorded by rollscope" in source
 
 
@@ -262,11 +296,12 @@ def test_a_call_past_the_servers_limit_arrives_cut_with_the_cut_said(weave_trace
     assert tracing.flush_tracing(300)
     assert all(s["errors"] == 0 and s["dropped"] == 0 for s in tracing.stats()["backends"].values())
     tracing.shutdown_tracing(300)
-    calls = sorted((c for c in weave_calls("ent/cut") if c["display_name"] == "llm.generate"),
-                   key=lambda c: c["started_at"])  # fmt: skip
+    calls = sorted(
+        (c for c in weave_calls("ent/cut") if c["display_name"] == "llm.generate"), key=lambda c: c["started_at"]
+    )
     big, small = calls
     kept = big["inputs"]["prompt_ids"].split(" ")
-    assert 300_000 < len(kept) < 700_000 and [int(x) for x in kept] == huge[-len(kept):]
+    assert 300_000 < len(kept) < 700_000 and [int(x) for x in kept] == huge[-len(kept) :]
     assert "of 700,000 values kept" in big["attributes"][CUT]["inputs.prompt_ids"]
     assert small["inputs"]["prompt_ids"] == " ".join(map(str, [1, 2, 3] * 10)) and CUT not in small["attributes"]
 
@@ -280,9 +315,11 @@ def test_every_call_of_a_trajectory_links_its_wandb_run_and_step(weave_trace_ser
 
     tracing.init_tracing(backend="weave", weave_project="ent/runs")
     _rollout(3, 0, 0, False, 1.0)  # (no run)
-    with tracing.rollout_trace_attr(step=3, sample_index=1, **{wandb_run.ATTRIBUTE: "ent/runs/r8x2k1"}), \
-            tracing.trace_span("ToolAgentLoop.run", kind="agent"), \
-            tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": "hi"}) as s:  # fmt: skip
+    with (
+        tracing.rollout_trace_attr(step=3, sample_index=1, **{wandb_run.ATTRIBUTE: "ent/runs/r8x2k1"}),
+        tracing.trace_span("ToolAgentLoop.run", kind="agent"),
+        tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": "hi"}) as s,
+    ):
         s.outputs = {"response_text": "hello"}
     assert tracing.flush_tracing(60)
     tracing.shutdown_tracing(60)

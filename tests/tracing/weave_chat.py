@@ -18,9 +18,14 @@ def _has_string(obj: Any, prop: str) -> bool:
 
 
 def is_tool_call(call: Any) -> bool:
-    return (isinstance(call, dict) and _has_string(call, "id") and _has_string(call, "type")
-            and isinstance(call.get("function"), dict) and _has_string(call["function"], "name")
-            and _has_string(call["function"], "arguments"))  # fmt: skip
+    return (
+        isinstance(call, dict)
+        and _has_string(call, "id")
+        and _has_string(call, "type")
+        and isinstance(call.get("function"), dict)
+        and _has_string(call["function"], "name")
+        and _has_string(call["function"], "arguments")
+    )
 
 
 def is_tool_calls(calls: Any) -> bool:
@@ -30,8 +35,12 @@ def is_tool_calls(calls: Any) -> bool:
 
 
 def _is_placeholder(part: Any) -> bool:
-    return (isinstance(part, dict) and _has_string(part, "name") and _has_string(part, "type")
-            and ("default" not in part or isinstance(part["default"], str)))  # fmt: skip
+    return (
+        isinstance(part, dict)
+        and _has_string(part, "name")
+        and _has_string(part, "type")
+        and ("default" not in part or isinstance(part["default"], str))
+    )
 
 
 def _is_internal_message(part: Any) -> bool:

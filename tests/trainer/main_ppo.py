@@ -26,11 +26,22 @@ def train(root: Path, model: Path, *overrides: str, backend: str = "local", env:
     train_file, val_file = demo_task.write_dataset(root / "data", demo_task.problems())
     trace_dir, dump_dir = root / "traces", root / "dump"
     base = demo.overrides(model, train_file, val_file, trace_dir, STEPS, backend)
-    log = run_main_ppo([*base, f"data.train_batch_size={PROMPTS}", f"actor_rollout_ref.rollout.n={ROLLOUTS}",
-                        "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
-                        "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
-                        f"trainer.rollout_data_dir={dump_dir}", *overrides],
-                       log_path=root / "main_ppo.log", env=env, cwd=root, timeout=900, silence_s=300)  # fmt: skip
+    log = run_main_ppo(
+        [
+            *base,
+            f"data.train_batch_size={PROMPTS}",
+            f"actor_rollout_ref.rollout.n={ROLLOUTS}",
+            "actor_rollout_ref.actor.ppo_micro_batch_size_per_gpu=4",
+            "actor_rollout_ref.rollout.log_prob_micro_batch_size_per_gpu=4",
+            f"trainer.rollout_data_dir={dump_dir}",
+            *overrides,
+        ],
+        log_path=root / "main_ppo.log",
+        env=env,
+        cwd=root,
+        timeout=900,
+        silence_s=300,
+    )
     rows = [json.loads(line) for f in sorted(dump_dir.glob("*.jsonl")) for line in f.read_text().splitlines()]
     return TrainerRun(root, trace_dir, rows, log.read_text(errors="replace"))
 
@@ -38,4 +49,4 @@ def train(root: Path, model: Path, *overrides: str, backend: str = "local", env:
 def question(text: str) -> str:
     """The problem a prompt or a dumped input holds ("What is 12 * 34?")."""
     start = text.index("What is ")
-    return text[start: text.index("?", start) + 1]
+    return text[start : text.index("?", start) + 1]

@@ -31,8 +31,14 @@ def run(request, tmp_path_factory, engine_model, weave_trace_server):
     """(the engine, verl's run on it); each engine's run in a Weave project of its own."""
     engine = request.param
     env = {**os.environ, **weave_trace_server.environment()}
-    return engine, train(tmp_path_factory.mktemp(f"main_ppo_{engine}"), engine_model, f"actor_rollout_ref.rollout.name={engine}",
-                         f"trainer.project_name=ent/{engine}", backend="local,weave", env=env)  # fmt: skip
+    return engine, train(
+        tmp_path_factory.mktemp(f"main_ppo_{engine}"),
+        engine_model,
+        f"actor_rollout_ref.rollout.name={engine}",
+        f"trainer.project_name=ent/{engine}",
+        backend="local,weave",
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +97,11 @@ def test_each_loss_token_carries_the_actors_entropy_as_the_initial_model_gives_i
         assert len(values["entropy"]) == len(values["response_mask"]) and values["entropy_mean"] > 0
         if t.step != 1:
             continue
-        expected = [e for s in llm_spans(tree)
-                    for e in hf_entropies(initial, s.inputs["prompt_ids"], s.outputs["token_ids"], 1.0)]  # fmt: skip
+        expected = [
+            e
+            for s in llm_spans(tree)
+            for e in hf_entropies(initial, s.inputs["prompt_ids"], s.outputs["token_ids"], 1.0)
+        ]
         on_loss = [e for e, m in zip(values["entropy"], values["response_mask"], strict=True) if m]
         assert on_loss == pytest.approx(expected[: len(on_loss)], abs=1e-4)
         checked += 1
@@ -128,4 +137,5 @@ def test_weave_holds_one_root_call_per_trajectory(run, stored):
     roots = {c["id"]: c for c in weave_calls(f"ent/{run[0]}") if c["parent_id"] is None}
     assert set(roots) == {call_id(t.id) for t, _, _ in stored}
     assert Counter((r["attributes"]["step"], r["attributes"]["sample_index"]) for r in roots.values()) == Counter(
-        (t.step, t.sample_index) for t, _, _ in stored)
+        (t.step, t.sample_index) for t, _, _ in stored
+    )

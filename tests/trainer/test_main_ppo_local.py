@@ -31,12 +31,23 @@ def run(tmp_path_factory, demo_model):
     own batch of every step saved by ``tests.trainer.batch_probe`` in ``probe/``."""
     root = tmp_path_factory.mktemp("main_ppo_local")
     (root / "probe").mkdir()
-    env = {**os.environ, "MLFLOW_TRACKING_URI": f"sqlite:///{root}/mlruns.db",
-           "VERL_USE_EXTERNAL_MODULES": "tests.trainer.batch_probe", "ROLLSCOPE_TEST_PROBE_DIR": str(root / "probe"),
-           "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p)}  # fmt: skip
-    return train(root, demo_model, "trainer.use_v1=False", "actor_rollout_ref.actor.use_kl_loss=True",
-                 "actor_rollout_ref.actor.kl_loss_coef=0.001", "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
-                 backend="local,mlflow", env=env)  # fmt: skip
+    env = {
+        **os.environ,
+        "MLFLOW_TRACKING_URI": f"sqlite:///{root}/mlruns.db",
+        "VERL_USE_EXTERNAL_MODULES": "tests.trainer.batch_probe",
+        "ROLLSCOPE_TEST_PROBE_DIR": str(root / "probe"),
+        "PYTHONPATH": os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH")) if p),
+    }
+    return train(
+        root,
+        demo_model,
+        "trainer.use_v1=False",
+        "actor_rollout_ref.actor.use_kl_loss=True",
+        "actor_rollout_ref.actor.kl_loss_coef=0.001",
+        "actor_rollout_ref.ref.log_prob_micro_batch_size_per_gpu=4",
+        backend="local,mlflow",
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,14 +88,24 @@ def test_rewards_are_verls_numbers_for_each_trajectory(run, stored, demo_model):
     """Each stored trajectory matched to verl's dumped row by step, prompt and decoded response:
     the reward and its components are the ones verl's reward function returned."""
     tokenizer = AutoTokenizer.from_pretrained(demo_model)
-    dumped = Counter((r["step"], question(r["input"]), r["output"], r["score"], r["correct"], r["used_calculator"])
-                     for r in run.dump)  # fmt: skip
+    dumped = Counter(
+        (r["step"], question(r["input"]), r["output"], r["score"], r["correct"], r["used_calculator"]) for r in run.dump
+    )
     traced = Counter()
     for t, [root] in stored:
         details = t.attributes["reward_details"]
         assert details["source"] == "verl_reward"
         response = tokenizer.decode(root.outputs["response_ids"], skip_special_tokens=True)
-        traced[(t.step, question(last_user_message(root.inputs["raw_prompt"])), response, t.reward, details["correct"], details["used_calculator"])] += 1
+        traced[
+            (
+                t.step,
+                question(last_user_message(root.inputs["raw_prompt"])),
+                response,
+                t.reward,
+                details["correct"],
+                details["used_calculator"],
+            )
+        ] += 1
     assert traced == dumped
 
 
@@ -109,7 +130,9 @@ def test_every_trajectory_carries_its_group_and_advantage_as_verl_computed_them(
         mean, std = rewards.mean(), rewards.std()
         for t in members:
             assert t.training.group_size == ROLLOUTS
-            assert t.training.group_mean == pytest.approx(float(mean)) and t.training.group_std == pytest.approx(float(std))
+            assert t.training.group_mean == pytest.approx(float(mean)) and t.training.group_std == pytest.approx(
+                float(std)
+            )
             assert t.training.advantage == pytest.approx(float((t.reward - mean) / (std + 1e-6)), abs=1e-5)
     dumped = Counter((r["step"], r["score"]) for r in run.dump)  # verl's own dump of the batch
     assert Counter((t.training.step, t.training.values["score"]) for t, _ in stored) == dumped
@@ -153,25 +176,30 @@ def test_rescoring_with_verls_own_reward_reproduces_it_and_an_inversion_flips_a_
         same = rescore(store, "rollscope.bundled.rewards:calculator_drill", name="same", workers=2)
     assert same.trajectories == len(stored) and same.failed == 0 and same.totals()["moved"] == 0
     assert {i: r.reward for i, r in rescorings.load(run.trace_dir, "same").rewards.items()} == {
-        t.id: t.reward for t, _ in stored}
+        t.id: t.reward for t, _ in stored
+    }
     by_group: dict[tuple, list] = {}
     for t, _ in stored:
         by_group.setdefault((t.step, t.sample_index), []).append(t)
     step, sample = next(k for k, g in sorted(by_group.items()) if len({t.reward for t in g}) > 1)
+
     def truth_of(t):
         return next(s for s in t.spans if s.kind == "agent").inputs["reward_model"]["ground_truth"]
 
     truth = truth_of(by_group[(step, sample)][0])
     reward = tmp_path / "inverted.py"
-    reward.write_text("from rollscope.bundled.rewards import calculator_drill\n\n"
-                      "def inverted(data_source, solution_str, ground_truth, extra_info=None):\n"
-                      "    score = calculator_drill(data_source, solution_str, ground_truth)['score']\n"
-                      f"    return 1.0 - score if ground_truth == {truth!r} else score\n")  # fmt: skip
+    reward.write_text(
+        "from rollscope.bundled.rewards import calculator_drill\n\n"
+        "def inverted(data_source, solution_str, ground_truth, extra_info=None):\n"
+        "    score = calculator_drill(data_source, solution_str, ground_truth)['score']\n"
+        f"    return 1.0 - score if ground_truth == {truth!r} else score\n"
+    )
     with TraceStore(run.trace_dir) as store:
         report = rescore(store, f"{reward}:inverted", workers=1, step=step)
     flipped = [g for g in report.changed if g.flipped]
-    same_truth = {k for k, g in by_group.items() if k[0] == step and len({t.reward for t in g}) > 1 and
-                  truth_of(g[0]) == truth}  # fmt: skip
+    same_truth = {
+        k for k, g in by_group.items() if k[0] == step and len({t.reward for t in g}) > 1 and truth_of(g[0]) == truth
+    }
     assert {(g.step, int(g.sample_index)) for g in flipped} == same_truth
     for t, _ in stored:  # the run's own rewards untouched
         assert TraceStore(run.trace_dir).get(t.id).reward == t.reward
@@ -187,14 +215,19 @@ def test_retention_keeps_exactly_the_anomalous_groups_of_the_trainers_run(run, s
 
     copy = tmp_path / "traces"
     shutil.copytree(run.trace_dir, copy)
-    assert main(["traces", "compact", "--dir", str(copy), "--retain",
-                 "zero_variance+tool_error+error+truncated,sample=0"]) == 0
+    assert (
+        main(["traces", "compact", "--dir", str(copy), "--retain", "zero_variance+tool_error+error+truncated,sample=0"])
+        == 0
+    )
     by_group: dict[tuple, list] = {}
     for t, _ in stored:
         by_group.setdefault((t.step, t.sample_index), []).append(t)
-    expected = {k for k, g in by_group.items()
-                if len({t.reward for t in g}) == 1 or any(t.num_tool_errors or t.num_errors or t.num_truncated
-                                                         or t.turn_limit for t in g)}  # fmt: skip
+    expected = {
+        k
+        for k, g in by_group.items()
+        if len({t.reward for t in g}) == 1
+        or any(t.num_tool_errors or t.num_errors or t.num_truncated or t.turn_limit for t in g)
+    }
     with TraceStore(copy) as store:
         left = store.trajectories(limit=None)
         assert {(t.step, t.sample_index) for t in left} == expected
@@ -258,8 +291,12 @@ def test_every_token_carries_verls_own_entropy_log_probs_advantage_and_mask(run,
             n = values["length"]
             mask = batch["response_mask"][row, :n]
             assert values["response_mask"] == mask.int().tolist()
-            for name, verls in (("entropy", "entropys"), ("old_log_probs", "old_log_probs"),
-                                ("rollout_log_probs", "rollout_log_probs"), ("ref_log_probs", "ref_log_prob")):
+            for name, verls in (
+                ("entropy", "entropys"),
+                ("old_log_probs", "old_log_probs"),
+                ("rollout_log_probs", "rollout_log_probs"),
+                ("ref_log_probs", "ref_log_prob"),
+            ):
                 stored_values = torch.tensor(values[name], dtype=torch.float32)
                 assert torch.equal(stored_values, batch[verls][row, :n].float()), (tid, name)
             advantage = batch["advantages"][row, :n][mask.bool()]

@@ -19,8 +19,11 @@ ROOT = Path(__file__).resolve().parents[2]
 @pytest.fixture(scope="module")
 def refused(tmp_path_factory, engine_model):
     root = tmp_path_factory.mktemp("main_ppo_sglang_refused")
-    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "tests.trainer.sglang_sync_refused",
-           "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}  # fmt: skip
+    env = {
+        **os.environ,
+        "VERL_USE_EXTERNAL_MODULES": "tests.trainer.sglang_sync_refused",
+        "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])),
+    }
     with pytest.raises(TrainerFailed) as caught:
         train(root, engine_model, "actor_rollout_ref.rollout.name=sglang", env=env)
     return root, str(caught.value)
@@ -29,8 +32,10 @@ def refused(tmp_path_factory, engine_model):
 def test_the_run_stops_naming_sglangs_refusal_in_its_first_line(refused):
     _, message = refused
     first = message.splitlines()[0]
-    assert first.startswith("verl's main_ppo exited with 1; the first error logged: AssertionError: Attempted to load "
-                            "weight (torch.Size([63])) into parameter (torch.Size([64]))"), message[-3000:]
+    assert first.startswith(
+        "verl's main_ppo exited with 1; the first error logged: AssertionError: Attempted to load "
+        "weight (torch.Size([63])) into parameter (torch.Size([64]))"
+    ), message[-3000:]
 
 
 def test_the_step_before_the_refused_sync_is_stored_complete(refused):

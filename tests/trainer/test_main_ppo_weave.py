@@ -23,11 +23,23 @@ def run(tmp_path_factory, demo_model, weave_trace_server):
     """With verl's wandb logger too (an offline run: W&B's own files, no server), as the guide
     sets it up; the project's entity is the (test) server's default, ``ent``."""
     root = tmp_path_factory.mktemp("main_ppo_weave")
-    env = {**os.environ, **weave_trace_server.environment(), "WANDB_MODE": "offline", "WANDB_DIR": str(root),
-           "WANDB_SILENT": "true"}  # fmt: skip
-    return train(root, demo_model, "trainer.use_v1=True", "trainer.project_name=proj",
-                 "trainer.logger=['console','wandb']", "actor_rollout_ref.rollout.dtype=bfloat16", backend="weave",
-                 env=env)  # fmt: skip
+    env = {
+        **os.environ,
+        **weave_trace_server.environment(),
+        "WANDB_MODE": "offline",
+        "WANDB_DIR": str(root),
+        "WANDB_SILENT": "true",
+    }
+    return train(
+        root,
+        demo_model,
+        "trainer.use_v1=True",
+        "trainer.project_name=proj",
+        "trainer.logger=['console','wandb']",
+        "actor_rollout_ref.rollout.dtype=bfloat16",
+        backend="weave",
+        env=env,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +118,9 @@ def test_each_root_has_the_training_record_as_feedback(run, roots):
         scores = torch.tensor([p["score"] for p in group])
         for p in group:
             assert p["group_size"] == ROLLOUTS == len(group)
-            assert p["advantage"] == pytest.approx(float((p["score"] - scores.mean()) / (scores.std() + 1e-6)), abs=1e-5)
+            assert p["advantage"] == pytest.approx(
+                float((p["score"] - scores.mean()) / (scores.std() + 1e-6)), abs=1e-5
+            )
             assert p["policy_version"] == p["step"] - 1 and p["lag"] == 0
             assert p["entropy_mean"] > 0  # the v1 trainer's per-token entropies, averaged over the loss tokens
 

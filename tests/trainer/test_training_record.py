@@ -19,10 +19,20 @@ def step(advantages=None, trajectory_ids=("a", "b", None), versions=(2, 1, 2)):
     scores = torch.zeros(3, 6)
     scores[0, 4], scores[2, 1] = 1.0, 0.5
     grpo = torch.tensor([[0.7071] * 6, [-0.7071] * 6, [0.0] * 6])
-    return StepArrays(step=3, trajectory_ids=list(trajectory_ids), uids=["u", "u", "v"], response_mask=MASK,
-                      advantages=grpo if advantages is None else advantages, scores=scores, rewards=scores,
-                      lengths=torch.tensor([5, 4, 2]), old_log_probs=OLD, rollout_log_probs=ROLLOUT,
-                      min_versions=list(versions), max_versions=[2, 2, 2])  # fmt: skip
+    return StepArrays(
+        step=3,
+        trajectory_ids=list(trajectory_ids),
+        uids=["u", "u", "v"],
+        response_mask=MASK,
+        advantages=grpo if advantages is None else advantages,
+        scores=scores,
+        rewards=scores,
+        lengths=torch.tensor([5, 4, 2]),
+        old_log_probs=OLD,
+        rollout_log_probs=ROLLOUT,
+        min_versions=list(versions),
+        max_versions=[2, 2, 2],
+    )
 
 
 def test_group_advantage_and_versions_per_traced_row():
@@ -89,8 +99,13 @@ def test_verl_loads_the_join_and_it_wraps_verls_own_trainers():
     from rollscope.trainer import verl_hook
 
     verl_hook.install()  # idempotent: nothing wrapped twice
-    for method in (v0.RayPPOTrainer._update_actor, v0.RayPPOTrainer.fit, v1.PPOTrainer._compute_advantage,
-                   v1.PPOTrainer.fit, v1.compute_advantage_for_multi_trajectories):  # fmt: skip
+    for method in (
+        v0.RayPPOTrainer._update_actor,
+        v0.RayPPOTrainer.fit,
+        v1.PPOTrainer._compute_advantage,
+        v1.PPOTrainer.fit,
+        v1.compute_advantage_for_multi_trajectories,
+    ):
         assert method.__code__.co_filename == verl_hook.__file__  # rollscope's wrapper ...
         assert method.__wrapped__.__module__.startswith("verl.")  # ... around verl's own method
         assert not hasattr(method.__wrapped__, "__wrapped__")  # once

@@ -25,22 +25,44 @@ TOOLS_TEMPLATE = (
     "<tool_call>{{ c['function'] | tojson }}</tool_call>{% endfor %}{% endif %}{{ eos_token }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}{% if thinking %}<think>{% endif %}"
 )
-TOOLS = [{"type": "function", "function": {"name": "calculator", "description": "evaluates arithmetic",
-                                           "parameters": {"type": "object", "properties": {
-                                               "expression": {"type": "string", "description": "e.g. 6*7"}}}}}]
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "evaluates arithmetic",
+            "parameters": {
+                "type": "object",
+                "properties": {"expression": {"type": "string", "description": "e.g. 6*7"}},
+            },
+        },
+    }
+]
 CONVERSATIONS = [
     [{"role": "user", "content": "What is 17 * 23?"}, {"role": "assistant", "content": "The answer is 391."}],
-    [{"role": "system", "content": "  use the tool  "}, {"role": "user", "content": "calculate 3 + 4 with the tool"},
-     {"role": "assistant", "content": "", "tool_calls": [{"type": "function", "function": {
-         "name": "calculator", "arguments": {"expression": "3 + 4"}}}]},
-     {"role": "tool", "content": "7"}, {"role": "assistant", "content": "the answer is 7 — é ∑ 😀\n\n"}],
+    [
+        {"role": "system", "content": "  use the tool  "},
+        {"role": "user", "content": "calculate 3 + 4 with the tool"},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [
+                {"type": "function", "function": {"name": "calculator", "arguments": {"expression": "3 + 4"}}}
+            ],
+        },
+        {"role": "tool", "content": "7"},
+        {"role": "assistant", "content": "the answer is 7 — é ∑ 😀\n\n"},
+    ],
 ]
 
 
 @pytest.fixture(scope="module", params=["tests' own", "training demo's", "tool calling"])
 def tokenizer(request, tmp_path_factory):
-    template = {"tests' own": CHAT_TEMPLATE, "training demo's": demo_task.CHAT_TEMPLATE,
-                "tool calling": TOOLS_TEMPLATE}[request.param]  # fmt: skip
+    template = {
+        "tests' own": CHAT_TEMPLATE,
+        "training demo's": demo_task.CHAT_TEMPLATE,
+        "tool calling": TOOLS_TEMPLATE,
+    }[request.param]
     path = make_model_dir(tmp_path_factory.mktemp("tok"), chat_template=template)
     tok = AutoTokenizer.from_pretrained(path)
     tok.bos_token, tok.eos_token = "<pad>", "<eos>"
@@ -51,8 +73,9 @@ def tokenizer(request, tmp_path_factory):
 @pytest.mark.parametrize("kwargs", [None, {"thinking": True}])
 def test_the_request_renders_to_the_ids_apply_chat_template_gives(tokenizer, tools, kwargs):
     for messages in CONVERSATIONS:
-        expected = tokenizer.apply_chat_template(messages, tools=tools, tokenize=True, return_dict=False,
-                                                 **(kwargs or {}))  # fmt: skip
+        expected = tokenizer.apply_chat_template(
+            messages, tools=tools, tokenize=True, return_dict=False, **(kwargs or {})
+        )
         deferred = loop_side.request(tokenizer, messages, tools, expected, kwargs)
         assert deferred is not None and render(deferred) == list(expected)
         assert check_request(deferred) == first_difference(list(expected), list(expected))
@@ -85,8 +108,9 @@ def test_a_split_the_tokenizer_never_makes_is_told_from_a_text_that_differs(toke
     text = check_request(loop_side.request(tokenizer, messages, None, [*rendered[:at], rendered[at] + 1]))
     assert text["cause"] == "text"
 
-    run = SimpleNamespace(kind="agent", name="run", status="ok", inputs={}, outputs={},
-                          attributes={RETOKENIZATION: found})  # (a stored span, as the summary reads one)
+    run = SimpleNamespace(
+        kind="agent", name="run", status="ok", inputs={}, outputs={}, attributes={RETOKENIZATION: found}
+    )  # (a stored span, as the summary reads one)
     summary = TrajectorySummary()
     summary.add(run)
     assert summary.attributes() == {"retokenization_split": at}
@@ -129,5 +153,7 @@ def test_every_difference_is_found_each_with_its_cause(tokenizer):
 
     lines = drift_lines(found)
     assert first["said"] == "the template writes other text than the model did"
-    assert len(lines) == 2 and lines[1] == (f"at {late} (whitespace): trained on ' ', template '' — the template "
-                                            "writes it with other spacing (a tool call's JSON re-rendered, say)")
+    assert len(lines) == 2 and lines[1] == (
+        f"at {late} (whitespace): trained on ' ', template '' — the template "
+        "writes it with other spacing (a tool call's JSON re-rendered, say)"
+    )

@@ -18,9 +18,11 @@ def record_ids_only(trace_dir, tokenizer_dir, tokenizer):
     prompt = tokenizer.encode("what is six times seven")
     reply = tokenizer.encode("the answer is 42")
     tracing.init_tracing(trace_dir=str(trace_dir), experiment="ids")
-    with tracing.rollout_trace_attr(step=0, sample_index=0, rollout_n=0), \
-            tracing.trace_span("ToolAgentLoop.run", kind="agent", **{REPLAY: {"tokenizer": str(tokenizer_dir)}}), \
-            tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_ids": prompt}) as s:
+    with (
+        tracing.rollout_trace_attr(step=0, sample_index=0, rollout_n=0),
+        tracing.trace_span("ToolAgentLoop.run", kind="agent", **{REPLAY: {"tokenizer": str(tokenizer_dir)}}),
+        tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_ids": prompt}) as s,
+    ):
         s.outputs = {"token_ids": reply, "log_probs": [-0.1] * len(reply)}
     assert tracing.flush_tracing(30)
     tracing.shutdown_tracing()
@@ -39,11 +41,19 @@ def test_ids_only_trajectory_reads_as_text_everywhere(tmp_path, tiny_tokenizer):
     assert with_text(record) == 2
     assert llm.outputs["response_text"] == "the answer is 42" and llm.inputs["prompt_text"] == "what is six times seven"
 
-    shown = subprocess.run([sys.executable, "-m", "rollscope.cli", "traces", "show", t.id, "--dir", str(trace_dir)],
-                           capture_output=True, text=True, timeout=120)  # fmt: skip
+    shown = subprocess.run(
+        [sys.executable, "-m", "rollscope.cli", "traces", "show", t.id, "--dir", str(trace_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert shown.returncode == 0 and "the answer is 42" in shown.stdout, shown.stdout + shown.stderr
-    diffed = subprocess.run([sys.executable, "-m", "rollscope.cli", "traces", "diff", t.id, t.id, "--dir",
-                             str(trace_dir), "--json"], capture_output=True, text=True, timeout=120)  # fmt: skip
+    diffed = subprocess.run(
+        [sys.executable, "-m", "rollscope.cli", "traces", "diff", t.id, t.id, "--dir", str(trace_dir), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert diffed.returncode == 0 and '"text": "the answer is 42"' in diffed.stdout, diffed.stdout + diffed.stderr
     for url in serve(trace_dir):
         page = httpx.get(f"{url}/t/{t.id}", timeout=30).text
@@ -79,7 +89,9 @@ def test_ids_decode_without_transformers_exactly_as_transformers_does(tmp_path, 
     assert decoder.decode(ids) == tiny_tokenizer.decode(ids) and "<eos>" in decoder.decode(ids)
     assert decoder.decode(ids, skip_special_tokens=True) == tiny_tokenizer.decode(ids, skip_special_tokens=True)
     assert decoder.batch_decode([[i] for i in ids]) == tiny_tokenizer.batch_decode([[i] for i in ids])
-    probe = ("import sys; from rollscope.trajectory.text import load_decoder; "
-             f"print(load_decoder({str(tokenizer_dir)!r}).decode({ids!r})); print('transformers' in sys.modules)")
+    probe = (
+        "import sys; from rollscope.trajectory.text import load_decoder; "
+        f"print(load_decoder({str(tokenizer_dir)!r}).decode({ids!r})); print('transformers' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert out.stdout.splitlines() == [tiny_tokenizer.decode(ids), "False"], out.stderr

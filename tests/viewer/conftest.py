@@ -18,20 +18,35 @@ def record(trace_dir, steps=3, samples=2, rollouts=4, experiment="viewer"):
         for sample in range(samples):
             for n in range(rollouts):
                 with tracing.rollout_trace_attr(step=step, sample_index=sample, rollout_n=n, name="tool_agent"):
-                    with tracing.trace_span("ToolAgentLoop.run", kind="agent",
-                                            inputs={"raw_prompt": [{"role": "user", "content": f"What is {step} + {n}?"}]}):  # fmt: skip
-                        with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": "<bos>question"},
-                                                **{"gen_ai.usage.input_tokens": 20, "gen_ai.usage.output_tokens": 10 + n}) as s:  # fmt: skip
+                    with tracing.trace_span(
+                        "ToolAgentLoop.run",
+                        kind="agent",
+                        inputs={"raw_prompt": [{"role": "user", "content": f"What is {step} + {n}?"}]},
+                    ):
+                        with tracing.trace_span(
+                            "llm.generate",
+                            kind="llm",
+                            inputs={"prompt_text": "<bos>question"},
+                            **{"gen_ai.usage.input_tokens": 20, "gen_ai.usage.output_tokens": 10 + n},
+                        ) as s:
                             s.outputs = {"response_text": f"<tool_call>calculator {step}+{n}</tool_call>"}
-                        with tracing.trace_span("CalculatorTool.execute", kind="tool", inputs={"parameters": {"expression": f"{step}+{n}"}},
-                                                **{"tool.name": "calculator"}) as s:  # fmt: skip
+                        with tracing.trace_span(
+                            "CalculatorTool.execute",
+                            kind="tool",
+                            inputs={"parameters": {"expression": f"{step}+{n}"}},
+                            **{"tool.name": "calculator"},
+                        ) as s:
                             if n == 3:
                                 s.fail(ValueError("calculator: bad expression"))
                                 s.outputs = {"text": "Error: bad expression"}
                             else:
                                 s.outputs = {"text": HOSTILE if (step, sample, n) == (0, 0, 1) else str(step + n)}
-                        with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": "<bos>more"},
-                                                **{"gen_ai.usage.input_tokens": 40, "gen_ai.usage.output_tokens": 5}) as s:  # fmt: skip
+                        with tracing.trace_span(
+                            "llm.generate",
+                            kind="llm",
+                            inputs={"prompt_text": "<bos>more"},
+                            **{"gen_ai.usage.input_tokens": 40, "gen_ai.usage.output_tokens": 5},
+                        ) as s:
                             s.outputs = {"response_text": f"The answer is {step + n}."}
                     tracing.set_reward(float(n % 2) + step * 0.1)
     assert tracing.flush_tracing(30)
@@ -71,9 +86,11 @@ def serving_source(source):
 
 # What a hostile value tries in a page the browser draws: leave it, post a form elsewhere, change
 # where its links go. The CSP stops scripts; these it does not.
-HOSTILE_TAGS = ('<meta http-equiv="refresh" content="0;url=https://example.invalid/">',
-                '<form action="https://example.invalid/login"><input name="password"></form>',
-                '<base href="https://example.invalid/">')  # fmt: skip
+HOSTILE_TAGS = (
+    '<meta http-equiv="refresh" content="0;url=https://example.invalid/">',
+    '<form action="https://example.invalid/login"><input name="password"></form>',
+    '<base href="https://example.invalid/">',
+)
 
 
 def assert_drawn_as_text(browser, url, texts=(), shot=None):
@@ -104,8 +121,10 @@ def server(store_dir):
     yield from serve(store_dir)
 
 
-CHATML_PROMPT = ("<|im_start|>system\nYou are a calculator.<|im_end|>\n<|im_start|>user\nWhat is 6 * 7?<|im_end|>\n"
-                 "<|im_start|>assistant\n")  # fmt: skip
+CHATML_PROMPT = (
+    "<|im_start|>system\nYou are a calculator.<|im_end|>\n<|im_start|>user\nWhat is 6 * 7?<|im_end|>\n"
+    "<|im_start|>assistant\n"
+)
 TOKENS = ["The", " answer", " is", " 42", "."]
 LOG_PROBS = [-0.01, -0.2, -0.05, -3.5, -0.7]
 
@@ -120,14 +139,26 @@ def record_rich(trace_dir):
         tracing.init_tracing(project="proj", experiment=experiment, trace_dir=str(trace_dir))
         for n, reward in enumerate(rewards):
             with tracing.rollout_trace_attr(step=5, sample_index=0, rollout_n=n, name="tool_agent"):
-                with tracing.trace_span("ToolAgentLoop.run", kind="agent", inputs={
+                with tracing.trace_span(
+                    "ToolAgentLoop.run",
+                    kind="agent",
+                    inputs={
                         "raw_prompt": [{"role": "user", "content": "What is 6 * 7?"}],
-                        "reward_model": {"style": "rule", "ground_truth": "42"}}):  # fmt: skip
+                        "reward_model": {"style": "rule", "ground_truth": "42"},
+                    },
+                ):
                     with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": CHATML_PROMPT}) as s:
                         time.sleep(0.3)
-                        s.outputs = {"token_ids": [11, 12, 13, 14, 15], "token_texts": TOKENS, "log_probs": LOG_PROBS,
-                                     "response_text": "The answer is 42.<|im_end|>", "stop_reason": "completed"}  # fmt: skip
-                    with tracing.trace_span("calculator", kind="tool", inputs={"parameters": {"expression": "6*7"}}) as s:
+                        s.outputs = {
+                            "token_ids": [11, 12, 13, 14, 15],
+                            "token_texts": TOKENS,
+                            "log_probs": LOG_PROBS,
+                            "response_text": "The answer is 42.<|im_end|>",
+                            "stop_reason": "completed",
+                        }
+                    with tracing.trace_span(
+                        "calculator", kind="tool", inputs={"parameters": {"expression": "6*7"}}
+                    ) as s:
                         time.sleep(0.03)
                         s.outputs = {"text": "42"}
                     with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": "plain"}) as s:
@@ -187,10 +218,22 @@ def train_on(trace_dir, experiment="viewer"):
             if (t.step, t.sample_index, t.rollout_n) == (1, 0, 2):
                 old[i, 4], entropy[i, 5], reference[i, 1] = -2.0, 0.01, -1.3
         versions = [step - 2 if step == 2 else step - 1] * len(rows)
-        arrays = StepArrays(step=step, trajectory_ids=[t.id for t in rows], uids=uids, response_mask=mask,
-                            advantages=advantages, scores=scores, rewards=scores, lengths=torch.full((len(rows),), 6),
-                            old_log_probs=old, rollout_log_probs=rollout, min_versions=versions,
-                            max_versions=versions, entropy=entropy, ref_log_probs=reference)  # fmt: skip
+        arrays = StepArrays(
+            step=step,
+            trajectory_ids=[t.id for t in rows],
+            uids=uids,
+            response_mask=mask,
+            advantages=advantages,
+            scores=scores,
+            rewards=scores,
+            lengths=torch.full((len(rows),), 6),
+            old_log_probs=old,
+            rollout_log_probs=rollout,
+            min_versions=versions,
+            max_versions=versions,
+            entropy=entropy,
+            ref_log_probs=reference,
+        )
         for tid, record_ in records(arrays):
             tracing.get_tracer().training(tid, record_)
     assert tracing.flush_tracing(30)

@@ -21,8 +21,9 @@ def click_and_wait(driver, element, url_part):
     from selenium.webdriver.support.ui import WebDriverWait
 
     element.click()
-    WebDriverWait(driver, 20).until(lambda d: url_part in d.current_url
-                                    and d.execute_script("return document.readyState") == "complete")  # fmt: skip
+    WebDriverWait(driver, 20).until(
+        lambda d: url_part in d.current_url and d.execute_script("return document.readyState") == "complete"
+    )
 
 
 def rows(driver):
@@ -275,8 +276,13 @@ def test_the_wandb_runs_metrics_each_step_linked_to_its_trajectories(store_dir, 
     from tests.sources.wandb_runs import offline_run
 
     kl = [0.01, 0.01, 0.3, 0.31, 0.32]  # jumps at step 2 (29x its usual change of 0.01)
-    offline_run(tmp_path, [(step, {"critic/score/mean": 0.2 + 0.1 * step, "actor/entropy": 1.5 - 0.3 * step,
-                                   "actor/ppo_kl": kl[step]}) for step in range(5)])  # fmt: skip
+    offline_run(
+        tmp_path,
+        [
+            (step, {"critic/score/mean": 0.2 + 0.1 * step, "actor/entropy": 1.5 - 0.3 * step, "actor/ppo_kl": kl[step]})
+            for step in range(5)
+        ],
+    )
     httpd = make_server(str(store_dir), port=0, wandb_run=str(tmp_path))
     threading.Thread(target=httpd.serve_forever, daemon=True).start()
     try:
@@ -284,7 +290,10 @@ def test_the_wandb_runs_metrics_each_step_linked_to_its_trajectories(store_dir, 
         browser.get(url + "/metrics")
         figures = browser.find_elements(By.CSS_SELECTOR, "#charts figure")
         assert [f.find_element(By.TAG_NAME, "figcaption").text for f in figures] == [
-            "actor/entropy", "actor/ppo_kl", "critic/score/mean"]
+            "actor/entropy",
+            "actor/ppo_kl",
+            "critic/score/mean",
+        ]
         dots = figures[0].find_elements(By.CSS_SELECTOR, "a.step-link circle")
         assert len(dots) == 5 and all(d.size["width"] > 0 for d in dots)  # drawn, one a step
         shot(browser, "9-wandb-metrics")

@@ -15,8 +15,11 @@ from tests.viewer.conftest import serve
 
 SYSTEM = "<|im_start|>system\nYou are a calculator.<|im_end|>\n"
 USER = "<|im_start|>user\nWhat is 6 * 7, then plus 8?<|im_end|>\n"
-REPLIES = ['<tool_call>{"name": "calc", "arguments": {"e": "6*7"}}</tool_call>',
-           '<tool_call>{"name": "calc", "arguments": {"e": "42+8"}}</tool_call>', "It is 50."]  # fmt: skip
+REPLIES = [
+    '<tool_call>{"name": "calc", "arguments": {"e": "6*7"}}</tool_call>',
+    '<tool_call>{"name": "calc", "arguments": {"e": "42+8"}}</tool_call>',
+    "It is 50.",
+]
 TOOL_ANSWERS = ["42", "50"]
 
 
@@ -39,7 +42,11 @@ def chat_server(tmp_path_factory):
             if turn < 2:
                 with tracing.trace_span("calc", kind="tool", inputs={"parameters": {"e": "x"}}) as s:
                     s.outputs = {"text": TOOL_ANSWERS[turn]}
-        with tracing.trace_span("llm.generate", kind="llm", inputs={"prompt_text": SYSTEM + "<|im_start|>user\nA new task<|im_end|>\n<|im_start|>assistant\n"}) as s:
+        with tracing.trace_span(
+            "llm.generate",
+            kind="llm",
+            inputs={"prompt_text": SYSTEM + "<|im_start|>user\nA new task<|im_end|>\n<|im_start|>assistant\n"},
+        ) as s:
             s.outputs = {"response_text": "ok"}
     assert tracing.flush_tracing(30)
     tracing.shutdown_tracing()
@@ -56,8 +63,14 @@ def chats(page: str) -> list[list[tuple[str, str]]]:
     """Each llm turn's shown messages as (role, text), special tokens read as the text they mark."""
     out = []
     for block in re.findall(r'<div class="chat">(.*?)</div></div>', page, re.S):
-        out.append([(role, html.unescape(MARKER.sub(r"\1", text))) for role, text in
-                    re.findall(r'<div class="msg role-(\w+)"><span class="role">\w+</span><pre>(.*?)</pre>', block, re.S)])
+        out.append(
+            [
+                (role, html.unescape(MARKER.sub(r"\1", text)))
+                for role, text in re.findall(
+                    r'<div class="msg role-(\w+)"><span class="role">\w+</span><pre>(.*?)</pre>', block, re.S
+                )
+            ]
+        )
     return out
 
 
@@ -65,9 +78,15 @@ def test_each_turn_shows_only_what_is_new_and_the_page_reads_as_one_conversation
     url, trajectory = chat_server
     page = httpx.get(f"{url}/t/{trajectory}", timeout=30).text
     turns = chats(page)
-    assert turns[0] == [("system", "You are a calculator."), ("user", "What is 6 * 7, then plus 8?"),
-                        ("assistant", REPLIES[0])]  # fmt: skip
-    assert turns[1] == [("tool", "<tool_response>\n42\n</tool_response>"), ("assistant", REPLIES[1])]  # (its own bubble)
+    assert turns[0] == [
+        ("system", "You are a calculator."),
+        ("user", "What is 6 * 7, then plus 8?"),
+        ("assistant", REPLIES[0]),
+    ]
+    assert turns[1] == [
+        ("tool", "<tool_response>\n42\n</tool_response>"),
+        ("assistant", REPLIES[1]),
+    ]  # (its own bubble)
     assert turns[2] == [("tool", "<tool_response>\n50\n</tool_response>"), ("assistant", REPLIES[2])]
     # top to bottom, every message once: the conversation as the model lived it
     flat = [m for turn in turns[:3] for m in turn]
@@ -82,7 +101,7 @@ def test_special_tokens_in_a_message_are_drawn_as_markers_not_as_the_models_word
     page = httpx.get(f"{url}/t/{trajectory}", timeout=30).text
     [first_turn, *_] = re.findall(r'<div class="chat">(.*?)</div></div>', page, re.S)
     assert MARKER.findall(first_turn) == ["&lt;tool_call&gt;", "&lt;/tool_call&gt;"]
-    assert '{&#34;name&#34;: &#34;calc&#34;' in first_turn  # (the call itself stays text)
+    assert "{&#34;name&#34;: &#34;calc&#34;" in first_turn  # (the call itself stays text)
 
 
 @pytest.mark.slow
@@ -107,7 +126,13 @@ def test_markers_cover_the_families_special_tokens_and_escape_everything_else():
     from rollscope.viewer.chat import with_markers
 
     shown = str(with_markers("<bos>a <|endoftext|> <b>x</b> </s><|eot_id|><think>"))
-    assert MARKER.findall(shown) == ["&lt;bos&gt;", "&lt;|endoftext|&gt;", "&lt;/s&gt;", "&lt;|eot_id|&gt;", "&lt;think&gt;"]
+    assert MARKER.findall(shown) == [
+        "&lt;bos&gt;",
+        "&lt;|endoftext|&gt;",
+        "&lt;/s&gt;",
+        "&lt;|eot_id|&gt;",
+        "&lt;think&gt;",
+    ]
     assert "&lt;b&gt;x&lt;/b&gt;" in shown and "<b>" not in shown
 
 
@@ -121,11 +146,24 @@ def test_the_embedded_models_few_shot_prompt_reads_as_turns_with_tool_responses_
     from rollscope.configs import path
     from rollscope.trajectory.chat import messages
 
-    schema = {"type": "function", "function": {"name": "calculator", "description": "arithmetic",
-                                               "parameters": {"properties": {"expression": {}}}}}  # fmt: skip
-    prompt = Environment().from_string(Path(path("gemma_tools.jinja")).read_text()).render(
-        bos_token="<bos>", tools=[schema], messages=[{"role": "user", "content": "What is 2 + 2?"}],
-        add_generation_prompt=True)  # fmt: skip
+    schema = {
+        "type": "function",
+        "function": {
+            "name": "calculator",
+            "description": "arithmetic",
+            "parameters": {"properties": {"expression": {}}},
+        },
+    }
+    prompt = (
+        Environment()
+        .from_string(Path(path("gemma_tools.jinja")).read_text())
+        .render(
+            bos_token="<bos>",
+            tools=[schema],
+            messages=[{"role": "user", "content": "What is 2 + 2?"}],
+            add_generation_prompt=True,
+        )
+    )
     found = messages(prompt)
     assert [m.role for m in found[1:5]] == ["user", "assistant", "tool", "assistant"]
     assert found[2].content.startswith("<tool_call>") and found[3].content == "<tool_response>\n55\n</tool_response>"

@@ -16,8 +16,13 @@ from tests.viewer.conftest import serve
 def test_live_page_shows_the_running_trajectory_stalled_and_reloads_itself(tmp_path):
     trace_dir = tmp_path / "traces"
     trace_dir.mkdir()
-    writer = subprocess.Popen([sys.executable, "-c", WRITER, str(trace_dir)], stdin=subprocess.PIPE,
-                              stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONPATH": str(REPO)})  # fmt: skip
+    writer = subprocess.Popen(
+        [sys.executable, "-c", WRITER, str(trace_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
     try:
         assert writer.stdout.readline().strip() == "stuck"
         time.sleep(1.5)  # in its tool for longer than the stall bound below

@@ -75,8 +75,13 @@ def test_bad_requests_and_traversal_are_refused(server):
     assert get(server, "/compare?id=only-one").status_code == 400
     assert get(server, "/?step=x").status_code == 400
     assert get(server, "/t/nope").status_code == 404
-    for path in ("/static/../../etc/passwd", "/static/%2e%2e/%2e%2e/etc/passwd", "/t/../../etc/passwd",
-                 "/../rollscope/viewer/server.py", "/static/style.css/../../server.py"):  # fmt: skip
+    for path in (
+        "/static/../../etc/passwd",
+        "/static/%2e%2e/%2e%2e/etc/passwd",
+        "/t/../../etc/passwd",
+        "/../rollscope/viewer/server.py",
+        "/static/style.css/../../server.py",
+    ):
         response = httpx.Client().send(httpx.Request("GET", server + path), follow_redirects=False)
         assert response.status_code == 404, path
         assert "root:" not in response.text and "import" not in response.text
@@ -126,8 +131,14 @@ def test_only_its_own_host_names_are_answered(server, store_dir):
 
 def test_integers_past_64_bits_are_a_bad_request(server):
     huge = str(2**64)
-    for path in (f"/?page={huge}", f"/?step={huge}", f"/?sample={huge}", f"/group?step={huge}&sample=1",
-                 f"/group?step=0&sample={huge}", f"/steps?step=-{huge}"):  # fmt: skip
+    for path in (
+        f"/?page={huge}",
+        f"/?step={huge}",
+        f"/?sample={huge}",
+        f"/group?step={huge}&sample=1",
+        f"/group?step=0&sample={huge}",
+        f"/steps?step=-{huge}",
+    ):
         response = get(server, path)
         assert response.status_code == 400, path
         assert "out of range" in response.text
@@ -219,16 +230,42 @@ def test_every_retokenization_difference_is_listed_as_text_with_its_cause(tmp_pa
     its cause and both sides as text (escaped: a template's text is markup)."""
     from rollscope.semconv import RETOKENIZATION
 
-    check = {"match": False, "rollout_length": 40, "template_length": 44, "position": 12, "window_start": 4,
-             "rollout": [1, 2], "template": [1, 3], "difference_count": 2, "cause": "text",
-             "differences": [
-                 {"position": 12, "template_position": 12, "rollout": [], "template": [7, 8], "rollout_text": "",
-                  "template_text": "<think>\n\n</think>\n\n", "cause": "text"},
-                 {"position": 30, "template_position": 34, "rollout": [9], "template": [10, 11],
-                  "rollout_text": '{"a":1}', "template_text": '{"a": 1}', "cause": "whitespace"}]}  # fmt: skip
+    check = {
+        "match": False,
+        "rollout_length": 40,
+        "template_length": 44,
+        "position": 12,
+        "window_start": 4,
+        "rollout": [1, 2],
+        "template": [1, 3],
+        "difference_count": 2,
+        "cause": "text",
+        "differences": [
+            {
+                "position": 12,
+                "template_position": 12,
+                "rollout": [],
+                "template": [7, 8],
+                "rollout_text": "",
+                "template_text": "<think>\n\n</think>\n\n",
+                "cause": "text",
+            },
+            {
+                "position": 30,
+                "template_position": 34,
+                "rollout": [9],
+                "template": [10, 11],
+                "rollout_text": '{"a":1}',
+                "template_text": '{"a": 1}',
+                "cause": "whitespace",
+            },
+        ],
+    }
     tracing.init_tracing(trace_dir=str(tmp_path))
-    with tracing.rollout_trace_attr(step=0, sample_index=0), \
-            tracing.trace_span("Loop.run", kind="agent", **{RETOKENIZATION: check}):  # fmt: skip
+    with (
+        tracing.rollout_trace_attr(step=0, sample_index=0),
+        tracing.trace_span("Loop.run", kind="agent", **{RETOKENIZATION: check}),
+    ):
         pass
     assert tracing.flush_tracing(30)
     tracing.shutdown_tracing()
@@ -274,7 +311,7 @@ def test_compare_shows_each_trajectorys_task_and_ground_truth(recorded):
     viewer.store().close()
     page = body.decode()
     assert status == 200
-    row = page[page.index('<tr class="task">'):page.index("</tr>", page.index('<tr class="task">'))]
+    row = page[page.index('<tr class="task">') : page.index("</tr>", page.index('<tr class="task">'))]
     [answer] = [a for q, a in truth.items() if q in row]  # (its question is in the row, once)
     assert row.count(f'<span class="mono ground-truth">{answer}</span>') == 2, row
 

@@ -46,8 +46,12 @@ def test_a_trajectory_page_shows_its_training_and_colours_its_tokens_by_delta(tr
 
 def test_steps_page_draws_advantage_boxes_lag_and_the_worst_delta(trained_store):
     page = Viewer(str(trained_store)).handle("/steps")[2].decode()
-    for title in ("advantage per step", "GRPO groups with every advantage 0", "off-policy lag",
-                  "max |trainer - rollout| log-prob"):  # fmt: skip
+    for title in (
+        "advantage per step",
+        "GRPO groups with every advantage 0",
+        "off-policy lag",
+        "max |trainer - rollout| log-prob",
+    ):
         assert title in page
     assert page.count('class="step-box"') == 3  # one box per step
 
@@ -124,6 +128,6 @@ def test_the_insights_page_names_a_flagged_step_as_a_step_with_a_link_to_it(trai
     viewer.store().close()
     page = body.decode()
     assert status == 200 and "<th>flagged at</th>" in page
-    row = page[page.index('id="signal-logprob_mismatch"'):]
-    cell = row[row.index('class="flagged-steps"'):row.index("</td>", row.index('class="flagged-steps"'))]
+    row = page[page.index('id="signal-logprob_mismatch"') :]
+    cell = row[row.index('class="flagged-steps"') : row.index("</td>", row.index('class="flagged-steps"'))]
     assert 'href="/?step=1&experiment=trained"' in cell and ">step 1</a>" in cell, cell

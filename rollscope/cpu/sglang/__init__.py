@@ -25,5 +25,9 @@ ENVIRONMENT = {"SGLANG_USE_CPU_ENGINE": "1"}
 SERVER_ARGUMENTS = ("--device", "cpu", "--attention-backend", "torch_native", "--disable-overlap-schedule")
 # The same for verl's ``actor_rollout_ref.rollout.engine_kwargs.sglang``, and no memory saver (it
 # pauses GPU memory through CUDA's virtual memory API).
-ENGINE_KWARGS = {"device": "cpu", "attention_backend": "torch_native", "disable_overlap_schedule": True,
-                 "enable_memory_saver": False}  # fmt: skip
+ENGINE_KWARGS = {
+    "device": "cpu",
+    "attention_backend": "torch_native",
+    "disable_overlap_schedule": True,
+    "enable_memory_saver": False,
+}

@@ -27,8 +27,7 @@ def wheel(out: Path) -> Path:
         f"{HOOKS}.py": Path(_import_hooks.__file__).read_text(),
         f"{NAME}.pth": f"import {STARTUP}; {STARTUP}.install()\n",
     }
-    return write_wheel(out, NAME, VERSION, "sgl_kernel's stand-in and two fixes for SGLang on a CPU "
-                       "(rollscope)", files)  # fmt: skip
+    return write_wheel(out, NAME, VERSION, "sgl_kernel's stand-in and two fixes for SGLang on a CPU (rollscope)", files)
 
 
 if __name__ == "__main__":

@@ -18,8 +18,10 @@ _REFUSED = {"sgl_kernel.scalar_type"}
 
 def _missing(name: str) -> Any:
     def kernel(*args: Any, **kwargs: Any) -> NoReturn:
-        raise NotImplementedError(f"{name}: SGLang's kernel is not on this CPU (rollscope's sgl_kernel stand-in: "
-                                  "SGLang's CPU kernels need AMX)")  # fmt: skip
+        raise NotImplementedError(
+            f"{name}: SGLang's kernel is not on this CPU (rollscope's sgl_kernel stand-in: "
+            "SGLang's CPU kernels need AMX)"
+        )
 
     kernel.__name__ = kernel.__qualname__ = name.rsplit(".", 1)[-1]
     return kernel

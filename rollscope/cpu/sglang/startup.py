@@ -14,7 +14,6 @@ acts on the CPU case; installing them costs a finder on ``sys.meta_path``.
   the mask (``apply_token_bitmask_inplace_torch``, its NPU path).
 """
 
-
 TORCHVISION_META = "torchvision._meta_registrations"
 XGRAMMAR_BACKEND = "sglang.srt.constrained.xgrammar_backend"
 

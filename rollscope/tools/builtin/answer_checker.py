@@ -63,8 +63,9 @@ class AnswerCheckerTool(TracedTool):
         super().__init__(config, tool_schema or OpenAIFunctionToolSchema.model_validate(SCHEMA))
         self._instances: dict[str, dict[str, Any]] = {}
 
-    async def create(self, instance_id: str | None = None, ground_truth: str | None = None,
-                     **kwargs: Any) -> tuple[str, ToolResponse]:  # fmt: skip
+    async def create(
+        self, instance_id: str | None = None, ground_truth: str | None = None, **kwargs: Any
+    ) -> tuple[str, ToolResponse]:
         instance_id = instance_id or uuid4().hex
         create_kwargs = kwargs.get("create_kwargs") or {}
         truth = ground_truth if ground_truth is not None else create_kwargs.get("ground_truth")

@@ -31,8 +31,13 @@ SCHEMA = {
         "description": "Evaluate an arithmetic expression with + - * / // % ** and parentheses.",
         "parameters": {
             "type": "object",
-            "properties": {"expression": {"type": "string", "description": "for example (17 * 23) - 4",
-                                          "pattern": "^[0-9 .+*/%()-]+$"}},
+            "properties": {
+                "expression": {
+                    "type": "string",
+                    "description": "for example (17 * 23) - 4",
+                    "pattern": "^[0-9 .+*/%()-]+$",
+                }
+            },
             "required": ["expression"],
         },
     },

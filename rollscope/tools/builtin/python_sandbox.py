@@ -90,8 +90,12 @@ def sandbox_problem() -> str | None:
     except BoundsUnavailable as exc:
         return str(exc)
     try:
-        done = subprocess.run([*_bwrap_args(bwrap, 1, bounds), "/bin/true"], capture_output=True, timeout=30,
-                              preexec_fn=_child_setup(5, 512, None, host_uid=bounds.host_uid))  # fmt: skip
+        done = subprocess.run(
+            [*_bwrap_args(bwrap, 1, bounds), "/bin/true"],
+            capture_output=True,
+            timeout=30,
+            preexec_fn=_child_setup(5, 512, None, host_uid=bounds.host_uid),
+        )
     except (OSError, subprocess.TimeoutExpired) as exc:
         return f"bubblewrap could not start: {exc}"
     if done.returncode != 0:
@@ -103,21 +107,72 @@ def sandbox_problem() -> str | None:
 def _bwrap_args(bwrap: str, disk_mb: int, bounds: Bounds, *mounts: str) -> list[str]:
     prefix = bounds.prefix
     size = str(disk_mb * 1024 * 1024)
-    args = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
-            "--uid", str(SANDBOX_ID), "--gid", str(SANDBOX_ID), "--cap-drop", "ALL",
-            "--ro-bind", "/usr", "/usr", "--ro-bind-try", "/lib", "/lib", "--ro-bind-try", "/lib64", "/lib64",
-            "--ro-bind-try", "/bin", "/bin", "--proc", "/proc", "--dev", "/dev",
-            "--size", size, "--tmpfs", WORKDIR, "--dir", f"{WORKDIR}/tmp", "--chdir", WORKDIR,
-            "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME", WORKDIR,
-            "--setenv", "TMPDIR", f"{WORKDIR}/tmp", "--setenv", "PYTHONHASHSEED", "0"]  # fmt: skip
+    args = [
+        bwrap,
+        "--unshare-all",
+        "--unshare-user",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--uid",
+        str(SANDBOX_ID),
+        "--gid",
+        str(SANDBOX_ID),
+        "--cap-drop",
+        "ALL",
+        "--ro-bind",
+        "/usr",
+        "/usr",
+        "--ro-bind-try",
+        "/lib",
+        "/lib",
+        "--ro-bind-try",
+        "/lib64",
+        "/lib64",
+        "--ro-bind-try",
+        "/bin",
+        "/bin",
+        "--proc",
+        "/proc",
+        "--dev",
+        "/dev",
+        "--size",
+        size,
+        "--tmpfs",
+        WORKDIR,
+        "--dir",
+        f"{WORKDIR}/tmp",
+        "--chdir",
+        WORKDIR,
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--setenv",
+        "HOME",
+        WORKDIR,
+        "--setenv",
+        "TMPDIR",
+        f"{WORKDIR}/tmp",
+        "--setenv",
+        "PYTHONHASHSEED",
+        "0",
+    ]
     if not prefix.startswith("/usr/"):  # (at its own path: the interpreter's library path names it)
         args += ["--ro-bind", prefix, prefix]
     # bwrap's root and /dev are tmpfs mounts without a size: read-only once set up, nothing lands there
     return [*args, *mounts, "--remount-ro", "/dev", "--remount-ro", "/"]
 
 
-def _child_setup(cpu_s: int, memory_mb: int, cgroups: SandboxCgroups | None, *, nproc: int | None = None,
-                 host_uid: int | None = None, own_session: bool = False) -> Any:  # fmt: skip
+def _child_setup(
+    cpu_s: int,
+    memory_mb: int,
+    cgroups: SandboxCgroups | None,
+    *,
+    nproc: int | None = None,
+    host_uid: int | None = None,
+    own_session: bool = False,
+) -> Any:
     """What the child does between fork and exec: enter its cgroups, take its rlimits, and (root
     without a pids cgroup) become ``host_uid``, so that ``RLIMIT_NPROC`` binds it."""
 
@@ -171,18 +226,33 @@ class PythonSandboxTool(TracedTool):
         code = parameters.get("code")
         if not isinstance(code, str) or not code.strip():
             raise ToolError("'code' must be a non-empty string")
-        result = await run_sandboxed(code, self.wall_s, self.cpu_seconds, self.memory_mb, self.max_processes,
-                                     disk_mb=self.disk_mb, max_output_chars=self.max_output,
-                                     unsandboxed=self.unsandboxed)  # fmt: skip
+        result = await run_sandboxed(
+            code,
+            self.wall_s,
+            self.cpu_seconds,
+            self.memory_mb,
+            self.max_processes,
+            disk_mb=self.disk_mb,
+            max_output_chars=self.max_output,
+            unsandboxed=self.unsandboxed,
+        )
         text = result["output"]
         if result["status"] != "ok":
             text = f"{text}\n[{result['status']}]".strip()
         return ToolResponse(text=text or "(no output)"), 0.0, {"status": result["status"], "exit": result["exit"]}
 
 
-async def run_sandboxed(code: str, wall_s: float, cpu_s: int = 5, memory_mb: int = 512, max_procs: int = 16, *,
-                        disk_mb: int = 64, max_output_chars: int = 4000,
-                        unsandboxed: bool = False) -> dict[str, Any]:  # fmt: skip
+async def run_sandboxed(
+    code: str,
+    wall_s: float,
+    cpu_s: int = 5,
+    memory_mb: int = 512,
+    max_procs: int = 16,
+    *,
+    disk_mb: int = 64,
+    max_output_chars: int = 4000,
+    unsandboxed: bool = False,
+) -> dict[str, Any]:
     """Run ``code``; returns {"status": ok|error|timeout|killed|output_limit, "exit": code, "output": text,
     "bounds": how processes and memory were bounded}.
 
@@ -211,9 +281,27 @@ async def run_sandboxed(code: str, wall_s: float, cpu_s: int = 5, memory_mb: int
             stack.callback(os.close, info_r)
             stack.callback(_wait_gone, info_r)
             nproc = [] if bounds.nproc is None else [str(bounds.nproc)]
-            argv = [*_bwrap_args(shutil.which("bwrap"), disk_mb, bounds, "--file", str(runner_fd), "/sandbox/runner.py",
-                                 "--file", str(code_fd), f"{WORKDIR}/main.py", "--info-fd", str(info_w)),
-                    bounds.python, "-I", "-S", "/sandbox/runner.py", WORKDIR, *nproc]  # fmt: skip
+            argv = [
+                *_bwrap_args(
+                    shutil.which("bwrap"),
+                    disk_mb,
+                    bounds,
+                    "--file",
+                    str(runner_fd),
+                    "/sandbox/runner.py",
+                    "--file",
+                    str(code_fd),
+                    f"{WORKDIR}/main.py",
+                    "--info-fd",
+                    str(info_w),
+                ),
+                bounds.python,
+                "-I",
+                "-S",
+                "/sandbox/runner.py",
+                WORKDIR,
+                *nproc,
+            ]
             cwd, fds, env = None, (code_fd, runner_fd, info_w), {}
             cgroups = SandboxCgroups(bounds) if bounds.cgroups.pids or bounds.cgroups.memory else None
             if cgroups is not None:
@@ -231,15 +319,30 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
-async def _run(argv: list[str], cwd: str | None, env: dict[str, str], fds: tuple[int, ...], wall_s: float,
-               cpu_s: int, setup: Any, max_output_chars: int, own_session: bool) -> dict[str, Any]:  # fmt: skip
+async def _run(
+    argv: list[str],
+    cwd: str | None,
+    env: dict[str, str],
+    fds: tuple[int, ...],
+    wall_s: float,
+    cpu_s: int,
+    setup: Any,
+    max_output_chars: int,
+    own_session: bool,
+) -> dict[str, Any]:
     # (bwrap makes the sandbox's session itself; the unsandboxed child gets one in ``setup``, so
     # that its whole process group can be killed)
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, cwd=cwd, env=env, pass_fds=fds, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.STDOUT, preexec_fn=setup,
-        )  # fmt: skip
+            *argv,
+            cwd=cwd,
+            env=env,
+            pass_fds=fds,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT,
+            preexec_fn=setup,
+        )
     finally:
         if fds:  # the write end of bwrap's info pipe is bwrap's alone now
             os.close(fds[-1])

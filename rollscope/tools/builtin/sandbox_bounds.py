@@ -72,10 +72,16 @@ class Bounds:
 
     def describe(self) -> str:
         c = self.cgroups
-        procs = (f"a pids cgroup ({'v1' if c.v1_pids else 'v2'})" if c.pids
-                 else "RLIMIT_NPROC in the sandbox's user namespace")  # fmt: skip
-        memory = (f"a memory cgroup ({'v1' if c.v1_memory else 'v2'})" if c.memory
-                  else f"RLIMIT_AS {self.process_memory_mb} MB per process x {self.processes} processes")  # fmt: skip
+        procs = (
+            f"a pids cgroup ({'v1' if c.v1_pids else 'v2'})"
+            if c.pids
+            else "RLIMIT_NPROC in the sandbox's user namespace"
+        )
+        memory = (
+            f"a memory cgroup ({'v1' if c.v1_memory else 'v2'})"
+            if c.memory
+            else f"RLIMIT_AS {self.process_memory_mb} MB per process x {self.processes} processes"
+        )
         uid = f"; as host uid {self.host_uid}" if self.host_uid is not None else ""
         return f"{self.processes} processes by {procs}; {self.memory_mb} MB by {memory}{uid}"
 
@@ -103,9 +109,11 @@ def interpreter_for(uid: int | None) -> tuple[str, str]:
         if _world_readable(binary, where) if uid is not None else _readable(binary, where):
             return binary, where
     who = f"uid {uid} (as root without a pids cgroup, the sandbox runs as that uid)" if uid else "this user"
-    raise BoundsUnavailable(f"{who} cannot read this interpreter ({own}) nor {SYSTEM_PYTHON}: install "
-                            "Debian's python3, or run where a pids cgroup can be made (cgroup v1 as root, "
-                            "or a delegated cgroup v2 subtree)")  # fmt: skip
+    raise BoundsUnavailable(
+        f"{who} cannot read this interpreter ({own}) nor {SYSTEM_PYTHON}: install "
+        "Debian's python3, or run where a pids cgroup can be made (cgroup v1 as root, "
+        "or a delegated cgroup v2 subtree)"
+    )
 
 
 def _readable(binary: str, prefix: str) -> bool:
@@ -201,8 +209,9 @@ class SandboxCgroups:
         name = f"rollscope-sandbox-{uuid.uuid4().hex[:12]}"
         memory = str(bounds.memory_mb * 1024 * 1024)
         if c.v2_parent is not None:
-            self._make(c.v2_parent / name, {"pids.max": str(bounds.processes), "memory.max": memory,
-                                            "memory.swap.max": "0"})  # fmt: skip
+            self._make(
+                c.v2_parent / name, {"pids.max": str(bounds.processes), "memory.max": memory, "memory.swap.max": "0"}
+            )
         if c.v1_pids is not None:
             self._make(c.v1_pids / name, {"pids.max": str(bounds.processes)})
         if c.v1_memory is not None:

@@ -19,21 +19,50 @@ ALLOWED_READ = tuple(
     os.path.realpath(p) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.__file__)}
 )
 BLOCKED_EVENTS = {
-    "socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo",
-    "subprocess.Popen", "os.system", "os.fork", "os.forkpty", "os.posix_spawn", "os.spawn", "os.exec",
-    "os.kill", "os.killpg", "ctypes.dlopen", "ctypes.cdata", "ctypes.call_function",
-    "sys.addaudithook", "os.chdir", "os.chroot",
-}  # fmt: skip
+    "socket.__new__",
+    "socket.connect",
+    "socket.bind",
+    "socket.getaddrinfo",
+    "subprocess.Popen",
+    "os.system",
+    "os.fork",
+    "os.forkpty",
+    "os.posix_spawn",
+    "os.spawn",
+    "os.exec",
+    "os.kill",
+    "os.killpg",
+    "ctypes.dlopen",
+    "ctypes.cdata",
+    "ctypes.call_function",
+    "sys.addaudithook",
+    "os.chdir",
+    "os.chroot",
+}
 
 
 # Other file-system events whose path arguments are checked like open's (reading: listing a directory;
 # writing: anything that changes the file system).
 READ_EVENTS = {"os.listdir", "os.scandir"}
 WRITE_EVENTS = {
-    "os.remove", "os.rename", "os.rmdir", "os.mkdir", "os.chmod", "os.chown", "os.truncate", "os.utime",
-    "os.link", "os.symlink", "shutil.copyfile", "shutil.copymode", "shutil.copystat", "shutil.rmtree",
-    "shutil.move", "shutil.make_archive", "shutil.unpack_archive",
-}  # fmt: skip
+    "os.remove",
+    "os.rename",
+    "os.rmdir",
+    "os.mkdir",
+    "os.chmod",
+    "os.chown",
+    "os.truncate",
+    "os.utime",
+    "os.link",
+    "os.symlink",
+    "shutil.copyfile",
+    "shutil.copymode",
+    "shutil.copystat",
+    "shutil.rmtree",
+    "shutil.move",
+    "shutil.make_archive",
+    "shutil.unpack_archive",
+}
 
 
 class SandboxViolation(PermissionError):

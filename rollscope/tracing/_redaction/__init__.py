@@ -63,8 +63,9 @@ class Redactor:
     #: How often ``refresh_environment`` looks at the environment again, at most.
     REFRESH_S = 0.1
 
-    def __init__(self, extra_patterns: Iterable[str] = (), include_environment: bool = True,
-                 preload: bool = True) -> None:  # fmt: skip
+    def __init__(
+        self, extra_patterns: Iterable[str] = (), include_environment: bool = True, preload: bool = True
+    ) -> None:
         """``preload``: start loading the rules now (on the engine's own thread), so the first
         string does not wait for them; else at the first string (a traced process whose trace
         sidecar redacts never loads them: ~0.5 s of CPU, and detect-secrets' imports)."""
@@ -131,8 +132,10 @@ class Redactor:
             end = min(b - starts[i], len(strings[i]))  # (a finding never reaches past its own string)
             if a - starts[i] < end:
                 found[i].append((a - starts[i], end, rule))
-        return [self._redacted(s, f, max(0, min(len(s), scanned - at)))
-                for s, f, at in zip(strings, found, starts, strict=True)]  # fmt: skip
+        return [
+            self._redacted(s, f, max(0, min(len(s), scanned - at)))
+            for s, f, at in zip(strings, found, starts, strict=True)
+        ]
 
     def _scan(self, s: str) -> tuple[list[tuple[int, int, str]], int]:
         """What the engine's rules find in ``s``, and how far it was scanned (``len(s)``: all of it).
@@ -245,6 +248,8 @@ _DENSE_MIN = 8  # (and more than this many in the piece: a short probe needs mor
 def _dense_mark(chars: int) -> str:
     """What stands for a value's rest that was masked unscanned: how much, and why."""
     return f"[REDACTED: {chars:,} more characters, too dense with secrets to scan]"
+
+
 _KEYWORDS: list[Keywords] = []
 
 

@@ -44,12 +44,26 @@ def rules() -> list[dict]:
                 continue
             seen.add(pattern.pattern)
             assignment = pattern.pattern.startswith(_ASSIGNMENT_PREFIX)
-            rules.append({"name": f"detect-secrets {cls.__name__}",
-                          "id": f"{ASSIGNMENT if assignment else DETECTOR}{len(rules) + 1}",
-                          "pattern": translated(pattern), "min_entropy": 0, "confidence": "low"})  # fmt: skip
+            rules.append(
+                {
+                    "name": f"detect-secrets {cls.__name__}",
+                    "id": f"{ASSIGNMENT if assignment else DETECTOR}{len(rules) + 1}",
+                    "pattern": translated(pattern),
+                    "min_entropy": 0,
+                    "confidence": "low",
+                }
+            )
     words = "|".join(keyword.DENYLIST)
-    rules.append({"name": "detect-secrets' key words (a line for its keyword detector)", "id": KEYWORD_POINTER,
-                  "pattern": f"(?i)(?:{words})", "min_entropy": 0, "confidence": "low", "visible": False})  # fmt: skip
+    rules.append(
+        {
+            "name": "detect-secrets' key words (a line for its keyword detector)",
+            "id": KEYWORD_POINTER,
+            "pattern": f"(?i)(?:{words})",
+            "min_entropy": 0,
+            "confidence": "low",
+            "visible": False,
+        }
+    )
     return rules
 
 
@@ -124,8 +138,9 @@ class Keywords:
         patterns: dict[re.Pattern[str], int] = {}
         for table in (*keyword.REGEX_BY_FILETYPE.values(), keyword.QUOTES_REQUIRED_DENYLIST_REGEX_TO_GROUP):
             patterns.update(table)
-        self._anchored = [(p, g) for p, g in patterns.items() if p.pattern.startswith("(")
-                          and not p.pattern.startswith(_QUOTE_FIRST)]  # fmt: skip
+        self._anchored = [
+            (p, g) for p, g in patterns.items() if p.pattern.startswith("(") and not p.pattern.startswith(_QUOTE_FIRST)
+        ]
         self._reversed = [(p, g) for p, g in patterns.items() if (p, g) not in self._anchored]
 
     def spans(self, s: str, pointers: list[tuple[int, int]]) -> list[tuple[int, int]]:

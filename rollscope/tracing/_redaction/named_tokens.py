@@ -21,8 +21,21 @@ CANDIDATE = "rollscope.named-token"
 STANDALONE = "rollscope.standalone-token"
 
 # Words that name a credential as a word or as the end of a name (``bulksmsKey``).
-_CREDENTIAL_WORDS = ("key", "token", "secret", "passwd", "password", "pwd", "credential", "credentials",
-                     "auth", "apikey", "sig", "signature", "bearer")  # fmt: skip
+_CREDENTIAL_WORDS = (
+    "key",
+    "token",
+    "secret",
+    "passwd",
+    "password",
+    "pwd",
+    "credential",
+    "credentials",
+    "auth",
+    "apikey",
+    "sig",
+    "signature",
+    "bearer",
+)
 # Vendor names that are also words of ordinary text or code (``line``, ``close``, ``reply``), or
 # too general to mean the vendor.
 _NOT_NAMES = frozenset(
@@ -52,10 +65,13 @@ _BESIDE_LINES = 2
 # of a base64 blob never are; "=" only as padding: ``NAME=value`` is two), a line of a base64 blob
 # left alone.
 _CHARS = r"[A-Za-z0-9_\-.~]"
-_STANDALONE_PATTERN = (r"""(?:^|[\s"'`{(<>=:,\[])("""
-                       + "|".join(f"{_CHARS}*{a}{_CHARS}*{b}{_CHARS}*{c}{_CHARS}*" for a, b, c in permutations(
-                           ("[0-9]", "[A-Z]", "[a-z]")))  # a digit, a capital and a small letter, in any order
-                       + r"""={0,2})(?:[\s"'`})<>,;\]]|$)""")
+_STANDALONE_PATTERN = (
+    r"""(?:^|[\s"'`{(<>=:,\[])("""
+    + "|".join(
+        f"{_CHARS}*{a}{_CHARS}*{b}{_CHARS}*{c}{_CHARS}*" for a, b, c in permutations(("[0-9]", "[A-Z]", "[a-z]"))
+    )  # a digit, a capital and a small letter, in any order
+    + r"""={0,2})(?:[\s"'`})<>,;\]]|$)"""
+)
 _STANDALONE_LENGTH = range(20, 201)  # (shorter: class names of ML code, GSM8KAgent.run, Wav2Vec2ForCTC)
 _BLOB_LINES = (64, 76)  # PEM's and MIME's base64 lines
 # ids that LLM APIs write into tool calls and responses (OpenAI, vLLM, Anthropic): not credentials
@@ -90,19 +106,36 @@ def candidate_rules(names: list[str]) -> list[dict]:
     longest_first = sorted(_CREDENTIAL_WORDS, key=len, reverse=True)
     words = "|".join(longest_first)
     capitalized = "|".join(w for word in longest_first for w in (word.title(), word.upper()))
-    rules = [{"name": "A credential word", "id": f"{CANDIDATE}.words",
-              "pattern": f"(?i)(?:^|[^a-z0-9])({words})(?:[^a-z]|$)"},
-             {"name": "A credential word ending a name", "id": f"{CANDIDATE}.words-ending",
-              "pattern": f"[a-z0-9]({capitalized})(?:[^a-z]|$)"}]  # fmt: skip
-    rules += [{"name": f"The name {name}", "id": f"{CANDIDATE}.{name}", "pattern": f"(?i)\\b({name})[\\s:=\"'({{\\[]"}
-              for name in names if name not in _CREDENTIAL_WORDS]  # fmt: skip
+    rules = [
+        {
+            "name": "A credential word",
+            "id": f"{CANDIDATE}.words",
+            "pattern": f"(?i)(?:^|[^a-z0-9])({words})(?:[^a-z]|$)",
+        },
+        {
+            "name": "A credential word ending a name",
+            "id": f"{CANDIDATE}.words-ending",
+            "pattern": f"[a-z0-9]({capitalized})(?:[^a-z]|$)",
+        },
+    ]
+    rules += [
+        {"name": f"The name {name}", "id": f"{CANDIDATE}.{name}", "pattern": f"(?i)\\b({name})[\\s:=\"'({{\\[]"}
+        for name in names
+        if name not in _CREDENTIAL_WORDS
+    ]
     return [{**rule, "min_entropy": 0, "confidence": "low", "visible": False} for rule in rules]
 
 
 def standalone_rule() -> dict:
     """The engine's rule for a token with no name before it."""
-    return {"name": "A standalone token", "id": STANDALONE, "pattern": _STANDALONE_PATTERN, "min_entropy": 0,
-            "confidence": "low", "visible": False}  # fmt: skip
+    return {
+        "name": "A standalone token",
+        "id": STANDALONE,
+        "pattern": _STANDALONE_PATTERN,
+        "min_entropy": 0,
+        "confidence": "low",
+        "visible": False,
+    }
 
 
 def after_name(s: str, start: int, end: int) -> list[tuple[int, int]]:
@@ -170,8 +203,10 @@ def standalone(s: str, start: int, end: int) -> list[tuple[int, int]]:
 
 
 # What data is called where it is written: the value of such a key is data, whatever it looks like.
-_DATA_WORDS = ("data|image|images|img|audio|video|bytes|blob|b64|base64|b64_json|payload|content|raw|encoded|body|"
-               "file|attachment|thumbnail|pixels|embedding|array")
+_DATA_WORDS = (
+    "data|image|images|img|audio|video|bytes|blob|b64|base64|b64_json|payload|content|raw|encoded|body|"
+    "file|attachment|thumbnail|pixels|embedding|array"
+)
 _DATA_KEY = re.compile(rf"""(?i)["']?\b(?:{_DATA_WORDS})["']?\s*[:=]\s*["']?$""")
 _DATA_URL = re.compile(r"(?i)data:[\w.+-]+/[\w.+-]+(?:;[\w.+-]+=[\w.+-]+)*;base64,$")
 
@@ -181,7 +216,7 @@ def is_data(s: str, start: int, end: int) -> bool:
     (``data:image/png;base64,…``), base64 with its padding (``…CqE=``: a key that ends so is
     written after its name, where ``after_name`` finds it), or the value of a key that names data
     (``"image": "…"``, ``b64_json=…``)."""
-    before = s[max(0, start - 64):start]
+    before = s[max(0, start - 64) : start]
     if _DATA_URL.search(before):
         return True
     token = s[start:end]
@@ -191,8 +226,14 @@ def is_data(s: str, start: int, end: int) -> bool:
 
 
 def _quoted_key(token: str) -> bool:
-    return (sum(map(str.isdigit, token)) >= 2 and not _HEX.fullmatch(token) and not token.startswith(_API_IDS)
-            and "=" not in token[:-2] and _readable(token) < 0.34 and looks_generated(token))  # fmt: skip
+    return (
+        sum(map(str.isdigit, token)) >= 2
+        and not _HEX.fullmatch(token)
+        and not token.startswith(_API_IDS)
+        and "=" not in token[:-2]
+        and _readable(token) < 0.34
+        and looks_generated(token)
+    )
 
 
 def looks_generated(token: str, strict: bool = False) -> bool:

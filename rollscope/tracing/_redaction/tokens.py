@@ -50,4 +50,3 @@ def redacted(ids: list[int], positions: list[int]) -> list[int]:
     for p in positions:
         out[p] = REDACTED_ID
     return out
-

@@ -190,10 +190,11 @@ class Sidecar:
         received = self.received + self.backlog.events
         undelivered = {w.name: received - w.position for w in self.exporter.workers if received > w.position}
         spooled = {w.name: str(w.spool.own.path) for w in self.exporter.workers if w.spool is not None}
-        message = (f"rollscope trace sidecar {os.getpid()}: its traced process {traced} ended {ORPHAN_S:g} s ago "
-                   f"and a backend has not finished; exiting with events not confirmed delivered: {undelivered}"
-                   + (f"; what was spooled stays in {spooled} for the next tracer of that destination" if spooled
-                      else ""))  # fmt: skip
+        message = (
+            f"rollscope trace sidecar {os.getpid()}: its traced process {traced} ended {ORPHAN_S:g} s ago "
+            f"and a backend has not finished; exiting with events not confirmed delivered: {undelivered}"
+            + (f"; what was spooled stays in {spooled} for the next tracer of that destination" if spooled else "")
+        )
         with contextlib.suppress(OSError):
             os.write(2, (message + "\n").encode())
         os._exit(3)

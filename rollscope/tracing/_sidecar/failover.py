@@ -51,12 +51,18 @@ class Failover:
                 workers.append(worker)
         names = ", ".join(name for name, _, _ in self.config["backends"])
         lost = ", ".join(f"{n} {name}" for name, n in self.lost.items() if n)
-        log.warning("trace sidecar (pid %d) stopped: %s; %s continue in this process%s", self.pid, why, names,
-                    f"; events lost: {lost}" if lost else ", nothing lost")  # fmt: skip
+        log.warning(
+            "trace sidecar (pid %d) stopped: %s; %s continue in this process%s",
+            self.pid,
+            why,
+            names,
+            f"; events lost: {lost}" if lost else ", nothing lost",
+        )
         self.workers = workers
 
-    def _continue(self, name: str, path: str, options: dict[str, Any], sent: int, acked: dict[str, int],
-                  replay: ReplayLog) -> BackendWorker | None:  # fmt: skip
+    def _continue(
+        self, name: str, path: str, options: dict[str, Any], sent: int, acked: dict[str, int], replay: ReplayLog
+    ) -> BackendWorker | None:
         resume = self.resume.get(name)
         if resume:
             try:

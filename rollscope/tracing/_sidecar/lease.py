@@ -49,4 +49,3 @@ def wait_released(path: str | os.PathLike, timeout: float) -> bool:
                 time.sleep(POLL_S)
     finally:
         os.close(fd)
-

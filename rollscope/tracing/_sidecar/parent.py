@@ -35,8 +35,12 @@ class SidecarWorker:
         self.process = SidecarProcess(self.config)
         self.failover = Failover(self.config, self.process.resume, self.process.pid)
         wire.cut_before_crossing(config.get("max_payload_chars"))  # (what the sidecar would cut is not piped)
-        self.sender = Sender(self.process.send, self.failover, keep_for_replay=any(self.process.resume.values()),
-                             secrets=self.process.secrets)  # fmt: skip
+        self.sender = Sender(
+            self.process.send,
+            self.failover,
+            keep_for_replay=any(self.process.resume.values()),
+            secrets=self.process.secrets,
+        )
         self.pack = self.sender.pack
         self._child_stats: dict[str, dict[str, Any]] = {}
         self._closing = False

@@ -45,8 +45,9 @@ class SidecarError(RuntimeError):
     """The sidecar could not be started (its backends then run in the traced process)."""
 
 
-def greet(out_fd: int, in_fd: int, config: dict[str, Any],
-          timeout: float = START_TIMEOUT_S) -> tuple[int, dict[str, Any]]:  # fmt: skip
+def greet(
+    out_fd: int, in_fd: int, config: dict[str, Any], timeout: float = START_TIMEOUT_S
+) -> tuple[int, dict[str, Any]]:
     """Send ``config`` and wait for the child's answer: its pid and each backend's options for
     continuing it in this process (``TraceBackend.resume_options``). The backends' own errors (a
     trace directory that cannot be created) are raised as they are; no answer or a garbled one is
@@ -132,8 +133,11 @@ class SidecarProcess:
         at work is left to finish on its own (``child.ORPHAN_S``): it holds what was sent to it."""
         exited = self.wait(timeout)
         if not exited:
-            log.warning("trace sidecar (pid %d) is still storing what it was sent; it goes on after this "
-                        "process stops waiting for it", self.pid)  # fmt: skip
+            log.warning(
+                "trace sidecar (pid %d) is still storing what it was sent; it goes on after this "
+                "process stops waiting for it",
+                self.pid,
+            )
         self._close_pipes(reading=False)
         return exited
 
@@ -165,8 +169,11 @@ class _Launch:
         try:
             self.launcher = subprocess.Popen(
                 [sys.executable, "-c", _CHILD.format(warm)],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0, close_fds=True,
-            )  # fmt: skip
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                bufsize=0,
+                close_fds=True,
+            )
         except OSError as exc:
             raise SidecarError(f"cannot start the trace sidecar: {exc}") from exc
 

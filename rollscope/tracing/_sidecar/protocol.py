@@ -69,8 +69,12 @@ def shaper_for(config: dict[str, Any]) -> EventShaper | None:
         return None
     token2text = bool(config.get("token2text"))
     default = config.get("tokenizer")
-    shaper = PayloadShaper(Redactor(tuple(config["redact_patterns"])), config["max_payload_chars"], token2text,
-                           sidecar_tokenizer(default) if default else None)  # fmt: skip
+    shaper = PayloadShaper(
+        Redactor(tuple(config["redact_patterns"])),
+        config["max_payload_chars"],
+        token2text,
+        sidecar_tokenizer(default) if default else None,
+    )
     return EventShaper(shaper, sidecar_tokenizer)
 
 
@@ -87,13 +91,15 @@ def sidecar_tokenizer(name: str) -> Any:
     tokenizer = load_decoder(name)
     if tokenizer is None and name not in _unloadable:
         _unloadable.add(name)
-        log.warning("the trace sidecar cannot load the tokenizer %r: its token ids are stored as they came, "
-                    "not checked for the tokens of a secret (nor decoded, with token2text)", name)  # fmt: skip
+        log.warning(
+            "the trace sidecar cannot load the tokenizer %r: its token ids are stored as they came, "
+            "not checked for the tokens of a secret (nor decoded, with token2text)",
+            name,
+        )
     return tokenizer
 
 
-def worker_for(config: dict[str, Any], path: str, options: dict[str, Any],
-                resume: dict | None = None) -> BackendWorker:  # fmt: skip
+def worker_for(config: dict[str, Any], path: str, options: dict[str, Any], resume: dict | None = None) -> BackendWorker:
     from rollscope.tracing.backends.registry import load_class
 
     return BackendWorker(load_class(path)(**config["settings"], **options, **(resume or {})), config["max_queue"])

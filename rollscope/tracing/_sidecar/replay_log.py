@@ -40,7 +40,7 @@ class ReplayLog:
     def since(self, start: int) -> Iterator[list[Any]]:
         """The kept events numbered ``start`` and after, frame by frame."""
         for first, _end, body in self._frames:
-            events = self._unpack(body)[max(0, start - first):]
+            events = self._unpack(body)[max(0, start - first) :]
             if events:
                 yield events
 

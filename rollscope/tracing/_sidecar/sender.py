@@ -37,8 +37,9 @@ class Sender:
     One lock guards what the child's death changes: the count of events sent, the replay log, the
     flush markers in flight and whether the ``Failover`` has taken over."""
 
-    def __init__(self, send: Callable[[int, bytes], None], failover: Failover, *, keep_for_replay: bool,
-                 secrets: list[str]) -> None:  # fmt: skip
+    def __init__(
+        self, send: Callable[[int, bytes], None], failover: Failover, *, keep_for_replay: bool, secrets: list[str]
+    ) -> None:
         """``secrets``: the secret values the child's environment started with."""
         self.outbox: deque = deque()  # packed records (bytes) and flush events, in order
         self.pack = functools.partial(wire.pack_into, self.outbox.append, self._pack_failed)

@@ -48,9 +48,13 @@ def local_dir_for(trace_dir: os.PathLike, mountinfo: str | None = None) -> str |
     local = node_local_dir(trace_dir)
     if str(trace_dir) not in _announced:
         _announced.add(str(trace_dir))
-        log.warning("trace store %s is on %s: writing its live database on this node's %s and publishing sealed "
-                    "segments into the store (set local_dir or ROLLSCOPE_LOCAL_DIR to choose)", trace_dir, fstype,
-                    local)  # fmt: skip
+        log.warning(
+            "trace store %s is on %s: writing its live database on this node's %s and publishing sealed "
+            "segments into the store (set local_dir or ROLLSCOPE_LOCAL_DIR to choose)",
+            trace_dir,
+            fstype,
+            local,
+        )
     return str(local)
 
 
@@ -80,9 +84,13 @@ class LocalBackend(TraceBackend):
         are sealed: the groups it does not keep never reach the shared directory."""
         super().__init__(project=project, experiment=experiment)
         local_dir = local_dir or os.environ.get(ENV_LOCAL_DIR) or local_dir_for(resolve_dir(trace_dir))
-        self.writer = ShardWriter(resolve_dir(trace_dir), existing=resume_shard, local_dir=local_dir,
-                                  publish_interval_s=float(publish_interval_s),
-                                  retain=parse_policy(retain) if retain else None)  # fmt: skip
+        self.writer = ShardWriter(
+            resolve_dir(trace_dir),
+            existing=resume_shard,
+            local_dir=local_dir,
+            publish_interval_s=float(publish_interval_s),
+            retain=parse_policy(retain) if retain else None,
+        )
         # Rows to write; a trajectory that started since the last flush is held as itself, its
         # row built at the flush if it is still running then (most end before: one row, not two).
         self._trajectories: dict[str, tuple | Trajectory] = {}
@@ -104,8 +112,9 @@ class LocalBackend(TraceBackend):
         self.stored_trajectories = 0  # finished trajectories made durable
         self.stored_spans = 0
 
-    def _row(self, t: Trajectory, rewarded: tuple[float | None, dict[str, Any]] | None = None,
-             running: bool = False) -> tuple:  # fmt: skip
+    def _row(
+        self, t: Trajectory, rewarded: tuple[float | None, dict[str, Any]] | None = None, running: bool = False
+    ) -> tuple:
         """``running``: as its start event said, whatever the object says by now (in this process
         the traced code may have ended it before its end event reaches this backend)."""
         summary = self._open.get(t.id, _EMPTY)
@@ -114,15 +123,27 @@ class LocalBackend(TraceBackend):
             extra = {**extra, REWARD_DETAILS: rewarded[1]}
         attributes = {**t.attributes, **extra} if extra else t.attributes
         reward = t.reward if rewarded is None or rewarded[0] is None else rewarded[0]
-        return trajectory_row({
-            "id": t.id, "project": t.project, "experiment": t.experiment, "step": t.step,
-            "sample_index": t.sample_index, "rollout_n": t.rollout_n, "validate": int(t.validate),
-            "agent_name": t.agent_name, "status": "running" if running else t.status, "reward": reward,
-            "start_ns": t.start_ns, "end_ns": None if running else t.end_ns,
-            "error_type": None if running else t.error_type, "error_message": None if running else t.error_message,
-            "attributes": encode_json(attributes).decode() if attributes else None,
-            "replay_of": t.attributes.get(REPLAY_OF), **dict(zip(SUMMARY_COLUMNS, summary.columns(), strict=True)),
-        })  # fmt: skip
+        return trajectory_row(
+            {
+                "id": t.id,
+                "project": t.project,
+                "experiment": t.experiment,
+                "step": t.step,
+                "sample_index": t.sample_index,
+                "rollout_n": t.rollout_n,
+                "validate": int(t.validate),
+                "agent_name": t.agent_name,
+                "status": "running" if running else t.status,
+                "reward": reward,
+                "start_ns": t.start_ns,
+                "end_ns": None if running else t.end_ns,
+                "error_type": None if running else t.error_type,
+                "error_message": None if running else t.error_message,
+                "attributes": encode_json(attributes).decode() if attributes else None,
+                "replay_of": t.attributes.get(REPLAY_OF),
+                **dict(zip(SUMMARY_COLUMNS, summary.columns(), strict=True)),
+            }
+        )
 
     def on_trajectory_start(self, trajectory: Trajectory) -> None:
         self._open[trajectory.id] = TrajectorySummary()
@@ -169,18 +190,29 @@ class LocalBackend(TraceBackend):
 
     def flush(self) -> None:
         position = self._position
-        if not (self._trajectories or self._spans or self._rewards or self._rewarded_unwritten or self._late_counts
-                or self._training or position is not None):  # fmt: skip
+        if not (
+            self._trajectories
+            or self._spans
+            or self._rewards
+            or self._rewarded_unwritten
+            or self._late_counts
+            or self._training
+            or position is not None
+        ):
             return
         trajectories = self._trajectories
         for tid, row in trajectories.items():
             if type(row) is not tuple:
                 trajectories[tid] = self._row(row, running=True)
-        rewards = [*self._rewards, *((tid, *self._rewarded[tid]) for tid in self._rewarded_unwritten)] \
-            if self._rewarded_unwritten else self._rewards  # fmt: skip
+        rewards = (
+            [*self._rewards, *((tid, *self._rewarded[tid]) for tid in self._rewarded_unwritten)]
+            if self._rewarded_unwritten
+            else self._rewards
+        )
         try:
-            self.writer.write(self._trajectories.values(), self._spans, rewards, self._late_counts, position,
-                              self._training)  # fmt: skip
+            self.writer.write(
+                self._trajectories.values(), self._spans, rewards, self._late_counts, position, self._training
+            )
             self._position = None
             self._count_stored(self._trajectories.values(), len(self._spans))
         except sqlite3.OperationalError:
@@ -257,12 +289,19 @@ class LocalBackend(TraceBackend):
 
     def counts(self) -> dict[str, int]:
         """Exact: what is durable, what waits in memory for room, what was given up."""
-        return {"stored_trajectories": self.stored_trajectories, "stored_spans": self.stored_spans,
-                "retained_trajectories": len(self._trajectories), "retained_spans": len(self._spans),
-                "lost_trajectories": self.lost_trajectories, "refused_rows": self.refused_rows,
-                **({"rewards_after_seal": publisher.rewards_after_seal,
-                    "retention_dropped": publisher.retention_dropped}
-                   if (publisher := self.writer.publisher) is not None else {})}  # fmt: skip
+        return {
+            "stored_trajectories": self.stored_trajectories,
+            "stored_spans": self.stored_spans,
+            "retained_trajectories": len(self._trajectories),
+            "retained_spans": len(self._spans),
+            "lost_trajectories": self.lost_trajectories,
+            "refused_rows": self.refused_rows,
+            **(
+                {"rewards_after_seal": publisher.rewards_after_seal, "retention_dropped": publisher.retention_dropped}
+                if (publisher := self.writer.publisher) is not None
+                else {}
+            ),
+        }
 
     def close(self) -> None:
         try:

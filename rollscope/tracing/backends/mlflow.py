@@ -66,8 +66,14 @@ class MlflowBackend(TrajectoryBackend):
     out_of_process = True  # encoding and export, off the traced process
     options = frozenset({"mlflow_tracking_uri", "mlflow_experiment"})
 
-    def __init__(self, *, project: str | None = None, experiment: str | None = None,
-                 mlflow_tracking_uri: str | None = None, mlflow_experiment: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        project: str | None = None,
+        experiment: str | None = None,
+        mlflow_tracking_uri: str | None = None,
+        mlflow_experiment: str | None = None,
+    ) -> None:
         super().__init__(project=project, experiment=experiment)
         import mlflow
 
@@ -101,8 +107,11 @@ class MlflowBackend(TrajectoryBackend):
                 self.training_unjoined += 1
 
     def counts(self) -> dict[str, int]:
-        return {"training_unjoined": self.training_unjoined, "training_waiting": len(self._training),
-                "resent_skipped": self.resent_skipped}  # fmt: skip
+        return {
+            "training_unjoined": self.training_unjoined,
+            "training_waiting": len(self._training),
+            "resent_skipped": self.resent_skipped,
+        }
 
     def sent_before(self, maybe: bool) -> None:
         self._maybe_sent = maybe
@@ -119,8 +128,11 @@ class MlflowBackend(TrajectoryBackend):
         from mlflow import MlflowClient
 
         traces = (client or MlflowClient()).search_traces(
-            locations=[self.experiment_id], max_results=1, include_spans=False,
-            filter_string=f"tags.`rollscope.trajectory_id` = '{trajectory_id}'")  # fmt: skip
+            locations=[self.experiment_id],
+            max_results=1,
+            include_spans=False,
+            filter_string=f"tags.`rollscope.trajectory_id` = '{trajectory_id}'",
+        )
         return traces[0].info.trace_id if traces else None
 
     def flush(self) -> None:
@@ -139,9 +151,13 @@ class MlflowBackend(TrajectoryBackend):
             self._tag_training()
         if self._training:
             self.training_unjoined += len(self._training)
-            log.warning("mlflow: %d training record(s) found no trace of their trajectory in experiment %s "
-                        "within %.0f s of closing; not tagged (counted: training_unjoined)",
-                        len(self._training), self.experiment_id, TRAINING_CLOSE_WAIT_S)  # fmt: skip
+            log.warning(
+                "mlflow: %d training record(s) found no trace of their trajectory in experiment %s "
+                "within %.0f s of closing; not tagged (counted: training_unjoined)",
+                len(self._training),
+                self.experiment_id,
+                TRAINING_CLOSE_WAIT_S,
+            )
             self._training.clear()
 
     def destination(self) -> str:
@@ -152,27 +168,47 @@ def write_trace(experiment_id: str, t: TrajectoryLike, spans: list[SpanLike], ex
     """One MLflow trace for a trajectory (a live Trajectory or a stored record) and its spans."""
     import mlflow
 
-    tags = {"step": t.step, "sample_index": t.sample_index, "rollout_n": t.rollout_n, "validate": bool(t.validate),
-            "experiment_name": t.experiment or experiment, "agent": t.agent_name, "reward": t.reward,
-            "status": t.status, "rollscope.trajectory_id": t.id}  # fmt: skip
+    tags = {
+        "step": t.step,
+        "sample_index": t.sample_index,
+        "rollout_n": t.rollout_n,
+        "validate": bool(t.validate),
+        "experiment_name": t.experiment or experiment,
+        "agent": t.agent_name,
+        "reward": t.reward,
+        "status": t.status,
+        "rollscope.trajectory_id": t.id,
+    }
     tags.update({f"reward.{k}": v for k, v in reward_details(t).items()})  # searchable: tags.`reward.correct`
     tags = {k: str(v) for k, v in tags.items() if v is not None}
-    root = mlflow.start_span_no_context(t.agent_name or "rollout_trace", span_type="AGENT", tags=tags,
-                                        experiment_id=experiment_id, start_time_ns=t.start_ns,
-                                        inputs={"trajectory_id": t.id})  # fmt: skip
+    root = mlflow.start_span_no_context(
+        t.agent_name or "rollout_trace",
+        span_type="AGENT",
+        tags=tags,
+        experiment_id=experiment_id,
+        start_time_ns=t.start_ns,
+        inputs={"trajectory_id": t.id},
+    )
     live = {t.id: root}
 
     def start(s: SpanLike) -> None:
         live[s.id] = mlflow.start_span_no_context(
-            s.name, span_type=_SPAN_TYPES.get(kind_of(s), "UNKNOWN"), parent_span=live.get(s.parent_id, root),
-            inputs=s.inputs, attributes={k: v for k, v in (s.attributes or {}).items() if v is not None},
+            s.name,
+            span_type=_SPAN_TYPES.get(kind_of(s), "UNKNOWN"),
+            parent_span=live.get(s.parent_id, root),
+            inputs=s.inputs,
+            attributes={k: v for k, v in (s.attributes or {}).items() if v is not None},
             start_time_ns=s.start_ns,
-        )  # fmt: skip
+        )
 
     def end(s: SpanLike) -> None:
-        live[s.id].end(outputs=s.outputs, status="ERROR" if s.status == "error" else "OK",
-                       end_time_ns=s.end_ns or s.start_ns)  # fmt: skip
+        live[s.id].end(
+            outputs=s.outputs, status="ERROR" if s.status == "error" else "OK", end_time_ns=s.end_ns or s.start_ns
+        )
 
     walk(spans, start, end)
-    root.end(outputs={"status": t.status, "reward": t.reward, "reward_details": reward_details(t)},
-             status="ERROR" if t.status == "error" else "OK", end_time_ns=t.end_ns or t.start_ns)  # fmt: skip
+    root.end(
+        outputs={"status": t.status, "reward": t.reward, "reward_details": reward_details(t)},
+        status="ERROR" if t.status == "error" else "OK",
+        end_time_ns=t.end_ns or t.start_ns,
+    )

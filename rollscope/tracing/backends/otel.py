@@ -40,14 +40,25 @@ MAX_ATTRIBUTE_CHARS = 8_192
 _NAMESPACE = uuid.UUID("0c8f5a51-7f0e-4d8e-9a36-8f3b1f1e2d4c")
 # A training record's fields as attributes, in the spirit of the proposed ``rl.*`` conventions.
 RL_ATTRIBUTES = {
-    "step": "rl.trainer.step", "uid": "rl.group.id", "group_size": "rl.group.size",
-    "group_mean": "rl.group.reward.mean", "group_std": "rl.group.reward.std", "estimator": "rl.advantage.estimator",
-    "advantage": "rl.advantage", "score": "rl.reward", "reward": "rl.reward.shaped",
-    "policy_version": "rl.policy.version", "policy_version_max": "rl.policy.version.max", "lag": "rl.policy.lag",
-    "tokens": "rl.tokens.loss", "masked_tokens": "rl.tokens.masked", "logprob_delta_max": "rl.logprob.delta.max",
-    "logprob_delta_mean": "rl.logprob.delta.mean", "logprob_delta_position": "rl.logprob.delta.max_position",
+    "step": "rl.trainer.step",
+    "uid": "rl.group.id",
+    "group_size": "rl.group.size",
+    "group_mean": "rl.group.reward.mean",
+    "group_std": "rl.group.reward.std",
+    "estimator": "rl.advantage.estimator",
+    "advantage": "rl.advantage",
+    "score": "rl.reward",
+    "reward": "rl.reward.shaped",
+    "policy_version": "rl.policy.version",
+    "policy_version_max": "rl.policy.version.max",
+    "lag": "rl.policy.lag",
+    "tokens": "rl.tokens.loss",
+    "masked_tokens": "rl.tokens.masked",
+    "logprob_delta_max": "rl.logprob.delta.max",
+    "logprob_delta_mean": "rl.logprob.delta.mean",
+    "logprob_delta_position": "rl.logprob.delta.max_position",
     "masked_delta_max": "rl.logprob.delta.masked_max",
-}  # fmt: skip
+}
 
 
 def trajectory_ids(trajectory_id: str) -> tuple[int, int]:
@@ -84,9 +95,16 @@ class OtelBackend(TrajectoryBackend):
     options = frozenset({"otel_endpoint", "otel_headers", "otel_service_name", "otel_resource"})
     flush_every = 1536  # the SDK's batch processor holds 2,048 spans and drops beyond them
 
-    def __init__(self, *, project: str | None = None, experiment: str | None = None, otel_endpoint: str | None = None,
-                 otel_headers: dict[str, str] | None = None, otel_service_name: str | None = None,
-                 otel_resource: dict[str, str] | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        project: str | None = None,
+        experiment: str | None = None,
+        otel_endpoint: str | None = None,
+        otel_headers: dict[str, str] | None = None,
+        otel_service_name: str | None = None,
+        otel_resource: dict[str, str] | None = None,
+    ) -> None:
         super().__init__(project=project, experiment=experiment)
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
         from opentelemetry.sdk.resources import Resource
@@ -95,14 +113,21 @@ class OtelBackend(TrajectoryBackend):
 
         # A provider of our own: the application's global one (if any) is left alone.
         # openinference.project.name: the project Phoenix and other OpenInference viewers file it under
-        resource = {"service.name": otel_service_name or "rollscope",
-                    "openinference.project.name": project or "rollscope", **(otel_resource or {})}  # fmt: skip
+        resource = {
+            "service.name": otel_service_name or "rollscope",
+            "openinference.project.name": project or "rollscope",
+            **(otel_resource or {}),
+        }
         self.provider = TracerProvider(resource=Resource.create(resource), id_generator=_id_generator())
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter(endpoint=otel_endpoint,
-                                                                             headers=otel_headers)))  # fmt: skip
+        self.provider.add_span_processor(
+            BatchSpanProcessor(OTLPSpanExporter(endpoint=otel_endpoint, headers=otel_headers))
+        )
         self.tracer = self.provider.get_tracer("rollscope")
-        self._endpoint = otel_endpoint or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or os.environ.get(
-            "OTEL_EXPORTER_OTLP_ENDPOINT", "-")
+        self._endpoint = (
+            otel_endpoint
+            or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+            or os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "-")
+        )
 
     def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
         write_spans(self.tracer, trajectory, spans, self.experiment)
@@ -151,8 +176,9 @@ def _conversation(span: Any) -> dict[str, Any]:
         chat = [m for m in messages if m["role"] != "system"]
         if system:
             out["gen_ai.system_instructions"] = _json([{"type": "text", "content": c} for c in system])
-        out["gen_ai.input.messages"] = _json([{"role": m["role"], "parts": [{"type": "text", "content": m["content"]}]}
-                                              for m in chat])  # fmt: skip
+        out["gen_ai.input.messages"] = _json(
+            [{"role": m["role"], "parts": [{"type": "text", "content": m["content"]}]} for m in chat]
+        )
         for i, m in enumerate(messages):
             out[f"llm.input_messages.{i}.message.role"] = m["role"]
             out[f"llm.input_messages.{i}.message.content"] = _bounded(m["content"])
@@ -176,8 +202,13 @@ def _tool_call(span: Any, tool: str) -> dict[str, Any]:
     arguments = _field(span.inputs, "parameters")
     arguments = span.inputs if arguments is None else arguments
     result = _field(span.outputs, "text")
-    out = {"gen_ai.tool.call.arguments": _json(arguments), "tool.name": tool, "tool.parameters": _json(arguments),
-           "input.value": _json(arguments), "input.mime_type": "application/json"}  # fmt: skip
+    out = {
+        "gen_ai.tool.call.arguments": _json(arguments),
+        "tool.name": tool,
+        "tool.parameters": _json(arguments),
+        "input.value": _json(arguments),
+        "input.mime_type": "application/json",
+    }
     call_id = _field(span.inputs, "instance_id")
     if call_id is not None:
         out["gen_ai.tool.call.id"] = str(call_id)
@@ -192,8 +223,11 @@ def _tool_call(span: Any, tool: str) -> dict[str, Any]:
 
 def _name_and_attributes(span: Any) -> tuple[str, dict[str, Any]]:
     kind, attrs = kind_of(span), dict(span.attributes or {})
-    out: dict[str, Any] = {"rollscope.kind": kind, "rollscope.span_id": span.id,
-                           "openinference.span.kind": _OPENINFERENCE_KIND.get(kind, "CHAIN")}  # fmt: skip
+    out: dict[str, Any] = {
+        "rollscope.kind": kind,
+        "rollscope.span_id": span.id,
+        "openinference.span.kind": _OPENINFERENCE_KIND.get(kind, "CHAIN"),
+    }
     if kind == "llm":
         model = attrs.get(REQUEST_MODEL, "model")
         out.update({"gen_ai.operation.name": "chat", "gen_ai.request.model": model, "llm.model_name": model})
@@ -228,17 +262,30 @@ def write_spans(tracer: Any, t: TrajectoryLike, spans: list[SpanLike], experimen
     from opentelemetry.trace import Status, StatusCode
 
     agent = t.agent_name or "rollout_trace"
-    attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent,
-                  "rollscope.trajectory_id": t.id, "rollscope.step": t.step, "rollscope.sample_index": t.sample_index,
-                  "rollscope.rollout_n": t.rollout_n, "rollscope.validate": bool(t.validate),
-                  "rollscope.experiment": t.experiment or experiment, "rollscope.reward": t.reward,
-                  **{f"rollscope.reward.{k}": v for k, v in reward_details(t).items()}}  # fmt: skip
+    attributes = {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": agent,
+        "rollscope.trajectory_id": t.id,
+        "rollscope.step": t.step,
+        "rollscope.sample_index": t.sample_index,
+        "rollscope.rollout_n": t.rollout_n,
+        "rollscope.validate": bool(t.validate),
+        "rollscope.experiment": t.experiment or experiment,
+        "rollscope.reward": t.reward,
+        **{f"rollscope.reward.{k}": v for k, v in reward_details(t).items()},
+    }
     # verl's attribute names on every span, so any span filters by step, sample or experiment
-    verl = {"step": t.step, "sample_index": t.sample_index, "rollout_n": t.rollout_n, "validate": bool(t.validate),
-            "experiment_name": t.experiment or experiment}  # fmt: skip
+    verl = {
+        "step": t.step,
+        "sample_index": t.sample_index,
+        "rollout_n": t.rollout_n,
+        "validate": bool(t.validate),
+        "experiment_name": t.experiment or experiment,
+    }
     verl = {k: (v if isinstance(v, (str, bool, int, float)) else str(v)) for k, v in verl.items() if v is not None}
-    attributes = {k: (v if isinstance(v, (str, bool, int, float)) else str(v)) for k, v in attributes.items()
-                  if v is not None}  # fmt: skip
+    attributes = {
+        k: (v if isinstance(v, (str, bool, int, float)) else str(v)) for k, v in attributes.items() if v is not None
+    }
     attributes.update(verl)
     attributes["openinference.span.kind"] = "AGENT"
     attributes["output.value"] = _json({"status": t.status, "reward": t.reward, "reward_details": reward_details(t)})
@@ -275,7 +322,9 @@ def write_training(tracer: Any, trajectory_id: str, record: dict[str, Any]) -> N
     parent = NonRecordingSpan(
         SpanContext(trace_id, root_id, is_remote=True, trace_flags=TraceFlags(TraceFlags.SAMPLED))
     )
-    attributes = {RL_ATTRIBUTES[k]: v if isinstance(v, (str, bool, int, float)) else str(v)
-                  for k, v in training_summary(record).items()}  # fmt: skip
+    attributes = {
+        RL_ATTRIBUTES[k]: v if isinstance(v, (str, bool, int, float)) else str(v)
+        for k, v in training_summary(record).items()
+    }
     attributes.update({"rollscope.trajectory_id": trajectory_id, "openinference.span.kind": "EVALUATOR"})
     tracer.start_span("rollscope.training", context=trace.set_span_in_context(parent), attributes=attributes).end()

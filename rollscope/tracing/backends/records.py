@@ -44,8 +44,6 @@ class TrajectoryLike(Protocol):
     attributes: dict[str, Any] | None
 
 
-
-
 def reward_details(t: TrajectoryLike) -> dict[str, Any]:
     """The components that came with the trajectory's reward (verl's ``reward_extra_info``, the
     source): where the store keeps them, and where a backend writing the whole trajectory finds them."""
@@ -56,10 +54,27 @@ def reward_details(t: TrajectoryLike) -> dict[str, Any]:
 # A training record's scalars (``rollscope.trainer.training_record``): what a backend that cannot
 # hold per-token arrays attaches to the trajectory, late, by the trajectory's id.
 TRAINING_SCALARS = (
-    "step", "uid", "estimator", "group_size", "group_mean", "group_std", "score", "reward", "advantage",
-    "policy_version", "policy_version_max", "lag", "tokens", "masked_tokens", "logprob_delta_max",
-    "logprob_delta_mean", "logprob_delta_position", "masked_delta_max", "entropy_mean", "kl_mean",
-)  # fmt: skip
+    "step",
+    "uid",
+    "estimator",
+    "group_size",
+    "group_mean",
+    "group_std",
+    "score",
+    "reward",
+    "advantage",
+    "policy_version",
+    "policy_version_max",
+    "lag",
+    "tokens",
+    "masked_tokens",
+    "logprob_delta_max",
+    "logprob_delta_mean",
+    "logprob_delta_position",
+    "masked_delta_max",
+    "entropy_mean",
+    "kl_mean",
+)
 
 
 def training_summary(record: dict[str, Any]) -> dict[str, Any]:

@@ -37,8 +37,9 @@ class TrackioBackend(TrajectoryBackend):
     extra = "trackio"
     options = frozenset({"trackio_project"})
 
-    def __init__(self, *, project: str | None = None, experiment: str | None = None,
-                 trackio_project: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, *, project: str | None = None, experiment: str | None = None, trackio_project: str | None = None
+    ) -> None:
         super().__init__(project=project, experiment=experiment)
         import trackio
         from trackio import context_vars
@@ -47,8 +48,12 @@ class TrackioBackend(TrajectoryBackend):
         self.run = context_vars.current_run.get()  # verl's, when verl's worker opened one here
         self._owns_run = self.run is None
         if self._owns_run:
-            self.run = trackio.init(project=trackio_project or project or "rollscope", name=experiment,
-                                    config={"framework": "verl", "tracer": "rollscope"}, resume="allow")  # fmt: skip
+            self.run = trackio.init(
+                project=trackio_project or project or "rollscope",
+                name=experiment,
+                config={"framework": "verl", "tracer": "rollscope"},
+                resume="allow",
+            )
 
     def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
         trace = self.trackio.Trace(**trace_fields(trajectory, spans, self.experiment))
@@ -76,30 +81,58 @@ def trace_fields(t: TrajectoryLike, spans: list[SpanLike], experiment: str | Non
         elif kind == "tool":
             text = outputs.get("text")
             name = (s.attributes or {}).get(TOOL_NAME) or s.name
-            messages.append({"role": "tool", "name": name, "tool_call_id": str(inputs.get("instance_id", s.id)),
-                             "content": text if isinstance(text, str) else str(s.outputs)})  # fmt: skip
-    metadata = {"trajectory_id": t.id, "step": t.step, "sample_index": t.sample_index, "rollout_n": t.rollout_n,
-                "validate": bool(t.validate), "experiment_name": t.experiment or experiment, "agent": t.agent_name,
-                "reward": t.reward, "status": "success" if t.status == "ok" else t.status, "backend": "rollscope",
-                "duration_ms": ((t.end_ns or t.start_ns) - t.start_ns) / 1e6}  # fmt: skip
-    return {"messages": messages or [{"role": "user", "content": ""}],
-            "metadata": {k: v for k, v in metadata.items() if v is not None},
-            "spans": [_span(s) for s in ordered]}  # fmt: skip
+            messages.append(
+                {
+                    "role": "tool",
+                    "name": name,
+                    "tool_call_id": str(inputs.get("instance_id", s.id)),
+                    "content": text if isinstance(text, str) else str(s.outputs),
+                }
+            )
+    metadata = {
+        "trajectory_id": t.id,
+        "step": t.step,
+        "sample_index": t.sample_index,
+        "rollout_n": t.rollout_n,
+        "validate": bool(t.validate),
+        "experiment_name": t.experiment or experiment,
+        "agent": t.agent_name,
+        "reward": t.reward,
+        "status": "success" if t.status == "ok" else t.status,
+        "backend": "rollscope",
+        "duration_ms": ((t.end_ns or t.start_ns) - t.start_ns) / 1e6,
+    }
+    return {
+        "messages": messages or [{"role": "user", "content": ""}],
+        "metadata": {k: v for k, v in metadata.items() if v is not None},
+        "spans": [_span(s) for s in ordered],
+    }
 
 
 def _span(s: Any) -> dict[str, Any]:
     kind = kind_of(s)
     attrs = s.attributes or {}
     end_ns = s.end_ns or s.start_ns
-    span = {"id": s.id, "parent_id": s.parent_id, "name": s.name, "kind": _SPAN_KIND.get(kind, "span"),
-            "start_time": s.start_ns / 1e9, "end_time": end_ns / 1e9, "duration_ms": (end_ns - s.start_ns) / 1e6,
-            "status": "error" if s.status == "error" else "success",
-            "input": s.inputs, "output": s.outputs}  # fmt: skip
+    span = {
+        "id": s.id,
+        "parent_id": s.parent_id,
+        "name": s.name,
+        "kind": _SPAN_KIND.get(kind, "span"),
+        "start_time": s.start_ns / 1e9,
+        "end_time": end_ns / 1e9,
+        "duration_ms": (end_ns - s.start_ns) / 1e6,
+        "status": "error" if s.status == "error" else "success",
+        "input": s.inputs,
+        "output": s.outputs,
+    }
     if s.status == "error":
         span["error"] = f"{s.error_type}: {s.error_message}"
     if kind == "llm":
         prompt, completion = attrs.get(INPUT_TOKENS), attrs.get(OUTPUT_TOKENS)
         span["model"] = attrs.get(REQUEST_MODEL) or "model"
-        span["usage"] = {"prompt_tokens": prompt or 0, "completion_tokens": completion or 0,
-                         "total_tokens": (prompt or 0) + (completion or 0)}  # fmt: skip
+        span["usage"] = {
+            "prompt_tokens": prompt or 0,
+            "completion_tokens": completion or 0,
+            "total_tokens": (prompt or 0) + (completion or 0),
+        }
     return span

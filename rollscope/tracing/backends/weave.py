@@ -108,8 +108,14 @@ class WeaveBackend(TrajectoryBackend):
     options = frozenset({"weave_project", "weave_client"})
     out_of_process = True  # unless given a client object (tests): runtime keeps it here then
 
-    def __init__(self, *, project: str | None = None, experiment: str | None = None,
-                 weave_project: str | None = None, weave_client: Any = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        *,
+        project: str | None = None,
+        experiment: str | None = None,
+        weave_project: str | None = None,
+        weave_client: Any = None,
+    ) -> None:
         super().__init__(project=project, experiment=experiment)
         self._client = weave_client
         self._weave_project = weave_project or project or "rollscope"
@@ -127,8 +133,9 @@ class WeaveBackend(TrajectoryBackend):
         return self._client
 
     def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
-        self._pending += complete_calls(self.client, trajectory_view(trajectory, self.experiment, spans), spans,
-                                        self._ops)  # fmt: skip
+        self._pending += complete_calls(
+            self.client, trajectory_view(trajectory, self.experiment, spans), spans, self._ops
+        )
 
     def on_training(self, trajectory_id: str, record: dict[str, Any]) -> None:
         write_training(self.client, trajectory_id, record)
@@ -151,10 +158,14 @@ class WeaveBackend(TrajectoryBackend):
         if not self._said_rejected:
             self._said_rejected = True
             call, reason = refused[0]
-            log.warning("trace backend 'weave': the server refused call %r of trajectory %s (%s); the other calls "
-                        "of its batch were sent; refused calls are counted (stats: rejected) and kept in %s",
-                        call.get("display_name"), call.get("trace_id"), reason,
-                        dead_letters_path(self.destination()))  # fmt: skip
+            log.warning(
+                "trace backend 'weave': the server refused call %r of trajectory %s (%s); the other calls "
+                "of its batch were sent; refused calls are counted (stats: rejected) and kept in %s",
+                call.get("display_name"),
+                call.get("trace_id"),
+                reason,
+                dead_letters_path(self.destination()),
+            )
 
     def counts(self) -> dict[str, int]:
         return {"rejected": self.rejected}
@@ -183,23 +194,39 @@ def write_training(client: Any, trajectory_id: str, record: dict[str, Any]) -> N
     ended, so it goes as feedback on the call (Weave's own way to add to a call afterwards, shown
     beside it and filterable in the calls table), of type ``rollscope.training``, the scalars only."""
     project_id = client.project_id
-    client.server.feedback_create({
-        "project_id": project_id, "weave_ref": f"weave:///{project_id}/call/{call_id(trajectory_id)}",
-        "feedback_type": TRAINING_FEEDBACK, "payload": training_summary(record)})  # fmt: skip
+    client.server.feedback_create(
+        {
+            "project_id": project_id,
+            "weave_ref": f"weave:///{project_id}/call/{call_id(trajectory_id)}",
+            "feedback_type": TRAINING_FEEDBACK,
+            "payload": training_summary(record),
+        }
+    )
 
 
 def trajectory_view(t: Any, experiment: str | None, spans: list[SpanLike] = ()) -> dict[str, Any]:
     """What a Weave root call needs of a trajectory (a live Trajectory and its spans, or a stored
     record), with the row the local store keeps of it (``row``: what a reader lists without spans)."""
     return {
-        "id": t.id, "name": t.agent_name or "rollout_trace", "start_ns": t.start_ns, "end_ns": t.end_ns,
-        "status": t.status, "reward": t.reward, "reward_details": reward_details(t),
-        "error": getattr(t, "error_message", None), "row": stored_row(t, spans),
+        "id": t.id,
+        "name": t.agent_name or "rollout_trace",
+        "start_ns": t.start_ns,
+        "end_ns": t.end_ns,
+        "status": t.status,
+        "reward": t.reward,
+        "reward_details": reward_details(t),
+        "error": getattr(t, "error_message", None),
+        "row": stored_row(t, spans),
         "wandb_run": (getattr(t, "attributes", None) or {}).get(wandb_run.ATTRIBUTE),
-        "attributes": {"step": t.step, "sample_index": t.sample_index, "rollout_n": t.rollout_n,
-                       "validate": bool(t.validate), "experiment_name": t.experiment or experiment,
-                       "agent_name": t.agent_name},
-    }  # fmt: skip
+        "attributes": {
+            "step": t.step,
+            "sample_index": t.sample_index,
+            "rollout_n": t.rollout_n,
+            "validate": bool(t.validate),
+            "experiment_name": t.experiment or experiment,
+            "agent_name": t.agent_name,
+        },
+    }
 
 
 def stored_row(t: Any, spans: list[SpanLike]) -> dict[str, Any]:
@@ -217,12 +244,24 @@ def stored_row(t: Any, spans: list[SpanLike]) -> dict[str, Any]:
     attributes = {**(t.attributes or {}), **summary.attributes()}
     if t.reward is not None:  # (as the store's reward update writes them: always, empty when none came)
         attributes[REWARD_DETAILS] = details or {}
-    return {"project": t.project, "experiment": t.experiment, "step": t.step, "sample_index": t.sample_index,
-            "rollout_n": t.rollout_n, "validate": bool(t.validate), "agent_name": t.agent_name, "status": t.status,
-            "reward": t.reward, "start_ns": t.start_ns, "end_ns": t.end_ns, "error_type": t.error_type,
-            "error_message": t.error_message, "attributes": attributes,
-            "replay_of": (t.attributes or {}).get(REPLAY_OF),
-            **dict(zip(SUMMARY_COLUMNS, summary.columns(), strict=True))}  # fmt: skip
+    return {
+        "project": t.project,
+        "experiment": t.experiment,
+        "step": t.step,
+        "sample_index": t.sample_index,
+        "rollout_n": t.rollout_n,
+        "validate": bool(t.validate),
+        "agent_name": t.agent_name,
+        "status": t.status,
+        "reward": t.reward,
+        "start_ns": t.start_ns,
+        "end_ns": t.end_ns,
+        "error_type": t.error_type,
+        "error_message": t.error_message,
+        "attributes": attributes,
+        "replay_of": (t.attributes or {}).get(REPLAY_OF),
+        **dict(zip(SUMMARY_COLUMNS, summary.columns(), strict=True)),
+    }
 
 
 def _op_name(client: Any, name: str, ops: dict[str, str], attributes: dict[str, Any] | None = None) -> str:
@@ -297,8 +336,12 @@ def _exception(kind: str | None, message: str | None) -> str:
     return json.dumps({"type": kind or "Error", "message": message or ""})
 
 
-def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: dict[str, str] | None = None,
-                   ) -> list[dict[str, Any]]:  # fmt: skip
+def complete_calls(
+    client: Any,
+    t: dict[str, Any],
+    spans: list[SpanLike],
+    ops: dict[str, str] | None = None,
+) -> list[dict[str, Any]]:
     """The root call and one call per span (parents before children), each a complete call record
     (start and end together, Weave's ``calls/complete``) with the recorded times. ``spans`` may be
     live Spans or stored SpanRecords."""
@@ -311,9 +354,18 @@ def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: d
     total_usage: dict[str, Any] = {}
     root_start = _time(t["start_ns"])
     run = _run_link(project_id, t)
-    root = {"project_id": project_id, "id": root_id, "trace_id": root_id, "parent_id": None,
-            "op_name": _op_name(client, t["name"], ops), "display_name": t["name"], "started_at": root_start,
-            "attributes": attributes, "inputs": {"trajectory_id": t["id"], **attributes}, **run}  # fmt: skip
+    root = {
+        "project_id": project_id,
+        "id": root_id,
+        "trace_id": root_id,
+        "parent_id": None,
+        "op_name": _op_name(client, t["name"], ops),
+        "display_name": t["name"],
+        "started_at": root_start,
+        "attributes": attributes,
+        "inputs": {"trajectory_id": t["id"], **attributes},
+        **run,
+    }
     calls.append(root)
 
     def start(s: SpanLike) -> None:
@@ -326,12 +378,22 @@ def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: d
         inputs = {"inputs": compact(s.inputs, packed_in)} if wrapped else compact(s.inputs, packed_in)
         shown = _plain_attributes(s.attributes)
         span_attributes = {**attributes, "kind": kind, **shown}
-        summary: dict[str, Any] = {ROLLSCOPE: {
-            "span": s.id, "parent": s.parent_id, "kind": kind, "status": s.status, "wrapped": wrapped,
-            "start_ns": s.start_ns, "end_ns": s.end_ns, "error_type": s.error_type, "error_message": s.error_message,
-            "own": list(shown), "hidden": {k: v for k, v in (s.attributes or {}).items()
-                                          if k not in shown and k != REPLAY},
-            "packed": {"inputs": packed_in, "output": packed_out}}}  # fmt: skip
+        summary: dict[str, Any] = {
+            ROLLSCOPE: {
+                "span": s.id,
+                "parent": s.parent_id,
+                "kind": kind,
+                "status": s.status,
+                "wrapped": wrapped,
+                "start_ns": s.start_ns,
+                "end_ns": s.end_ns,
+                "error_type": s.error_type,
+                "error_message": s.error_message,
+                "own": list(shown),
+                "hidden": {k: v for k, v in (s.attributes or {}).items() if k not in shown and k != REPLAY},
+                "packed": {"inputs": packed_in, "output": packed_out},
+            }
+        }
         if REPLAY in (s.attributes or {}):  # what replay needs is data, not a column to filter by
             summary[REPLAY] = s.attributes[REPLAY]
         usage = _usage(s) if kind == "llm" else None
@@ -347,13 +409,24 @@ def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: d
             inputs, output, added = as_chat(s, inputs, output, decoder)
             if added is not None:
                 summary[ROLLSCOPE]["chat"] = added
-        calls.append({
-            "project_id": project_id, "id": cid, "trace_id": root_id, "parent_id": ids.get(s.parent_id, root_id),
-            "op_name": _op_name(client, s.name, ops, s.attributes if type(s) is Span else None),
-            "display_name": s.name, "started_at": started,
-            "attributes": span_attributes, "inputs": inputs, "ended_at": _time(s.end_ns or s.start_ns),
-            "output": output, "summary": summary,
-            "exception": _exception(s.error_type, s.error_message) if error else None, **run})  # fmt: skip
+        calls.append(
+            {
+                "project_id": project_id,
+                "id": cid,
+                "trace_id": root_id,
+                "parent_id": ids.get(s.parent_id, root_id),
+                "op_name": _op_name(client, s.name, ops, s.attributes if type(s) is Span else None),
+                "display_name": s.name,
+                "started_at": started,
+                "attributes": span_attributes,
+                "inputs": inputs,
+                "ended_at": _time(s.end_ns or s.start_ns),
+                "output": output,
+                "summary": summary,
+                "exception": _exception(s.error_type, s.error_message) if error else None,
+                **run,
+            }
+        )
 
     decoder = _Decoder(spans)
     for s in in_start_order(spans):
@@ -362,9 +435,14 @@ def complete_calls(client: Any, t: dict[str, Any], spans: list[SpanLike], ops: d
     output = {"status": t["status"], "reward": t["reward"]}
     if t.get("reward_details"):
         output["reward_details"] = t["reward_details"]
-    root.update({"ended_at": _time(t["end_ns"] or t["start_ns"]), "output": output,
-                 "summary": {ROLLSCOPE: {"row": t["row"]}, **({"usage": total_usage} if total_usage else {})},
-                 "exception": _exception("TrajectoryError", t["error"]) if error else None})  # fmt: skip
+    root.update(
+        {
+            "ended_at": _time(t["end_ns"] or t["start_ns"]),
+            "output": output,
+            "summary": {ROLLSCOPE: {"row": t["row"]}, **({"usage": total_usage} if total_usage else {})},
+            "exception": _exception("TrajectoryError", t["error"]) if error else None,
+        }
+    )
     return calls
 
 
@@ -427,14 +505,25 @@ def as_chat(s: SpanLike, inputs: Any, output: Any, decode: Any) -> tuple[Any, An
         reply = decode(outputs.get("token_ids")) or ""
     message = openai_reply(reply)
     stop = outputs.get("stop_reason")
-    finish = ("error" if s.status == "error" else "tool_calls" if "tool_calls" in message
-              else "length" if stop == "length" else "stop")  # fmt: skip
+    finish = (
+        "error"
+        if s.status == "error"
+        else "tool_calls"
+        if "tool_calls" in message
+        else "length"
+        if stop == "length"
+        else "stop"
+    )
     attrs = s.attributes or {}
-    prompt_tokens, completion_tokens = (attrs.get(INPUT_TOKENS) or 0,
-                                        attrs.get(OUTPUT_TOKENS) or 0)  # fmt: skip
-    chat = {"choices": [{"index": 0, "message": message, "finish_reason": finish}],
-            "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
-                      "total_tokens": prompt_tokens + completion_tokens}}  # fmt: skip
+    prompt_tokens, completion_tokens = (attrs.get(INPUT_TOKENS) or 0, attrs.get(OUTPUT_TOKENS) or 0)
+    chat = {
+        "choices": [{"index": 0, "message": message, "finish_reason": finish}],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
     inputs = {"messages": openai_messages(prompt) or [{"role": "user", "content": prompt}], **inputs}
     if output is None:  # (a failed turn: Weave draws a chat only with an output)
         return inputs, chat, {"inputs": ["messages"], "output": None}
@@ -464,10 +553,12 @@ def _within_limit(inputs: Any, packed_in: list[list], output: Any, packed_out: l
         holder = _holder(value, path)
         text = holder[path[-1]]
         keep = max(0, size - (total - CALL_LIMIT_BYTES))
-        kept = text[len(text) - keep:].split(" ", 1)[-1] if keep else ""
+        kept = text[len(text) - keep :].split(" ", 1)[-1] if keep else ""
         name = ".".join([side, *map(str, path)])
-        cut[name] = (f"{kept.count(' ') + 1 if kept else 0:,} of {text.count(' ') + 1:,} values kept, the last "
-                     "ones: the call is past what Weave's server takes")  # fmt: skip
+        cut[name] = (
+            f"{kept.count(' ') + 1 if kept else 0:,} of {text.count(' ') + 1:,} values kept, the last "
+            "ones: the call is past what Weave's server takes"
+        )
         holder[path[-1]] = kept
         total -= size - len(kept)
     return cut

@@ -22,8 +22,9 @@ class WeaveOtelBackend(OtelBackend):
     name = "weave-otel"
     options = frozenset({"weave_project"})
 
-    def __init__(self, *, project: str | None = None, experiment: str | None = None,
-                 weave_project: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, *, project: str | None = None, experiment: str | None = None, weave_project: str | None = None
+    ) -> None:
         entity, _, name = (weave_project or project or "rollscope").rpartition("/")
         entity = entity or os.environ.get("WANDB_ENTITY")
         if not entity:
@@ -32,6 +33,10 @@ class WeaveOtelBackend(OtelBackend):
         if not key:
             raise ValueError("weave-otel needs WANDB_API_KEY")
         server = os.environ.get("WF_TRACE_SERVER_URL", DEFAULT_TRACE_SERVER).rstrip("/")
-        super().__init__(project=name, experiment=experiment, otel_endpoint=f"{server}/otel/v1/traces",
-                         otel_headers={"wandb-api-key": key},
-                         otel_resource={"wandb.entity": entity, "wandb.project": name})  # fmt: skip
+        super().__init__(
+            project=name,
+            experiment=experiment,
+            otel_endpoint=f"{server}/otel/v1/traces",
+            otel_headers={"wandb-api-key": key},
+            otel_resource={"wandb.entity": entity, "wandb.project": name},
+        )
