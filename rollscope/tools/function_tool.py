@@ -8,7 +8,6 @@ loops and in verl's own ``ToolAgentLoop`` alike. In verl's tool YAML it is named
 from __future__ import annotations
 
 import asyncio
-import importlib
 import inspect
 import json
 from collections.abc import Callable
@@ -16,30 +15,9 @@ from typing import Any, overload
 
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
+from rollscope._imports import load_object
 from rollscope.tools.schema import ToolDefinitionError, check_arguments, schema_from_function
 from rollscope.tools.traced_tool import ExecuteResult, ToolError, TracedTool
-
-
-def load_object(path: str) -> Any:
-    """'pkg.mod:attr' or 'pkg.mod.attr' -> the object."""
-    module, sep, attr = path.partition(":")
-    if not sep:
-        module, _, attr = path.rpartition(".")
-    if not module or not attr:
-        raise ToolDefinitionError(f"{path!r} is not a dotted path like 'package.module:name'")
-    try:
-        obj: Any = importlib.import_module(module)
-    except ModuleNotFoundError as exc:
-        if exc.name and not (module == exc.name or module.startswith(exc.name + ".")):
-            raise  # the module is there; a package it imports is not (the loader names it)
-        raise ToolDefinitionError(f"cannot import module {module!r} for {path!r}: {exc}") from exc
-    except ImportError as exc:
-        raise ToolDefinitionError(f"cannot import module {module!r} for {path!r}: {exc}") from exc
-    for part in attr.split("."):
-        if not hasattr(obj, part):
-            raise ToolDefinitionError(f"module {module!r} has no attribute {attr!r} (from {path!r})")
-        obj = getattr(obj, part)
-    return obj
 
 
 class FunctionTool(TracedTool):
@@ -58,7 +36,7 @@ class FunctionTool(TracedTool):
             target = config.get("function")
             if not target:
                 raise ToolDefinitionError("FunctionTool needs config.function: 'package.module:function'")
-            fn = load_object(target)
+            fn = load_object(target, ToolDefinitionError)
         if isinstance(fn, FunctionTool):  # a @tool object named by its path
             tool_schema = tool_schema or fn.tool_schema
             fn = fn.fn

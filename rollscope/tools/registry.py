@@ -34,7 +34,8 @@ from verl.tools.schemas import OpenAIFunctionToolSchema
 
 from rollscope import _tool_entries
 from rollscope._files import load_yaml, read_text
-from rollscope.tools.function_tool import FunctionTool, load_object
+from rollscope._imports import load_object
+from rollscope.tools.function_tool import FunctionTool
 from rollscope.tools.schema import ToolDefinitionError
 
 log = logging.getLogger("rollscope.tools")
@@ -138,7 +139,7 @@ def _build(entry: Any) -> BaseTool:
         return tool
     if "class_name" not in entry:
         raise ToolDefinitionError("needs 'class_name' (a BaseTool subclass) or 'function' (a dotted path)")
-    cls = load_object(entry["class_name"])
+    cls = load_object(entry["class_name"], ToolDefinitionError)
     if not (isinstance(cls, type) and issubclass(cls, BaseTool)):
         raise ToolDefinitionError(f"{entry['class_name']!r} is not a subclass of verl's BaseTool")
     try:

@@ -100,6 +100,6 @@ def sidecar_tokenizer(name: str) -> Any:
 
 
 def worker_for(config: dict[str, Any], path: str, options: dict[str, Any], resume: dict | None = None) -> BackendWorker:
-    from rollscope.tracing.backends.registry import load_class
+    from rollscope._imports import load_object
 
-    return BackendWorker(load_class(path)(**config["settings"], **options, **(resume or {})), config["max_queue"])
+    return BackendWorker(load_object(path)(**config["settings"], **options, **(resume or {})), config["max_queue"])

@@ -3,12 +3,12 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from importlib.metadata import entry_points
 from typing import Any
 
 from rollscope._extras import require
+from rollscope._imports import load_object
 from rollscope.tracing.backends.base import TraceBackend
 
 ENTRY_POINT_GROUP = "rollscope.trace_backends"
@@ -30,12 +30,6 @@ def register_backend(name: str, factory: type[TraceBackend] | Callable[..., Trac
     _registered[name] = factory
 
 
-def load_class(target: str) -> Any:
-    """'package.module:Class' -> the class (how the trace sidecar finds its backends)."""
-    module, _, attr = target.partition(":")
-    return getattr(importlib.import_module(module), attr)
-
-
 def available_backends() -> list[str]:
     names = set(_BUILTIN) | set(_registered)
     names |= {ep.name for ep in entry_points(group=ENTRY_POINT_GROUP)}
@@ -46,7 +40,7 @@ def backend_class(name: str) -> Any:
     if name in _registered:
         return _registered[name]
     if name in _BUILTIN:
-        return load_class(_BUILTIN[name])
+        return load_object(_BUILTIN[name])
     for ep in entry_points(group=ENTRY_POINT_GROUP):
         if ep.name == name:
             return ep.load()
