@@ -4,7 +4,6 @@ any other method as a span of its own."""
 
 from __future__ import annotations
 
-import functools
 import inspect
 import logging
 import time
@@ -26,6 +25,7 @@ from rollscope.tracing.instrument import (
     state,
     trace_enabled,
     traced_await,
+    traced_callable,
 )
 from rollscope.tracing.spans import Span, Trajectory
 
@@ -185,38 +185,7 @@ def _traced_method(method: Callable[..., Any], span_name: str, tokenizer: Any) -
                 result = dict(vars(result))  # its fields, as verl's TokenOutput is recorded
         end_span(span, None if error is not None else result, error)
 
-    if inspect.iscoroutinefunction(method):
+    def open_span(args: tuple, kwargs: dict[str, Any]) -> Any:
+        return begin_span(span_name, SpanKind.CUSTOM, inputs_of(args, kwargs))
 
-        @functools.wraps(method)
-        async def traced_async(*args: Any, **kwargs: Any) -> Any:
-            if state.tracer is None or not trace_enabled.get():
-                return await method(*args, **kwargs)
-            span = begin_span(span_name, SpanKind.CUSTOM, inputs_of(args, kwargs))
-            if span is None:
-                return await method(*args, **kwargs)
-            try:
-                result = await method(*args, **kwargs)
-            except BaseException as exc:
-                finished(span, None, exc)
-                raise
-            finished(span, result)
-            return result
-
-        return traced_async
-
-    @functools.wraps(method)
-    def traced(*args: Any, **kwargs: Any) -> Any:
-        if state.tracer is None or not trace_enabled.get():
-            return method(*args, **kwargs)
-        span = begin_span(span_name, SpanKind.CUSTOM, inputs_of(args, kwargs))
-        if span is None:
-            return method(*args, **kwargs)
-        try:
-            result = method(*args, **kwargs)
-        except BaseException as exc:
-            finished(span, None, exc)
-            raise
-        finished(span, result)
-        return result
-
-    return traced
+    return traced_callable(method, open_span, finished)

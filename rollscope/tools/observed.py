@@ -29,7 +29,7 @@ from verl.tools.function_tool import normalize_function_tool_return
 from rollscope.semconv import ERROR_KIND
 from rollscope.tools.traced_tool import LIFECYCLE, begin_tool_span, describe_result
 from rollscope.tracing import rollout_trace_op
-from rollscope.tracing.instrument import current_frame, end_span, state
+from rollscope.tracing.instrument import current_frame, end_span, state, traced_callable
 
 log = logging.getLogger("rollscope.tools")
 _FLAG = "__rollscope_tool_traced__"
@@ -127,41 +127,39 @@ def _recorded_execute(made: list[type], span_name: str) -> Callable[..., Any]:
     """``execute``, the tool's own bound as its class binds it (an instance, static or class
     method), through the traced class ``made`` holds."""
 
-    async def recorded(self: Any, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
-        execute = super(made[0], self).execute
-        if state.tracer is None or current_frame.get() is None:
-            return await execute(instance_id, parameters, **kwargs)
-        span = begin_tool_span(self, span_name, instance_id, parameters)
-        if span is None:
-            return await execute(instance_id, parameters, **kwargs)
-        return await _recorded(span, execute(instance_id, parameters, **kwargs), describe_result)
+    async def execute(self: Any, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
+        return await super(made[0], self).execute(instance_id, parameters, **kwargs)
 
-    return recorded
+    def open_span(args: tuple, kwargs: dict[str, Any]) -> Any:
+        instance_id = args[1] if len(args) > 1 else kwargs.get("instance_id")
+        parameters = args[2] if len(args) > 2 else kwargs.get("parameters")
+        return begin_tool_span(args[0], span_name, instance_id, parameters)
+
+    return traced_callable(execute, open_span, _finish(describe_result), _tracing_tools)
 
 
 def _recorded_call(call: Callable[..., Any]) -> Callable[..., Any]:
-    @functools.wraps(call)
-    async def recorded(self: Any, parameters: dict[str, Any]) -> Any:
-        if state.tracer is None or current_frame.get() is None:
-            return await call(self, parameters)
-        span = begin_tool_span(self, self.name, None, parameters)
-        if span is None:
-            return await call(self, parameters)
-        return await _recorded(span, call(self, parameters), _function_result)
+    def open_span(args: tuple, kwargs: dict[str, Any]) -> Any:
+        return begin_tool_span(args[0], args[0].name, None, args[1] if len(args) > 1 else kwargs.get("parameters"))
 
-    return recorded
+    return traced_callable(call, open_span, _finish(_function_result), _tracing_tools)
 
 
-async def _recorded(span: Any, call: Any, describe: Callable[[Any], Any]) -> Any:
-    try:
-        result = await call
-    except BaseException as exc:
-        if isinstance(exc, Exception):
+def _tracing_tools() -> bool:
+    """A tool's spans are recorded only inside a trajectory rollscope opened or joined."""
+    return state.tracer is not None and current_frame.get() is not None
+
+
+def _finish(describe: Callable[[Any], Any]) -> Callable[[Any, Any, BaseException | None], None]:
+    def finish(span: Any, result: Any, error: BaseException | None) -> None:
+        if error is None:
+            end_span(span, describe(result))
+            return
+        if isinstance(error, Exception):
             span.attributes[ERROR_KIND] = "exception"
-        end_span(span, None, exc)
-        raise
-    end_span(span, describe(result))
-    return result
+        end_span(span, None, error)
+
+    return finish
 
 
 def _function_result(raw: Any) -> Any:

@@ -148,21 +148,50 @@ def rollout_trace_op(
     sig = Binder(func)
     code = code_location(func)  # (each span gets its own copy: the exporter adds to it)
 
+    def open_span(args: tuple, kwargs: dict) -> Span | None:
+        return begin_span(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)), code.copy())
+
+    return traced_callable(func, open_span)
+
+
+def _tracing() -> bool:
+    return state.tracer is not None and trace_enabled.get()
+
+
+def _end(span: Span, result: Any, error: BaseException | None) -> None:
+    if error is not None:
+        end_span(span, None, error)
+    else:
+        end_span(span, snapshot(result))
+
+
+def traced_callable(
+    func: Callable[..., Any],
+    open_span: Callable[[tuple, dict], Span | None],
+    finish: Callable[[Span, Any, BaseException | None], None] = _end,
+    tracing: Callable[[], bool] = _tracing,
+) -> Callable[..., Any]:
+    """``func`` with each call in a span: the one route of every traced callable
+    (``rollout_trace_op``, the LLM client's methods, the tools ``observe_tools`` traces).
+
+    ``tracing()`` says whether to trace at all, before anything is built; ``open_span(args,
+    kwargs)`` begins the span (None: this call goes untraced); ``finish(span, result, error)`` ends
+    it, by default with the result's snapshot or the exception, which is raised on. The wrapper is
+    a coroutine function where ``func`` is one.
+    """
     if inspect.iscoroutinefunction(func):
 
         @functools.wraps(func)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            if state.tracer is None or not trace_enabled.get():  # before building any CallArgs
-                return await func(*args, **kwargs)
-            span = begin_span(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)), code.copy())
+            span = open_span(args, kwargs) if tracing() else None
             if span is None:
                 return await func(*args, **kwargs)
             try:
                 result = await func(*args, **kwargs)
             except BaseException as exc:
-                end_span(span, None, exc)
+                finish(span, None, exc)
                 raise
-            end_span(span, snapshot(result))
+            finish(span, result, None)
             return result
 
         async_wrapper.__rollscope_traced__ = True  # type: ignore[attr-defined]
@@ -170,17 +199,15 @@ def rollout_trace_op(
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        if state.tracer is None or not trace_enabled.get():
-            return func(*args, **kwargs)
-        span = begin_span(op_name, span_kind, CallArgs(sig, *_snapshot_args(args, kwargs)), code.copy())
+        span = open_span(args, kwargs) if tracing() else None
         if span is None:
             return func(*args, **kwargs)
         try:
             result = func(*args, **kwargs)
         except BaseException as exc:
-            end_span(span, None, exc)
+            finish(span, None, exc)
             raise
-        end_span(span, snapshot(result))
+        finish(span, result, None)
         return result
 
     wrapper.__rollscope_traced__ = True  # type: ignore[attr-defined]

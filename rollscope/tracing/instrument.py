@@ -8,6 +8,8 @@ names here are the ones the hot path needs, each cheap enough for every turn of 
   call would cost more than the check saves (``if state.tracer is None: return call``).
 - ``begin_span``/``end_span``: a span around any piece of work, under the current frame, opening
   a trajectory when there is none; pair every ``begin_span`` with an ``end_span``.
+- ``traced_callable``: a function or coroutine function with each call in a span, the one route
+  of every traced callable (how it opens and ends its span given).
 - ``traced_await``: the same around one awaitable, for wrappers with nothing to add in between.
 - ``state.tracer.leaf_span``: a span recorded in one event once its call returned (no context
   change, no Span object): the LLM client's turns.
@@ -25,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Iterable
 from typing import Any
 
-from rollscope.tracing._api import begin_span, end_span, snapshot
+from rollscope.tracing._api import begin_span, end_span, snapshot, traced_callable
 from rollscope.tracing._context import current_frame, current_trajectory, trace_enabled, verl_context
 from rollscope.tracing._payload import native
 from rollscope.tracing._runtime import state
@@ -48,6 +50,7 @@ __all__ = [
     "state",
     "trace_enabled",
     "traced_await",
+    "traced_callable",
     "verl_context",
 ]
 
