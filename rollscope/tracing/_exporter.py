@@ -41,7 +41,7 @@ from rollscope.tracing._events import (
 )
 from rollscope.tracing._shaping import EventShaper
 from rollscope.tracing._spool import Spool
-from rollscope.tracing.backends.base import TraceBackend
+from rollscope.tracing.backends.base import Resumable, TraceBackend
 from rollscope.tracing.spans import Span
 
 log = logging.getLogger("rollscope.tracing")
@@ -273,7 +273,8 @@ class BackendWorker:
                 continue
             if event[KIND] == POSITION:
                 position = event[RECEIVED]
-                self.backend.mark_position(position)
+                if isinstance(self.backend, Resumable):
+                    self.backend.mark_position(position)
             else:
                 handler = handlers.get(event[KIND])  # its fields, as its handler takes them
                 self.exported += (

@@ -44,6 +44,7 @@ from rollscope.tracing._sidecar.protocol import (
     worker_for,
     write_frame,
 )
+from rollscope.tracing.backends.base import Resumable
 
 # The sidecar's work can wait (its queues are unbounded for the local store); the rollout's cannot.
 SIDECAR_NICE = 10
@@ -212,7 +213,7 @@ class Sidecar:
                 last = now
 
     def serve(self, fd_in: int) -> None:
-        resume = {w.name: w.backend.resume_options() for w in self.exporter.workers}
+        resume = {w.name: w.backend.resume_options() for w in self.exporter.workers if isinstance(w.backend, Resumable)}
         self.send(READY, wire.encode((os.getpid(), resume)))
         threading.Thread(target=self._report_positions, name="rollscope-positions", daemon=True).start()
         while True:

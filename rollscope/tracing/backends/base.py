@@ -42,9 +42,6 @@ class TraceBackend:
     #: after it had written their trajectory (kept in the local store only); in ``tracing.stats()``.
     dropped_spans: int = 0
     late_rewards: int = 0
-    #: A backend continued from where a killed trace sidecar left it (``resume_options``): the
-    #: number of the last event it had made durable, from which the traced process replays.
-    resumed_position: int = 0
 
     def __init__(self, *, project: str | None = None, experiment: str | None = None) -> None:
         self.project = project
@@ -89,16 +86,6 @@ class TraceBackend:
         rollscope's (Weave, OpenTelemetry) lands on the same calls again and can ignore this; one
         whose destination makes its own ids (MLflow) looks before it writes."""
 
-    def mark_position(self, position: int) -> None:
-        """In the trace sidecar: every event up to the ``position``-th it received was handed to
-        this backend. One that stores the position atomically with its data (the local store)
-        lets the traced process resume it exactly there if the sidecar dies (``resume_options``)."""
-
-    def resume_options(self) -> dict[str, Any] | None:
-        """Constructor options that reopen this backend where its last flush left it, with its
-        durable position as ``resumed_position`` (None: it cannot be resumed)."""
-        return None
-
     def counts(self) -> dict[str, int]:
         """Backend-specific counters merged into ``tracing.stats()`` (the local store: what is stored,
         waiting for room, lost)."""
@@ -106,3 +93,23 @@ class TraceBackend:
 
     def close(self) -> None:
         """Release resources; called once, after the final flush."""
+
+
+class Resumable:
+    """A backend the traced process can continue where a killed trace sidecar left it, because it
+    stores how many events it holds atomically with them (the local store). Only such a backend
+    takes part in the sidecar's positions; the others need know nothing of them."""
+
+    #: Set by a backend continued from where a killed trace sidecar left it (``resume_options``):
+    #: the number of the last event it had made durable, from which the traced process replays.
+    resumed_position: int = 0
+
+    def mark_position(self, position: int) -> None:
+        """In the trace sidecar: every event up to the ``position``-th it received was handed to
+        this backend. One that stores the position atomically with its data (the local store)
+        lets the traced process resume it exactly there if the sidecar dies (``resume_options``)."""
+
+    def resume_options(self) -> dict[str, Any]:
+        """Constructor options that reopen this backend where its last flush left it, with its
+        durable position as ``resumed_position``."""
+        raise NotImplementedError

@@ -22,7 +22,7 @@ from rollscope.store.schema import (
     trajectory_row,
 )
 from rollscope.store.writer import ShardWriter
-from rollscope.tracing.backends.base import TraceBackend
+from rollscope.tracing.backends.base import Resumable, TraceBackend
 from rollscope.tracing.spans import Span, Trajectory
 from rollscope.trajectory.summary import COLUMNS as SUMMARY_COLUMNS
 from rollscope.trajectory.summary import TrajectorySummary
@@ -58,7 +58,7 @@ def local_dir_for(trace_dir: os.PathLike, mountinfo: str | None = None) -> str |
     return str(local)
 
 
-class LocalBackend(TraceBackend):
+class LocalBackend(Resumable, TraceBackend):
     name = "local"
     options = frozenset({"trace_dir", "local_dir", "publish_interval_s", "retain"})
     lossless = True
