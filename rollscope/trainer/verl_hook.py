@@ -348,7 +348,7 @@ def patch_tracking(module: Any) -> None:
 _PATCHES = {_V0: patch_v0, _V1: patch_v1, _verl.TRACKING: patch_tracking}
 
 
-def _guarded(name: str, patch: Callable[[Any], None]) -> Callable[[Any], None]:
+def _patching(name: str, patch: Callable[[Any], None]) -> Callable[[Any], None]:
     def patch_or_warn(module: Any) -> None:
         try:
             patch(module)
@@ -362,7 +362,7 @@ def install() -> None:
     """Join verl's trainer in this process: now for a trainer module already imported, on import
     for the others (no verl module is imported early). Idempotent."""
     for name, patch in _PATCHES.items():
-        after_import(name, _guarded(name, patch))
+        after_import(name, _patching(name, patch))
 
 
 install()
