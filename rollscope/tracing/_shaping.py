@@ -197,6 +197,8 @@ def _without_unset_kwargs(inputs: Any) -> Any:
 
 
 def _input_usage(inputs: Any, attributes: dict[str, Any]) -> None:
+    """An llm span's usage attributes (OpenTelemetry GenAI names), derived here from its raw inputs
+    rather than computed on the rollout's thread at each turn. Values the caller set win."""
     prompt_ids = _field(inputs, "prompt_ids")
     if isinstance(prompt_ids, list | tuple):
         attributes.setdefault(INPUT_TOKENS, len(prompt_ids))
