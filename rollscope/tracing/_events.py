@@ -74,7 +74,7 @@ def flush(marker: Any) -> tuple:
 
 def position(n: int) -> tuple:
     """In the sidecar: the events before this one are the first ``n`` received from the traced
-    process (a backend makes its position durable with the data: ``TraceBackend.mark_position``)."""
+    process (a backend makes its position durable with the data: ``Resumable.mark_position``)."""
     return (POSITION, n)
 
 

@@ -41,7 +41,7 @@ from rollscope.tracing._events import (
 )
 from rollscope.tracing._shaping import EventShaper
 from rollscope.tracing._spool import Spool
-from rollscope.tracing.backends.base import Resumable, TraceBackend
+from rollscope.tracing.backends.base import Deduplicating, Publishing, Resumable, TraceBackend
 from rollscope.tracing.spans import Span
 
 log = logging.getLogger("rollscope.tracing")
@@ -75,7 +75,7 @@ class BackendWorker:
     (it keeps up with any rollout); a remote backend's spool on disk (``_spool``), which the worker
     reads back as the backend catches up, confirming each batch after the backend's flush.
 
-    For a backend that writes whole trajectories (``writes_whole_trajectories``), a trajectory's
+    For a backend that writes whole trajectories (``Delivery.whole_trajectories``), a trajectory's
     events go to the spool together when it ends, as one record, so a cursor confirmed before a
     restart never falls inside a trajectory. Where no spool can be made (no writable directory),
     a remote backend's queue in memory is bounded by ``max_queue`` and what overflows is dropped
@@ -85,7 +85,8 @@ class BackendWorker:
     def __init__(self, backend: TraceBackend, max_queue: int) -> None:
         self.backend = backend
         self.name = backend.name
-        self.max_queue = None if backend.lossless else max_queue
+        self.delivery = delivery = backend.delivery
+        self.max_queue = None if delivery.lossless else max_queue
         self.queue: deque = deque()
         self.dropped = 0
         self.errors = 0
@@ -95,9 +96,9 @@ class BackendWorker:
         self._stop = False
         self._warned = False
         self._lock = threading.Lock()
-        self.spool = None if backend.lossless else _open_spool(backend)
-        self._open: dict[str, list] | None = {} if backend.writes_whole_trajectories else None
-        self._skip_span_start = not backend.wants_span_start
+        self.spool = None if delivery.lossless else _open_spool(backend)
+        self._open: dict[str, list] | None = {} if delivery.whole_trajectories else None
+        self._skip_span_start = not delivery.span_starts
         self.kept_in: str | None = None  # a spool not sent before the end: the next process sends it
         self.thread = threading.Thread(target=self._run, name=f"rollscope-{backend.name}", daemon=True)
         self.thread.start()
@@ -206,18 +207,19 @@ class BackendWorker:
 
     def stats(self) -> dict[str, dict[str, Any]]:
         spool = self.spool
-        dropped = self.dropped + self.backend.dropped_spans + (spool.dropped if spool else 0)
+        counts = self.backend.counts()
+        dropped = self.dropped + counts.pop("dropped", 0) + (spool.dropped if spool else 0)
         return {
             self.name: {
                 "exported": self.exported,
                 "queued": len(self.queue) + (spool.pending if spool else 0),
                 "spooled": spool.pending if spool else 0,  # of those, on disk
                 "dropped": dropped,
-                "late_rewards": self.backend.late_rewards,
+                "late_rewards": counts.pop("late_rewards", 0),
                 "errors": self.errors,
                 # lost nothing so far, and will not while the disk has room
-                "lossless": (self.backend.lossless or spool is not None) and dropped == 0,
-                **self.backend.counts(),
+                "lossless": (self.delivery.lossless or spool is not None) and dropped == 0,
+                **counts,
             }
         }
 
@@ -229,7 +231,7 @@ class BackendWorker:
             REWARD: self.backend.on_reward,
             TRAINING: self.backend.on_training,
         }
-        if not self.backend.wants_span_start:
+        if self._skip_span_start:
             handlers[SPAN_START] = _ignore
         q, spool = self.queue, self.spool
         while True:
@@ -238,8 +240,9 @@ class BackendWorker:
                 continue
             if spool is not None and spool.has_data():
                 with self._lock:
-                    events = spool.read(self.backend.flush_every)
-                self.backend.sent_before(spool.from_orphan)
+                    events = spool.read(self.delivery.batch)
+                if isinstance(self.backend, Deduplicating):
+                    self.backend.sent_before(spool.from_orphan)
                 if self._deliver(events, handlers):
                     spool.confirm()
                 continue
@@ -267,7 +270,8 @@ class BackendWorker:
                 flushed = self._call(self.backend.flush)
                 if flushed and position is not None:
                     self.position, position = position, None
-                self._call(self.backend.publish)  # an explicit flush: visible everywhere now
+                if isinstance(self.backend, Publishing):
+                    self._call(self.backend.publish)  # an explicit flush: visible everywhere now
                 did_work = False
                 event[MARKER].arrive()
                 continue
@@ -337,18 +341,14 @@ class Exporter:
         self._stop = False
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
-        self._direct = None
-        if shape is None and len(workers) == 1 and hasattr(workers[0], "pack"):
-            # Only the trace sidecar, and nothing to shape here: events are packed as they happen.
-            self._direct = workers[0]
-            self.submit = self._direct.pack  # type: ignore[method-assign]
-        else:
+        # Only the trace sidecar, and nothing to shape here: events are packed as they happen.
+        self._direct = workers[0] if shape is None and len(workers) == 1 and hasattr(workers[0], "pack") else None
+        #: The hot path, chosen once: where each event goes as it happens (the sidecar's ``pack``,
+        #: or a bound ``deque.append`` that the exporter's thread drains), nothing more.
+        self.submit: Callable[[Span | tuple], None] = self.ingest.append if self._direct is None else self._direct.pack
+        if self._direct is None:
             self._thread = threading.Thread(target=self._run, name="rollscope-exporter", daemon=True)
             self._thread.start()
-
-    # Hot path: a bound deque.append, nothing more.
-    def submit(self, event: Span | tuple) -> None:
-        self.ingest.append(event)
 
     def submit_many(self, events: list) -> None:
         self.ingest.extend(events)

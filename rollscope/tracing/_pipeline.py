@@ -1,7 +1,7 @@
 """Where tracing's work runs: which backends go to the trace sidecar, which stay in this process,
 and where events are shaped. The ``Tracer`` captures; this module lays out the rest.
 
-- A backend runs in the sidecar when it can (``out_of_process``: the sidecar imports it by module
+- A backend runs in the sidecar when it can (``Delivery.out_of_process``: the sidecar imports it by module
   path) and its options are plain data; the sidecar shapes its events (JSON-safe, redacted,
   truncated) off the rollout's process.
 - A backend handed a live object (a client, say), a class defined in ``__main__``, or any backend
@@ -102,7 +102,7 @@ def build_pipeline(
     discard_spare()  # (one started early that no backend here needed)
     shapes_here = bool(here or unnamed)
     exporter = Exporter(workers, EventShaper(shaper) if shapes_here else None)
-    return Pipeline(exporter, backends, any(cls.wants_span_start for _, cls, _ in resolved), shapes_here)
+    return Pipeline(exporter, backends, any(cls.delivery.span_starts for _, cls, _ in resolved), shapes_here)
 
 
 @contextlib.contextmanager
@@ -147,7 +147,7 @@ def _can_run_outside(cls: Any, options: dict[str, Any]) -> bool:
     options as data (one given a live object, such as a client, stays in this process)."""
     return (
         isinstance(cls, type)
-        and getattr(cls, "out_of_process", False)
+        and cls.delivery.out_of_process
         and cls.__module__ != "__main__"
         and all(_is_data(v) for v in options.values())
     )

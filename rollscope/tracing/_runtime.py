@@ -79,7 +79,7 @@ class Tracer:
             self.shaper.redactor.preload()
         self.backends = pipeline.backends
         self.exporter = pipeline.exporter
-        self.submit = self.exporter.submit
+        self.submit = self.exporter.submit  # the hot path, as the exporter chose it once
         self.emit_span_start = pipeline.emit_span_start  # read by begin_span, which builds spans
 
     # ---- lifecycle calls made on the rollout's thread: build an object, append an event ----

@@ -14,6 +14,7 @@ import os
 import threading
 import time
 
+from rollscope.tracing.backends.base import Delivery
 from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.backends.registry import register_backend
 
@@ -22,7 +23,8 @@ class LedgerBackend(TrajectoryBackend):
     name = "ledger"
     options = frozenset({"ledger_path"})
     gate = threading.Event()  # set: sends; cleared: every flush waits (a slow server)
-    flush_every = 100  # events per batch: a small client queue, so a test's burst spans many batches
+    # 100 events per batch: a small client queue, so a test's burst spans many batches
+    delivery = Delivery(whole_trajectories=True, batch=100)
 
     def __init__(self, *, project=None, experiment=None, ledger_path: str) -> None:
         super().__init__(project=project, experiment=experiment)
@@ -66,7 +68,7 @@ class SidecarLedgerBackend(LedgerBackend):
     """The ledger in the trace sidecar, as the remote backends run (gated by the file only)."""
 
     name = "sidecar-ledger"
-    out_of_process = True
+    delivery = Delivery(whole_trajectories=True, batch=100, out_of_process=True)
 
 
 register_backend(SidecarLedgerBackend.name, SidecarLedgerBackend)

@@ -11,6 +11,7 @@ import pytest
 from rollscope import tracing
 from rollscope.store import TraceStore
 from rollscope.tracing.backends import TraceBackend, available_backends, register_backend
+from rollscope.tracing.backends.base import Delivery
 
 
 class MemoryBackend(TraceBackend):
@@ -18,7 +19,7 @@ class MemoryBackend(TraceBackend):
 
     name = "memory"
     options = frozenset({"label"})
-    wants_span_start = True
+    delivery = Delivery(span_starts=True)
 
     def __init__(self, *, project=None, experiment=None, label=""):
         super().__init__(project=project, experiment=experiment)
@@ -47,7 +48,7 @@ class StuckBackend(TraceBackend):
 
     name = "stuck"
     release = threading.Event()
-    flush_every = 64
+    delivery = Delivery(batch=64)
 
     def on_span_end(self, span):
         self.release.wait(30)
@@ -191,6 +192,6 @@ def test_a_row_sqlite_refuses_costs_that_row_only(trace_dir):
     backend.close()
     counts = backend.counts()
     assert (counts["stored_spans"], counts["refused_rows"], counts["stored_trajectories"]) == (2, 1, 1)
-    assert backend.dropped_spans == 1
+    assert counts["dropped"] == 1
     [stored] = TraceStore(trace_dir).trajectories()
     assert sorted(s.name for s in stored.spans) == ["first", "third"]

@@ -1,6 +1,7 @@
 """Trace destinations behind one interface; see ``base.TraceBackend`` and ``registry``."""
 
-from rollscope.tracing.backends.base import TraceBackend
+from rollscope.tracing.backends.base import Delivery, TraceBackend
+from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.backends.registry import (
     available_backends,
     backend_class,
@@ -10,7 +11,9 @@ from rollscope.tracing.backends.registry import (
 )
 
 __all__ = [
+    "Delivery",
     "TraceBackend",
+    "TrajectoryBackend",
     "available_backends",
     "backend_class",
     "parse_backend_names",

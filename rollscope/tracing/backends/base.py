@@ -1,17 +1,43 @@
 """The one interface every trace destination implements (cf. OpenTelemetry's SpanProcessor).
 
-A backend runs on its own worker thread (in the traced process, or in the trace sidecar when it
-says ``out_of_process``) and receives events in order, already shaped: payloads are
-JSON-safe, truncated and redacted. It never runs on the rollout's event loop, so it may block; what
-it cannot take in time waits in its worker's spool on disk (``tracing._spool``) unless ``lossless``
-is set (then its queue in memory is unbounded: the local store keeps up with any rollout).
+A backend is its ``on_*`` hooks, ``flush`` and ``close``; how events reach it (queue or spool,
+whole trajectories or one event at a time, in the traced process or the trace sidecar) is one
+declared value, its ``Delivery``, which the exporter, the spool and the sidecar read and the
+backend's own code never needs. A backend runs on its own worker thread and receives events in
+order, already shaped: payloads are JSON-safe, truncated and redacted. It never runs on the
+rollout's event loop, so it may block. The few backends that take part in the delivery machinery
+say so by a mixin: ``Resumable`` (continued where a killed sidecar left it), ``Deduplicating``
+(looks before writing what a dead process may have sent) and ``Publishing`` (made visible on an
+explicit flush).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from rollscope.tracing.spans import Span, Trajectory
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """How the exporter delivers events to a backend."""
+
+    #: An unbounded queue in memory and no spool: the backend keeps up with any rollout (the local
+    #: store). Otherwise what the backend cannot take in time waits in a spool on disk.
+    lossless: bool = False
+    #: Whether ``on_span_start`` is wanted. When no backend wants it, the hot path skips the event.
+    span_starts: bool = False
+    #: Events handed to the backend between two of its flushes: its client's own queue in front of
+    #: the network must hold what they make (dropping the rest), and fewer flushes send faster.
+    batch: int = 4096
+    #: The backend writes a trajectory only when it ends: its spool keeps each trajectory's events
+    #: together, and a restart resumes between trajectories, never inside one.
+    whole_trajectories: bool = False
+    #: It may run in the trace sidecar, a helper process (``tracing._sidecar``): true for a backend
+    #: that needs nothing from the traced process but its options, is importable by module path,
+    #: and whose work would otherwise compete with the rollout.
+    out_of_process: bool = False
 
 
 class TraceBackend:
@@ -19,29 +45,11 @@ class TraceBackend:
     name: ClassVar[str] = "base"
     #: Option names this backend accepts from ``init_tracing(**backend_options)``.
     options: ClassVar[frozenset[str]] = frozenset()
-    #: A lossless backend gets an unbounded queue: it must keep up with any rollout rate.
-    lossless: ClassVar[bool] = False
-    #: Whether ``on_span_start`` is wanted. When no backend wants it, the hot path skips the event.
-    wants_span_start: ClassVar[bool] = False
-    #: Events handed to the backend between two of its flushes: its client's own queue in front of
-    #: the network must hold what they make (dropping the rest), and fewer flushes send faster.
-    flush_every: ClassVar[int] = 4096
-    #: Whether the backend writes a trajectory only when it ends (then its spool keeps each
-    #: trajectory's events together, and a restart resumes between trajectories, never inside one).
-    writes_whole_trajectories: ClassVar[bool] = False
-    #: Whether the backend may run in the trace sidecar, a helper process (``tracing._sidecar``):
-    #: true for a backend that needs nothing from the traced process but its options, is
-    #: importable by module path, and whose work would otherwise compete with the rollout.
-    out_of_process: ClassVar[bool] = False
     #: The modules it imports that only an extra installs, and that extra (``rollscope[EXTRA]``):
     #: checked when the backend is chosen, so a missing one is one error before any rollout.
     requires: ClassVar[tuple[str, ...]] = ()
     extra: ClassVar[str | None] = None
-
-    #: Counted by the backend: spans it gave up on (a disk that stayed full) and rewards that came
-    #: after it had written their trajectory (kept in the local store only); in ``tracing.stats()``.
-    dropped_spans: int = 0
-    late_rewards: int = 0
+    delivery: ClassVar[Delivery] = Delivery()
 
     def __init__(self, *, project: str | None = None, experiment: str | None = None) -> None:
         self.project = project
@@ -51,7 +59,7 @@ class TraceBackend:
         """A trajectory opened; its spans follow."""
 
     def on_span_start(self, span: Span) -> None:
-        """A span started (its outputs are not known yet). Only sent when ``wants_span_start``."""
+        """A span started (its outputs are not known yet). Only sent with ``Delivery.span_starts``."""
 
     def on_span_end(self, span: Span) -> None:
         """A span finished, with outputs or error."""
@@ -70,29 +78,20 @@ class TraceBackend:
         """Make everything received so far durable or sent (a spooled event counts as delivered,
         and is not sent again after a restart, once a flush after it returned)."""
 
-    def destination(self) -> str:
-        """Where this backend sends, as its spool names it: a spool left by a dead process is sent
-        on by the next backend with the same destination, never by one sending elsewhere."""
-        return f"{self.name} {self.project or '-'}"
-
-    def publish(self) -> None:
-        """After an explicit flush (``flush_tracing``): make what was flushed visible to readers
-        everywhere now, where the backend otherwise publishes on a schedule (the local store's
-        sealed segments on a shared filesystem)."""
-
-    def sent_before(self, maybe: bool) -> None:
-        """Whether the events handed over next may have been sent already: they come from a spool
-        a dead process left, past its last confirmed flush. A backend whose ids are derived from
-        rollscope's (Weave, OpenTelemetry) lands on the same calls again and can ignore this; one
-        whose destination makes its own ids (MLflow) looks before it writes."""
-
-    def counts(self) -> dict[str, int]:
-        """Backend-specific counters merged into ``tracing.stats()`` (the local store: what is stored,
-        waiting for room, lost)."""
-        return {}
-
     def close(self) -> None:
         """Release resources; called once, after the final flush."""
+
+    def destination(self) -> str:
+        """Where this backend sends, as its spool names it: a spool left by a dead process is sent
+        on by the next backend with the same destination, never by one sending elsewhere. Override
+        it when the project alone does not name the place (a server's address, say)."""
+        return f"{self.name} {self.project or '-'}"
+
+    def counts(self) -> dict[str, int]:
+        """Backend-specific counters merged into ``tracing.stats()``. Two keys add to the
+        exporter's own: ``dropped`` (spans the backend gave up on: a disk that stayed full) and
+        ``late_rewards`` (rewards that came after it had written their trajectory)."""
+        return {}
 
 
 class Resumable:
@@ -106,10 +105,27 @@ class Resumable:
 
     def mark_position(self, position: int) -> None:
         """In the trace sidecar: every event up to the ``position``-th it received was handed to
-        this backend. One that stores the position atomically with its data (the local store)
-        lets the traced process resume it exactly there if the sidecar dies (``resume_options``)."""
+        this backend, to be stored atomically with its data at the next flush."""
 
     def resume_options(self) -> dict[str, Any]:
         """Constructor options that reopen this backend where its last flush left it, with its
         durable position as ``resumed_position``."""
         raise NotImplementedError
+
+
+class Deduplicating:
+    """A backend whose destination makes its own ids (MLflow), so an event that a dead process may
+    have sent already would be written twice unless looked for first. A backend whose ids derive
+    from rollscope's (Weave, OpenTelemetry) lands on the same records again and needs no mixin."""
+
+    def sent_before(self, maybe: bool) -> None:
+        """Whether the events handed over next may have been sent already: they come from a spool
+        a dead process left, past its last confirmed flush."""
+
+
+class Publishing:
+    """A backend that publishes what it flushed on a schedule (the local store's sealed segments
+    on a shared filesystem), and at once after an explicit flush (``flush_tracing``)."""
+
+    def publish(self) -> None:
+        """Make what was flushed visible to readers everywhere now."""

@@ -9,13 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 from rollscope.semconv import REWARD_DETAILS
-from rollscope.tracing.backends.base import TraceBackend
+from rollscope.tracing.backends.base import Delivery, TraceBackend
 from rollscope.tracing.spans import Span, Trajectory
 from rollscope.trajectory.turns import resolve_prompts
 
 
 class TrajectoryBackend(TraceBackend):
-    writes_whole_trajectories = True
+    delivery = Delivery(whole_trajectories=True)
 
     def __init__(self, *, project: str | None = None, experiment: str | None = None) -> None:
         super().__init__(project=project, experiment=experiment)
@@ -23,7 +23,11 @@ class TrajectoryBackend(TraceBackend):
         self.late_rewards = 0  # rewards for trajectories already written: in the local store only
 
     def write(self, trajectory: Trajectory, spans: list[Span]) -> None:
+        """A trajectory that ended, with its spans in the order they ended."""
         raise NotImplementedError
+
+    def counts(self) -> dict[str, int]:
+        return {"late_rewards": self.late_rewards}
 
     def on_trajectory_start(self, trajectory: Trajectory) -> None:
         self._open[trajectory.id] = (trajectory, [])

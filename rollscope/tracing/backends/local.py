@@ -22,7 +22,7 @@ from rollscope.store.schema import (
     trajectory_row,
 )
 from rollscope.store.writer import ShardWriter
-from rollscope.tracing.backends.base import Resumable, TraceBackend
+from rollscope.tracing.backends.base import Delivery, Publishing, Resumable, TraceBackend
 from rollscope.tracing.spans import Span, Trajectory
 from rollscope.trajectory.summary import COLUMNS as SUMMARY_COLUMNS
 from rollscope.trajectory.summary import TrajectorySummary
@@ -58,11 +58,11 @@ def local_dir_for(trace_dir: os.PathLike, mountinfo: str | None = None) -> str |
     return str(local)
 
 
-class LocalBackend(Resumable, TraceBackend):
+class LocalBackend(Resumable, Publishing, TraceBackend):
     name = "local"
     options = frozenset({"trace_dir", "local_dir", "publish_interval_s", "retain"})
-    lossless = True
-    out_of_process = True  # encoding, compression and SQLite: the bulk of tracing's CPU
+    # keeps up with any rollout; off the traced process: encoding, compression and SQLite are the bulk of tracing's CPU
+    delivery = Delivery(lossless=True, out_of_process=True)
 
     def __init__(
         self,
@@ -296,6 +296,7 @@ class LocalBackend(Resumable, TraceBackend):
             "retained_spans": len(self._spans),
             "lost_trajectories": self.lost_trajectories,
             "refused_rows": self.refused_rows,
+            "dropped": self.dropped_spans,
             **(
                 {"rewards_after_seal": publisher.rewards_after_seal, "retention_dropped": publisher.retention_dropped}
                 if (publisher := self.writer.publisher) is not None

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rollscope.tracing.backends.base import Deduplicating, Delivery
 from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.backends.records import (
     SpanLike,
@@ -59,11 +60,11 @@ def prepare_tracking_store(uri: str) -> None:
         SqlAlchemyStore(uri, str(path.parent / "mlartifacts"))
 
 
-class MlflowBackend(TrajectoryBackend):
+class MlflowBackend(Deduplicating, TrajectoryBackend):
     name = "mlflow"
     requires = ("mlflow",)
     extra = "mlflow"
-    out_of_process = True  # encoding and export, off the traced process
+    delivery = Delivery(whole_trajectories=True, out_of_process=True)  # encoding and export, off the traced process
     options = frozenset({"mlflow_tracking_uri", "mlflow_experiment"})
 
     def __init__(
@@ -108,6 +109,7 @@ class MlflowBackend(TrajectoryBackend):
 
     def counts(self) -> dict[str, int]:
         return {
+            **super().counts(),
             "training_unjoined": self.training_unjoined,
             "training_waiting": len(self._training),
             "resent_skipped": self.resent_skipped,

@@ -1,8 +1,8 @@
 """A backend that keeps nothing: tracing wired up, output discarded (for overhead baselines)."""
 
-from rollscope.tracing.backends.base import TraceBackend
+from rollscope.tracing.backends.base import Delivery, TraceBackend
 
 
 class NoneBackend(TraceBackend):
     name = "none"
-    lossless = True
+    delivery = Delivery(lossless=True)

@@ -24,6 +24,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from rollscope.semconv import INPUT_TOKENS, OUTPUT_TOKENS, REQUEST_MODEL, TOOL_NAME
+from rollscope.tracing.backends.base import Delivery
 from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.backends.conversation import prompt_messages
 from rollscope.tracing.backends.records import (
@@ -91,9 +92,9 @@ class OtelBackend(TrajectoryBackend):
     name = "otel"
     requires = ("opentelemetry.sdk", "opentelemetry.exporter.otlp.proto.http")
     extra = "otel"
-    out_of_process = True  # encoding and export, off the traced process
     options = frozenset({"otel_endpoint", "otel_headers", "otel_service_name", "otel_resource"})
-    flush_every = 1536  # the SDK's batch processor holds 2,048 spans and drops beyond them
+    # encoding and export off the traced process; batches the SDK's processor holds (2,048 spans, it drops beyond)
+    delivery = Delivery(whole_trajectories=True, out_of_process=True, batch=1536)
 
     def __init__(
         self,

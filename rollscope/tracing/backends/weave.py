@@ -30,6 +30,7 @@ from typing import Any
 from rollscope.semconv import INPUT_TOKENS, OUTPUT_TOKENS, REPLAY, REPLAY_OF, REQUEST_MODEL, REWARD_DETAILS
 from rollscope.tracing import wandb_run
 from rollscope.tracing._spool import destination_dir, spool_root
+from rollscope.tracing.backends.base import Delivery
 from rollscope.tracing.backends.buffered import TrajectoryBackend
 from rollscope.tracing.backends.records import SpanLike, in_start_order, kind_of, reward_details, training_summary
 from rollscope.tracing.spans import CODE_ATTRIBUTES, CODE_FILE, CODE_FUNCTION, CODE_LINE, Span, Trajectory
@@ -106,7 +107,8 @@ class WeaveBackend(TrajectoryBackend):
     requires = ("weave", "wandb")
     extra = "weave"
     options = frozenset({"weave_project", "weave_client"})
-    out_of_process = True  # unless given a client object (tests): runtime keeps it here then
+    # off the traced process, unless given a client object (tests): the pipeline keeps it here then
+    delivery = Delivery(whole_trajectories=True, out_of_process=True)
 
     def __init__(
         self,
@@ -168,7 +170,7 @@ class WeaveBackend(TrajectoryBackend):
             )
 
     def counts(self) -> dict[str, int]:
-        return {"rejected": self.rejected}
+        return {**super().counts(), "rejected": self.rejected}
 
     def resend_refused(self) -> tuple[int, int, Path]:
         """Send the calls this destination refused again (the server or the data mended since):
