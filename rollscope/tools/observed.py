@@ -26,10 +26,9 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.function_tool import FunctionTool as VerlFunctionTool
 from verl.tools.function_tool import normalize_function_tool_return
 
-from rollscope.semconv import ERROR_KIND
-from rollscope.tools.traced_tool import LIFECYCLE, begin_tool_span, describe_result
+from rollscope.tools.traced_tool import LIFECYCLE, begin_tool_span, describe_result, finish_tool_span
 from rollscope.tracing import rollout_trace_op
-from rollscope.tracing.instrument import current_frame, end_span, state, traced_callable
+from rollscope.tracing.instrument import current_frame, state, traced_callable
 
 log = logging.getLogger("rollscope.tools")
 _FLAG = "__rollscope_tool_traced__"
@@ -135,31 +134,19 @@ def _recorded_execute(made: list[type], span_name: str) -> Callable[..., Any]:
         parameters = args[2] if len(args) > 2 else kwargs.get("parameters")
         return begin_tool_span(args[0], span_name, instance_id, parameters)
 
-    return traced_callable(execute, open_span, _finish(describe_result), _tracing_tools)
+    return traced_callable(execute, open_span, finish_tool_span(describe_result), _tracing_tools)
 
 
 def _recorded_call(call: Callable[..., Any]) -> Callable[..., Any]:
     def open_span(args: tuple, kwargs: dict[str, Any]) -> Any:
         return begin_tool_span(args[0], args[0].name, None, args[1] if len(args) > 1 else kwargs.get("parameters"))
 
-    return traced_callable(call, open_span, _finish(_function_result), _tracing_tools)
+    return traced_callable(call, open_span, finish_tool_span(_function_result), _tracing_tools)
 
 
 def _tracing_tools() -> bool:
     """A tool's spans are recorded only inside a trajectory rollscope opened or joined."""
     return state.tracer is not None and current_frame.get() is not None
-
-
-def _finish(describe: Callable[[Any], Any]) -> Callable[[Any, Any, BaseException | None], None]:
-    def finish(span: Any, result: Any, error: BaseException | None) -> None:
-        if error is None:
-            end_span(span, describe(result))
-            return
-        if isinstance(error, Exception):
-            span.attributes[ERROR_KIND] = "exception"
-        end_span(span, None, error)
-
-    return finish
 
 
 def _function_result(raw: Any) -> Any:

@@ -21,7 +21,7 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from rollscope.semconv import ERROR_KIND, TOOL_NAME
 from rollscope.tracing import SpanKind, rollout_trace_op
-from rollscope.tracing.instrument import begin_span, end_span, snapshot, state
+from rollscope.tracing.instrument import begin_span, end_span, snapshot, traced_callable
 
 log = logging.getLogger("rollscope.tools")
 
@@ -74,8 +74,23 @@ class TracedTool(BaseTool):
         raise NotImplementedError(f"{type(self).__name__} must implement execute()")
 
 
-def error_response(tool: str, message: str) -> ExecuteResult:
-    return ToolResponse(text=f"Error: {message}"), 0.0, {"error": message, "tool": tool}
+class FailedCall(tuple):
+    """What a contained ``execute`` returns for a call that failed: to verl's loop a plain
+    ``ExecuteResult`` (the error text the model sees, reward 0, metrics), carrying what failed and
+    its kind to the call's span."""
+
+    failure: BaseException
+    kind: str
+
+
+def error_response(tool: str, message: str, failure: BaseException | None = None, kind: str = "exception") -> Any:
+    """The result the model sees for a failed call; a ``FailedCall`` when ``failure`` is given."""
+    result = (ToolResponse(text=f"Error: {message}"), 0.0, {"error": message, "tool": tool})
+    if failure is None:
+        return result
+    failed = FailedCall(result)
+    failed.failure, failed.kind = failure, kind
+    return failed
 
 
 _warned: set[tuple[str, str]] = set()
@@ -96,38 +111,29 @@ def _warn_once(tool: str, error: Exception) -> None:
 
 
 def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[..., Any]:
-    @functools.wraps(func)
-    async def execute(self: TracedTool, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
-        span = None
-        if state.tracer is not None:  # untraced, not even the span's inputs are built
-            span = begin_tool_span(self, getattr(self, "span_name", span_name), instance_id, parameters)
-        failure: BaseException | None = None
-        kind = "exception"
+    """A subclass's ``execute`` within its timeout, every failure contained, through the span
+    route every traced callable takes (``traced_callable``)."""
+
+    async def contained(self: TracedTool, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
         try:
             result = await _within(func(self, instance_id, parameters, **kwargs), self.timeout_s)
         except asyncio.TimeoutError:
-            result = error_response(self.name, f"tool '{self.name}' timed out after {self.timeout_s:g}s")
-            failure, kind = TimeoutError(result[2]["error"]), "timeout"
+            message = f"tool '{self.name}' timed out after {self.timeout_s:g}s"
+            return error_response(self.name, message, TimeoutError(message), "timeout")
         except ToolError as exc:
-            result, failure, kind = error_response(self.name, str(exc)), exc, exc.kind
+            return error_response(self.name, str(exc), exc, exc.kind)
         except Exception as exc:
             _warn_once(self.name, exc)
-            result = error_response(self.name, f"tool '{self.name}' failed: {type(exc).__name__}: {exc}")
-            failure = exc
-        except BaseException as exc:  # cancelled: recorded, and on its way
-            if span is not None:
-                end_span(span, None, exc)
-            raise
-        result, problem = _checked(self.name, result)
-        if span is not None:
-            if problem is not None or failure is not None:
-                span.fail(problem or failure)
-                span.attributes[ERROR_KIND] = "bad_result" if problem is not None else kind
-            end_span(span, describe_result(result))
-        return result
+            return error_response(self.name, f"tool '{self.name}' failed: {type(exc).__name__}: {exc}", exc)
+        return _checked(self.name, result)
 
-    execute.__rollscope_traced__ = True  # type: ignore[attr-defined]
-    return execute
+    def open_span(args: tuple, kwargs: dict[str, Any]) -> Any:
+        tool = args[0]
+        instance_id = args[1] if len(args) > 1 else kwargs.get("instance_id")
+        parameters = args[2] if len(args) > 2 else kwargs.get("parameters")
+        return begin_tool_span(tool, getattr(tool, "span_name", span_name), instance_id, parameters)
+
+    return functools.wraps(func)(traced_callable(contained, open_span, finish_tool_span(describe_result)))
 
 
 def begin_tool_span(tool: Any, span_name: str, instance_id: Any, parameters: Any) -> Any:
@@ -135,6 +141,25 @@ def begin_tool_span(tool: Any, span_name: str, instance_id: Any, parameters: Any
     params = parameters.copy() if type(parameters) is dict else snapshot(parameters)  # snapshot, inlined
     inputs = {"instance_id": instance_id, "parameters": params}
     return begin_span(span_name, SpanKind.TOOL, inputs, {TOOL_NAME: tool.name})
+
+
+def finish_tool_span(describe: Callable[[Any], Any]) -> Callable[[Any, Any, BaseException | None], None]:
+    """How every tool call's span ends: the result as ``describe`` shows it; a contained failure
+    (``FailedCall``) or an exception marked with its kind (``ERROR_KIND``); a cancellation
+    recorded as itself."""
+
+    def finish(span: Any, result: Any, error: BaseException | None) -> None:
+        if error is not None:
+            if isinstance(error, Exception):
+                span.attributes[ERROR_KIND] = "exception"
+            end_span(span, None, error)
+            return
+        if type(result) is FailedCall:
+            span.fail(result.failure)
+            span.attributes[ERROR_KIND] = result.kind
+        end_span(span, describe(result))
+
+    return finish
 
 
 if sys.version_info >= (3, 11):
@@ -148,9 +173,10 @@ else:  # Python 3.10 has no asyncio.timeout
     _within = asyncio.wait_for
 
 
-def _checked(tool: str, result: Any) -> tuple[ExecuteResult, Exception | None]:
+def _checked(tool: str, result: Any) -> Any:
     """What verl's loop can use: a (ToolResponse, reward, metrics) tuple whose text the tokenizer
-    can encode (a lone surrogate in a tool's output would otherwise crash the rollout there)."""
+    can encode (a lone surrogate in a tool's output would otherwise crash the rollout there); a
+    ``FailedCall`` of kind ``bad_result`` where it cannot be made one."""
     if isinstance(result, str):  # the text the model sees, no reward
         result = (ToolResponse(text=result), 0.0, {})
     elif isinstance(result, ToolResponse):
@@ -160,7 +186,7 @@ def _checked(tool: str, result: Any) -> tuple[ExecuteResult, Exception | None]:
             f"tool '{tool}' returned {type(result).__name__} {str(result)[:80]!r}; execute must return "
             "a str (the text the model sees) or (ToolResponse(text=...), reward: float, metrics: dict)"
         )
-        return error_response(tool, message), TypeError(message)
+        return error_response(tool, message, TypeError(message), "bad_result")
     text = result[0].text
     if isinstance(text, str):
         try:
@@ -170,7 +196,7 @@ def _checked(tool: str, result: Any) -> tuple[ExecuteResult, Exception | None]:
                 result[0].model_copy(update={"text": text.encode("utf-8", "replace").decode("utf-8")}),
                 *result[1:],
             )
-    return result, None
+    return result
 
 
 def describe_result(result: Any) -> Any:
