@@ -1,0 +1,19 @@
+"""Everything rollscope ships to run, as files: the bundled examples (``rollscope run NAME``: the
+run configs here, their ``data/`` and ``rewards``), the files verl's config keys take (``verl/``:
+the agent-loop registry for ``agent_loop_config_path``, tool YAML for ``tool_config_path``) and
+chat templates (``templates/``)."""
+
+from pathlib import Path
+
+BUNDLED_DIR = Path(__file__).parent
+_FOLDERS = (BUNDLED_DIR, BUNDLED_DIR / "verl", BUNDLED_DIR / "templates")
+
+
+def path(name: str) -> Path:
+    """Absolute path of a shipped file by its name, for verl's ``*_config_path`` keys
+    (``python -c "import rollscope.bundled as b; print(b.path('agent_loops.yaml'))"``)."""
+    for folder in _FOLDERS:
+        if (folder / name).is_file():
+            return folder / name
+    available = ", ".join(sorted(f.name for folder in _FOLDERS for f in folder.glob("*.*") if f.suffix != ".py"))
+    raise FileNotFoundError(f"no shipped file {name!r}; available: {available}")

@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from rollscope import configs
+from rollscope import bundled
 from rollscope.bundled import rewards
 from rollscope.cpu import ROLLOUT_NAME, UnsupportedOnCPU, demo_task
 from rollscope.cpu.launch import ENGINES, ROLLOUT_KEY, TrainerFailed, check_overrides, run_main_ppo
@@ -75,8 +75,8 @@ def overrides(
         "actor_rollout_ref.rollout.multi_turn.enable=True",
         "actor_rollout_ref.rollout.multi_turn.format=hermes",
         "actor_rollout_ref.rollout.multi_turn.max_assistant_turns=3",
-        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={configs.path('calculator_tool.yaml')}",
-        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={configs.path('agent_loops.yaml')}",
+        f"actor_rollout_ref.rollout.multi_turn.tool_config_path={bundled.path('calculator_tool.yaml')}",
+        f"actor_rollout_ref.rollout.agent.agent_loop_config_path={bundled.path('agent_loops.yaml')}",
         "actor_rollout_ref.rollout.agent.default_agent_loop=rollscope_tool_agent",
         "actor_rollout_ref.rollout.agent.num_workers=1",
         f"actor_rollout_ref.rollout.trace.backend='{backend}'",

@@ -33,7 +33,7 @@ import numpy as np
 from verl.workers.rollout.replica import TokenOutput
 
 from rollscope._cache import cache_dir
-from rollscope.configs import path as config_path
+from rollscope.bundled import path as shipped_path
 from rollscope.llm.base import LLMServerError, max_new_tokens, stop_list, stop_reason
 from rollscope.llm.constrained import CALL_CLOSE, CALL_OPEN, tool_call_grammar
 from rollscope.semconv import TOOL_SCHEMAS
@@ -91,7 +91,7 @@ def gguf_tokenizer(llama: Any, model_path: Path, chat_template: str | None = Non
         pad_token=vocab_text(0),
         unk_token="<unk>",
     )
-    tokenizer.chat_template = Path(chat_template or config_path(CHAT_TEMPLATE)).read_text()
+    tokenizer.chat_template = Path(chat_template or shipped_path(CHAT_TEMPLATE)).read_text()
     return tokenizer
 
 

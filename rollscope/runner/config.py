@@ -15,7 +15,7 @@ from rollscope import _verl
 from rollscope._files import load_yaml, read_text
 from rollscope.semconv import CONSTRAIN
 
-BUNDLED = Path(__file__).resolve().parent.parent / "bundled"  # the bundled examples: configs, data, rewards
+BUNDLED = Path(__file__).resolve().parent.parent / "bundled"  # the bundled examples, and verl's files (verl/)
 # (CONSTRAIN is the tool loop's: tool calls sampled to their schemas, llm.constrained)
 SAMPLING_KEYS = {"temperature", "top_p", "top_k", "max_tokens", "stop", "seed", "repetition_penalty", CONSTRAIN}
 
@@ -58,7 +58,7 @@ class RunConfig:
         if value is None:
             return None
         base = Path(getattr(self, "_base", "."))
-        for candidate in (base / value, Path(value), BUNDLED / value, BUNDLED.parent / "configs" / value):
+        for candidate in (base / value, Path(value), BUNDLED / value, BUNDLED / "verl" / value):
             if candidate.exists():
                 return str(candidate.resolve())
         return str(base / value)

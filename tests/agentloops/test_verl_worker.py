@@ -11,7 +11,7 @@ from verl.protocol import DataProto
 from verl.utils.rollout_trace import RolloutTraceConfig
 
 from rollscope import tracing
-from rollscope.configs import path as config_path
+from rollscope.bundled import path as config_path
 from rollscope.llm import ScriptedLLM
 from rollscope.store import TraceStore
 from tests.agentloops.conftest import call

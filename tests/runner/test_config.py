@@ -8,7 +8,7 @@ def test_bundled_examples_load_by_name():
     config = load_config("gsm8k-calculator", ["n=4", "sampling.temperature=0.2", "limit=3"])
     assert (config.n, config.limit, config.sampling["temperature"]) == (4, 3, 0.2)
     assert config.resolve(config.dataset).endswith("rollscope/bundled/data/arithmetic.jsonl")
-    assert config.resolve(config.tools).endswith("rollscope/configs/gsm8k_tools.yaml")
+    assert config.resolve(config.tools).endswith("rollscope/bundled/verl/gsm8k_tools.yaml")
 
 
 @pytest.mark.parametrize(

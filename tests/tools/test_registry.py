@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from verl.tools.tool_registry import initialize_tools_from_config
 
-from rollscope.configs import path as config_path
+from rollscope.bundled import path as config_path
 from rollscope.tools import ToolConfigError, load_tools
 
 

@@ -137,13 +137,13 @@ def test_markers_cover_the_families_special_tokens_and_escape_everything_else():
 
 
 def test_the_embedded_models_few_shot_prompt_reads_as_turns_with_tool_responses_of_their_own():
-    """The bundled Gemma template (rollscope/configs/gemma_tools.jinja) ends a model turn at its
+    """The bundled Gemma template (rollscope/bundled/templates/gemma_tools.jinja) ends a model turn at its
     ``</tool_call>`` and writes the tool's response as a user turn: each worked example reads as
     user, assistant (the call), tool (the response), assistant (the answer), no marker left in a
     message."""
     from jinja2 import Environment
 
-    from rollscope.configs import path
+    from rollscope.bundled import path
     from rollscope.trajectory.chat import messages
 
     schema = {
