@@ -83,12 +83,9 @@ class FailedCall(tuple):
     kind: str
 
 
-def error_response(tool: str, message: str, failure: BaseException | None = None, kind: str = "exception") -> Any:
-    """The result the model sees for a failed call; a ``FailedCall`` when ``failure`` is given."""
-    result = (ToolResponse(text=f"Error: {message}"), 0.0, {"error": message, "tool": tool})
-    if failure is None:
-        return result
-    failed = FailedCall(result)
+def error_response(tool: str, message: str, failure: BaseException, kind: str = "exception") -> FailedCall:
+    """The result the model sees for a failed call, carrying ``failure`` and its ``kind``."""
+    failed = FailedCall((ToolResponse(text=f"Error: {message}"), 0.0, {"error": message, "tool": tool}))
     failed.failure, failed.kind = failure, kind
     return failed
 

@@ -99,6 +99,9 @@ class BackendWorker:
         self.spool = None if delivery.lossless else _open_spool(backend)
         self._open: dict[str, list] | None = {} if delivery.whole_trajectories else None
         self._skip_span_start = not delivery.span_starts
+        self._deduplicates = isinstance(backend, Deduplicating)
+        self._publishes = isinstance(backend, Publishing)
+        self._resumable = isinstance(backend, Resumable)
         self.kept_in: str | None = None  # a spool not sent before the end: the next process sends it
         self.thread = threading.Thread(target=self._run, name=f"rollscope-{backend.name}", daemon=True)
         self.thread.start()
@@ -241,7 +244,7 @@ class BackendWorker:
             if spool is not None and spool.has_data():
                 with self._lock:
                     events = spool.read(self.delivery.batch)
-                if isinstance(self.backend, Deduplicating):
+                if self._deduplicates:
                     self.backend.sent_before(spool.from_orphan)
                 if self._deliver(events, handlers):
                     spool.confirm()
@@ -270,14 +273,14 @@ class BackendWorker:
                 flushed = self._call(self.backend.flush)
                 if flushed and position is not None:
                     self.position, position = position, None
-                if isinstance(self.backend, Publishing):
+                if self._publishes:
                     self._call(self.backend.publish)  # an explicit flush: visible everywhere now
                 did_work = False
                 event[MARKER].arrive()
                 continue
             if event[KIND] == POSITION:
                 position = event[RECEIVED]
-                if isinstance(self.backend, Resumable):
+                if self._resumable:
                     self.backend.mark_position(position)
             else:
                 handler = handlers.get(event[KIND])  # its fields, as its handler takes them
