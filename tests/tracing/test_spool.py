@@ -48,6 +48,9 @@ def test_a_burst_beyond_the_queue_waits_on_disk_and_arrives_whole(trace_dir, tmp
     sent = tmp_path / "sent"
     tracing.init_tracing(backend="local,ledger", trace_dir=str(trace_dir), max_queue=50, ledger_path=str(sent))
     rollouts(300)  # ~1,200 events against a queue of 50, the server not answering
+    deadline = time.monotonic() + 30  # (shaping's first batch loads the redaction rules in a fresh process)
+    while tracing.stats()["backends"]["ledger"]["spooled"] <= 50 and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert tracing.flush_tracing(timeout=0.5) is False
     stats = tracing.stats()["backends"]["ledger"]
     assert stats["dropped"] == 0 and stats["lossless"] is True
