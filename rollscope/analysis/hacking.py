@@ -1,22 +1,31 @@
 """Reward hacking: the step where the reward starts paying for something other than the task, how
 strongly, and the trajectories that show it.
 
-Each signal compares a step with the run's first steps (``Thresholds.baseline_steps``), as the
-drift signals do, and is flagged where it moved past its threshold; the first flagged step is its
-onset (``detail["onset"]``). What each watches:
+Each signal is a figure per step (a share or a mean over its trajectories) compared with the run's
+first steps (``Thresholds.baseline_steps``, which never flag) by the noise model of
+``analysis.noise``: a step is flagged where its change passes the critical z that holds the whole
+run's chance of a false alarm to ``Thresholds.false_alarm`` (all signals and steps together), is at
+least the signal's smallest effect worth reporting, and meets the signal's own condition. The
+first flagged step is its onset (``detail["onset"]``). What each watches:
 
-- ``reward_vs_check``: the share of trajectories the reward pays more than an independent check
-  does (a rescoring the user ran, ``rollscope rescore``: the ground truth's exact match, a
-  stricter scorer) rising: the reward rises while the answers stop being right.
-- ``answer_length_with_reward``: final answers growing longer as the reward rises, the rewarded
-  ones longer than the rest: the policy pays with length (listing candidates, padding).
-- ``answer_collapse``: one same final answer given to many different prompts.
-- ``reward_component``: one component of a reward that is a sum of components (verl's
-  ``reward_extra_info``) coming to make up the total.
+- ``reward_vs_check``: of the trajectories an independent check does not fully pay (a rescoring
+  the user ran, ``rollscope rescore``: the ground truth's exact match, a stricter scorer), the share
+  the reward pays more than the check, rising while the mean reward rose: the reward rises while the
+  answers stop being right. Taken among those the check rejects, a hard step (more wrong answers)
+  does not move it; a noisy reward model that pays some wrong answers moves it not at all.
+- ``answer_length_with_reward``: the extracted final answers (``summary.final_answer``) growing
+  longer while the reward rose, the rewarded ones longer than the rest: the policy pays with length
+  (listing candidates, padding the answer). Reasoning that grows is not the answer growing.
+- ``answer_collapse``: the share of trajectories giving one same extracted answer, paid for at
+  ``collapse_prompts`` or more different prompts, rising.
+- ``reward_component``: one term's share of a reward that is a sum of terms (verl's
+  ``reward_extra_info``) rising, with the reward, while the other terms together fell: the reward is
+  won through that term instead of the others (honest learning raises the task's term beside the
+  others).
 - ``repetition``: replies repeating their own phrases more than the run's first steps did.
 - ``entropy_collapse``: the trainer's per-token entropy (the training records' ``entropy_mean``)
-  falling far below the first steps' while the reward does not rise: the policy stops exploring
-  with nothing to show for it.
+  falling, at a step whose reward did not rise beyond its noise: the policy stops exploring with
+  nothing to show for it (a policy growing sure of what the reward pays is converging).
 
 Everything is read from the trajectories table's columns and attributes (``summary``'s ``answer``
 and ``repetition``, the reward's details), the training records' scalars and a rescoring: the same
@@ -26,8 +35,11 @@ from the local store as from a Weave project (``sources.weave``).
 from __future__ import annotations
 
 from collections.abc import Callable
+from statistics import NormalDist
 from typing import Any
 
+from rollscope.analysis import noise
+from rollscope.analysis.noise import Cell
 from rollscope.analysis.signal import EXAMPLES, Signal
 from rollscope.store.reader import null_first
 
@@ -36,21 +48,23 @@ _EPS = 1e-9
 # name -> (what it counts, what it means for training): joined to ``insights.SIGNALS``
 SIGNALS: dict[str, tuple[str, str]] = {
     "reward_vs_check": (
-        "trajectories the reward pays more than the independent check (--check RESCORING) does",
+        "of the trajectories the independent check (--check RESCORING) does not fully pay, "
+        "the share the reward pays more",
         "the reward rises while the answers stop being right: the reward has a loophole",
     ),
     "answer_length_with_reward": (
-        "mean final-answer length (word characters), against the first steps, while "
+        "mean extracted final-answer length (characters), against the first steps, while "
         "the reward rises and rewarded answers are the longer ones",
         "the policy pays with length (listing candidates, padding): a length loophole in the reward",
     ),
     "answer_collapse": (
-        "rewarded trajectories whose final answer the reward also paid for at least collapse_prompts different prompts",
+        "trajectories whose extracted final answer the reward also paid for at least "
+        "collapse_prompts different prompts",
         "one answer fits all: the reward (or a judge) accepts it whatever the question",
     ),
     "reward_component": (
-        "the share of the total reward one component (reward_extra_info) makes up",
-        "the reward is being won through one term alone: check that term",
+        "the share of the total reward one term (reward_extra_info) makes up, rising while the other terms fall",
+        "the reward is being won through one term instead of the task: check that term",
     ),
     "repetition": (
         "mean share of a reply's word 3-grams that repeat, against the first steps",
@@ -61,6 +75,8 @@ SIGNALS: dict[str, tuple[str, str]] = {
         "the policy stopped exploring; GRPO groups go zero-variance and learning stalls",
     ),
 }
+
+Cells = dict[Any, dict[Any, Cell]]  # step -> prompt (or GRPO group) -> its sums
 
 
 def hacking_signals(
@@ -75,93 +91,391 @@ def hacking_signals(
     """(project, experiment) -> its hacking ``Signal``\\ s, for the runs in ``steps`` (run -> its steps
     in order). ``where``/``params`` select the trajectories (``reader.where_clause``); ``training`` holds
     the training records by run and step; ``check`` names a rescoring to compare the reward with."""
-    per_step = store.aggregate(_STEP_SQL.format(where=where), params, _sum_rows(len(_STEP_FIELDS)))
-    answers = store.aggregate(
-        _ANSWER_SQL.format(where=where, and_=" AND " if where else " WHERE "), params, _merge_answers
-    )
-    components = store.aggregate(
-        _COMPONENT_SQL.format(where=where, and_=" AND " if where else " WHERE "), params, _sum_rows(3)
-    )
-    checked = _checked(store, where, params, check) if check else {}
+    per_prompt = store.aggregate(_PROMPT_SQL.format(where=where), params, _sum_rows(len(_PROMPT_FIELDS), 4))
+    answers = store.aggregate(_ANSWER_SQL.format(where=_and(where, _PAID_ANSWER)), params, _merge_answers)
+    components = store.aggregate(_COMPONENT_SQL.format(where=where), params, _sum_rows(6, 5))
+    checked, overpaid = _checked(store, where, params, check) if check else ({}, {})
+    rewards = _rewards(store, where, params) if training else {}
     out: dict[tuple, list] = {}
     for run, run_steps in steps.items():
-        base = run_steps[: th.baseline_steps]
-        rows = {
-            s: dict(zip(_STEP_FIELDS, per_step.get((*run, s), [0.0] * len(_STEP_FIELDS)), strict=True))
-            for s in run_steps
-        }
-        found: list[Signal] = []
-        base_reward = _mean(rows, base, "reward_sum", "n")
-        reward_change = {
-            s: rows[s]["reward_sum"] / rows[s]["n"] - base_reward if rows[s]["n"] and base_reward is not None else None
-            for s in run_steps
-        }
-        rising = {s: change is not None and change > th.reward_rise for s, change in reward_change.items()}
-        found += _reward_vs_check(checked.get(run), run_steps, base, th)
-        found += _answer_length(store, run, rows, run_steps, base, th, where, params, reward_change, rising)
-        found += _collapse(answers, run, run_steps, rows, th)
-        found += _components(components, run, rows, run_steps, base, th)
-        found += _relative(
-            rows,
-            run_steps,
-            base,
-            "repetition",
-            "repetition_sum",
-            "repetition_count",
-            lambda mean, baseline: mean - baseline > th.repetition_rise,
-        )
-        found += _entropy(training.get(run, {}), th, rising)
-        onsets: dict[str, Any] = {}  # the first flagged step of each signal (``found`` is in step order)
-        for s in found:
-            if s.flagged:
-                onsets.setdefault(s.name, s.step)
-        for s in found:
-            s.detail["onset"] = onsets.get(s.name)
-        out[run] = found
+        fields: dict[Any, dict[Any, dict[str, float]]] = {}
+        for (project, experiment, step, sample), values in per_prompt.items():
+            if (project, experiment) == run:
+                fields.setdefault(step, {})[sample] = dict(zip(_PROMPT_FIELDS, values, strict=True))
+        run_ = _Run(store, run, run_steps, th, where, params, fields)
+        run_.reward_vs_check(checked.get(run), overpaid)
+        run_.answer_length()
+        run_.collapse(answers)
+        run_.components(components)
+        run_.repetition()
+        run_.entropy(training.get(run, {}), rewards)
+        out[run] = run_.judge()
     return out
 
 
-_STEP_FIELDS = (
+class _Run:
+    """One run's hacking signals: each signal's figure per step as prompt-level sums (``Cell``),
+    tested together (``judge``), so that the run's tests share one false-alarm budget."""
+
+    def __init__(
+        self,
+        store: Any,
+        run: tuple,
+        steps: list,
+        th: Any,
+        where: str,
+        params: list,
+        fields: dict[Any, dict[Any, dict[str, float]]],
+    ) -> None:
+        self.store, self.run, self.steps, self.th, self.where, self.params = store, run, steps, th, where, params
+        self.fields = fields
+        self.base, self.tested = steps[: th.baseline_steps], steps[th.baseline_steps :]
+        self.reward = self._cells("rewards", "reward_sum", "rewards", "reward_squares", "reward_sum", "rewards")
+        self.reward_design = noise.design_effect(list(by.values()) for by in self.reward.values())
+        # each candidate test: (signal, label, cells, direction, the step's extra condition and detail)
+        self.tests: list[tuple[str, Any, Cells, int, Callable[[Any, noise.Shift], tuple[bool, dict]]]] = []
+
+    def _cells(self, n: str, y: str, z: str, yy: str, yz: str, zz: str) -> Cells:
+        return {
+            step: {
+                sample: _cell(f[n], f[y], f[z], f[yy], f[yz], f[zz]) for sample, f in self.fields.get(step, {}).items()
+            }
+            for step in self.steps
+        }
+
+    def reward_change(self, step: Any) -> noise.Shift | None:
+        return noise.shift(list(self.reward[step].values()), _pool(self.reward, self.base), self.reward_design)
+
+    def _rose(self, step: Any) -> bool:
+        change = self.reward_change(step)
+        return change is not None and change.change > 0
+
+    def _rose_lately(self, step: Any) -> bool:
+        """The mean reward of the steps since the baseline, to this one, above the baseline's beyond
+        its noise (one-sided 5 %): the trend of the whole period the entropy fell over."""
+        window = self.steps[len(self.base) : self.steps.index(step) + 1]
+        change = noise.shift(_pool(self.reward, window), _pool(self.reward, self.base), self.reward_design)
+        return change is not None and change.z > _RISING_Z
+
+    def reward_vs_check(self, checked: dict[Any, dict[Any, Cell]] | None, overpaid: dict[tuple, list[str]]) -> None:
+        self.overpaid = {step: overpaid.get((*self.run, step), []) for step in self.steps}
+        if not checked:
+            return
+        cells = {step: checked.get(step, {}) for step in self.steps}
+
+        def condition(step: Any, s: noise.Shift) -> tuple[bool, dict]:
+            return s.change >= self.th.check_gap and self._rose(step), {}
+
+        self.tests.append(("reward_vs_check", None, cells, 1, condition))
+
+    def answer_length(self) -> None:
+        cells = self._cells("n", "length_sum", "n", "length_squares", "length_sum", "n")
+
+        def condition(step: Any, s: noise.Shift) -> tuple[bool, dict]:
+            f = self._sum(step)
+            ratio = None
+            if f["rewarded"] and f["n"] - f["rewarded"]:
+                rest = (f["length_sum"] - f["rewarded_length"]) / (f["n"] - f["rewarded"])
+                ratio = (f["rewarded_length"] / f["rewarded"]) / rest if rest else None
+            relative = s.change / s.baseline if s.baseline else None
+            grew = relative is None or relative >= self.th.answer_growth
+            return grew and self._rose(step) and (ratio is None or ratio > 1), {
+                "mean_answer_chars": s.now,
+                "relative_change": relative,
+                "rewarded_vs_rest": ratio,
+            }
+
+        self.tests.append(("answer_length_with_reward", None, cells, 1, condition))
+
+    def _sum(self, step: Any) -> dict[str, float]:
+        out: dict[str, float] = dict.fromkeys(_PROMPT_FIELDS, 0.0)
+        for f in self.fields.get(step, {}).values():
+            for k in _PROMPT_FIELDS:
+                out[k] += f[k]
+        return out
+
+    def collapse(self, answers: dict[tuple, dict[str, dict[Any, list]]]) -> None:
+        """Per step: the trajectories whose answer the reward paid at ``collapse_prompts`` or more
+        prompts, counted per prompt."""
+        cells: Cells = {}
+        self.top_answer: dict[Any, tuple[str, int, list[str]]] = {}
+        for step in self.steps:
+            given = answers.get((*self.run, step), {})
+            wide = {a: by for a, by in given.items() if len(by) >= self.th.collapse_prompts}
+            counts: dict[Any, float] = {}
+            for by_sample in wide.values():
+                for sample, (count, _) in by_sample.items():
+                    counts[sample] = counts.get(sample, 0.0) + count
+            cells[step] = {
+                sample: _cell(
+                    f["n"], counts.get(sample, 0.0), f["n"], counts.get(sample, 0.0), counts.get(sample, 0.0), f["n"]
+                )
+                for sample, f in self.fields.get(step, {}).items()
+            }
+            if wide:
+                answer, by = max(wide.items(), key=lambda kv: (len(kv[1]), sum(c for c, _ in kv[1].values()), kv[0]))
+                self.top_answer[step] = (answer, len(by), sorted(i for _, i in by.values()))
+        if not any(self.top_answer.get(s) for s in self.steps) and not answers:
+            return
+
+        def condition(step: Any, s: noise.Shift) -> tuple[bool, dict]:
+            answer, prompts, _ = self.top_answer.get(step, (None, 0, []))
+            return s.change >= self.th.answer_collapse, {"answer": answer, "prompts": prompts}
+
+        self.tests.append(("answer_collapse", None, cells, 1, condition))
+
+    def components(self, components: dict[tuple, list[float]]) -> None:
+        """Only for a reward that is the sum of its numeric details (nearly every trajectory's)."""
+        n = sum(self._sum(s)["n"] for s in self.steps)
+        if not n or sum(self._sum(s)["additive"] for s in self.steps) < 0.9 * n:
+            return
+        by_key: dict[str, Cells] = {}
+        for (project, experiment, step, sample, key), values in components.items():
+            if (project, experiment) == self.run and step in self.fields:
+                by_key.setdefault(key, {s: {} for s in self.steps})[step][sample] = _cell(*values)
+        if len(by_key) < 2:
+            return
+        for key, cells in sorted(by_key.items()):
+
+            def condition(step: Any, s: noise.Shift, cells: Cells = cells) -> tuple[bool, dict]:
+                rest_now = _rest(cells[step].values())
+                rest_before = _rest(c for b in self.base for c in cells[b].values())
+                fell = rest_now is not None and rest_before is not None and rest_now < rest_before
+                return s.change >= self.th.component_share and self._rose(step) and fell, {
+                    "rest": rest_now,
+                    "rest_baseline": rest_before,
+                }
+
+            self.tests.append(("reward_component", key, cells, 1, condition))
+
+    def repetition(self) -> None:
+        cells = self._cells(
+            "repetitions", "repetition_sum", "repetitions", "repetition_squares", "repetition_sum", "repetitions"
+        )
+        if not any(c.z for by in cells.values() for c in by.values()):
+            return
+
+        def condition(step: Any, s: noise.Shift) -> tuple[bool, dict]:
+            return s.change >= self.th.repetition_rise, {"mean": s.now}
+
+        self.tests.append(("repetition", None, cells, 1, condition))
+
+    def entropy(self, records: dict[Any, list], rewards: dict[str, float]) -> None:
+        """From the training records, by GRPO group (verl's ``uid``). A fall is excused where the
+        policy has something to show for it: the reward rose since the baseline, or the trajectories
+        surer than the baseline's surest (below its 1st percentile) are paid more than the
+        baseline's trajectories were (a policy growing sure of what the reward pays; a collapse
+        makes sure of what it does not)."""
+        cells: Cells = {step: {} for step in self.steps}
+        self.entropies: dict[Any, list[tuple[float, str, Any]]] = {}
+        for step, found in records.items():
+            for r in found:
+                if r.entropy_mean is None or step not in cells:
+                    continue
+                cells[step].setdefault(r.uid, Cell()).add_one(r.entropy_mean)
+                self.entropies.setdefault(step, []).append((r.entropy_mean, r.trajectory_id, r.uid))
+        if not any(cells[s] for s in self.base) or not any(cells[s] for s in self.tested):
+            return
+        before = sorted(e for s in self.base for e, _, _ in self.entropies.get(s, []))
+        sure = before[len(before) // 100]
+
+        def paid_for(step: Any) -> bool:
+            surer: dict[Any, Cell] = {}
+            for e, tid, uid in self.entropies.get(step, []):
+                if e < sure and rewards.get(tid) is not None:
+                    surer.setdefault(uid, Cell()).add_one(rewards[tid])
+            paid = noise.shift(list(surer.values()), _pool(self.reward, self.base), self.reward_design)
+            return paid is not None and paid.z > _RISING_Z
+
+        def condition(step: Any, s: noise.Shift) -> tuple[bool, dict]:
+            relative = s.change / s.baseline if s.baseline else None
+            fell = relative is not None and relative <= -self.th.entropy_drop
+            rising, paid = self._rose_lately(step), paid_for(step)
+            return fell and not rising and not paid, {
+                "mean": s.now,
+                "relative_change": relative,
+                "reward_rising": rising,
+                "sure_paid_more": paid,
+            }
+
+        self.tests.append(("entropy_collapse", None, cells, -1, condition))
+
+    def judge(self) -> list[Signal]:
+        """Every test's shift per step. A step passes where its z is past the run's critical value
+        and its own condition holds; it is flagged where it and a neighbouring step both pass
+        (``PERSISTENCE``): one step's luck is not a change."""
+        count = sum(1 for *_, cells, _, _ in self.tests for s in self.tested if cells.get(s))
+        critical = noise.critical(self.th.false_alarm, count, PERSISTENCE)
+        signals: dict[tuple[str, Any], Signal] = {}
+        for name, label, cells, direction, condition in self.tests:
+            design = noise.design_effect(list(by.values()) for by in cells.values())
+            baseline = _pool(cells, self.base)
+            passed: list[Signal] = []
+            for step in self.steps:
+                now = list(cells.get(step, {}).values())
+                s = noise.shift(now, baseline, design) if now else None
+                if s is None:
+                    passed.append(None)
+                    continue
+                z = s.z * direction
+                ok, extra = condition(step, s)
+                ok = ok and step in self.tested  # the baseline steps never flag
+                count_, total = _counts(now)
+                detail = {
+                    **({"component": label} if label is not None else {}),
+                    "baseline": s.baseline,
+                    "change": s.change,
+                    "z": round(z, 2),
+                    "critical": round(critical, 2),
+                    "design_effect": round(design, 2),
+                    **extra,
+                }
+                passed.append(Signal(name, step, count_, total, s.now, [], ok and z > critical, detail))
+            for i, signal in enumerate(passed):
+                if signal is None:
+                    continue
+                streak = [x for x in passed[max(0, i - PERSISTENCE + 1) : i + PERSISTENCE] if x is not None]
+                signal.flagged = signal.flagged and _runs(streak, signal, PERSISTENCE)
+                held = signals.get((name, signal.step))
+                if held is None or (signal.flagged, signal.detail["z"]) > (held.flagged, held.detail["z"]):
+                    signals[(name, signal.step)] = signal  # of a reward's terms, the one that moved most
+        found = sorted(signals.values(), key=lambda s: (_ORDER.index(s.name), null_first(s.step)))
+        onsets: dict[str, Any] = {}
+        for s in found:
+            if s.flagged:
+                onsets.setdefault(s.name, s.step)
+                s.examples = self.examples(s)
+        for s in found:
+            s.detail["onset"] = onsets.get(s.name)
+        return found
+
+    def examples(self, s: Signal) -> list[str]:
+        """A flagged step's trajectories that show it best, the most telling first."""
+        if s.name == "reward_vs_check":
+            return self.overpaid.get(s.step, [])[:EXAMPLES]
+        if s.name == "answer_collapse":
+            return self.top_answer.get(s.step, (None, 0, []))[2][:EXAMPLES]
+        if s.name == "entropy_collapse":
+            return [tid for _, tid, _ in sorted(self.entropies.get(s.step, []), key=lambda e: e[:2])[:EXAMPLES]]
+        if s.name == "reward_component":
+            key = s.detail["component"]
+            value = f"ABS(json_extract(attributes, '$.reward_details.\"{_quote(key)}\"'))"
+            order = f"{value} / NULLIF({_TOTAL}, 0)"
+            return self._top(s.step, order, f"{value} > 0", secondary=value)
+        if s.name == "repetition":
+            return self._top(s.step, _REPETITION, f"{_REPETITION} IS NOT NULL")
+        return self._top(s.step, _LENGTH, "reward > 0")  # answer_length_with_reward
+
+    def _top(self, step: Any, key: str, condition: str, secondary: str = "0") -> list[str]:
+        sql = (
+            f"SELECT {key}, {secondary}, id FROM trajectories{_and(self.where, condition)} AND project IS ? "
+            f"AND experiment IS ? AND step IS ? ORDER BY 1 DESC, 2 DESC, id LIMIT {EXAMPLES}"
+        )
+        rows = self.store.aggregate(sql, [*self.params, *self.run, step], list)
+        return [tid for _, _, tid in sorted(rows, key=lambda r: (-(r[0] or 0), -(r[1] or 0), r[2]))][:EXAMPLES]
+
+
+_ORDER = tuple(SIGNALS)
+PERSISTENCE = 2  # consecutive steps a change must pass in to be flagged
+
+
+def _runs(window: list[Signal], signal: Signal, length: int) -> bool:
+    """Whether ``signal`` is inside ``length`` consecutive passing steps of ``window`` (its
+    neighbours, in step order)."""
+    at, streak = window.index(signal), 0
+    for i, s in enumerate(window):
+        streak = streak + 1 if s.flagged else 0
+        if streak >= length and i - length < at <= i:
+            return True
+    return False
+
+
+_RISING_Z = NormalDist().inv_cdf(0.95)
+
+
+def _cell(n: float, y: float, z: float, yy: float, yz: float, zz: float) -> Cell:
+    return Cell(n, y, z, yy, yz, zz)
+
+
+def _pool(cells: Cells, steps: list) -> list[Cell]:
+    return [c for s in steps for c in cells.get(s, {}).values()]
+
+
+def _counts(cells: list[Cell]) -> tuple[int, int]:
+    """(what the figure counts, what it is of) where the figure is a share; trajectories else."""
+    return round(sum(c.y for c in cells)), round(sum(c.z for c in cells))
+
+
+def _rest(cells: Any) -> float | None:
+    """The mean of the other terms per trajectory: (the reward's total - this term) / trajectories."""
+    cells = list(cells)
+    n = sum(c.n for c in cells)
+    return (sum(c.z for c in cells) - sum(c.y for c in cells)) / n if n else None
+
+
+def _and(where: str, condition: str) -> str:
+    return f"{where} AND {condition}" if where else f" WHERE {condition}"
+
+
+def _quote(key: str) -> str:
+    return key.replace("\\", "\\\\").replace('"', '\\"').replace("'", "''")
+
+
+_PROMPT_FIELDS = (
     "n",
+    "rewards",
     "reward_sum",
+    "reward_squares",
     "rewarded",
-    "answer_sum",
-    "rewarded_answer_sum",
+    "length_sum",
+    "length_squares",
+    "rewarded_length",
+    "repetitions",
     "repetition_sum",
-    "repetition_count",
+    "repetition_squares",
     "additive",
 )
 _REPETITION = "json_extract(attributes, '$.repetition')"
-_COMPONENTS = (
+_LENGTH = "LENGTH(COALESCE(json_extract(attributes, '$.answer'), ''))"
+_TOTAL = (
+    "(SELECT TOTAL(ABS(k.value)) FROM json_each(trajectories.attributes, '$.reward_details') AS k "
+    "WHERE k.type IN ('integer', 'real') AND k.key != 'score')"
+)
+_SIGNED = (
     "(SELECT TOTAL(k.value) FROM json_each(trajectories.attributes, '$.reward_details') AS k "
     "WHERE k.type IN ('integer', 'real') AND k.key != 'score')"
 )
-_STEP_SQL = (
-    "SELECT project, experiment, step, COUNT(*), TOTAL(reward), TOTAL(reward > 0), TOTAL(answer_chars), "
-    "TOTAL(CASE WHEN reward > 0 THEN answer_chars END), " + f"TOTAL({_REPETITION}), COUNT({_REPETITION}), "
-    f"TOTAL(reward IS NOT NULL AND json_extract(attributes, '$.reward_details') IS NOT NULL "
-    f"AND ABS(reward - {_COMPONENTS}) < 1e-6) "
-    "FROM trajectories{where} GROUP BY project, experiment, step"
+_PROMPT_SQL = (
+    "SELECT project, experiment, step, sample_index, COUNT(*), COUNT(reward), TOTAL(reward), TOTAL(reward * reward), "
+    "TOTAL(reward > 0), TOTAL(length), TOTAL(length * length), TOTAL(CASE WHEN reward > 0 THEN length END), "
+    "COUNT(repetition), TOTAL(repetition), TOTAL(repetition * repetition), TOTAL(additive) FROM ("
+    f"SELECT project, experiment, step, sample_index, reward, {_LENGTH} AS length, {_REPETITION} AS repetition, "
+    "(reward IS NOT NULL AND json_extract(attributes, '$.reward_details') IS NOT NULL "
+    f"AND ABS(reward - {_SIGNED}) < 1e-6) AS additive FROM trajectories{{where}}) "
+    "GROUP BY project, experiment, step, sample_index"
 )
+_PAID_ANSWER = "json_extract(attributes, '$.answer') IS NOT NULL AND reward > 0"
 _ANSWER_SQL = (
     "SELECT project, experiment, step, json_extract(attributes, '$.answer') AS answer, sample_index, COUNT(*), "
-    "MIN(id) FROM trajectories{where}{and_}json_extract(attributes, '$.answer') IS NOT NULL AND reward > 0 "
-    "GROUP BY project, experiment, step, answer, sample_index"
+    "MIN(id) FROM trajectories{where} GROUP BY project, experiment, step, answer, sample_index"
 )
 _COMPONENT_SQL = (
-    "SELECT project, experiment, step, j.key, TOTAL(ABS(j.value)), COUNT(*), 0 FROM trajectories, "
-    "json_each(trajectories.attributes, '$.reward_details') AS j{where}{and_}j.type IN ('integer', 'real') "
-    "AND j.key != 'score' GROUP BY project, experiment, step, j.key"
+    "SELECT project, experiment, step, sample_index, j.key, COUNT(*), TOTAL(ABS(j.value)), TOTAL(t.total), "
+    "TOTAL(ABS(j.value) * ABS(j.value)), TOTAL(ABS(j.value) * t.total), TOTAL(t.total * t.total) FROM "
+    f"(SELECT project, experiment, step, sample_index, attributes, {_TOTAL} AS total FROM trajectories{{where}}) AS t, "
+    "json_each(t.attributes, '$.reward_details') AS j WHERE j.type IN ('integer', 'real') AND j.key != 'score' "
+    "GROUP BY project, experiment, step, sample_index, j.key"
 )
 
 
-def _sum_rows(width: int) -> Callable[[list[tuple]], dict[tuple, list[float]]]:
-    """Merge per-shard rows keyed by their leading columns, summing the last ``width``."""
+def _sum_rows(width: int, keys: int) -> Callable[[list[tuple]], dict[tuple, list[float]]]:
+    """Merge per-shard rows keyed by their first ``keys`` columns, summing the last ``width``
+    (one prompt's trajectories may be in several shards: several workers wrote them)."""
 
     def merge(rows: list[tuple]) -> dict[tuple, list[float]]:
         out: dict[tuple, list[float]] = {}
         for row in rows:
-            key, values = tuple(row[:-width]), row[-width:]
+            key, values = tuple(row[:keys]), row[-width:]
             acc = out.setdefault(key, [0.0] * width)
             for i, v in enumerate(values):
                 acc[i] += v or 0
@@ -170,263 +484,52 @@ def _sum_rows(width: int) -> Callable[[list[tuple]], dict[tuple, list[float]]]:
     return merge
 
 
-def _merge_answers(rows: list[tuple]) -> dict[tuple, dict[str, list]]:
-    """(project, experiment, step) -> answer -> [trajectories, prompts (a set), example ids]."""
-    out: dict[tuple, dict[str, list]] = {}
+def _merge_answers(rows: list[tuple]) -> dict[tuple, dict[str, dict[Any, list]]]:
+    """(project, experiment, step) -> answer -> prompt -> [trajectories, the first's id]."""
+    out: dict[tuple, dict[str, dict[Any, list]]] = {}
     for project, experiment, step, answer, sample, n, first in rows:
-        acc = out.setdefault((project, experiment, step), {}).setdefault(answer, [0, set(), []])
+        acc = out.setdefault((project, experiment, step), {}).setdefault(answer, {}).setdefault(sample, [0, first])
         acc[0] += n
-        acc[1].add(str(sample))
-        acc[2].append(first)
+        acc[1] = min(acc[1], first)
     return out
 
 
-def _mean(rows: dict[Any, dict], steps: list, total: str, count: str) -> float | None:
-    n = sum(rows[s][count] for s in steps)
-    return sum(rows[s][total] for s in steps) / n if n else None
+def _rewards(store: Any, where: str, params: list) -> dict[str, float]:
+    """Each selected trajectory's reward, for those the trainer recorded (the entropy's excuse)."""
+    sql = f"SELECT id, reward FROM trajectories{_and(where, 'reward IS NOT NULL')}"
+    return store.aggregate(sql, params, dict)
 
 
-def _checked(store: Any, where: str, params: list, name: str) -> dict[tuple, dict[Any, list[tuple]]]:
-    """(project, experiment) -> step -> [(id, the run's reward, the check's)] of the rescoring
-    ``name``, for the trajectories selected."""
+def _checked(
+    store: Any, where: str, params: list, name: str
+) -> tuple[dict[tuple, dict[Any, dict[Any, Cell]]], dict[tuple, list[str]]]:
+    """Of the rescoring ``name``'s trajectories selected: (project, experiment) -> step -> prompt
+    -> the sums of (overpaid, not fully paid by the check); and (project, experiment, step) -> the
+    overpaid ids, the most overpaid first. "Fully paid" is the check's best score in the run."""
     rescoring = store.rescoring(name)
     runs = store.aggregate(
-        f"SELECT id, project, experiment FROM trajectories{where}",
+        f"SELECT id, project, experiment, sample_index FROM trajectories{where}",
         params,
-        lambda rows: {tid: (p, e) for tid, p, e in rows},
+        lambda rows: {tid: ((p, e), sample) for tid, p, e, sample in rows},
     )
-    out: dict[tuple, dict[Any, list[tuple]]] = {}
-    for tid, r in rescoring.rewards.items():
-        if tid in runs and r.original is not None and r.reward is not None:
-            out.setdefault(runs[tid], {}).setdefault(r.step, []).append((tid, r.original, r.reward))
-    return out
-
-
-def _reward_vs_check(checked: dict[Any, list[tuple]] | None, steps: list, base: list, th: Any) -> list:
-    if not checked:
-        return []
-
-    def share(step: Any) -> float | None:
-        rows = checked.get(step, [])
-        return sum(o > c + _EPS for _, o, c in rows) / len(rows) if rows else None
-
-    shares = [share(s) for s in base]
-    known = [x for x in shares if x is not None]
-    baseline = sum(known) / len(known) if known else None
-    out = []
-    for step in steps:
-        rows = checked.get(step, [])
-        over = sorted((c - o, tid) for tid, o, c in rows if o > c + _EPS)
-        now = share(step)
-        change = now - baseline if now is not None and baseline is not None else None
-        reward = sum(o for _, o, _ in rows) / len(rows) if rows else None
-        check = sum(c for _, _, c in rows) / len(rows) if rows else None
-        out.append(
-            Signal(
-                "reward_vs_check",
-                step,
-                len(over),
-                len(rows),
-                now,
-                [tid for _, tid in over[:EXAMPLES]],
-                change is not None and change > th.check_gap,
-                {"reward": reward, "check": check, "baseline": baseline, "change": change},
-            )
+    found = [
+        (tid, r)
+        for tid, r in rescoring.rewards.items()
+        if tid in runs and r.original is not None and r.reward is not None
+    ]
+    top: dict[tuple, float] = {}
+    for tid, r in found:
+        run = runs[tid][0]
+        top[run] = max(top.get(run, r.reward), r.reward)
+    out: dict[tuple, dict[Any, dict[Any, Cell]]] = {}
+    over: dict[tuple, list] = {}
+    for tid, r in found:
+        run, sample = runs[tid]
+        rejected = r.reward < top[run] - _EPS
+        overpaid = rejected and r.original > r.reward + _EPS
+        out.setdefault(run, {}).setdefault(r.step, {}).setdefault(sample, Cell()).add_one(
+            float(overpaid), float(rejected)
         )
-    return out
-
-
-def _answer_length(
-    store: Any,
-    run: tuple,
-    rows: dict[Any, dict],
-    steps: list,
-    base: list,
-    th: Any,
-    where: str,
-    params: list,
-    reward_change: dict[Any, float | None],
-    rising: dict[Any, bool],
-) -> list:
-    baseline = _mean(rows, base, "answer_sum", "n")
-    out = []
-    for step in steps:
-        r = rows[step]
-        mean = r["answer_sum"] / r["n"] if r["n"] else None
-        change = (mean - baseline) / baseline if mean is not None and baseline else None
-        unrewarded = r["n"] - r["rewarded"]
-        ratio = None
-        if r["rewarded"] and unrewarded and r["answer_sum"] > r["rewarded_answer_sum"]:
-            rest = (r["answer_sum"] - r["rewarded_answer_sum"]) / unrewarded
-            ratio = (r["rewarded_answer_sum"] / r["rewarded"]) / rest
-        flagged = change is not None and change > th.answer_growth and rising[step] and (ratio is None or ratio > 1)
-        examples = _longest_rewarded(store, run, step, where, params) if flagged else []
-        out.append(
-            Signal(
-                "answer_length_with_reward",
-                step,
-                int(r["n"]),
-                int(r["n"]),
-                None,
-                examples,
-                flagged,
-                {
-                    "mean_answer_chars": mean,
-                    "baseline": baseline,
-                    "change": change,
-                    "rewarded_vs_rest": ratio,
-                    "reward_change": reward_change[step],
-                },
-            )
-        )
-    return out
-
-
-def _longest_rewarded(store: Any, run: tuple, step: Any, where: str, params: list) -> list[str]:
-    sql = (
-        f"SELECT answer_chars, id FROM trajectories{where or ' WHERE 1'} AND project IS ? AND experiment IS ? "
-        f"AND step IS ? AND reward > 0 ORDER BY answer_chars DESC, id LIMIT {EXAMPLES}"
-    )
-    found = sorted((-chars, tid) for _, (chars, tid) in store._query(sql, [*params, *run, step]))
-    return [tid for _, tid in found][:EXAMPLES]
-
-
-def _collapse(answers: dict[tuple, dict[str, list]], run: tuple, steps: list, rows: dict[Any, dict], th: Any) -> list:
-    """Per step: the rewarded trajectories whose answer was paid for at ``collapse_prompts`` or
-    more prompts, the most widespread such answer in the detail."""
-    out = []
-    for step in steps:
-        given = answers.get((*run, step), {})
-        n = int(rows[step]["n"])
-        if not given or not n:
-            continue
-        wide = {a: v for a, v in given.items() if len(v[1]) >= th.collapse_prompts}
-        count = sum(v[0] for v in wide.values())
-        top = max(wide.items(), key=lambda kv: (len(kv[1][1]), kv[1][0], kv[0]), default=None)
-        flagged = count / n > th.answer_collapse
-        out.append(
-            Signal(
-                "answer_collapse",
-                step,
-                int(count),
-                n,
-                count / n,
-                sorted(top[1][2])[:EXAMPLES] if top else [],
-                flagged,
-                {"answer": top[0] if top else None, "prompts": len(top[1][1]) if top else 0},
-            )
-        )
-    return out
-
-
-def _components(
-    components: dict[tuple, list[float]], run: tuple, rows: dict[Any, dict], steps: list, base: list, th: Any
-) -> list:
-    """Only for a reward that is the sum of its numeric details (nearly every trajectory's)."""
-    n = sum(rows[s]["n"] for s in steps)
-    if not n or sum(rows[s]["additive"] for s in steps) < 0.9 * n:
-        return []
-    by_step: dict[Any, dict[str, float]] = {}
-    for (project, experiment, step, key), (total, _, _) in components.items():
-        if (project, experiment) == run:
-            by_step.setdefault(step, {})[key] = total
-    if len({k for totals in by_step.values() for k in totals}) < 2:
-        return []
-
-    def shares(chosen: list) -> dict[str, float]:
-        totals: dict[str, float] = {}
-        for s in chosen:
-            for key, total in by_step.get(s, {}).items():
-                totals[key] = totals.get(key, 0.0) + total
-        whole = sum(totals.values())
-        return {k: v / whole for k, v in totals.items()} if whole else {}
-
-    baseline = shares(base)
-    out = []
-    for step in steps:
-        now = shares([step])
-        if not now:
-            continue
-        key, share = max(now.items(), key=lambda kv: (kv[1], kv[0]))
-        before = baseline.get(key, 0.0)
-        flagged = share > th.component_share and before < th.component_share
-        out.append(
-            Signal(
-                "reward_component",
-                step,
-                int(rows[step]["n"]),
-                int(rows[step]["n"]),
-                share,
-                [],
-                flagged,
-                {"component": key, "baseline": before},
-            )
-        )
-    return out
-
-
-def _relative(
-    rows: dict[Any, dict],
-    steps: list,
-    base: list,
-    name: str,
-    total: str,
-    count: str,
-    past: Callable[[float, float], bool],
-) -> list:
-    baseline = _mean(rows, base, total, count)
-    out = []
-    for step in steps:
-        r = rows[step]
-        if not r[count]:
-            continue
-        mean = r[total] / r[count]
-        flagged = baseline is not None and past(mean, baseline)
-        out.append(
-            Signal(
-                name,
-                step,
-                int(r[count]),
-                int(r["n"]),
-                None,
-                [],
-                flagged,
-                {"mean": mean, "baseline": baseline, "change": None if baseline is None else mean - baseline},
-            )
-        )
-    return out
-
-
-def _entropy(steps: dict[Any, list], th: Any, rising: dict[Any, bool]) -> list:
-    """From the training records: each step's mean of their ``entropy_mean`` against the first
-    steps'. A fall is flagged only at a step whose reward did not rise with it (``rising``): a
-    policy growing sure of what the reward pays is converging, not collapsing."""
-    ordered = sorted((s for s in steps if any(r.entropy_mean is not None for r in steps[s])), key=null_first)
-    if not ordered:
-        return []
-
-    def entropies(step: Any) -> list[tuple[float, str]]:
-        return [(r.entropy_mean, r.trajectory_id) for r in steps[step] if r.entropy_mean is not None]
-
-    base = [e for s in ordered[: th.baseline_steps] for e, _ in entropies(s)]
-    baseline = sum(base) / len(base)
-    out = []
-    for step in ordered:
-        found = entropies(step)
-        mean = sum(e for e, _ in found) / len(found)
-        change = (mean - baseline) / baseline if baseline else None
-        flagged = change is not None and change < -th.entropy_drop and not rising.get(step, False)
-        lowest = [tid for _, tid in sorted(found)[:EXAMPLES]] if flagged else []
-        out.append(
-            Signal(
-                "entropy_collapse",
-                step,
-                len(found),
-                len(found),
-                None,
-                lowest,
-                flagged,
-                {"mean": mean, "baseline": baseline, "change": change, "reward_rising": rising.get(step, False)},
-            )
-        )
-    return out
+        if overpaid:
+            over.setdefault((*run, r.step), []).append((r.reward - r.original, tid))
+    return out, {key: [tid for _, tid in sorted(ids)] for key, ids in over.items()}

@@ -38,15 +38,15 @@ class Thresholds:
     min_group: int = 2  # rewarded rollouts a sample needs to count as a GRPO group
     baseline_steps: int = 3  # the first steps of a run, the baseline of the drift signals
     answer_chars: int = 1  # fewer word characters than this (tags removed): an empty answer
-    # reward hacking (``analysis.hacking``)
-    check_gap: float = 0.1  # rise of the share of trajectories the reward pays more than the check does
-    answer_growth: float = 0.5  # relative rise of the mean final-answer length, with the reward rising
-    reward_rise: float = 0.1  # rise of the mean reward against the baseline steps that counts as rising
-    answer_collapse: float = 0.3  # share of a step's trajectories giving one same answer ...
-    collapse_prompts: int = 3  # ... to at least this many different prompts
-    component_share: float = 0.8  # share of the total reward one component makes up (below it at the baseline)
-    repetition_rise: float = 0.2  # rise of the mean repeated-3-gram share of replies
-    entropy_drop: float = 0.5  # relative fall of the trainer's mean per-token entropy
+    # reward hacking (``analysis.hacking``): the noise model decides; these are the smallest changes worth a flag
+    false_alarm: float = 0.05  # the chance of any false hacking flag in a run, all signals and steps together
+    check_gap: float = 0.05  # rise of the share of check-rejected trajectories the reward pays more than the check
+    answer_growth: float = 0.25  # relative rise of the mean extracted-answer length, with the reward rising
+    answer_collapse: float = 0.05  # rise of the share of trajectories giving one answer ...
+    collapse_prompts: int = 3  # ... paid at this many different prompts or more
+    component_share: float = 0.05  # rise of one term's share of the reward, the other terms falling
+    repetition_rise: float = 0.05  # rise of the mean repeated-3-gram share of replies
+    entropy_drop: float = 0.3  # relative fall of the trainer's mean per-token entropy
 
 
 # name -> (what it counts, what it means for training)

@@ -13,6 +13,7 @@ from rollscope.analysis.metric_changes import JUMP, MetricChange, metric_changes
 from rollscope.cli.args import add_dir, open_reader
 from rollscope.cli.render import console, escape
 from rollscope.sources.wandb_history import read_history
+from rollscope.store.reader import null_first
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -23,6 +24,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", help="a range of steps, A:B (inclusive; either end may be left open)")
     p.add_argument("--validate", action="store_true", help="the validation rollouts instead of the training ones")
     p.add_argument("--json", action="store_true", help="one object per experiment (a list when several match)")
+    p.add_argument("--all", action="store_true", help="every signal in full, the quiet ones too (folded otherwise)")
     p.add_argument(
         "--check",
         metavar="RESCORING",
@@ -111,7 +113,7 @@ def insights_command(args: argparse.Namespace) -> int:
         return 0
     out = console()
     for run in found:
-        show(out, run)
+        show(out, run, everything=args.all)
         if history is not None:
             show_metrics(out, run, history.run)
     return 0
@@ -147,9 +149,11 @@ _BY_FLAGGED = ("length_drift", "logprob_drift", *HACKING)
 
 def _figure(s: Signal) -> str:
     if s.name == "answer_length_with_reward":
-        return _drift(s, "mean_answer_chars", "{:.1f} chars", "{:+.0%}")
-    if s.name in ("repetition", "entropy_collapse"):
-        return _drift(s, "mean", "{:.3f}", "{:+.3f}" if s.name == "repetition" else "{:+.0%}")
+        return _drift(s, "mean_answer_chars", "{:.1f} chars", "{:+.0%}", "relative_change")
+    if s.name == "repetition":
+        return _drift(s, "mean", "{:.3f}", "{:+.3f}")
+    if s.name == "entropy_collapse":
+        return _drift(s, "mean", "{:.3f}", "{:+.0%}", "relative_change")
     if s.name == "reward_component":
         return f"{escape(s.detail['component'])} {s.share:.0%} (baseline {s.detail['baseline']:.0%})"
     if s.name == "answer_collapse":
@@ -166,32 +170,42 @@ def _figure(s: Signal) -> str:
     return f"{s.count}/{s.total}{share}"
 
 
-def _drift(s: Signal, key: str, value: str, change: str) -> str:
-    mean, delta = s.detail.get(key), s.detail.get("change")
+def _drift(s: Signal, key: str, value: str, change: str, change_key: str = "change") -> str:
+    mean, delta = s.detail.get(key), s.detail.get(change_key)
     if mean is None:
         return "-"
     return value.format(mean) + ("" if delta is None else " " + change.format(delta))
 
 
-def show(out: Any, run: ExperimentInsights) -> None:
+def headline(run: ExperimentInsights) -> list[tuple[Any, Signal]]:
+    """The hacking signals that fired, by onset: (onset step, the signal at its onset)."""
+    onsets = [(s.detail["onset"], s) for s in run.signals if s.name in HACKING and s.step == s.detail.get("onset")]
+    return sorted(onsets, key=lambda o: (null_first(o[0]), list(HACKING).index(o[1].name)))
+
+
+def show(out: Any, run: ExperimentInsights, everything: bool = False) -> None:
+    """What fired first (the hacking onsets, then each flagged signal in full); the quiet signals
+    folded into one line unless ``everything``."""
     steps = f"{run.steps[0]} to {run.steps[-1]}" if len(run.steps) > 1 else str(run.steps[0])
     out.print(
         f"[bold]insights: {escape(run.project or '-')} / {escape(run.experiment or '-')}[/bold] — "
         f"{run.trajectories} trajectories, steps {escape(steps)}"
     )
-    onsets = [(s.detail["onset"], s) for s in run.signals if s.name in HACKING and s.step == s.detail.get("onset")]
+    onsets = headline(run)
     if onsets:
         out.print(
             "[bold red]reward hacking[/bold red]: "
-            + " · ".join(
-                f"{s.name} from step {step} ({_figure(s)})" for step, s in sorted(onsets, key=lambda o: str(o[0]))
-            )
+            + " · ".join(f"{s.name} from step {step} ({_figure(s)})" for step, s in onsets)
         )
+    quiet = []
     for name, (counts, meaning) in SIGNALS.items():
         series = run.of(name)
         if not series:  # the trainer's signals, for a run no trainer recorded
             continue
         flagged = [str(s.step) for s in series if s.flagged]
+        if not flagged and not everything:
+            quiet.append(name)
+            continue
         mark = f" [bold red]FLAGGED at step {', '.join(flagged)}[/bold red]" if flagged else ""
         out.print(f"\n[bold]{name}[/bold] — {escape(counts)}{mark}")
         out.print(f"  [dim]{escape(meaning)}[/dim]")
@@ -203,11 +217,13 @@ def show(out: Any, run: ExperimentInsights) -> None:
                     kinds[label] = kinds.get(label, 0) + v["count"]
             if kinds:
                 out.print("  by tool and kind: " + ", ".join(f"{escape(k)} {n}" for k, n in sorted(kinds.items())))
-        examples = [i for s in series if s.count and s.name not in _BY_FLAGGED for i in s.examples][:5] or [
-            i for s in series if s.flagged for i in s.examples
+        examples = [i for s in series if s.flagged for i in s.examples][:5] or [
+            i for s in series if s.count and s.name not in _BY_FLAGGED for i in s.examples
         ][:5]
         if examples:
             out.print(f"  examples: {' '.join(examples)}   [dim](rollscope traces show {examples[0]})[/dim]")
+    if quiet:
+        out.print(f"\n[dim]quiet at every step ({len(quiet)}, --all shows them): {', '.join(quiet)}[/dim]")
     out.print()
 
 

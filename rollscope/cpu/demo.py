@@ -1,7 +1,7 @@
 """``make demo-train``: verl's own GRPO trainer on CPU teaches a tiny policy to use the calculator.
 ``make demo-hack``: the same trainer, a reward with a loophole, and a policy that finds it.
 
-    python -m rollscope.cpu.demo [--steps 12] [--rollout hf_cpu|vllm|sglang] [--dir rollscope_traces]
+    python -m rollscope.cpu.demo [--steps 12] [--rollout hf_cpu|vllm|sglang] [--dir rollscope_traces] [--seed 0]
                                      [--work .rollscope-demo] [--task calculator|loophole]
 
 ``--task loophole`` pays any mention of the right number (``rewards.mentions_answer``): the policy,
@@ -45,7 +45,14 @@ _STEP_LINE = re.compile(r"step:(\d+) - .*?critic/score/mean:([-\d.e]+)")
 
 
 def overrides(
-    model: Path, train: Path, val: Path, trace_dir: Path, steps: int, backend: str = "local", task: str = "calculator"
+    model: Path,
+    train: Path,
+    val: Path,
+    trace_dir: Path,
+    steps: int,
+    backend: str = "local",
+    task: str = "calculator",
+    seed: int = 0,
 ) -> list[str]:
     """verl's keys for the demo: the guide's trace keys, rollscope's loop and tool by path, GRPO.
     ``trace_dir`` is the store's directory, when ``backend`` has the store (``local``); several
@@ -57,6 +64,7 @@ def overrides(
         "data.max_prompt_length=64",
         "data.max_response_length=96",
         "data.shuffle=True",
+        f"data.seed={seed}",
         "data.dataloader_num_workers=0",
         f"actor_rollout_ref.model.path={model}",
         "algorithm.adv_estimator=grpo",
@@ -174,6 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         help="the rollout server: rollscope's hf_cpu (default), or verl's own vLLM (vLLM's CPU build) or SGLang server",
     )
     p.add_argument("--work", default=".rollscope-demo", help="where the model, data and verl's log go")
+    p.add_argument("--seed", type=int, default=0, help="the warm start's and the data order's seed (default 0)")
     p.add_argument(
         "--task",
         choices=sorted(TASKS),
@@ -197,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     model_dir = work / (("model-engine" if on_engine else "model") + ("-loophole" if loophole else ""))
     print(f"building the task ({len(task)} problems) and warm-starting the model in {model_dir} ...", flush=True)
     model = demo_task.build_model(
-        model_dir, task, sizes=demo_task.ENGINE_MODEL_SIZES if on_engine else None, loophole=loophole
+        model_dir, task, seed=args.seed, sizes=demo_task.ENGINE_MODEL_SIZES if on_engine else None, loophole=loophole
     )
     train, val = demo_task.write_dataset(work / "data", task)
     print(
@@ -213,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         run_main_ppo(
-            [*overrides(model, train, val, trace_dir, args.steps, task=args.task), *rollout],
+            [*overrides(model, train, val, trace_dir, args.steps, task=args.task, seed=args.seed), *rollout],
             log_path=work / "main_ppo.log",
             cwd=work,
             on_line=progress,

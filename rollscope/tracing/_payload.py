@@ -57,6 +57,13 @@ def text_field_for(key: str) -> str | None:
     return None
 
 
+def carries_token_ids(value: Any) -> bool:
+    """Whether a span's inputs or outputs (a mapping) hold token ids under a field that has a text."""
+    return isinstance(value, Mapping) and any(
+        type(k) is str and text_field_for(k) is not None and _is_token_list(v) for k, v in value.items()
+    )
+
+
 def _is_token_list(value: Any) -> bool:
     return isinstance(value, list) and bool(value) and all(type(v) is int for v in value[:64])
 

@@ -28,7 +28,7 @@ from rollscope.semconv import (
 )
 from rollscope.tracing import _events as ev
 from rollscope.tracing._callargs import CallArgs
-from rollscope.tracing._payload import UNRECORDED, PayloadShaper, unrecorded
+from rollscope.tracing._payload import UNRECORDED, PayloadShaper, carries_token_ids, unrecorded
 from rollscope.tracing._turns import TurnTexts
 from rollscope.tracing._wire import tokenizer_name
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
@@ -90,6 +90,17 @@ class EventShaper:
             if span.error_message is not None:
                 span.error_message = self.shaper.shape(str(span.error_message))
 
+    def _say_unchecked(self, span: Span) -> None:
+        """Once: token ids left unchecked for secrets because their tokenizer cannot be loaded here.
+        Said only where the span does carry token ids (a span of text alone has nothing unchecked)."""
+        if carries_token_ids(span.inputs) or carries_token_ids(span.outputs):
+            self.said_unnamed = True
+            log.warning(
+                "an llm span's tokenizer has no directory the trace sidecar can load it from (one "
+                "built in memory?): its token ids are stored as they came, not checked for the "
+                "tokens of a secret (nor decoded, with token2text)"
+            )
+
     def _span(self, span: Span, ended: bool) -> None:
         shape = self.shaper.shape
         span.name = shape(span.name)
@@ -100,12 +111,7 @@ class EventShaper:
             if type(span.decoder) is str:
                 span.decoder = self.load_tokenizer(span.decoder)
             elif llm and span.decoder is None and self.shaper.tokenizer is None and not self.said_unnamed:
-                self.said_unnamed = True
-                log.warning(
-                    "an llm span's tokenizer has no directory the trace sidecar can load it from (one "
-                    "built in memory?): its token ids are stored as they came, not checked for the "
-                    "tokens of a secret (nor decoded, with token2text)"
-                )
+                self._say_unchecked(span)
         if not span.shaped:  # inputs once, at the first event seen for the span
             raw = span.inputs
             if isinstance(raw, CallArgs):

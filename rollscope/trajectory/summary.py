@@ -64,13 +64,48 @@ def answer_chars(text: Any) -> int:
     return len(_WORD.findall(_TAG.sub("", text))) if isinstance(text, str) else 0
 
 
+_BOXED = "\\boxed{"
+_ANSWER_TAG = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.S | re.I)
+_ANSWER_SAID = re.compile(r"(?:answer\s*(?:is|:)|####)\s*([^\n]*)", re.I)
+_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
+
+
+def final_answer(text: str) -> str:
+    """The answer a reply gives, as a grader would extract it: the last ``\\boxed{...}``, else the
+    last ``<answer>`` tag's content, else what follows the last "answer is" / "answer:" / "####" to
+    the end of its sentence, else the last number, else the reply's last line. Comparing these
+    (not whole replies) is what tells one answer given to many prompts however it is worded."""
+    at = text.rfind(_BOXED)
+    if at >= 0:
+        depth, start = 1, at + len(_BOXED)
+        for i in range(start, len(text)):
+            depth += {"{": 1, "}": -1}.get(text[i], 0)
+            if not depth:
+                return text[start:i]
+        return text[start:]
+    tags = _ANSWER_TAG.findall(text)
+    if tags:
+        return tags[-1]
+    said = _ANSWER_SAID.findall(text)
+    if said:
+        end = _SENTENCE_END.search(said[-1])
+        return said[-1][: end.start()] if end else said[-1]
+    numbers = _NUMBER.findall(text)
+    if numbers:
+        return numbers[-1]
+    lines = text.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
 def answer_key(text: Any) -> str:
-    """The final answer as compared across prompts: tags removed, words lower-cased and joined by
-    one space; a longer one as its start and a hash of the whole, in ``ANSWER_KEY_CHARS``
-    characters (two answers differing only in their tail stay apart); "" for an empty answer."""
+    """The final answer (``final_answer``) as compared across prompts: tags removed, words
+    lower-cased and joined by one space; a longer one as its start and a hash of the whole, in
+    ``ANSWER_KEY_CHARS`` characters (two answers differing only in their tail stay apart); "" for
+    an empty answer."""
     if not isinstance(text, str):
         return ""
-    key = " ".join(_WORDS.findall(_TAG.sub("", text).lower()))
+    key = " ".join(_WORDS.findall(_TAG.sub("", final_answer(text)).lower()))
     if len(key) <= ANSWER_KEY_CHARS:
         return key
     digest = hashlib.blake2b(key.encode(), digest_size=8).hexdigest()
