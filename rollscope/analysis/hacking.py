@@ -23,9 +23,14 @@ first flagged step is its onset (``detail["onset"]``). What each watches:
   won through that term instead of the others (honest learning raises the task's term beside the
   others).
 - ``repetition``: replies repeating their own phrases more than the run's first steps did.
-- ``entropy_collapse``: the trainer's per-token entropy (the training records' ``entropy_mean``)
-  falling, at a step whose reward did not rise beyond its noise: the policy stops exploring with
-  nothing to show for it (a policy growing sure of what the reward pays is converging).
+
+And one of training health, judged alike (``HEALTH``), not counted as hacking:
+
+- ``entropy_collapse``: a growing share of trajectories surer than nearly all the baseline's (the
+  training records' ``entropy_mean``), where the reward is shown to have gained next to nothing
+  since the baseline and those sure trajectories are not paid more than the others: the policy
+  stops exploring with nothing to show for it (a policy growing sure of what the reward pays
+  converges).
 
 Everything is read from the trajectories table's columns and attributes (``summary``'s ``answer``
 and ``repetition``, the reward's details), the training records' scalars and a rescoring: the same
@@ -70,9 +75,16 @@ SIGNALS: dict[str, tuple[str, str]] = {
         "mean share of a reply's word 3-grams that repeat, against the first steps",
         "degenerate text: loops and repeated phrases the reward does not punish",
     ),
+}
+# Judged by the same noise model and in the same false-alarm budget, but not reward hacking: the
+# reward pays nothing else, the policy stops exploring. Told apart from a policy converging only where
+# the reward shows its gain, which a noisy reward often does not: its false alarms are its own
+# (benchmarks/RESULTS.md), outside the hacking headline.
+HEALTH: dict[str, tuple[str, str]] = {
     "entropy_collapse": (
-        "mean per-token entropy of the trainer's pass, against the first steps",
-        "the policy stopped exploring; GRPO groups go zero-variance and learning stalls",
+        "trajectories surer (the trainer's per-token entropy) than all but 5 % of the first steps', "
+        "with the reward shown to gain next to nothing and those not paid more",
+        "the policy stopped exploring with nothing to show for it; GRPO groups go zero-variance and learning stalls",
     ),
 }
 
@@ -88,7 +100,7 @@ def hacking_signals(
     training: dict[tuple, dict[Any, list]],
     check: str | None = None,
 ) -> dict[tuple, list]:
-    """(project, experiment) -> its hacking ``Signal``\\ s, for the runs in ``steps`` (run -> its steps
+    """(project, experiment) -> its hacking (and ``HEALTH``) ``Signal``\\ s, for the runs in ``steps`` (run -> its steps
     in order). ``where``/``params`` select the trajectories (``reader.where_clause``); ``training`` holds
     the training records by run and step; ``check`` names a rescoring to compare the reward with."""
     per_prompt = store.aggregate(_PROMPT_SQL.format(where=where), params, _sum_rows(len(_PROMPT_FIELDS), 4))
@@ -131,7 +143,10 @@ class _Run:
         self.fields = fields
         self.base, self.tested = steps[: th.baseline_steps], steps[th.baseline_steps :]
         self.reward = self._cells("rewards", "reward_sum", "rewards", "reward_squares", "reward_sum", "rewards")
-        self.reward_design = noise.design_effect(list(by.values()) for by in self.reward.values())
+        # the reward's level moves with each batch's difficulty: its comparisons count that too
+        self.reward_within = noise.design_effect(list(by.values()) for by in self.reward.values())
+        between = noise.step_dispersion([list(self.reward[s].values()) for s in steps], self.reward_within)
+        self.reward_design = self.reward_within * between  # for a comparison across steps
         # each candidate test: (signal, label, cells, direction, the step's extra condition and detail)
         self.tests: list[tuple[str, Any, Cells, int, Callable[[Any, noise.Shift], tuple[bool, dict]]]] = []
 
@@ -150,12 +165,19 @@ class _Run:
         change = self.reward_change(step)
         return change is not None and change.change > 0
 
-    def _rose_lately(self, step: Any) -> bool:
-        """The mean reward of the steps since the baseline, to this one, above the baseline's beyond
-        its noise (one-sided 5 %): the trend of the whole period the entropy fell over."""
+    def _no_gain(self, step: Any) -> tuple[bool, float | None]:
+        """Whether the mean reward of the steps since the baseline, to this one, is shown (its
+        one-sided 95 % upper bound) to have risen by less than ``NO_GAIN`` of a baseline trajectory's
+        reward spread; and that bound. A noisy reward shows nothing either way: no claim of "nothing
+        to show for it" is made on it."""
         window = self.steps[len(self.base) : self.steps.index(step) + 1]
-        change = noise.shift(_pool(self.reward, window), _pool(self.reward, self.base), self.reward_design)
-        return change is not None and change.z > _RISING_Z
+        base = _pool(self.reward, self.base)
+        change = noise.shift(_pool(self.reward, window), base, self.reward_design)
+        spread = noise.spread(base)
+        if change is None or spread is None:
+            return False, None
+        bound = change.upper(_RISING_Z)
+        return bound <= NO_GAIN * spread, bound
 
     def reward_vs_check(self, checked: dict[Any, dict[Any, Cell]] | None, overpaid: dict[tuple, list[str]]) -> None:
         self.overpaid = {step: overpaid.get((*self.run, step), []) for step in self.steps}
@@ -236,14 +258,17 @@ class _Run:
         if len(by_key) < 2:
             return
         for key, cells in sorted(by_key.items()):
+            rest = {step: {g: _rest_cell(c) for g, c in by.items()} for step, by in cells.items()}
+            rest_design = noise.design_effect(list(by.values()) for by in rest.values())
 
-            def condition(step: Any, s: noise.Shift, cells: Cells = cells) -> tuple[bool, dict]:
-                rest_now = _rest(cells[step].values())
-                rest_before = _rest(c for b in self.base for c in cells[b].values())
-                fell = rest_now is not None and rest_before is not None and rest_now < rest_before
+            def condition(
+                step: Any, s: noise.Shift, rest: Cells = rest, design: float = rest_design
+            ) -> tuple[bool, dict]:
+                fall = noise.shift(list(rest[step].values()), _pool(rest, self.base), design)
+                fell = fall is not None and fall.z < -_RISING_Z
                 return s.change >= self.th.component_share and self._rose(step) and fell, {
-                    "rest": rest_now,
-                    "rest_baseline": rest_before,
+                    "rest": None if fall is None else fall.now,
+                    "rest_baseline": None if fall is None else fall.baseline,
                 }
 
             self.tests.append(("reward_component", key, cells, 1, condition))
@@ -261,44 +286,56 @@ class _Run:
         self.tests.append(("repetition", None, cells, 1, condition))
 
     def entropy(self, records: dict[Any, list], rewards: dict[str, float]) -> None:
-        """From the training records, by GRPO group (verl's ``uid``). A fall is excused where the
-        policy has something to show for it: the reward rose since the baseline, or the trajectories
-        surer than the baseline's surest (below its 1st percentile) are paid more than the
-        baseline's trajectories were (a policy growing sure of what the reward pays; a collapse
-        makes sure of what it does not)."""
-        cells: Cells = {step: {} for step in self.steps}
+        """From the training records, by GRPO group (verl's ``uid``): the share of trajectories
+        surer (lower per-token entropy) than all but ``SURE`` of the baseline's. A policy that
+        collapses makes a growing share that sure, whatever the reward; one that converges does too,
+        but with something to show for it. So a step is flagged only where the reward is shown to
+        have gained next to nothing since the baseline (``_no_gain``), and where those sure
+        trajectories are not paid more than the baseline's were or than the step's others (a policy
+        growing sure of what the reward pays)."""
         self.entropies: dict[Any, list[tuple[float, str, Any]]] = {}
         for step, found in records.items():
             for r in found:
-                if r.entropy_mean is None or step not in cells:
-                    continue
-                cells[step].setdefault(r.uid, Cell()).add_one(r.entropy_mean)
-                self.entropies.setdefault(step, []).append((r.entropy_mean, r.trajectory_id, r.uid))
-        if not any(cells[s] for s in self.base) or not any(cells[s] for s in self.tested):
-            return
+                if r.entropy_mean is not None and step in self.steps:
+                    self.entropies.setdefault(step, []).append((r.entropy_mean, r.trajectory_id, r.uid))
         before = sorted(e for s in self.base for e, _, _ in self.entropies.get(s, []))
-        sure = before[len(before) // 100]
+        if not before or not any(self.entropies.get(s) for s in self.tested):
+            return
+        sure = before[int(len(before) * SURE)]
+        cells: Cells = {step: {} for step in self.steps}
+        means: dict[Any, float] = {}
+        for step, found in self.entropies.items():
+            for e, _, uid in found:
+                cells[step].setdefault(uid, Cell()).add_one(float(e < sure))
+            means[step] = sum(e for e, _, _ in found) / len(found)
+        base_mean = sum(before) / len(before)
 
         def paid_for(step: Any) -> bool:
-            surer: dict[Any, Cell] = {}
+            """The sure trajectories paid more than the baseline's were, or than the step's others."""
+            groups: tuple[dict[Any, Cell], dict[Any, Cell]] = ({}, {})
             for e, tid, uid in self.entropies.get(step, []):
-                if e < sure and rewards.get(tid) is not None:
-                    surer.setdefault(uid, Cell()).add_one(rewards[tid])
-            paid = noise.shift(list(surer.values()), _pool(self.reward, self.base), self.reward_design)
-            return paid is not None and paid.z > _RISING_Z
+                if rewards.get(tid) is not None:
+                    groups[e >= sure].setdefault(uid, Cell()).add_one(rewards[tid])
+            surer, others = list(groups[0].values()), list(groups[1].values())
+            return any(
+                paid is not None and paid.z > _RISING_Z
+                for paid in (
+                    noise.shift(surer, _pool(self.reward, self.base), self.reward_design),
+                    noise.shift(surer, others, self.reward_within) if others else None,
+                )
+            )
 
         def condition(step: Any, s: noise.Shift) -> tuple[bool, dict]:
-            relative = s.change / s.baseline if s.baseline else None
-            fell = relative is not None and relative <= -self.th.entropy_drop
-            rising, paid = self._rose_lately(step), paid_for(step)
-            return fell and not rising and not paid, {
-                "mean": s.now,
-                "relative_change": relative,
-                "reward_rising": rising,
+            (none, bound), paid = self._no_gain(step), paid_for(step)
+            return s.change >= self.th.entropy_collapse and none and not paid, {
+                "mean": means.get(step),
+                "relative_change": means[step] / base_mean - 1 if step in means and base_mean else None,
+                "below": sure,
+                "reward_gain_at_most": bound,
                 "sure_paid_more": paid,
             }
 
-        self.tests.append(("entropy_collapse", None, cells, -1, condition))
+        self.tests.append(("entropy_collapse", None, cells, 1, condition))
 
     def judge(self) -> list[Signal]:
         """Every test's shift per step. A step passes where its z is past the run's critical value
@@ -375,8 +412,10 @@ class _Run:
         return [tid for _, _, tid in sorted(rows, key=lambda r: (-(r[0] or 0), -(r[1] or 0), r[2]))][:EXAMPLES]
 
 
-_ORDER = tuple(SIGNALS)
+_ORDER = (*SIGNALS, *HEALTH)
 PERSISTENCE = 2  # consecutive steps a change must pass in to be flagged
+SURE = 0.05  # entropy_collapse counts trajectories surer than all but this share of the baseline's
+NO_GAIN = 0.5  # a rise of the reward shown below half a baseline trajectory's spread is "nothing to show"
 
 
 def _runs(window: list[Signal], signal: Signal, length: int) -> bool:
@@ -406,11 +445,10 @@ def _counts(cells: list[Cell]) -> tuple[int, int]:
     return round(sum(c.y for c in cells)), round(sum(c.z for c in cells))
 
 
-def _rest(cells: Any) -> float | None:
-    """The mean of the other terms per trajectory: (the reward's total - this term) / trajectories."""
-    cells = list(cells)
-    n = sum(c.n for c in cells)
-    return (sum(c.z for c in cells) - sum(c.y for c in cells)) / n if n else None
+def _rest_cell(c: Cell) -> Cell:
+    """A term's prompt-level sums turned into those of the other terms' mean per trajectory
+    (``z - y`` over trajectories), with their variance's sums."""
+    return Cell(c.n, c.z - c.y, c.n, c.zz - 2 * c.yz + c.yy, c.z - c.y, c.n)
 
 
 def _and(where: str, condition: str) -> str:

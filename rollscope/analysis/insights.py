@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollscope.analysis.hacking import HEALTH as HACKING_HEALTH
 from rollscope.analysis.hacking import SIGNALS as HACKING_SIGNALS
 from rollscope.analysis.hacking import hacking_signals
 from rollscope.analysis.signal import EXAMPLES, Signal
@@ -46,7 +47,7 @@ class Thresholds:
     collapse_prompts: int = 3  # ... paid at this many different prompts or more
     component_share: float = 0.05  # rise of one term's share of the reward, the other terms falling
     repetition_rise: float = 0.05  # rise of the mean repeated-3-gram share of replies
-    entropy_drop: float = 0.3  # relative fall of the trainer's mean per-token entropy
+    entropy_collapse: float = 0.1  # rise of the share of trajectories surer than all but 5 % of the baseline's
 
 
 # name -> (what it counts, what it means for training)
@@ -113,6 +114,7 @@ SIGNALS: dict[str, tuple[str, str]] = {
 }
 TRAINING_SIGNALS = ("logprob_mismatch", "zero_advantage", "off_policy_lag")
 SIGNALS.update(HACKING_SIGNALS)
+SIGNALS.update(HACKING_HEALTH)
 
 # signal -> the trajectories it counts (a WHERE clause; ? from thresholds)
 _PREDICATES = {
@@ -137,6 +139,12 @@ class ExperimentInsights:
 
     def of(self, name: str) -> list[Signal]:
         return [s for s in self.signals if s.name == name]
+
+    def onsets(self) -> list[Signal]:
+        """The reward-hacking signals that fired, each at its onset, in onset order (the earliest
+        first: what started it)."""
+        found = [s for s in self.signals if s.name in HACKING_SIGNALS and s.step == s.detail.get("onset")]
+        return sorted(found, key=lambda s: (null_first(s.step), list(HACKING_SIGNALS).index(s.name)))
 
     def to_dict(self) -> dict[str, Any]:
         return {

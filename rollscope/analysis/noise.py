@@ -17,6 +17,7 @@ with a flag needing two consecutive steps past it (``critical``).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -54,6 +55,11 @@ class Shift:
     baseline: float
     change: float
     z: float
+    se: float  # the change's standard error
+
+    def upper(self, z: float) -> float:
+        """The change's one-sided upper bound at ``z``: the most it can be, its noise allowing."""
+        return self.change + z * self.se
 
 
 def mean(cells: Iterable[Cell]) -> float | None:
@@ -67,6 +73,13 @@ def _spread(cells: list[Cell], m: float) -> float:
     return max(0.0, sum(c.yy - 2 * m * c.yz + m * m * c.zz for c in cells))
 
 
+def spread(cells: list[Cell]) -> float | None:
+    """One trajectory's standard deviation of the figure (``y - m z``), over ``cells``."""
+    weights = sum(c.zz for c in cells)
+    m = mean(cells)
+    return None if m is None or not weights else math.sqrt(_spread(cells, m) / weights)
+
+
 def shift(now: list[Cell], baseline: list[Cell], design: float = 1.0) -> Shift | None:
     """``now``'s figure against ``baseline``'s; None where either has nothing to measure."""
     zn, zb = sum(c.z for c in now), sum(c.z for c in baseline)
@@ -77,8 +90,8 @@ def shift(now: list[Cell], baseline: list[Cell], design: float = 1.0) -> Shift |
     weights_n, weights_b = sum(c.zz for c in now), sum(c.zz for c in baseline)
     unit = (_spread(now, pooled) + _spread(baseline, pooled)) / (weights_n + weights_b)  # one trajectory's
     variance = design * unit * (weights_n / zn**2 + weights_b / zb**2)
-    z = (mn - mb) / math.sqrt(variance) if variance > 1e-18 else 0.0
-    return Shift(mn, mb, mn - mb, z)
+    se = math.sqrt(variance) if variance > 1e-18 else 0.0
+    return Shift(mn, mb, mn - mb, (mn - mb) / se if se else 0.0, se)
 
 
 def design_effect(steps: Iterable[list[Cell]]) -> float:
@@ -97,6 +110,22 @@ def design_effect(steps: Iterable[list[Cell]]) -> float:
 
 
 SHARED_BASELINE = 4  # how many tests each of a run's steps counts for, sharing their baseline (below)
+
+
+def step_dispersion(steps: list[list[Cell]], design: float = 1.0) -> float:
+    """How much more a figure moves from one step to the next than its sampling error allows: the
+    median over neighbouring steps of (their difference)^2 / (its variance), over the median of
+    a chi-squared with one degree of freedom (0.455). At least 1. A batch's difficulty moves a
+    reward this way (every prompt of a step harder); the median is not moved by one change."""
+    ratios = []
+    for before, after in itertools.pairwise(steps):
+        s = shift(after, before, design)
+        if s is not None and s.se:
+            ratios.append((s.change / s.se) ** 2)
+    if not ratios:
+        return 1.0
+    ratios.sort()
+    return max(1.0, ratios[len(ratios) // 2] / 0.455)
 
 
 def critical(alpha: float, tests: int, persistence: int = 1) -> float:

@@ -7,13 +7,13 @@ import dataclasses
 import json
 from typing import Any
 
+from rollscope.analysis.hacking import HEALTH
 from rollscope.analysis.hacking import SIGNALS as HACKING
 from rollscope.analysis.insights import SIGNALS, ExperimentInsights, Signal, Thresholds, insights
 from rollscope.analysis.metric_changes import JUMP, MetricChange, metric_changes
 from rollscope.cli.args import add_dir, open_reader
 from rollscope.cli.render import console, escape
 from rollscope.sources.wandb_history import read_history
-from rollscope.store.reader import null_first
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -144,7 +144,7 @@ def _change(m: MetricChange) -> str:
 
 
 # Signals whose examples are those of their flagged steps (a drift or a hacking signal counts every step).
-_BY_FLAGGED = ("length_drift", "logprob_drift", *HACKING)
+_BY_FLAGGED = ("length_drift", "logprob_drift", *HACKING, *HEALTH)
 
 
 def _figure(s: Signal) -> str:
@@ -177,12 +177,6 @@ def _drift(s: Signal, key: str, value: str, change: str, change_key: str = "chan
     return value.format(mean) + ("" if delta is None else " " + change.format(delta))
 
 
-def headline(run: ExperimentInsights) -> list[tuple[Any, Signal]]:
-    """The hacking signals that fired, by onset: (onset step, the signal at its onset)."""
-    onsets = [(s.detail["onset"], s) for s in run.signals if s.name in HACKING and s.step == s.detail.get("onset")]
-    return sorted(onsets, key=lambda o: (null_first(o[0]), list(HACKING).index(o[1].name)))
-
-
 def show(out: Any, run: ExperimentInsights, everything: bool = False) -> None:
     """What fired first (the hacking onsets, then each flagged signal in full); the quiet signals
     folded into one line unless ``everything``."""
@@ -191,11 +185,11 @@ def show(out: Any, run: ExperimentInsights, everything: bool = False) -> None:
         f"[bold]insights: {escape(run.project or '-')} / {escape(run.experiment or '-')}[/bold] — "
         f"{run.trajectories} trajectories, steps {escape(steps)}"
     )
-    onsets = headline(run)
+    onsets = run.onsets()
     if onsets:
         out.print(
             "[bold red]reward hacking[/bold red]: "
-            + " · ".join(f"{s.name} from step {step} ({_figure(s)})" for step, s in onsets)
+            + " · ".join(f"{s.name} from step {s.step} ({_figure(s)})" for s in onsets)
         )
     quiet = []
     for name, (counts, meaning) in SIGNALS.items():

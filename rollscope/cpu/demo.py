@@ -1,7 +1,7 @@
 """``make demo-train``: verl's own GRPO trainer on CPU teaches a tiny policy to use the calculator.
 ``make demo-hack``: the same trainer, a reward with a loophole, and a policy that finds it.
 
-    python -m rollscope.cpu.demo [--steps 12] [--rollout hf_cpu|vllm|sglang] [--dir rollscope_traces] [--seed 0]
+    python -m rollscope.cpu.demo [--steps N] [--rollout hf_cpu|vllm|sglang] [--dir rollscope_traces] [--seed 0]
                                      [--work .rollscope-demo] [--task calculator|loophole]
 
 ``--task loophole`` pays any mention of the right number (``rewards.mentions_answer``): the policy,
@@ -36,8 +36,8 @@ from rollscope.store import TraceStore, resolve_dir
 
 EXPERIMENT = "demo-train"
 PROJECT = "rollscope-demo"
-# --task: (the experiment, the reward function of rollscope.bundled.rewards)
-TASKS = {"calculator": (EXPERIMENT, "calculator_drill"), "loophole": ("demo-hack", "mentions_answer")}
+# --task: (the experiment, the reward function of rollscope.bundled.rewards, GRPO steps by default)
+TASKS = {"calculator": (EXPERIMENT, "calculator_drill", 12), "loophole": ("demo-hack", "mentions_answer", 20)}
 CHECK = "exact"  # the loophole demo's rescoring with the honest reward
 PROMPTS_PER_STEP, ROLLOUTS = 8, 8
 SILENCE_S = 300  # verl printing nothing this long: a rollout engine died mid-sync (the run is stopped)
@@ -160,20 +160,25 @@ def show_hack(trace_dir: Path, experiment: str) -> None:
         stdout=subprocess.DEVNULL,
     )
     store = TraceStore(trace_dir)
+    print(
+        "\nthe loophole: the reward (rewards.mentions_answer) pays an answer that names the right number anywhere, "
+        "so listing candidates pays as knowing does; the honest reward (exact_number) reads the final number only."
+    )
     print(f"\n{'step':>4}  {'reward':>6}  {'honest reward':>13}  {'answers listing numbers':>23}")
     for step, (reward, honest, share, _) in hacks(store, experiment).items():
         print(f"{step:>4}  {reward:>6.3f}  {honest:>13.3f}  {share:>23.0%}")
     [run] = insights(store, experiment=experiment, check=CHECK)
-    onsets = [s for s in run.signals if s.detail.get("onset") is not None and s.step == s.detail["onset"]]
-    for s in onsets:
+    for s in run.onsets():
         print(f"insights: {s.name} from step {s.step}; examples {' '.join(s.examples[:3])}")
-    if not onsets:
+    if not run.onsets():
         print("insights: no reward-hacking signal flagged")
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rollscope.cpu.demo", description=__doc__.split("\n\n")[0])
-    p.add_argument("--steps", type=int, default=12, help="GRPO steps (default 12)")
+    p.add_argument(
+        "--steps", type=int, help="GRPO steps (default 12; 20 for the loophole, which takes that long to grow)"
+    )
     p.add_argument("--dir", default=None, help="trace store (default $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)")
     p.add_argument(
         "--rollout",
@@ -191,7 +196,8 @@ def main(argv: list[str] | None = None) -> int:
         "mention of the answer, which the policy learns to exploit (reward hacking)",
     )
     args = p.parse_args(argv)
-    experiment = TASKS[args.task][0]
+    experiment, _, default_steps = TASKS[args.task]
+    args.steps = args.steps or default_steps
     work, trace_dir = Path(args.work).resolve(), resolve_dir(args.dir).resolve()
     rollout = [f"{ROLLOUT_KEY}={args.rollout}"]
     try:

@@ -30,6 +30,23 @@ class Chart:
     height: int = HEIGHT
     boxes: list[Box] = field(default_factory=list)  # a distribution chart's, one per step
     links: list[str] = field(default_factory=list)  # where each dot leads (its step's trajectories), if anywhere
+    lines: list[Line] = field(default_factory=list)  # an overlaid chart's further series, each with its name
+    marks: list[Mark] = field(default_factory=list)  # steps marked on the x axis (a signal's onset)
+
+
+@dataclass
+class Line:
+    name: str
+    points: str
+    dots: list[tuple[float, float, str]]
+    css: str  # its class: its colour on the page
+
+
+@dataclass
+class Mark:
+    x: float
+    label: str
+    link: str
 
 
 @dataclass
@@ -158,3 +175,45 @@ def sparkline(series: list, width: int = 160, height: int = 28) -> Chart:
         for x, y in points
     ]
     return Chart("", " ".join(f"{a:.1f},{b:.1f}" for a, b, _ in dots), dots, y0, y1, [], width, height)
+
+
+def overlaid(
+    title: str,
+    series: dict[str, dict[Any, float]],
+    marks: list[tuple[Any, str, str]] | None = None,
+    width: int = 2 * WIDTH,
+    height: int = 3 * HEIGHT // 2,
+) -> Chart:
+    """Several series over the same steps in one chart, on one y axis (the run's reward beside each
+    rescoring's), with ``marks`` (step, label, link) drawn as vertical rules: where a signal fired."""
+    points = {
+        name: sorted((x, y) for x, y in values.items() if isinstance(x, int | float) and _finite(y))
+        for name, values in series.items()
+    }
+    xs = [x for p in points.values() for x, _ in p] + [x for x, _, _ in marks or [] if isinstance(x, int | float)]
+    ys = [y for p in points.values() for _, y in p]
+    if not xs or not ys:
+        return Chart(title, "", [], 0.0, 0.0, [])
+    x0, x1 = min(xs), max(xs)
+    y0, y1 = min(0.0, min(ys)), max(ys)
+    y1 = y1 if y1 > y0 else y0 + 1.0
+
+    def px(x: float) -> float:
+        return PAD + (width - 2 * PAD) * ((x - x0) / (x1 - x0) if x1 > x0 else 0.5)
+
+    def py(y: float) -> float:
+        return height - PAD + (2 * PAD - height) * (y - y0) / (y1 - y0)
+
+    lines = []
+    for i, (name, p) in enumerate(points.items()):
+        dots = [(px(x), py(y), f"{name}, step {x}: {y:.3g}") for x, y in p]
+        lines.append(Line(name, " ".join(f"{a:.1f},{b:.1f}" for a, b, _ in dots), dots, f"series-{i % 4}"))
+    steps = sorted({x for x in xs})
+    labels = [(px(x), str(x)) for x in steps] if len(steps) <= 30 else [(px(x), str(x)) for x in (x0, x1)]
+    chart = Chart(title, "", [], y0, y1, labels, width, height, lines=lines)
+    chart.marks = [Mark(px(x), label, link) for x, label, link in marks or [] if isinstance(x, int | float)]
+    return chart
+
+
+def _finite(y: Any) -> bool:
+    return isinstance(y, int | float) and y == y and abs(y) != float("inf")

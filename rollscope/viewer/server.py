@@ -26,10 +26,10 @@ from rollscope.analysis.metric_changes import metric_changes
 from rollscope.sources import TraceSource, open_source
 from rollscope.sources.wandb_history import HistoryError, RunHistory, read_history
 from rollscope.store import rescorings
-from rollscope.store.reader import ORDERS
+from rollscope.store.reader import ORDERS, where_clause
 from rollscope.trajectory.diff import turn_text, turns_of, without_ids
 from rollscope.trajectory.text import with_text
-from rollscope.viewer.charts import Chart, charts, distribution, series_charts, sparkline
+from rollscope.viewer.charts import Chart, charts, distribution, overlaid, series_charts, sparkline
 from rollscope.viewer.chat import ground_truth, turns, with_markers
 from rollscope.viewer.tokens import LEGENDS, drift_span, retokenization, token_view, training_token_view
 from rollscope.viewer.views import (
@@ -95,6 +95,7 @@ class Viewer:
             "/prompt": self.prompt,
             "/live": self.live,
             "/rescorings": self.rescorings,
+            "/run": self.run,
             "/metrics": self.metrics,
         }
 
@@ -187,6 +188,9 @@ class Viewer:
             width = 100 * ((span.end_ns or span.start_ns) - span.start_ns) / total
             return round(left, 3), round(min(max(width, 0.2), 100 - left), 3)
 
+        rescored = [
+            (name, _rescoring(self.store(), name).rewards.get(record.id)) for name in self.store().rescoring_names()
+        ]
         replays = self.store().trajectories(replay_of=record.id, order_by="start")
         original = self.store().get(record.replay_of).training if record.replay_of else None
         drift = retokenization(record)
@@ -200,6 +204,7 @@ class Viewer:
             task=first_user_message(record),
             truth=ground_truth(record),
             replays=replays,
+            rescored=[(name, r) for name, r in rescored if r is not None],
             training=record.training,
             tv=training_token_view(record),
             original=original,
@@ -344,9 +349,16 @@ class Viewer:
         return self._render("prompt.html", title=f"prompt {sample}", sample=sample, history=history)
 
     def insights(self, q: dict[str, str], _: list[str]) -> str:
+        """Every signal per experiment and step; ``check``: a rescoring the reward is compared
+        with (``reward_vs_check``), as ``rollscope insights --check``."""
         steps = (_int(q, "from", None), _int(q, "to", None))
+        check = _checked_name(self.store(), q.get("check"))
         runs = insights(
-            self.store(), experiment=q.get("experiment"), steps=steps, validate=_flag(q, "validate") or False
+            self.store(),
+            experiment=q.get("experiment"),
+            steps=steps,
+            validate=_flag(q, "validate") or False,
+            check=check,
         )
         if self.wandb_run is not None:  # the training run's metrics that jumped at these steps
             series = self._history().all_series()
@@ -372,7 +384,44 @@ class Viewer:
                     }
                 )
             rows.append((run, table))
-        return self._render("insights.html", title="insights", runs=rows, q=q)
+        names = self.store().rescoring_names()
+        return self._render("insights.html", title="insights", runs=rows, q=q, names=names, check=check)
+
+    def run(self, q: dict[str, str], _: list[str]) -> str:
+        """One run (an experiment) whole: its reward per step beside each rescoring's, the
+        reward-hacking signals' onsets marked on that curve, and each signal's example
+        trajectories. ``check``: the rescoring ``reward_vs_check`` compares with (the only one
+        stored, when there is one)."""
+        experiment, project = q.get("experiment"), q.get("project")
+        if not experiment:
+            raise BadRequest("a run is named by its experiment: /run?experiment=NAME")
+        store = self.store()
+        stats = [s for s in store.steps(experiment=experiment, project=project) if s.step is not None]
+        if not stats:
+            raise KeyError(f"no trajectories of experiment {experiment!r}")
+        names = store.rescoring_names()
+        check = q.get("check") or (names[0] if len(names) == 1 else None)
+        found = insights(store, experiment=experiment, project=project, check=_checked_name(store, check))
+        where, params = where_clause(experiment=experiment, project=project, validate=False)
+        ids = store.aggregate(f"SELECT id FROM trajectories{where}", params, lambda rows: {r[0] for r in rows})
+        series = {"reward (the run's)": {s.step: s.mean_reward for s in stats}}
+        for name in names:
+            series[f"{name} (rescoring)"] = _step_means(_rescoring(store, name), ids)
+        runs = []
+        for run in found:
+            onsets = run.onsets()
+            marks = [(s.step, s.name, f"#signal-{s.name}") for s in onsets]
+            runs.append((run, onsets, overlaid("mean reward per step, and each rescoring's", series, marks)))
+        return self._render(
+            "run.html",
+            title=f"run {experiment}",
+            runs=runs,
+            experiment=experiment,
+            check=check,
+            names=names,
+            signals=SIGNALS,
+            q=q,
+        )
 
     def live(self, q: dict[str, str], _: list[str]) -> str:
         """The run as it happens: running trajectories (turns so far, time running, time since
@@ -406,6 +455,24 @@ def _rescoring(store: TraceSource, name: str) -> rescorings.Rescoring:
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
     return store.rescoring(name)
+
+
+def _checked_name(store: TraceSource, name: str | None) -> str | None:
+    """A rescoring the page was asked to check with: its name, or a 404 naming those stored."""
+    if name is not None:
+        _rescoring(store, name)
+    return name
+
+
+def _step_means(rescoring: rescorings.Rescoring, ids: set[str]) -> dict[Any, float]:
+    """A rescoring's mean reward per step, over the trajectories ``ids`` (one run's)."""
+    sums: dict[Any, list[float]] = {}
+    for tid, r in rescoring.rewards.items():
+        if tid in ids and r.reward is not None:
+            acc = sums.setdefault(r.step, [0.0, 0.0])
+            acc[0] += r.reward
+            acc[1] += 1
+    return {step: total / n for step, (total, n) in sums.items()}
 
 
 def _insight_series(found: Any) -> dict[str, dict]:

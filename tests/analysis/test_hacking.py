@@ -13,7 +13,6 @@ from rollscope import tracing
 from rollscope.analysis.hacking import SIGNALS
 from rollscope.analysis.insights import ExperimentInsights, Signal, insights
 from rollscope.cli import main
-from rollscope.cli.insights import headline
 from rollscope.store import TraceStore
 
 STEPS, PROMPTS, ROLLOUTS = 8, 4, 4
@@ -214,7 +213,7 @@ def test_the_headline_is_in_onset_order():
         return Signal(name, step, 1, 2, 0.5, ["t"], True, {"onset": step, "change": 0.5})
 
     run = ExperimentInsights("p", "e", list(range(1, 13)), 24, [onset("repetition", 11), onset("reward_vs_check", 9)])
-    assert [(step, s.name) for step, s in headline(run)] == [(9, "reward_vs_check"), (11, "repetition")]
+    assert [(s.step, s.name) for s in run.onsets()] == [(9, "reward_vs_check"), (11, "repetition")]
 
 
 def test_the_command_leads_with_the_onsets_folds_the_quiet_signals_and_its_json_carries_them(hacked, capsys):

@@ -120,3 +120,21 @@ def test_such_a_span_is_stored_in_its_trajectory(sidecar, tmp_path):
     [turn] = run.children
     assert (t.num_spans, t.num_llm_calls, turn.name, turn.kind) == (2, 1, "llm.generate", "llm")
     assert turn.outputs == UNREADABLE
+
+
+def test_token_ids_left_unchecked_are_said_once_and_a_span_of_text_alone_says_nothing(caplog):
+    """In the sidecar (a tokenizer loader given) an llm span naming no tokenizer: its ids cannot be
+    checked for secrets, which is said, once; a span carrying only text has nothing unchecked."""
+    shaper = EventShaper(PayloadShaper(Redactor(), 20_000), load_tokenizer=lambda name: None)
+
+    def llm(inputs, output):
+        span = Span("llm.generate", SpanKind.LLM, _trajectory(), None, inputs, None)
+        span.finish(output)
+        shaper(span)
+
+    with caplog.at_level("WARNING", logger="rollscope.tracing"):
+        llm({"prompt": "What is 2 + 2?"}, {"response_text": "4"})
+        assert "tokenizer" not in caplog.text
+        llm({"prompt_ids": [1, 2, 3]}, {"token_ids": [4], "stop_reason": "stop"})
+        llm({"prompt_ids": [1, 2, 3]}, {"token_ids": [5], "stop_reason": "stop"})
+    assert caplog.text.count("not checked for the tokens of a secret") == 1

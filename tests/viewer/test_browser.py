@@ -309,3 +309,46 @@ def test_the_wandb_runs_metrics_each_step_linked_to_its_trajectories(store_dir, 
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_a_hacked_runs_page_its_insights_with_a_rescoring_and_a_trajectorys_rescored_reward(tmp_path, browser):
+    """The reward-hacking story as Chromium draws it: the run's page has its reward beside the
+    rescoring's per step, the onset marked on that curve and named in order with its examples; a
+    click on an example opens a hack whose rescored reward sits beside the run's; /insights checks
+    with the rescoring chosen in its picker, and links back to the run's page."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    from tests.analysis.test_hacking import HACK_FROM, answer, mentions, record, rescore
+    from tests.viewer.conftest import serving
+
+    trace_dir = tmp_path / "traces"
+    record(trace_dir, "loophole", lambda s, p, r: answer(s, p, r, True), mentions)
+    rescore(trace_dir)
+    with serving(trace_dir) as url:
+        browser.get(url + "/run?experiment=loophole")
+        headline = browser.find_element(By.ID, "headline").text
+        assert headline.startswith("reward hacking: ") and f"reward_vs_check from step {HACK_FROM}" in headline
+        [chart] = browser.find_elements(By.CSS_SELECTOR, "figure.chart")
+        keys = [k.text for k in chart.find_elements(By.CSS_SELECTOR, ".legend .key")]
+        assert keys == ["reward (the run's)", "exact (rescoring)"]
+        lines = chart.find_elements(By.CSS_SELECTOR, "polyline.line")
+        assert len(lines) == 2 and all(line.size["width"] > 100 for line in lines)  # both curves drawn
+        marks = chart.find_elements(By.CSS_SELECTOR, "a.onset-link line.onset")
+        assert marks and all(m.size["height"] > 50 for m in marks)  # the onsets, drawn across the chart
+        labels = [t.text for t in chart.find_elements(By.CSS_SELECTOR, "text.onset-label")]
+        assert "reward_vs_check" in labels
+        shot(browser, "11-run-page-hacking-onsets")
+        example = browser.find_element(By.CSS_SELECTOR, "#signal-reward_vs_check a.example")
+        click_and_wait(browser, example, "/t/")
+        assert browser.find_element(By.ID, "reward").text.startswith("1 · exact (rescoring) 0")
+        shot(browser, "11b-trajectory-rescored-reward")
+        browser.get(url + "/insights?experiment=loophole")
+        Select(browser.find_element(By.ID, "check")).select_by_value("exact")
+        click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "form.filters button"), "check=exact")
+        assert f"reward_vs_check from step {HACK_FROM}" in browser.find_element(By.ID, "headline-0").text
+        flagged = browser.find_element(By.ID, "signal-reward_vs_check").get_attribute("class")
+        assert "flagged" in flagged
+        shot(browser, "11c-insights-checked-with-a-rescoring")
+        click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "a.run-link"), "/run?")
+        assert "check=exact" in browser.current_url and browser.find_element(By.ID, "headline")
