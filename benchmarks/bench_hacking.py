@@ -60,13 +60,13 @@ def synthetic(trace_dir: Path, specs: list[RunSpec], writers: int, false_alarm: 
     judged = time.perf_counter() - judged
     verdicts: dict[str, list] = {}
     for run in runs:
-        judged = found[run.spec.experiment]
+        result = found[run.spec.experiment]
         if run.spec.family == "entropy":  # a collapse is for the training-health signal to see
-            v = verdict(run, judged, signals=HEALTH_SIGNALS)
+            v = verdict(run, result, signals=HEALTH_SIGNALS)
         else:
-            v = verdict(run, judged)
+            v = verdict(run, result)
             if not FAMILIES[run.spec.family].hacking:
-                v["health"] = verdict(run, judged, signals=HEALTH_SIGNALS)["verdict"]
+                v["health"] = verdict(run, result, signals=HEALTH_SIGNALS)["verdict"]
         verdicts.setdefault(run.spec.family, []).append(v)
     trajectories = sum(len(r.ids) for r in runs)
     print(
