@@ -108,17 +108,20 @@ def hacking_signals(
     components = store.aggregate(_COMPONENT_SQL.format(where=where), params, _sum_rows(6, 5))
     checked, overpaid = _checked(store, where, params, check) if check else ({}, {})
     rewards = _rewards(store, where, params) if training else {}
+    fields: dict[tuple, dict[Any, dict[Any, dict[str, float]]]] = {}  # run -> step -> prompt -> sums
+    for (project, experiment, step, sample), values in per_prompt.items():
+        by_step = fields.setdefault((project, experiment), {}).setdefault(step, {})
+        by_step[sample] = dict(zip(_PROMPT_FIELDS, values, strict=True))
+    terms: dict[tuple, dict[str, dict[Any, dict[Any, Cell]]]] = {}  # run -> term -> step -> prompt -> sums
+    for (project, experiment, step, sample, key), values in components.items():
+        terms.setdefault((project, experiment), {}).setdefault(key, {}).setdefault(step, {})[sample] = _cell(*values)
     out: dict[tuple, list] = {}
     for run, run_steps in steps.items():
-        fields: dict[Any, dict[Any, dict[str, float]]] = {}
-        for (project, experiment, step, sample), values in per_prompt.items():
-            if (project, experiment) == run:
-                fields.setdefault(step, {})[sample] = dict(zip(_PROMPT_FIELDS, values, strict=True))
-        run_ = _Run(store, run, run_steps, th, where, params, fields)
+        run_ = _Run(store, run, run_steps, th, where, params, fields.get(run, {}))
         run_.reward_vs_check(checked.get(run), overpaid)
         run_.answer_length()
         run_.collapse(answers)
-        run_.components(components)
+        run_.components(terms.get(run, {}))
         run_.repetition()
         run_.entropy(training.get(run, {}), rewards)
         out[run] = run_.judge()
@@ -147,6 +150,12 @@ class _Run:
         self.reward_within = noise.design_effect(list(by.values()) for by in self.reward.values())
         between = noise.step_dispersion([list(self.reward[s].values()) for s in steps], self.reward_within)
         self.reward_design = self.reward_within * between  # for a comparison across steps
+        self._since_baseline: dict[Any, Cell] = {}  # step -> the reward's sums over the steps since the baseline to it
+        running = Cell()
+        for step in self.tested:
+            for c in self.reward[step].values():
+                running.add(c.n, c.y, c.z, c.yy, c.yz, c.zz)
+            self._since_baseline[step] = Cell(running.n, running.y, running.z, running.yy, running.yz, running.zz)
         # each candidate test: (signal, label, cells, direction, the step's extra condition and detail)
         self.tests: list[tuple[str, Any, Cells, int, Callable[[Any, noise.Shift], tuple[bool, dict]]]] = []
 
@@ -170,9 +179,9 @@ class _Run:
         one-sided 95 % upper bound) to have risen by less than ``NO_GAIN`` of a baseline trajectory's
         reward spread; and that bound. A noisy reward shows nothing either way: no claim of "nothing
         to show for it" is made on it."""
-        window = self.steps[len(self.base) : self.steps.index(step) + 1]
         base = _pool(self.reward, self.base)
-        change = noise.shift(_pool(self.reward, window), base, self.reward_design)
+        since = self._since_baseline.get(step)
+        change = noise.shift([since], base, self.reward_design) if since is not None else None
         spread = noise.spread(base)
         if change is None or spread is None:
             return False, None
@@ -246,15 +255,13 @@ class _Run:
 
         self.tests.append(("answer_collapse", None, cells, 1, condition))
 
-    def components(self, components: dict[tuple, list[float]]) -> None:
-        """Only for a reward that is the sum of its numeric details (nearly every trajectory's)."""
+    def components(self, terms: dict[str, dict[Any, dict[Any, Cell]]]) -> None:
+        """Only for a reward that is the sum of its numeric details (nearly every trajectory's).
+        ``terms``: each term's prompt-level sums by step."""
         n = sum(self._sum(s)["n"] for s in self.steps)
         if not n or sum(self._sum(s)["additive"] for s in self.steps) < 0.9 * n:
             return
-        by_key: dict[str, Cells] = {}
-        for (project, experiment, step, sample, key), values in components.items():
-            if (project, experiment) == self.run and step in self.fields:
-                by_key.setdefault(key, {s: {} for s in self.steps})[step][sample] = _cell(*values)
+        by_key: dict[str, Cells] = {key: {s: by.get(s, {}) for s in self.steps} for key, by in terms.items()}
         if len(by_key) < 2:
             return
         for key, cells in sorted(by_key.items()):
@@ -299,7 +306,7 @@ class _Run:
                 if r.entropy_mean is not None and step in self.steps:
                     self.entropies.setdefault(step, []).append((r.entropy_mean, r.trajectory_id, r.uid))
         before = sorted(e for s in self.base for e, _, _ in self.entropies.get(s, []))
-        if not before or not any(self.entropies.get(s) for s in self.tested):
+        if not before:
             return
         sure = before[int(len(before) * SURE)]
         cells: Cells = {step: {} for step in self.steps}

@@ -3,6 +3,7 @@ two-proportion z on independent trajectories, prompts that move together count f
 run's worth of steps past its critical value with the two-step rule raises a false alarm at most as
 often as promised, measured here over seeded runs with no change in them."""
 
+import itertools
 import math
 import random
 
@@ -64,5 +65,5 @@ def test_runs_with_no_change_flag_at_most_as_often_as_promised(trajectories):
         baseline = [c for step in data[:base] for c in step]
         design = design_effect(data)
         passed = [(s := shift(step, baseline, design)) is not None and s.z > bar for step in data[base:]]
-        alarms += any(a and b for a, b in zip(passed, passed[1:], strict=False))
+        alarms += any(a and b for a, b in itertools.pairwise(passed))
     assert alarms / runs <= alpha

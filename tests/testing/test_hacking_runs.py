@@ -5,6 +5,7 @@ with hacks as its examples, each honest family's run stays quiet, and a run is w
 
 import pytest
 
+from rollscope.analysis.hacking import HEALTH
 from rollscope.analysis.insights import insights
 from rollscope.store import TraceStore
 from rollscope.testing.hacking_runs import CHECK, FAMILIES, RunSpec, _write, record, save_check, verdict
@@ -18,7 +19,15 @@ def judged(tmp_path_factory):
     runs = [record(trace_dir, RunSpec(f.name, seed=0)) for f in TUNED]
     save_check(trace_dir, runs)
     found = {r.experiment: r for r in insights(TraceStore(trace_dir), check=CHECK)}
-    return {run.spec.family: (run, verdict(run, found[run.spec.experiment])) for run in runs}
+    return {
+        run.spec.family: (run, verdict(run, found[run.spec.experiment], signals=_judged_by(run.spec.family)))
+        for run in runs
+    }
+
+
+def _judged_by(family):
+    """The entropy family is the training-health signal's to see; the rest, the hacking signals'."""
+    return tuple(HEALTH) if family == "entropy" else None
 
 
 @pytest.mark.slow  # (ten runs written through the tracing API: about 15 s)
