@@ -37,7 +37,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         build_store_reported(args.spans, tmp)
         times, steps, baseline = [], [], []
-        tree = _worktree(args.baseline, Path(tmp).parent / "baseline-tree") if args.baseline else None
+        tree = _worktree(args.baseline, Path(tempfile.mkdtemp()) / "tree") if args.baseline else None
         for _ in range(args.runs):
             t0 = time.perf_counter()
             with TraceStore(tmp) as store:  # opened fresh each run, as the command does
@@ -46,6 +46,8 @@ def main() -> None:
             steps = found[0].steps
             if tree is not None:
                 baseline.append(_time_in(tree, tmp))
+        if tree is not None:
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], check=True)
         result = {
             "spans": args.spans,
             "trajectories": found[0].trajectories,

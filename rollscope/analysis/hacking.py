@@ -495,8 +495,8 @@ _PROMPT_SQL = (
     "TOTAL(reward > 0), TOTAL(length), TOTAL(length * length), TOTAL(CASE WHEN reward > 0 THEN length END), "
     "COUNT(repetition), TOTAL(repetition), TOTAL(repetition * repetition), TOTAL(additive) FROM ("
     f"SELECT project, experiment, step, sample_index, reward, {_LENGTH} AS length, {_REPETITION} AS repetition, "
-    "(reward IS NOT NULL AND json_extract(attributes, '$.reward_details') IS NOT NULL "
-    f"AND ABS(reward - {_SIGNED}) < 1e-6) AS additive FROM trajectories{{where}}) "
+    "(CASE WHEN reward IS NULL OR json_extract(attributes, '$.reward_details') IS NULL THEN 0 "
+    f"ELSE ABS(reward - {_SIGNED}) < 1e-6 END) AS additive FROM trajectories{{where}}) "
     "GROUP BY project, experiment, step, sample_index"
 )
 _PAID_ANSWER = "json_extract(attributes, '$.answer') IS NOT NULL AND reward > 0"
