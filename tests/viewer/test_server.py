@@ -358,3 +358,20 @@ def test_compare_lines_trajectories_up_by_model_turn_with_each_turns_tool_calls(
     status, _, body = viewer.handle("/group?step=0&sample=0")
     viewer.store().close()
     assert status == 200 and "side by side" not in body.decode() and "1 rollout ·" in body.decode()
+
+
+def test_a_rescoring_stored_without_a_report_is_listed_and_shown_with_its_rewards(tmp_path):
+    """A rescoring file is read back as found: one saved by other code than ``rollscope rescore``
+    (no report of what it changed) still lists and opens, saying it has rewards only."""
+    from rollscope.store.rescorings import RescoredReward
+    from rollscope.viewer.server import Viewer
+
+    record(tmp_path / "traces", steps=1, samples=1, rollouts=2)
+    store = TraceStore(tmp_path / "traces")
+    rows = [RescoredReward(t.id, t.step, str(t.sample_index), t.reward, 0.0, {}) for t in store.trajectories()]
+    store.save_rescoring("bare", {"reward": "a function of mine"}, rows)
+    viewer = Viewer(str(tmp_path / "traces"))
+    status, _, listed = viewer.handle("/rescorings")
+    assert status == 200 and b"bare" in listed
+    status, _, page = viewer.handle("/rescorings?name=bare")
+    assert status == 200 and b'id="no-report"' in page and b"2 trajectories" in page
