@@ -147,7 +147,8 @@ def demo_verdicts(trace_dir: str) -> list[dict[str, Any]]:
             if hack:
                 run.hacks.add(t.id)
         run.share = {step: sum(h) / len(h) for step, h in by_step.items()}
-        out.append({**verdict(run, found, hacking=found.experiment == "demo-hack"), "store": trace_dir})
+        judged = verdict(run, found, hacking=found.experiment == "demo-hack")
+        out.append({**judged, "experiment": found.experiment, "store": trace_dir})
     return out
 
 
