@@ -115,9 +115,10 @@ def hacking_signals(
     terms: dict[tuple, dict[str, dict[Any, dict[Any, Cell]]]] = {}  # run -> term -> step -> prompt -> sums
     for (project, experiment, step, sample, key), values in components.items():
         terms.setdefault((project, experiment), {}).setdefault(key, {}).setdefault(step, {})[sample] = _cell(*values)
+    tops = _Tops(store, where, params)
     out: dict[tuple, list] = {}
     for run, run_steps in steps.items():
-        run_ = _Run(store, run, run_steps, th, where, params, fields.get(run, {}))
+        run_ = _Run(run, run_steps, th, tops, fields.get(run, {}))
         run_.reward_vs_check(checked.get(run), overpaid)
         run_.answer_length()
         run_.collapse(answers)
@@ -133,17 +134,9 @@ class _Run:
     tested together (``judge``), so that the run's tests share one false-alarm budget."""
 
     def __init__(
-        self,
-        store: Any,
-        run: tuple,
-        steps: list,
-        th: Any,
-        where: str,
-        params: list,
-        fields: dict[Any, dict[Any, dict[str, float]]],
+        self, run: tuple, steps: list, th: Any, tops: _Tops, fields: dict[Any, dict[Any, dict[str, float]]]
     ) -> None:
-        self.store, self.run, self.steps, self.th, self.where, self.params = store, run, steps, th, where, params
-        self.fields = fields
+        self.run, self.steps, self.th, self.tops, self.fields = run, steps, th, tops, fields
         self.base, self.tested = steps[: th.baseline_steps], steps[th.baseline_steps :]
         self.reward = self._cells("rewards", "reward_sum", "rewards", "reward_squares", "reward_sum", "rewards")
         # the reward's level moves with each batch's difficulty: its comparisons count that too
@@ -411,12 +404,36 @@ class _Run:
         return self._top(s.step, _LENGTH, "reward > 0")  # answer_length_with_reward
 
     def _top(self, step: Any, key: str, condition: str, secondary: str = "0") -> list[str]:
-        sql = (
-            f"SELECT {key}, {secondary}, id FROM trajectories{_and(self.where, condition)} AND project IS ? "
-            f"AND experiment IS ? AND step IS ? ORDER BY 1 DESC, 2 DESC, id LIMIT {EXAMPLES}"
-        )
-        rows = self.store.aggregate(sql, [*self.params, *self.run, step], list)
-        return [tid for _, _, tid in sorted(rows, key=lambda r: (-(r[0] or 0), -(r[1] or 0), r[2]))][:EXAMPLES]
+        return self.tops(key, condition, secondary).get((*self.run, step), [])
+
+
+class _Tops:
+    """Each step's ``EXAMPLES`` trajectories with the largest ``key``, for every run and step at
+    once: one scan per kind of example, asked for the first time a run needs it (a query per
+    flagged step would cost every shard once per step)."""
+
+    def __init__(self, store: Any, where: str, params: list) -> None:
+        self.store, self.where, self.params = store, where, params
+        self.found: dict[tuple[str, str, str], dict[tuple, list[str]]] = {}
+
+    def __call__(self, key: str, condition: str, secondary: str = "0") -> dict[tuple, list[str]]:
+        if (key, condition, secondary) not in self.found:
+            sql = (
+                "SELECT project, experiment, step, k, k2, id FROM (SELECT project, experiment, step, id, "
+                f"{key} AS k, {secondary} AS k2, ROW_NUMBER() OVER (PARTITION BY project, experiment, step "
+                f"ORDER BY {key} DESC, {secondary} DESC, id) AS n FROM trajectories{_and(self.where, condition)}) "
+                f"WHERE n <= {EXAMPLES}"
+            )
+            self.found[(key, condition, secondary)] = self.store.aggregate(sql, self.params, _top_per_step)
+        return self.found[(key, condition, secondary)]
+
+
+def _top_per_step(rows: list[tuple]) -> dict[tuple, list[str]]:
+    """(project, experiment, step) -> the ids of its largest ``k`` (then ``k2``), merged over shards."""
+    by_step: dict[tuple, list[tuple]] = {}
+    for project, experiment, step, k, k2, tid in rows:
+        by_step.setdefault((project, experiment, step), []).append((-(k or 0), -(k2 or 0), tid))
+    return {key: [tid for *_, tid in sorted(found)[:EXAMPLES]] for key, found in by_step.items()}
 
 
 _ORDER = (*SIGNALS, *HEALTH)
