@@ -67,7 +67,7 @@ def answer_chars(text: Any) -> int:
 _BOXED = "\\boxed{"
 _ANSWER_TAG = re.compile(r"<answer>(.*?)(?:</answer>|$)", re.S | re.I)
 _ANSWER_SAID = re.compile(r"(?:answer\s*(?:is|:)|####)\s*([^\n]*)", re.I)
-_NUMBER = re.compile(r"-?\d[\d,]*(?:\.\d+)?")
+_NUMBER = re.compile(r"(?<!\w)-?\d[\d,]*(?:\.\d+)?(?!\w)")  # a number of its own, not "a5"
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
 
 
