@@ -11,9 +11,12 @@ _FOLDERS = (BUNDLED_DIR, BUNDLED_DIR / "verl", BUNDLED_DIR / "templates")
 
 def path(name: str) -> Path:
     """Absolute path of a shipped file by its name, for verl's ``*_config_path`` keys
-    (``python -c "import rollscope.bundled as b; print(b.path('agent_loops.yaml'))"``)."""
+    (``python -c "import rollscope.bundled as b; print(b.path('agent_loops.yaml'))"``). A name is
+    looked up inside the package only: one that leads out of its folder (``../``, an absolute
+    path, a link out) is no shipped file."""
     for folder in _FOLDERS:
-        if (folder / name).is_file():
+        found = (folder / name).resolve()
+        if found.is_file() and found.parent == folder.resolve():
             return folder / name
     available = ", ".join(sorted(f.name for folder in _FOLDERS for f in folder.glob("*.*") if f.suffix != ".py"))
     raise FileNotFoundError(f"no shipped file {name!r}; available: {available}")
