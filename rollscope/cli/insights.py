@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 from typing import Any
 
 from rollscope.analysis.hacking import HEALTH
@@ -13,6 +12,7 @@ from rollscope.analysis.insights import SIGNALS, ExperimentInsights, Signal, Thr
 from rollscope.analysis.metric_changes import JUMP, MetricChange, metric_changes
 from rollscope.cli.args import add_dir, open_reader
 from rollscope.cli.render import console, escape
+from rollscope.cli.strict_json import print_json
 from rollscope.sources.wandb_history import read_history
 
 
@@ -109,7 +109,7 @@ def insights_command(args: argparse.Namespace) -> int:
             run.metrics = metric_changes(series, run, jump=args.metric_jump, chosen=tuple(args.metric))
     if args.json:
         data = [f.to_dict() for f in found]
-        print(json.dumps(data[0] if len(data) == 1 else data, indent=1, default=str))
+        print_json(data[0] if len(data) == 1 else data)
         return 0
     out = console()
     for run in found:

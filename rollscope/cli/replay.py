@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 
 from rollscope._extras import VERL, require
 from rollscope.cli.args import add_dir
+from rollscope.cli.strict_json import print_json
 
 
 def add_args(p: argparse.ArgumentParser) -> None:
@@ -44,7 +44,7 @@ def replay_command(args: argparse.Namespace) -> int:
         check=args.check,
     )
     if args.json:
-        print(json.dumps(outcome.to_dict(), indent=1, default=str))
+        print_json(outcome.to_dict())
     else:
         out = console()
         turn = (

@@ -4,10 +4,10 @@ function, what GRPO would have done differently, stored beside the run (``rollsc
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
 from rollscope.cli.args import add_dir, add_filters, filters_of, open_reader
+from rollscope.cli.strict_json import print_json
 from rollscope.datasets.rescore import RescoreReport, rescore
 
 
@@ -38,7 +38,7 @@ def rescore_command(args: argparse.Namespace) -> int:
     if sys.stderr.isatty():
         print(file=sys.stderr)
     if args.json:
-        print(json.dumps(report.to_dict(), indent=1, default=str))
+        print_json(report.to_dict())
     else:
         show(report)
     return 0

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import json
 import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 from rollscope.cli.args import add_dir, add_filters, filters_of, open_reader
+from rollscope.cli.strict_json import print_json
 from rollscope.cli.tail import add_tail, traces_tail
 from rollscope.store import resolve_dir
 from rollscope.store.reader import ORDERS
@@ -42,7 +42,7 @@ def traces_ls(args: argparse.Namespace) -> int:
         rows = [r.to_dict() for r in records]
         if rescored is not None:
             rows = [{**row, "rescored_reward": rescored[row["id"]]} for row in rows]
-        print(json.dumps(rows, indent=1))
+        print_json(rows)
         return 0
     print_listing(records, rescored)
     if any(v is not None for v in filters.values()):
@@ -133,13 +133,7 @@ def traces_show(args: argparse.Namespace) -> int:
         with_text(record)  # token ids as text with the run's tokenizer, whatever token2text was
     if args.json:
         training = None if record.training is None else record.training.to_dict()
-        print(
-            json.dumps(
-                {**record.to_dict(), "training": training, "spans": [_span_dict(s) for s in record.spans]},
-                indent=1,
-                default=str,
-            )
-        )
+        print_json({**record.to_dict(), "training": training, "spans": [_span_dict(s) for s in record.spans]})
         return 0
     show_trajectory(console(), record, full=args.full, tokens=args.tokens)
     return 0
@@ -161,26 +155,22 @@ def traces_diff(args: argparse.Namespace) -> int:
             with_text(record)  # compared as text, whatever token2text was for either
         diff = store.diff(left, right)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "a": diff.left.id,
-                    "b": diff.right.id,
-                    "fields": diff.fields,
-                    "first_divergence": diff.first_divergence,
-                    "turns": [
-                        {
-                            "index": t.index,
-                            "changed": t.changed,
-                            "a": _turn_json(t.left, t.left_tools),
-                            "b": _turn_json(t.right, t.right_tools),
-                        }
-                        for t in diff.turns
-                    ],
-                },
-                indent=1,
-                default=str,
-            )
+        print_json(
+            {
+                "a": diff.left.id,
+                "b": diff.right.id,
+                "fields": diff.fields,
+                "first_divergence": diff.first_divergence,
+                "turns": [
+                    {
+                        "index": t.index,
+                        "changed": t.changed,
+                        "a": _turn_json(t.left, t.left_tools),
+                        "b": _turn_json(t.right, t.right_tools),
+                    }
+                    for t in diff.turns
+                ],
+            }
         )
         return 0
     show_diff(console(), diff, full=args.full)
@@ -230,7 +220,7 @@ def traces_group(args: argparse.Namespace) -> int:
         else:
             show_group(console(), args.step, sample, mean, std, members, experiment=records[0].experiment)
     if args.json:  # one group: the object; several experiments: one object each, in a list
-        print(json.dumps(out[0] if len(out) == 1 else out, indent=1, default=str))
+        print_json(out[0] if len(out) == 1 else out)
     return 0
 
 
@@ -251,7 +241,7 @@ def traces_prompt(args: argparse.Namespace) -> int:
     if not history:
         raise KeyError(f"no trajectories for sample {args.sample} in {store.where}")
     if args.json:
-        print(json.dumps([h.to_dict() for h in history], indent=1, default=str))
+        print_json([h.to_dict() for h in history])
     else:
         show_history(console(), sample, history)
     return 0
@@ -297,7 +287,7 @@ def _retain(directory: Path, args: argparse.Namespace) -> int:
 
     done = retain(directory, parse_policy(args.retain), dry_run=args.dry_run, **filters_of(args))
     if args.json:
-        print(json.dumps(done.to_dict(), indent=1))
+        print_json(done.to_dict())
         return 0
     s = done.summary
     anomalies = ", ".join(f"{k} {n}" for k, n in sorted(s["by_anomaly"].items())) or "none"
