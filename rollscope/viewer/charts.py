@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -71,7 +72,8 @@ def _quantile(ordered: list[float], q: float) -> float:
 def distribution(title: str, values: dict[int, list[float]]) -> Chart:
     """Per step, a box of ``values`` (min, quartiles, max): the spread the mean hides, e.g. of the
     advantages a step trained on."""
-    rows = {x: sorted(v) for x, v in values.items() if x is not None and v}
+    rows = {x: sorted(y for y in v if _finite(y)) for x, v in values.items() if x is not None}
+    rows = {x: v for x, v in rows.items() if v}
     if not rows:
         return Chart(title, "", [], 0.0, 0.0, [])
     xs = sorted(rows)
@@ -98,7 +100,7 @@ def distribution(title: str, values: dict[int, list[float]]) -> Chart:
 def charts(steps: list[StepStats], extra: dict[str, dict] | None = None) -> list[Chart]:
     """One chart per metric of ``steps``, then one per ``extra`` series (title -> {step: value})."""
     rows = [s for s in steps if s.step is not None]
-    series_of = [(title, [(s.step, value(s)) for s in rows if value(s) is not None]) for title, value in METRICS]
+    series_of = [(title, [(s.step, value(s)) for s in rows if _finite(value(s))]) for title, value in METRICS]
     return _lines(series_of) + series_charts(extra or {})
 
 
@@ -106,7 +108,7 @@ def series_charts(extra: dict[str, dict], link: Callable[[Any], str] | None = No
     """One line chart per series (title -> {step: value}); ``link``: where a step's dot leads."""
     return _lines(
         [
-            (title, [(x, y) for x, y in values.items() if x is not None and y is not None])
+            (title, [(x, y) for x, y in values.items() if x is not None and _finite(y)])
             for title, values in extra.items()
         ],
         link,
@@ -158,7 +160,7 @@ def sparkline(series: list, width: int = 160, height: int = 28) -> Chart:
             value = s.detail.get("mean_tokens")
         elif s.name == "logprob_drift":
             value = s.detail.get("mean_logprob")
-        if value is not None and isinstance(s.step, int | float):
+        if _finite(value) and isinstance(s.step, int | float):
             points.append((s.step, value))
     if not points:
         return Chart("", "", [], 0.0, 0.0, [], width, height)
@@ -216,4 +218,5 @@ def overlaid(
 
 
 def _finite(y: Any) -> bool:
-    return isinstance(y, int | float) and y == y and abs(y) != float("inf")
+    """A point a chart can draw: a number, not nan or ±inf (a chart with one would draw no line)."""
+    return isinstance(y, int | float) and math.isfinite(y)
