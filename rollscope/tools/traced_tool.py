@@ -82,6 +82,11 @@ class FailedCall(tuple):
     failure: BaseException
     kind: str
 
+    def __reduce__(self) -> tuple:
+        """Pickled and copied as the plain tuple it is to verl (Ray pickles what a loop returns):
+        what failed is for this process's span, and may hold what cannot be pickled (a lock)."""
+        return (tuple, (tuple(self),))
+
 
 def error_response(tool: str, message: str, failure: BaseException, kind: str = "exception") -> FailedCall:
     """The result the model sees for a failed call, carrying ``failure`` and its ``kind``."""

@@ -109,3 +109,24 @@ def test_timeout_from_config(local_tracer, read_store):
 def test_missing_schema_is_a_clear_error():
     with pytest.raises(ValueError, match="LookupTool: no tool_schema given"):
         LookupTool({}, None)
+
+
+def test_a_failed_calls_result_pickles_and_copies_as_the_tuple_verl_sees():
+    """Ray pickles what a loop returns: a failed call's result whose failure holds a lock pickles
+    and copies as a plain tuple does (the failure stays with this process's span)."""
+    import copy
+    import pickle
+    import threading
+
+    from rollscope.tools.traced_tool import FailedCall, error_response
+
+    class Holding(Exception):
+        def __init__(self):
+            super().__init__("a tool's client failed")
+            self.lock = threading.Lock()
+
+    failed = error_response("search", "a tool's client failed", Holding())
+    assert isinstance(failed, FailedCall) and isinstance(failed.failure, Holding)
+    for copied in (pickle.loads(pickle.dumps(failed)), copy.deepcopy(failed), copy.copy(failed)):
+        assert copied == tuple(failed) and type(copied) is tuple
+        assert copied[0].text == "Error: a tool's client failed" and copied[1] == 0.0

@@ -3,8 +3,8 @@
 
 import math
 
-from rollscope.viewer.charts import distribution, overlaid, series_charts, sparkline
 from rollscope.analysis.signal import Signal
+from rollscope.viewer.charts import distribution, overlaid, series_charts, sparkline
 
 
 def drawn(chart):
