@@ -66,6 +66,8 @@ def load_tools(path: str | os.PathLike) -> list[BaseTool]:
             raise ToolConfigError(f"{label}: {missing_package(exc)}") from exc
         except (ToolDefinitionError, ValidationError, TypeError, ValueError) as exc:
             raise ToolConfigError(f"{label}: {_one_line(exc)}") from exc
+        except (Exception, SystemExit) as exc:  # the tool's own code (its module, its class): said where it is
+            raise ToolConfigError(f"{label}: {type(exc).__name__}: {_one_line(exc)}") from exc
         if tool.name in seen:
             raise ToolConfigError(f"{label}: duplicate tool name {tool.name!r} (also tools[{seen[tool.name]}])")
         seen[tool.name] = i

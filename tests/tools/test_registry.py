@@ -146,3 +146,34 @@ def test_loading_prints_no_schema_and_keeps_what_a_tool_prints_itself(tmp_path, 
     )
     assert [t.name for t in load_tools(p)] == ["calculator", "loud"]
     assert capsys.readouterr().out == "LoudTool ready\n"
+
+
+@pytest.mark.parametrize(
+    ("module", "raised"),
+    [
+        ("raise RuntimeError('no GPU found')\n", "RuntimeError: no GPU found"),
+        (
+            "from verl.tools.base_tool import BaseTool\n\n\nclass BrokenTool(BaseTool):\n"
+            "    def __init__(self, config, tool_schema):\n        raise SystemExit('bye')\n",
+            "SystemExit: bye",
+        ),
+    ],
+)
+def test_a_tool_whose_own_code_fails_is_one_error_naming_file_and_entry(tmp_path, monkeypatch, module, raised):
+    """The tool's module raising as it is imported, or its class leaving as it is built: a
+    ``ToolConfigError`` naming the file, the entry and what was raised, never the raw exception."""
+    (tmp_path / "broken_tools.py").write_text(module)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    p = _yaml(
+        tmp_path,
+        """
+        tools:
+          - class_name: rollscope.tools.builtin.CalculatorTool
+            config: {type: native}
+          - class_name: broken_tools.BrokenTool
+            config: {type: native}
+            tool_schema: {type: function, function: {name: broken, description: Breaks.}}
+        """,
+    )
+    with pytest.raises(ToolConfigError, match=rf"tools\.yaml: tools\[1\].*{raised}"):
+        load_tools(p)
