@@ -14,6 +14,7 @@ from typing import Any
 from rollscope import _verl
 from rollscope._files import load_yaml, read_text
 from rollscope.semconv import CONSTRAIN
+from rollscope.tracing import wandb_run
 
 BUNDLED = Path(__file__).resolve().parent.parent / "bundled"  # the bundled examples, and verl's files (verl/)
 # (CONSTRAIN is the tool loop's: tool calls sampled to their schemas, llm.constrained)
@@ -155,4 +156,9 @@ def _coerce(key: str, value: Any, where: str) -> Any:
         raise RunConfigError(f"{where}: {key} must be an integer, got {value!r}")
     if want is int and value < (0 if key == "step" else 1):
         raise RunConfigError(f"{where}: {key} must be at least {0 if key == 'step' else 1}, got {value}")
+    if key == "wandb_run":
+        try:
+            wandb_run.parse(str(value))
+        except wandb_run.RunPathError as exc:
+            raise RunConfigError(f"{where}: wandb_run: {exc}") from None
     return str(value) if want is str else value

@@ -40,6 +40,7 @@ from rollscope.store import rescorings
 from rollscope.store.reader import TraceStore
 from rollscope.store.schema import TRAJECTORY_COLUMNS, encode_json, encode_payload, span_row, training_row
 from rollscope.store.writer import ShardWriter
+from rollscope.tracing import wandb_run
 from rollscope.tracing.backends.records import TRAINING_SCALARS
 from rollscope.tracing.backends.weave import ROLLSCOPE, TRAINING_FEEDBACK, call_id, unpack, wb_run_id
 from rollscope.trajectory.records import SpanRecord
@@ -77,6 +78,8 @@ class WeaveSource(TraceStore):
         entity, _, name = project_id.partition("/")
         if not entity or not name or "/" in name:
             raise ValueError(f"--source weave:{project_id}: name the project as weave:ENTITY/PROJECT")
+        if filters.get("wandb_run") not in (None, ""):
+            wandb_run.parse(filters["wandb_run"])  # (a RunPathError names it, before any request)
         self.project_id = project_id
         self.server = server if server is not None else _server(project_id)
         self._progress = sys.stderr.isatty() if progress is None else progress

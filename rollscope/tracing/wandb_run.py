@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 from typing import Any
 
@@ -63,7 +64,7 @@ def current() -> str | None:
     published in Ray's store (asked at most every ``_RECHECK_S`` until found, then kept)."""
     named = os.environ.get(ENV)
     if named:
-        return named
+        return named if run_id(named) is not None else None
     if _found["run"] is not None:
         return _found["run"]
     now = time.monotonic()
@@ -83,8 +84,67 @@ def current() -> str | None:
     return _found["run"]
 
 
+class RunPathError(ValueError):
+    """A W&B run named in a form no W&B run has: the message says what and what is expected."""
+
+
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*\Z")  # an entity's or a project's name
+_ID = re.compile(r"[A-Za-z0-9_-]+\Z")  # a run's id
+
+
+def parse(path: Any) -> tuple[str | None, str | None, str]:
+    """(entity, project, run id) of ``entity/project/run_id`` (an offline run's entity may be
+    empty: ``/project/run_id``), or (None, None, id) of an id alone. Anything else, a ``..``, a
+    newline or a fourth part among them, is a ``RunPathError``: a run path reaches Weave's ids and
+    filters, and must name one run, never another project's or a path."""
+    if not isinstance(path, str):
+        raise RunPathError(f"W&B run {path!r}: expected entity/project/run_id or a run id")
+    parts = path.split("/")
+    if len(parts) == 1 and _ID.match(path):
+        return None, None, path
+    if len(parts) == 3:
+        entity, project, found = parts
+        if (not entity or _NAME.match(entity)) and _NAME.match(project) and _ID.match(found):
+            return entity or None, project, found
+    raise RunPathError(
+        f"W&B run {path!r}: expected entity/project/run_id (names of letters, digits, '_', '-', '.'; "
+        "an id of letters, digits, '_', '-') or a run id alone"
+    )
+
+
 def run_id(path: Any) -> str | None:
-    """The run id of ``path`` (``entity/project/run_id``, or an id alone)."""
-    if not isinstance(path, str) or not path.strip("/"):
+    """The run id of ``path`` (``entity/project/run_id``, or an id alone); None for none or for a
+    path no run has (said once)."""
+    if path is None or path == "":
         return None
-    return path.rstrip("/").rsplit("/", 1)[-1]
+    try:
+        return parse(path)[2]
+    except RunPathError as exc:
+        _say_once(str(exc))
+        return None
+
+
+def link(project_id: str, path: Any) -> str | None:
+    """The run as the calls of the Weave project ``project_id`` carry it (``wb_run_id``):
+    ``entity/project/run_id``. A run of another W&B project keeps its own path, never re-filed
+    under the calls' project; an id alone is taken as the calls' project's run."""
+    try:
+        entity, project, found = parse(path) if path not in (None, "") else (None, None, "")
+    except RunPathError as exc:
+        _say_once(str(exc))
+        return None
+    if not found:
+        return None
+    own_entity, _, own_project = project_id.partition("/")
+    if project is None or (project == own_project and entity in (None, own_entity)):
+        return f"{project_id}/{found}"
+    return f"{entity or own_entity}/{project}/{found}"
+
+
+_said: set[str] = set()
+
+
+def _say_once(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        log.warning("rollscope: %s; the trajectories are not linked to it", message)

@@ -461,9 +461,9 @@ def _run_link(project_id: str, t: dict[str, Any]) -> dict[str, Any]:
 
 def wb_run_id(project_id: str, run: Any) -> str | None:
     """A W&B run (its path, or its id alone) as the calls of ``project_id`` carry it in ``wb_run_id``
-    (and as the server's ``wb_run_ids`` filter takes it): the run's id in the call's project."""
-    found = wandb_run.run_id(run)
-    return None if found is None else f"{project_id}/{found}"
+    (and as the server's ``wb_run_ids`` filter takes it): ``entity/project/run_id``, the calls'
+    project's for an id alone (``tracing.wandb_run.link``)."""
+    return wandb_run.link(project_id, run)
 
 
 class _Decoder:
