@@ -13,8 +13,11 @@ bound; non-numeric values are left out (a chart draws numbers).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
+import os
+import stat
 import struct
 import zlib
 from collections.abc import Iterator
@@ -62,28 +65,51 @@ def read_history(source: str) -> RunHistory:
     W&B's server (``entity/project/run_id``, read with wandb's public API)."""
     path = Path(source)
     if path.exists():
-        return _offline(_record_file(path))
+        found = _record_file(path)
+        info = found.stat()
+        return _offline(found.resolve(), info.st_mtime_ns, info.st_size)
     if source.count("/") == 2 and all(source.split("/")):
         return _online(source)
     raise HistoryError(f"{source}: neither a W&B run's local files nor a run path (entity/project/run_id)")
 
 
 def _record_file(path: Path) -> Path:
-    if path.is_file():
+    """The record file ``path`` is or holds (the newest run's): a regular file only, never a pipe
+    or a device that a read would wait on for good."""
+    if not path.is_dir():
+        if not _regular(path):
+            raise HistoryError(f"{path}: not a regular file (a W&B run's record file is one)")
         return path
-    found = sorted(path.glob("run-*.wandb")) or sorted(path.glob("*run-*/run-*.wandb"), key=lambda p: p.stat().st_mtime)
-    if not found:
-        found = sorted(path.glob("wandb/*run-*/run-*.wandb"), key=lambda p: p.stat().st_mtime)
+
+    def runs(pattern: str) -> list[Path]:
+        return sorted((p for p in path.glob(pattern) if _regular(p)), key=lambda p: p.stat().st_mtime)
+
+    found = runs("run-*.wandb") or runs("*run-*/run-*.wandb") or runs("wandb/*run-*/run-*.wandb")
     if not found:
         raise HistoryError(f"{path}: no W&B run here (a run-*.wandb file, in a run's directory)")
     return found[-1]
 
 
-def _offline(path: Path) -> RunHistory:
+def _regular(path: Path) -> bool:
+    try:
+        return stat.S_ISREG(path.stat().st_mode)
+    except OSError:
+        return False
+
+
+@functools.lru_cache(maxsize=4)
+def _offline(path: Path, mtime_ns: int, size: int) -> RunHistory:
+    """A record file's history, read once for each version of it (``mtime_ns``, ``size``): a
+    page asking again costs nothing until the run writes more. Opened without waiting (a file
+    swapped for a pipe since it was looked at is refused, not waited on), read at most
+    ``MAX_FILE_BYTES``."""
     from wandb.proto import wandb_internal_pb2
 
     history = RunHistory(run=path.stem.removeprefix("run-"))
-    with path.open("rb") as f:
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    with os.fdopen(fd, "rb") as f:
+        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise HistoryError(f"{path}: not a regular file (a W&B run's record file is one)")
         data = f.read(MAX_FILE_BYTES)
     if len(data) < _HEADER.size or _HEADER.unpack_from(data)[0] != b":W&B":
         raise HistoryError(f"{path}: not a W&B record file")

@@ -8,6 +8,7 @@ routes exist: no request names a file, so none can reach one outside the package
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -47,6 +48,9 @@ from rollscope.viewer.views import (
 PAGE_SIZE = 100
 STATIC = {"/static/style.css": ("style.css", "text/css; charset=utf-8")}
 SORTS = ORDERS
+
+
+log = logging.getLogger("rollscope.viewer")
 
 
 class BadRequest(ValueError):
@@ -122,6 +126,9 @@ class Viewer:
             return self._error(400, str(exc))
         except (KeyError, FileNotFoundError) as exc:
             return self._error(404, str(exc.args[0] if exc.args else exc))
+        except Exception as exc:  # any other failure costs this page only, said on it and in the log
+            log.exception("rollscope ui: %s failed", url.path)
+            return self._error(500, f"this page failed: {type(exc).__name__}: {exc}")
 
     def _error(self, status: int, message: str) -> tuple[int, str, bytes]:
         page = self.env.get_template("error.html").render(status=status, message=message, title=str(status))

@@ -66,3 +66,38 @@ def test_what_is_no_run_is_one_clear_error(tmp_path):
             source.mkdir()
         with pytest.raises(HistoryError, match=said):
             read_history(str(source))
+
+
+def test_a_pipe_named_as_a_run_is_refused_not_waited_on(tmp_path):
+    """A ``run-*.wandb`` that is a FIFO (nobody writing it): reading it would wait for good; it is
+    no record file, so the directory holds no run and the file itself is refused, at once."""
+    import os
+    import threading
+
+    os.mkfifo(tmp_path / "run-stuck.wandb")
+    outcome = []
+
+    def read(source):
+        try:
+            read_history(source)
+        except HistoryError as exc:
+            outcome.append(str(exc))
+
+    for source in (str(tmp_path), str(tmp_path / "run-stuck.wandb")):
+        reader = threading.Thread(target=read, args=(source,), daemon=True)
+        reader.start()
+        reader.join(10)
+        assert not reader.is_alive(), f"read_history({source}) waited on the pipe"
+    assert "no W&B run here" in outcome[0] and "not a regular file" in outcome[1]
+
+
+def test_a_run_is_read_once_for_each_version_of_its_file(wandb_dir, monkeypatch):
+    """The viewer asks on every page: the same file, unchanged, is not read again."""
+    import os
+
+    directory, _ = wandb_dir
+    first = read_history(str(directory))
+    opened = []
+    real_fdopen = os.fdopen
+    monkeypatch.setattr(os, "fdopen", lambda *a, **k: opened.append(a) or real_fdopen(*a, **k))
+    assert read_history(str(directory)) is first and not opened

@@ -375,3 +375,21 @@ def test_a_rescoring_stored_without_a_report_is_listed_and_shown_with_its_reward
     assert status == 200 and b"bare" in listed
     status, _, page = viewer.handle("/rescorings?name=bare")
     assert status == 200 and b'id="no-report"' in page and b"2 trajectories" in page
+
+
+def test_a_page_that_fails_is_a_500_naming_the_error_and_the_rest_still_answer(store_dir, monkeypatch):
+    """Any exception in a page (here a test double: the steps page made to raise, as a bug or a
+    row no reader expected would) costs that page: a 500 that names it; every other page answers."""
+    from rollscope.viewer.server import Viewer
+
+    viewer = Viewer(str(store_dir))
+
+    def broken(*args):
+        raise ArithmeticError("a value no page expected")
+
+    monkeypatch.setattr(viewer, "steps", broken)
+    viewer.routes["/steps"] = viewer.steps
+    status, _, page = viewer.handle("/steps")
+    assert status == 500 and b"ArithmeticError: a value no page expected" in page
+    assert viewer.handle("/")[0] == 200 and viewer.handle("/insights")[0] == 200
+    assert viewer.handle("/steps")[0] == 500  # (and again: nothing was left locked)
