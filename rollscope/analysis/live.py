@@ -39,6 +39,8 @@ def running(store: TraceStore, experiment: str | None = None, stall_s: float = 1
     out = []
     for record in store.trajectories(experiment=experiment, status="running", order_by="start"):
         last, what, turns = last_activity(record)
+        last = last if last is not None else now  # (a start no reader can use and nothing ended: idle unknown)
         idle = (now - last) / 1e9
-        out.append(Running(record, (now - record.start_ns) / 1e9, idle, last, turns, what, idle > stall_s))
+        started = record.start_ns if record.start_ns is not None else last  # (a start no reader can use)
+        out.append(Running(record, (now - started) / 1e9, idle, last, turns, what, idle > stall_s))
     return out

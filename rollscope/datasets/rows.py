@@ -99,7 +99,7 @@ def trajectory_row(record: TrajectoryRecord, group: list[TrajectoryRecord]) -> d
         "error_message": record.error_message,
         "truncated": record.num_truncated,
         "start_ns": record.start_ns,
-        "duration_s": None if record.end_ns is None else (record.end_ns - record.start_ns) / 1e9,
+        "duration_s": record.duration_s,
         **token_columns(training.values if training is not None else {}),
     }
 

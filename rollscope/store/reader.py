@@ -53,6 +53,7 @@ log = logging.getLogger("rollscope.store")
 # A query on one shard runs at most this long (ROLLSCOPE_QUERY_TIMEOUT_S): then that shard is left out.
 QUERY_TIMEOUT_S = float(os.environ.get("ROLLSCOPE_QUERY_TIMEOUT_S") or 60)
 _COUNT_COLUMNS = ("num_llm_calls", "num_tool_calls", "num_tokens", "num_errors")
+_TIME_COLUMNS = ("start_ns", "end_ns")
 _SELECT_TRAINING = f"SELECT {', '.join(TRAINING_COLUMNS)} FROM training"
 _SELECT_SPANS = f"SELECT {', '.join(SPAN_COLUMNS)} FROM spans WHERE trajectory_id = ? ORDER BY start_ns, id"
 
@@ -499,6 +500,11 @@ class TraceStore:
             if type(values[column]) is not int:
                 problem = problem or f"{column} is {str(values[column])[:40]!r}, not a number"
                 values[column] = None
+        for column in _TIME_COLUMNS:  # nanoseconds since the epoch: an int of 64 bits, or none yet
+            value = values[column]
+            if value is not None and (type(value) is not int or not 0 <= value < 2**63):
+                problem = problem or f"{column} is {str(value)[:40]!r}, not a time in nanoseconds"
+                values[column] = None
         if problem is not None:
             values["attributes"][UNREADABLE] = problem
             self._unreadable(shard, f"trajectory {values['id']!r}: {problem}")
@@ -617,7 +623,7 @@ def _null_first_key(values: tuple) -> tuple:
 
 
 def _record_key(r: TrajectoryRecord, order_by: str) -> tuple:
-    duration = None if r.end_ns is None else r.end_ns - r.start_ns
+    duration = None if r.end_ns is None or r.start_ns is None else r.end_ns - r.start_ns
     return {
         "start": (r.start_ns, r.id),
         "end": (r.end_ns, r.id),

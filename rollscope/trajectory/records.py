@@ -75,7 +75,7 @@ class SpanRecord:
 
     @property
     def duration_s(self) -> float | None:
-        return None if self.end_ns is None else (self.end_ns - self.start_ns) / 1e9
+        return None if self.end_ns is None or self.start_ns is None else (self.end_ns - self.start_ns) / 1e9
 
 
 @dataclass
@@ -116,7 +116,7 @@ class TrajectoryRecord:
 
     @property
     def duration_s(self) -> float | None:
-        return None if self.end_ns is None else (self.end_ns - self.start_ns) / 1e9
+        return None if self.end_ns is None or self.start_ns is None else (self.end_ns - self.start_ns) / 1e9
 
     @property
     def wandb_run(self) -> str | None:

@@ -186,11 +186,16 @@ class Viewer:
         record = self.store().get(trajectory_id)
         with_text(record)
         matches = spans_matching(record.spans, search) if search else []
-        start = record.start_ns
-        total = max((record.end_ns or max((s.end_ns or s.start_ns) for s in record.spans or [record])) - start, 1)
+        # (a time a row holds in a form no reader expects is None: the spans' own times stand in)
+        times = [t for s in record.spans for t in (s.start_ns, s.end_ns) if type(t) is int]
+        start = record.start_ns if record.start_ns is not None else min(times, default=0)
+        end = record.end_ns if record.end_ns is not None else max(times, default=start)
+        total = max(end - start, 1)
 
         def bar(span: Any) -> tuple[float, float]:
             """(x, width) of a span's bar on a 0..100 axis: SVG geometry, which the page's style policy allows."""
+            if type(span.start_ns) is not int:
+                return 0.0, 0.2
             left = min(max(100 * (span.start_ns - start) / total, 0), 100)
             width = 100 * ((span.end_ns or span.start_ns) - span.start_ns) / total
             return round(left, 3), round(min(max(width, 0.2), 100 - left), 3)

@@ -190,3 +190,34 @@ def test_a_trajectory_nested_thousands_deep_is_drawn_whole(tmp_path):
         response = httpx.get(f"{url}/t/{t.id}", timeout=120)
     assert response.status_code == 200
     assert all(f">level{i}<" in response.text for i in (0, 39, 40, 1999))
+
+
+def test_times_of_the_wrong_type_cost_their_rows_a_marker_and_every_reader_answers(tmp_path):
+    """A row whose start_ns is TEXT or the REAL 1e30 (SQLite keeps what it is given): read as no
+    time, marked and counted; ``traces ls``, ``export`` and the viewer's pages answer for every row."""
+    from rollscope.viewer.server import Viewer
+
+    trace_dir = tmp_path / "traces"
+    shard = record(trace_dir, n=3)
+    db = sqlite3.connect(shard)
+    ids = [r[0] for r in db.execute("SELECT id FROM trajectories ORDER BY id")]
+    db.execute("UPDATE trajectories SET start_ns = 'abc' WHERE id = ?", (ids[0],))
+    db.execute("UPDATE trajectories SET start_ns = 1e30 WHERE id = ?", (ids[1],))
+    db.commit()
+    db.close()
+    with TraceStore(trace_dir) as store:
+        records = {r.id: r for r in store.trajectories(limit=None)}
+        assert [records[i].start_ns for i in ids[:2]] == [None, None] and records[ids[2]].start_ns > 0
+        assert "start_ns is 'abc'" in records[ids[0]].attributes[UNREADABLE]
+        assert records[ids[0]].duration_s is None and store.unreadable[shard] == 2
+    for command in (["traces", "ls"], ["export", "--format", "jsonl", str(tmp_path / "out")]):
+        done = subprocess.run(
+            [sys.executable, "-m", "rollscope.cli", *command, "--dir", str(trace_dir)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert done.returncode == 0, (command, done.stderr)
+    viewer = Viewer(str(trace_dir))
+    for page in ["/", "/steps", "/live", "/insights", *(f"/t/{i}" for i in ids)]:
+        assert viewer.handle(page)[0] == 200, page
