@@ -114,7 +114,7 @@ def hacking_signals(
         by_step[sample] = dict(zip(_PROMPT_FIELDS, values, strict=True))
     terms: dict[tuple, dict[str, dict[Any, dict[Any, Cell]]]] = {}  # run -> term -> step -> prompt -> sums
     for (project, experiment, step, sample, key), values in components.items():
-        terms.setdefault((project, experiment), {}).setdefault(key, {}).setdefault(step, {})[sample] = _cell(*values)
+        terms.setdefault((project, experiment), {}).setdefault(key, {}).setdefault(step, {})[sample] = Cell(*values)
     tops = _Tops(store, where, params)
     out: dict[tuple, list] = {}
     for run, run_steps in steps.items():
@@ -137,6 +137,9 @@ class _Run:
         self, run: tuple, steps: list, th: Any, tops: _Tops, fields: dict[Any, dict[Any, dict[str, float]]]
     ) -> None:
         self.run, self.steps, self.th, self.tops, self.fields = run, steps, th, tops, fields
+        self.totals = {  # step -> each field summed over its prompts
+            step: {k: sum(f[k] for f in fields.get(step, {}).values()) for k in _PROMPT_FIELDS} for step in steps
+        }
         self.base, self.tested = steps[: th.baseline_steps], steps[th.baseline_steps :]
         self.reward = self._cells("rewards", "reward_sum", "rewards", "reward_squares", "reward_sum", "rewards")
         # the reward's level moves with each batch's difficulty: its comparisons count that too
@@ -155,7 +158,7 @@ class _Run:
     def _cells(self, n: str, y: str, z: str, yy: str, yz: str, zz: str) -> Cells:
         return {
             step: {
-                sample: _cell(f[n], f[y], f[z], f[yy], f[yz], f[zz]) for sample, f in self.fields.get(step, {}).items()
+                sample: Cell(f[n], f[y], f[z], f[yy], f[yz], f[zz]) for sample, f in self.fields.get(step, {}).items()
             }
             for step in self.steps
         }
@@ -196,7 +199,7 @@ class _Run:
         cells = self._cells("n", "length_sum", "n", "length_squares", "length_sum", "n")
 
         def condition(step: Any, s: noise.Shift) -> tuple[bool, dict]:
-            f = self._sum(step)
+            f = self.totals[step]
             ratio = None
             if f["rewarded"] and f["n"] - f["rewarded"]:
                 rest = (f["length_sum"] - f["rewarded_length"]) / (f["n"] - f["rewarded"])
@@ -211,18 +214,13 @@ class _Run:
 
         self.tests.append(("answer_length_with_reward", None, cells, 1, condition))
 
-    def _sum(self, step: Any) -> dict[str, float]:
-        out: dict[str, float] = dict.fromkeys(_PROMPT_FIELDS, 0.0)
-        for f in self.fields.get(step, {}).values():
-            for k in _PROMPT_FIELDS:
-                out[k] += f[k]
-        return out
-
     def collapse(self, answers: dict[tuple, dict[str, dict[Any, list]]]) -> None:
         """Per step: the trajectories whose answer the reward paid at ``collapse_prompts`` or more
         prompts, counted per prompt."""
-        cells: Cells = {}
         self.top_answer: dict[Any, tuple[str, int, list[str]]] = {}
+        if not answers:  # no paid answer anywhere: nothing to compare
+            return
+        cells: Cells = {}
         for step in self.steps:
             given = answers.get((*self.run, step), {})
             wide = {a: by for a, by in given.items() if len(by) >= self.th.collapse_prompts}
@@ -230,17 +228,13 @@ class _Run:
             for by_sample in wide.values():
                 for sample, (count, _) in by_sample.items():
                     counts[sample] = counts.get(sample, 0.0) + count
-            cells[step] = {
-                sample: _cell(
-                    f["n"], counts.get(sample, 0.0), f["n"], counts.get(sample, 0.0), counts.get(sample, 0.0), f["n"]
-                )
+            cells[step] = {  # (a share of trajectories: y counted, z = 1 each)
+                sample: Cell(f["n"], (c := counts.get(sample, 0.0)), f["n"], c, c, f["n"])
                 for sample, f in self.fields.get(step, {}).items()
             }
             if wide:
                 answer, by = max(wide.items(), key=lambda kv: (len(kv[1]), sum(c for c, _ in kv[1].values()), kv[0]))
                 self.top_answer[step] = (answer, len(by), sorted(i for _, i in by.values()))
-        if not any(self.top_answer.get(s) for s in self.steps) and not answers:
-            return
 
         def condition(step: Any, s: noise.Shift) -> tuple[bool, dict]:
             answer, prompts, _ = self.top_answer.get(step, (None, 0, []))
@@ -251,8 +245,8 @@ class _Run:
     def components(self, terms: dict[str, dict[Any, dict[Any, Cell]]]) -> None:
         """Only for a reward that is the sum of its numeric details (nearly every trajectory's).
         ``terms``: each term's prompt-level sums by step."""
-        n = sum(self._sum(s)["n"] for s in self.steps)
-        if not n or sum(self._sum(s)["additive"] for s in self.steps) < 0.9 * n:
+        n = sum(self.totals[s]["n"] for s in self.steps)
+        if not n or sum(self.totals[s]["additive"] for s in self.steps) < 0.9 * n:
             return
         by_key: dict[str, Cells] = {key: {s: by.get(s, {}) for s in self.steps} for key, by in terms.items()}
         if len(by_key) < 2:
@@ -454,10 +448,6 @@ def _runs(window: list[Signal], signal: Signal, length: int) -> bool:
 
 
 _RISING_Z = NormalDist().inv_cdf(0.95)
-
-
-def _cell(n: float, y: float, z: float, yy: float, yz: float, zz: float) -> Cell:
-    return Cell(n, y, z, yy, yz, zz)
 
 
 def _pool(cells: Cells, steps: list) -> list[Cell]:

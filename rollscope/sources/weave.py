@@ -28,7 +28,7 @@ import shutil
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -225,7 +225,7 @@ class WeaveSource(TraceStore):
         )
         return sorted(o.object_id[len(RESCORING) :] for o in found.objs if o.object_id.startswith(RESCORING))
 
-    def rescoring(self, name: str) -> rescorings.Rescoring:
+    def rescoring(self, name: str, ids: Iterable[str] | None = None) -> rescorings.Rescoring:
         object_id = RESCORING + rescorings.check_name(name)
         try:
             value = self._call(
@@ -238,7 +238,12 @@ class WeaveSource(TraceStore):
             raise FileNotFoundError(
                 f"no rescoring {name!r} in {self.where} (stored: {there}; make one with rescore)"
             ) from None
-        rewards = {r[0]: rescorings.RescoredReward(*r[:5], r[5] or {}) for r in value["rewards"]}
+        wanted = None if ids is None else set(ids)
+        rewards = {
+            r[0]: rescorings.RescoredReward(*r[:5], r[5] or {})
+            for r in value["rewards"]
+            if wanted is None or r[0] in wanted
+        }
         return rescorings.Rescoring(name, value["meta"], rewards)
 
     def save_rescoring(self, name: str, meta: dict[str, Any], rewards: list[rescorings.RescoredReward]) -> str:

@@ -10,7 +10,7 @@ import operator
 import os
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -246,8 +246,8 @@ class TraceStore:
     def rescoring_names(self) -> list[str]:
         return rescorings.names(self.path)
 
-    def rescoring(self, name: str) -> rescorings.Rescoring:
-        return rescorings.load(self.path, name)
+    def rescoring(self, name: str, ids: Iterable[str] | None = None) -> rescorings.Rescoring:
+        return rescorings.load(self.path, name, ids)
 
     def save_rescoring(self, name: str, meta: dict[str, Any], rewards: list[rescorings.RescoredReward]) -> str:
         """Store a rescoring (replacing one of that name); returns where it is."""

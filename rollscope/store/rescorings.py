@@ -92,8 +92,9 @@ def names(directory: Path) -> list[str]:
     return sorted(p.name[: -len(SUFFIX)] for p in folder.glob(f"*{SUFFIX}")) if folder.is_dir() else []
 
 
-def load(directory: Path, name: str) -> Rescoring:
-    """A stored rescoring; FileNotFoundError naming those there are when ``name`` is not one."""
+def load(directory: Path, name: str, ids: Iterable[str] | None = None) -> Rescoring:
+    """A stored rescoring (of the trajectories ``ids`` only, when given: a page showing one costs
+    one row, not the run's); FileNotFoundError naming those there are when ``name`` is not one."""
     path = path_of(directory, name)
     if not path.is_file():
         there = ", ".join(names(directory)) or "none"
@@ -101,7 +102,11 @@ def load(directory: Path, name: str) -> Rescoring:
     db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     try:
         meta = {k: json.loads(v) for k, v in db.execute("SELECT key, value FROM meta")}
-        rows = db.execute("SELECT trajectory_id, step, sample_index, original, reward, details FROM rewards")
+        select = "SELECT trajectory_id, step, sample_index, original, reward, details FROM rewards"
+        if ids is None:
+            rows = db.execute(select).fetchall()
+        else:
+            rows = [r for tid in dict.fromkeys(ids) for r in db.execute(f"{select} WHERE trajectory_id = ?", (tid,))]
         rewards = {r[0]: RescoredReward(r[0], r[1], r[2], r[3], r[4], json.loads(r[5] or "{}")) for r in rows}
     finally:
         db.close()

@@ -201,7 +201,8 @@ class Viewer:
             return round(left, 3), round(min(max(width, 0.2), 100 - left), 3)
 
         rescored = [
-            (name, _rescoring(self.store(), name).rewards.get(record.id)) for name in self.store().rescoring_names()
+            (name, self.store().rescoring(name, ids=[record.id]).rewards.get(record.id))
+            for name in self.store().rescoring_names()
         ]
         replays = self.store().trajectories(replay_of=record.id, order_by="start")
         original = self.store().get(record.replay_of).training if record.replay_of else None

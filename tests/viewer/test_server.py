@@ -393,3 +393,15 @@ def test_a_page_that_fails_is_a_500_naming_the_error_and_the_rest_still_answer(s
     assert status == 500 and b"ArithmeticError: a value no page expected" in page
     assert viewer.handle("/")[0] == 200 and viewer.handle("/insights")[0] == 200
     assert viewer.handle("/steps")[0] == 500  # (and again: nothing was left locked)
+
+
+def test_a_rescoring_read_for_one_trajectory_holds_that_trajectory_only(tmp_path):
+    """What a trajectory's page asks of each rescoring: its row, not the run's."""
+    from rollscope.store.rescorings import RescoredReward
+
+    record(tmp_path / "traces", steps=1, samples=2, rollouts=2)
+    store = TraceStore(tmp_path / "traces")
+    ids = [t.id for t in store.trajectories()]
+    store.save_rescoring("all", {"reward": "f"}, [RescoredReward(i, 1, "0", 1.0, 0.5, {}) for i in ids])
+    assert set(store.rescoring("all").rewards) == set(ids)
+    assert list(store.rescoring("all", ids=[ids[2], "no-such-id"]).rewards) == [ids[2]]
