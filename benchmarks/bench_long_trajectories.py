@@ -164,12 +164,14 @@ def measure(turns: int, repeat: int, model: str, token2text: bool = True) -> dic
         records = sorted((t for t in store.trajectories() if t.id not in warm_ids), key=lambda t: t.start_ns)
         first_record = store.get(records[0].id)
         llm = sorted((s for s in first_record.spans if s.kind == "llm"), key=lambda s: s.start_ns)
-        exact = sum(_same_but_redacted(s.inputs.get("prompt_ids"), p) for s, p in zip(llm, passed, strict=True))
-        redacted_tokens = (llm[-1].inputs.get("prompt_ids") or []).count(REDACTED_ID)
+        # (a reader that keeps each turn as stored makes a prompt whole when asked; an older one read them whole)
+        whole = [_whole(first_record, s) for s in llm]
+        exact = sum(_same_but_redacted(w.get("prompt_ids"), p) for w, p in zip(whole, passed, strict=True))
+        redacted_tokens = (whole[-1].get("prompt_ids") or []).count(REDACTED_ID)
         redact = Redactor().text  # (the text is stored redacted: Python's sources name passwords)
         text_exact = sum(
-            s.inputs.get("prompt_text") == (redact(tokenizer.decode(p)) if token2text else None)
-            for s, p in zip(llm, passed, strict=True)
+            w.get("prompt_text") == (redact(tokenizer.decode(p)) if token2text else None)
+            for w, p in zip(whole, passed, strict=True)
         )
     viewer = Viewer(str(store_dir))
     viewer.handle("/")
@@ -248,6 +250,11 @@ def volume(turns: int, model: str) -> dict:
             out["after compact --retain anomalous,sample=0.25"] = stored_bytes(store_dir)
             out["retained groups"] = f"{done.summary['kept_groups']} of {done.summary['groups']}"
     return out
+
+
+def _whole(record, span) -> dict:
+    prompts = getattr(record, "prompts", None)
+    return prompts.whole_inputs(span) if prompts is not None else span.inputs
 
 
 def model_dir() -> str:

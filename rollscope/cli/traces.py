@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rollscope.cli.args import add_dir, add_filters, filters_of, open_reader
-from rollscope.cli.strict_json import print_json
+from rollscope.cli.strict_json import print_json, print_json_streamed
 from rollscope.cli.tail import add_tail, traces_tail
 from rollscope.store import resolve_dir
 from rollscope.store.reader import ORDERS
@@ -133,7 +133,9 @@ def traces_show(args: argparse.Namespace) -> int:
         with_text(record)  # token ids as text with the run's tokenizer, whatever token2text was
     if args.json:
         training = None if record.training is None else record.training.to_dict()
-        print_json({**record.to_dict(), "training": training, "spans": [_span_dict(s) for s in record.spans]})
+        prompts = record.prompts  # (each turn's prompt made whole as it is written, then let go)
+        spans = ({**_span_dict(s), "inputs": prompts.whole_inputs(s)} for s in record.spans)
+        print_json_streamed({**record.to_dict(), "training": training}, "spans", spans)
         return 0
     show_trajectory(console(), record, full=args.full, tokens=args.tokens)
     return 0

@@ -32,7 +32,7 @@ from rollscope.store.schema import (
 from rollscope.store.segment_index import INDEX, SegmentIndex
 from rollscope.store.segments import LIVE, SEGMENTS, is_segmented, open_immutable, visible
 from rollscope.trajectory.records import SpanRecord, StepStats, TrainingRecord, TrajectoryRecord
-from rollscope.trajectory.turns import resolve_prompts
+from rollscope.trajectory.turns import Prompts
 
 # order name -> SQL sort terms; every order ends with id, so equal keys page deterministically
 _ORDER = {
@@ -458,7 +458,7 @@ class TraceStore:
                 if problem is not None:
                     self._unreadable(s, f"span {row[0]!r}: {problem}")
                 out.append(span)
-        resolve_prompts(out)  # (each llm turn stored as what it adds: every prompt read whole)
+        Prompts(out).mark()  # (each llm turn as stored: what it adds; ``TrajectoryRecord.prompts`` makes one whole)
         return out
 
     # ---- what training did (written by the trainer's process, in its own shard) ----

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollscope.semconv import WANDB_RUN
+
+if TYPE_CHECKING:
+    from rollscope.trajectory.turns import Prompts
 
 TASK_CHARS = 200  # a trajectory's task as listed: the start of its last user message
 ERROR_CHARS = 200
@@ -113,6 +116,7 @@ class TrajectoryRecord:
     _spans: list[SpanRecord] | None = field(default=None, repr=False, compare=False)
     _load_training: Callable[[], TrainingRecord | None] | None = field(default=None, repr=False, compare=False)
     _training: Any = field(default=False, repr=False, compare=False)  # False: not read yet
+    _prompts: Any = field(default=None, repr=False, compare=False)
 
     @property
     def duration_s(self) -> float | None:
@@ -130,6 +134,17 @@ class TrajectoryRecord:
         if self._spans is None:
             self._spans = self._load_spans() if self._load_spans is not None else []
         return self._spans
+
+    @property
+    def prompts(self) -> Prompts:
+        """The llm turns' prompts: each turn is read as it was stored, what it adds to the turn it
+        continues (``PROMPT_CONTINUES``); ``prompts.ids(span)`` and ``prompts.text(span)`` make one
+        whole, ``prompts.added_text(span)`` is what it adds, as text."""
+        if self._prompts is None:
+            from rollscope.trajectory.turns import Prompts  # (turns reads tokenizers, which read records)
+
+            self._prompts = Prompts(self.spans)
+        return self._prompts
 
     @property
     def training(self) -> TrainingRecord | None:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rollscope.semconv import REPLAY
+from rollscope.semconv import PROMPT_BASE, REPLAY
 from rollscope.trajectory import tokens
 from rollscope.trajectory.records import TrajectoryRecord
 
@@ -82,8 +82,10 @@ def load_tokenizer(name: str) -> Any:
 
 
 def with_text(record: TrajectoryRecord, tokenizer: Any = None) -> int:
-    """Decode the llm turns' token ids that have no text beside them (in place); returns how many
-    fields were decoded. ``tokenizer``: one to use instead of the recorded one."""
+    """Decode the llm turns' token ids that have no text beside them (in place; a turn stored as
+    what it adds is decoded when ``record.prompts`` is asked for its text, with the same
+    tokenizer); returns how many fields were decoded. ``tokenizer``: one to use instead of the
+    recorded one."""
     llm = [s for s in record.spans if s.kind == "llm"]
     todo = [
         (s, d, ids, text)
@@ -91,7 +93,8 @@ def with_text(record: TrajectoryRecord, tokenizer: Any = None) -> int:
         for d, ids, text in ((s.outputs, "token_ids", "response_text"), (s.inputs, "prompt_ids", "prompt_text"))
         if isinstance(d, dict) and _ids(d.get(ids)) and not isinstance(d.get(text), str)
     ]
-    if not todo:
+    continued = any(isinstance(s.inputs, dict) and PROMPT_BASE in s.inputs for s in llm)
+    if not todo and not continued:
         return 0
     if tokenizer is None:
         name = recorded_tokenizer(record.spans)
@@ -100,6 +103,10 @@ def with_text(record: TrajectoryRecord, tokenizer: Any = None) -> int:
         return 0
     for _, fields, ids, text in todo:
         fields[text] = tokens.decode(tokenizer, fields[ids])
+    if continued:
+        from rollscope.trajectory.turns import Prompts  # (turns decodes with this module's loaders)
+
+        record._prompts = Prompts(record.spans, tokenizer=tokenizer)
     return len(todo)
 
 

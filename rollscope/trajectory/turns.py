@@ -1,5 +1,5 @@
 """An LLM turn stored as what it adds: the vocabulary of a prompt recorded as a continuation of an
-earlier turn, and the one function that makes every such prompt whole again.
+earlier turn, and ``Prompts``, which makes any such prompt whole again when asked.
 
 A multi-turn loop sends its whole context at every turn: the previous prompt, the reply, the
 tool's answer. Recorded whole, each turn would store the context again, and a trajectory's trace
@@ -17,14 +17,18 @@ its trajectory holds, instead of ``prompt_ids`` (and ``prompt_text``):
   the tokenizer (``"decoder"``), and the text is decoded again where the trace is read: storing it
   would double what the turn costs; else it is stored, as shaped, under ``prompt_text_added``.
 
-``resolve_prompts`` turns these back into ``prompt_ids`` and ``prompt_text``, exactly as the loop
-passed them: the store's reader calls it for every trajectory it reads, and so does every backend
-that writes whole calls (Weave, MLflow, OpenTelemetry), so nobody above sees a continuation.
+Reading keeps that shape, so that what a read costs grows with what is stored, not with the square
+of a trajectory's length (a 1,000-turn trajectory of 1M tokens would be 500M ids made whole). The
+store's reader returns each turn as stored, marked by ``mark`` (``PROMPT_CONTINUES``: which turn,
+how many tokens; ``PROMPT_UNRESOLVED``: why it cannot be made whole); ``Prompts`` gives what a
+turn adds (``added_text``) or its whole prompt (``ids``, ``text``), one turn at a time, built when
+asked and not kept. Backends that write whole calls (Weave, MLflow, OpenTelemetry) make each
+trajectory's prompts whole in place with ``resolve_prompts``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from rollscope.semconv import (
@@ -61,100 +65,231 @@ def text_after(decode: Callable[[list[int]], str], before: list[int], piece: lis
     return joined[same:], len(alone) - same
 
 
-def resolve_prompts(spans: list[Any], decoder: Callable[[str], Any] = load_decoder) -> int:
-    """Makes the prompt of every continuing llm span among ``spans`` (one trajectory's, stored or
-    live; anything with ``id``, ``kind``, ``inputs``, ``outputs`` and ``attributes``) whole, in
-    place; returns how many could not be (the turn they continue is missing or was not recorded
-    as expected): those keep what they added, and say why under ``PROMPT_UNRESOLVED``. Linear in the
-    spans' tokens: each turn's prompt is built once, from its base's. ``decoder``: the tokenizer
-    a continuation's text is decoded with where only its ids were stored (by name); without it
-    here the prompt's ids are whole and its text absent, as with token2text off."""
-    llm = {s.id: s for s in spans if s.kind == "llm" and type(s.inputs) is dict}
-    pending = [s for s in llm.values() if PROMPT_BASE in s.inputs]
-    if not pending:
-        return 0
-    whole: dict[str, tuple[list[int], str | None]] = {}  # span id -> its prompt ids and text, whole
-    failed = 0
-    for span in pending:
-        chain = []  # the continuations from ``span`` down to a prompt already whole
-        s: Any = span
-        while s is not None and PROMPT_BASE in s.inputs and s.id not in whole:
-            chain.append(s)
-            base = s.inputs[PROMPT_BASE]
-            s = llm.get(base.get("span")) if type(base) is dict else None
-            if s is not None and s in chain:  # (a cycle: only a crafted store holds one)
-                s = None
-        for c in reversed(chain):
-            problem = _make_whole(c, llm, whole, decoder)
+class Prompts:
+    """One trajectory's llm prompts as stored, each made whole only when asked.
+
+    ``spans``: one trajectory's (stored or live; anything with ``id``, ``kind``, ``inputs``,
+    ``outputs`` and ``attributes``). Checking how the turns continue each other is linear in the
+    spans and decodes nothing; ``added_text`` decodes one turn's added tokens (kept: together they
+    are the trajectory's text once); ``ids`` and ``text`` build one whole prompt (not kept: the
+    caller holds it as long as it needs it). ``decoder``: the tokenizer by name, for a turn whose
+    text was stored as its ids (``"text": "ids"``); ``tokenizer``: one that decodes the turns that
+    stored no text at all (token2text off), where the reader has one.
+    """
+
+    def __init__(
+        self, spans: Iterable[Any], decoder: Callable[[str], Any] = load_decoder, tokenizer: Any = None
+    ) -> None:
+        self._llm = {s.id: s for s in spans if s.kind == "llm" and type(s.inputs) is dict}
+        self._decoder, self._tokenizer = decoder, tokenizer
+        self._length: dict[str, int] = {}  # span id -> its whole prompt's length in tokens
+        self._problem: dict[str, str] = {}  # span id -> why its prompt cannot be made whole
+        self._added: dict[str, tuple[str | None, int]] = {}  # span id -> (its new text, chars it replaces)
+        for span in self._llm.values():
+            self._check(span)
+
+    def continuations(self) -> list[Any]:
+        return [s for s in self._llm.values() if PROMPT_BASE in s.inputs]
+
+    def problem(self, span: Any) -> str | None:
+        """Why ``span``'s prompt cannot be made whole (None: it can, or it is stored whole)."""
+        return self._problem.get(span.id)
+
+    def base(self, span: Any) -> Any:
+        """The span whose prompt (and reply) ``span``'s continues; None for a whole prompt."""
+        base = span.inputs.get(PROMPT_BASE) if span.id in self._llm else None
+        return self._llm.get(base.get("span")) if type(base) is dict else None
+
+    def length(self, span: Any) -> int | None:
+        """The whole prompt's length in tokens, without building it."""
+        return self._length.get(span.id)
+
+    def ids(self, span: Any) -> list[int] | None:
+        """The prompt's ids, whole, exactly as the loop passed them (None: not recorded, or cannot
+        be made whole)."""
+        if span.id not in self._length:
+            return None
+        chain = self._chain(span)
+        root = chain[-1].inputs[PROMPT_IDS]
+        out = list(root)
+        for c in reversed(chain[:-1]):
+            base = c.inputs[PROMPT_BASE]
+            if base.get("reply"):
+                out += self._reply(self._llm[base["span"]])[: base["reply"]]
+            out += c.inputs[PROMPT_IDS_ADDED]
+        return out
+
+    def text(self, span: Any) -> str | None:
+        """The prompt's text, whole (None where it was not recorded and cannot be decoded here)."""
+        if span.id not in self._length:
+            return None
+        chain = self._chain(span)
+        root = chain[-1].inputs.get(PROMPT_TEXT)
+        if not isinstance(root, str):
+            return None
+        parts, size = [root], len(root)
+        for c in reversed(chain[:-1]):
+            new, cut = self._new_text(c)
+            if new is None or type(cut) is not int or not 0 <= cut <= size:
+                return None
+            while cut:  # (a character the boundary split: the last ``cut`` characters are replaced)
+                last = parts.pop()
+                keep = max(len(last) - cut, 0)
+                cut -= len(last) - keep
+                size -= len(last) - keep
+                if keep:
+                    parts.append(last[:keep])
+            parts.append(new)
+            size += len(new)
+        return "".join(parts)
+
+    def added_text(self, span: Any) -> str | None:
+        """What ``span``'s prompt adds to the turn it continues, as text (the reply it starts with,
+        then the new messages); a whole prompt's own text. None where it cannot be read here."""
+        if span.id not in self._llm:
+            return None
+        if PROMPT_BASE not in span.inputs:
+            text = span.inputs.get(PROMPT_TEXT)
+            return text if isinstance(text, str) else None
+        return self._new_text(span)[0] if span.id in self._length else None
+
+    def whole_inputs(self, span: Any) -> Any:
+        """``span``'s inputs as the loop passed them: a continuing turn's with its prompt whole
+        (``prompt_ids``, ``prompt_text`` where readable) in place of what it added; any other's as
+        they are."""
+        if span.id not in self._llm or PROMPT_BASE not in span.inputs or span.id not in self._length:
+            return span.inputs
+        out: dict[str, Any] = {}
+        for key, value in span.inputs.items():  # in the order they were recorded
+            if key == PROMPT_BASE:
+                out[PROMPT_IDS] = self.ids(span)
+                text = self.text(span)
+                if text is not None:
+                    out[PROMPT_TEXT] = text
+            elif key not in (PROMPT_IDS_ADDED, PROMPT_TEXT_ADDED):
+                out[key] = value
+        return out
+
+    def mark(self) -> int:
+        """Says on each continuing span which turn it continues and with how many tokens
+        (``PROMPT_CONTINUES``), or why it cannot be made whole (``PROMPT_UNRESOLVED``); returns how
+        many cannot."""
+        for span in self.continuations():
+            problem = self._problem.get(span.id)
             if problem is not None:
-                failed += 1
-                c.attributes = {**(c.attributes or {}), PROMPT_UNRESOLVED: problem}
+                span.attributes = {**(span.attributes or {}), PROMPT_UNRESOLVED: problem}
+                continue
+            base = span.inputs[PROMPT_BASE]
+            shared = base["tokens"] + base.get("reply", 0)
+            span.attributes = {**(span.attributes or {}), PROMPT_CONTINUES: {"span": base["span"], "tokens": shared}}
+        return len(self._problem)
+
+    # ---- checking, walked without recursion (a chain may be thousands of turns long) ----
+    def _check(self, span: Any) -> None:
+        chain: list[Any] = []
+        s: Any = span
+        while s.id not in self._length and s.id not in self._problem:
+            base = s.inputs.get(PROMPT_BASE)
+            if base is None:
+                ids = s.inputs.get(PROMPT_IDS)
+                if type(ids) is list:
+                    self._length[s.id] = len(ids)
+                break
+            chain.append(s)
+            source = self._llm.get(base.get("span")) if type(base) is dict else None
+            if source is None or source in chain:  # (a cycle: only a crafted store holds one)
+                break
+            s = source
+        for c in reversed(chain):
+            problem = self._continues(c)
+            if problem is None:
+                base = c.inputs[PROMPT_BASE]
+                self._length[c.id] = base["tokens"] + base.get("reply", 0) + len(c.inputs[PROMPT_IDS_ADDED])
+            else:
+                self._problem[c.id] = problem
+
+    def _continues(self, span: Any) -> str | None:
+        base, added = span.inputs.get(PROMPT_BASE), span.inputs.get(PROMPT_IDS_ADDED)
+        if type(base) is not dict or type(added) is not list:
+            return f"a malformed {PROMPT_BASE}"
+        source = self._llm.get(base.get("span"))
+        if source is None:
+            return f"the turn it continues ({str(base.get('span'))[:40]}) is not in the trace"
+        if source.id in self._problem or (PROMPT_BASE in source.inputs and source.id not in self._length):
+            return f"the turn it continues ({source.id}) could not be made whole"
+        n, reply = base.get("tokens"), base.get("reply", 0)
+        if type(n) is not int or self._length.get(source.id) != n or type(reply) is not int or reply < 0:
+            return f"the turn it continues ({source.id}) does not hold the {n} prompt tokens it starts with"
+        replied = self._reply(source)
+        if type(replied) is not list or len(replied) < reply:
+            return f"the turn it continues ({source.id}) does not hold the {reply} reply tokens it starts with"
+        return None
+
+    def _chain(self, span: Any) -> list[Any]:
+        """``span``, the turn it continues, that one's, ... down to a prompt stored whole."""
+        chain = [span]
+        while PROMPT_BASE in chain[-1].inputs:
+            chain.append(self._llm[chain[-1].inputs[PROMPT_BASE]["span"]])
+        return chain
+
+    def _tail(self, span: Any, n: int) -> list[int]:
+        """The last ``n`` ids of ``span``'s whole prompt, without building it."""
+        out: list[int] = []
+        s = span
+        while len(out) < n:
+            if PROMPT_BASE not in s.inputs:
+                return s.inputs[PROMPT_IDS][-(n - len(out)) :] + out
+            base = s.inputs[PROMPT_BASE]
+            out = s.inputs[PROMPT_IDS_ADDED][-(n - len(out)) :] + out
+            s = self._llm[base["span"]]
+            if len(out) < n and base.get("reply"):
+                out = self._reply(s)[: base["reply"]][-(n - len(out)) :] + out
+        return out[len(out) - n :]
+
+    def _new_text(self, span: Any) -> tuple[str | None, int]:
+        found = self._added.get(span.id)
+        if found is None:
+            found = self._added[span.id] = self._decode_added(span)
+        return found
+
+    def _decode_added(self, span: Any) -> tuple[str | None, int]:
+        inputs, base = span.inputs, span.inputs[PROMPT_BASE]
+        if isinstance(inputs.get(PROMPT_TEXT_ADDED), str):
+            return inputs[PROMPT_TEXT_ADDED], base.get("text_cut", 0)
+        if base.get("text") == "ids":
+            name = base.get("decoder")
+            tokenizer = self._decoder(name) if isinstance(name, str) else None
+        else:
+            tokenizer = self._tokenizer
+        if tokenizer is None:
+            return None, 0
+        source = self._llm[base["span"]]
+        piece = self._reply(source)[: base.get("reply", 0)] + inputs[PROMPT_IDS_ADDED]
+        try:
+            return text_after(lambda ids: tokens.decode(tokenizer, ids), self._tail(source, WINDOW), piece)
+        except Exception:  # ids this tokenizer cannot decode: the prompt's ids stay whole, its text absent
+            return None, 0
+
+    @staticmethod
+    def _reply(span: Any) -> Any:
+        out = span.outputs
+        return out.get("token_ids") if isinstance(out, dict) else getattr(out, "token_ids", None)
+
+
+def resolve_prompts(spans: list[Any], decoder: Callable[[str], Any] = load_decoder) -> int:
+    """Makes the prompt of every continuing llm span among ``spans`` whole, in place, for a
+    backend that writes each call whole; returns how many could not be (those keep what they added,
+    and say why under ``PROMPT_UNRESOLVED``). Costs the whole prompts' size: each is built once."""
+    prompts = Prompts(spans, decoder)
+    pending = prompts.continuations()
+    failed = prompts.mark()
+    whole = {}
+    for span in pending:
+        if prompts.problem(span) is None:
+            inputs, added = prompts.whole_inputs(span), prompts.added_text(span)
+            text = inputs.get(PROMPT_TEXT)
+            whole[span.id] = inputs, None if text is None or added is None else len(text) - len(added)
+    for span in pending:
+        if span.id in whole:
+            span.inputs, span.attributes[PROMPT_CONTINUES]["chars"] = whole[span.id]
     return failed
-
-
-def _make_whole(
-    span: Any, llm: dict[str, Any], whole: dict[str, tuple[list[int], str | None]], decoder: Callable[[str], Any]
-) -> str | None:
-    inputs = span.inputs
-    base = inputs.get(PROMPT_BASE)
-    added = inputs.get(PROMPT_IDS_ADDED)
-    if type(base) is not dict or type(added) is not list:
-        return f"a malformed {PROMPT_BASE}"
-    source = llm.get(base.get("span"))
-    if source is None:
-        return f"the turn it continues ({str(base.get('span'))[:40]}) is not in the trace"
-    if source.id in whole:
-        ids, text = whole[source.id]
-    elif PROMPT_BASE not in source.inputs:
-        ids, text = source.inputs.get(PROMPT_IDS), source.inputs.get(PROMPT_TEXT)
-    else:
-        return f"the turn it continues ({source.id}) could not be made whole"
-    tokens, reply = base.get("tokens"), base.get("reply", 0)
-    if type(ids) is not list or type(tokens) is not int or len(ids) != tokens or type(reply) is not int:
-        return f"the turn it continues ({source.id}) does not hold the {tokens} prompt tokens it starts with"
-    reply_ids = _field(source.outputs, "token_ids") if reply else []
-    if type(reply_ids) is not list or len(reply_ids) < reply:
-        return f"the turn it continues ({source.id}) does not hold the {reply} reply tokens it starts with"
-    prompt = ids + reply_ids[:reply] + added
-    new_text = inputs.get(PROMPT_TEXT_ADDED)
-    cut = base.get("text_cut", 0)
-    if new_text is None and base.get("text") == "ids" and isinstance(text, str):
-        new_text, cut = _decoded(decoder, base.get("decoder"), ids, reply_ids[:reply] + added)
-    full_text = None
-    if isinstance(new_text, str) and isinstance(text, str) and type(cut) is int and 0 <= cut <= len(text):
-        full_text = text[: len(text) - cut] + new_text
-    whole[span.id] = (prompt, full_text)
-    shared = len(ids) + reply
-    span.attributes = {
-        **(span.attributes or {}),
-        PROMPT_CONTINUES: {
-            "span": source.id,
-            "tokens": shared,
-            "chars": len(text) - cut if full_text is not None else None,
-        },
-    }
-    rebuilt: dict[str, Any] = {}
-    for key, value in inputs.items():  # the inputs as they were recorded whole, in their order
-        if key == PROMPT_BASE:
-            rebuilt[PROMPT_IDS] = prompt
-            if full_text is not None:
-                rebuilt[PROMPT_TEXT] = full_text
-        elif key not in (PROMPT_IDS_ADDED, PROMPT_TEXT_ADDED):
-            rebuilt[key] = value
-    span.inputs = rebuilt
-    return None
-
-
-def _decoded(decoder: Callable[[str], Any], name: Any, before: list[int], piece: list[int]) -> tuple[str | None, int]:
-    """``text_after`` with the tokenizer named ``name``; (None, 0) where it is not here."""
-    tokenizer = decoder(name) if isinstance(name, str) else None
-    if tokenizer is None:
-        return None, 0
-    try:
-        return text_after(lambda ids: tokens.decode(tokenizer, ids), before, piece)
-    except Exception:  # ids this tokenizer cannot decode: the prompt's ids stay whole, its text absent
-        return None, 0
-
-
-def _field(value: Any, name: str) -> Any:
-    return value.get(name) if isinstance(value, dict) else getattr(value, name, None)

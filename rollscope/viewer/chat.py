@@ -6,6 +6,7 @@ raw text instead.
 from __future__ import annotations
 
 import re
+from collections.abc import Container
 from dataclasses import dataclass
 
 from markupsafe import Markup, escape
@@ -52,21 +53,45 @@ def conversation(span: SpanRecord) -> list[Message] | None:
 @dataclass
 class Turn:
     """What an llm turn adds to the conversation: the messages since the previous turn's reply
-    (new user or tool messages, then this reply), and how many earlier messages its prompt repeats."""
+    (new user or tool messages, then this reply), and how many earlier messages its prompt repeats
+    (None: the turn it continues is not on this page)."""
 
     new: list[Message]
-    earlier: int
+    earlier: int | None
 
 
-def turns(record: TrajectoryRecord) -> dict[str, Turn]:
-    """Each llm span's ``Turn``, in order, so that the trajectory reads as one conversation top to
-    bottom: a prompt that starts with the previous turn's messages and reply shows only what follows
-    them (a prompt that does not, a new conversation, shows whole)."""
+def turns(record: TrajectoryRecord, shown: Container[str] | None = None) -> dict[str, Turn]:
+    """Each llm span's ``Turn`` (of those in ``shown``, where given), in order, so that the
+    trajectory reads as one conversation top to bottom. A turn stored as what it adds to the turn
+    before is read from that alone (one turn's text, whatever the context's length); a prompt
+    stored whole shows what follows the previous turn's messages and reply, or all of it where it
+    does not start with them (a new conversation, a context the loop rewrote)."""
+    prompts = record.prompts
     out: dict[str, Turn] = {}
-    before: list[Message] = []
+    before: list[Message] = []  # the previous whole prompt's conversation, where that was the turn before
+    seen: dict[str, int] = {}  # span id -> messages up to and with its reply
     for span in sorted((s for s in record.spans if s.kind == "llm"), key=lambda s: s.start_ns):
+        if shown is not None and span.id not in shown:
+            before = []
+            continue
+        base = prompts.base(span)
+        if base is not None:
+            added = prompts.added_text(span)
+            found = messages(added) if added is not None else None
+            if found is None:
+                before = []
+                continue
+            reply = turn_text(span)
+            new = found + ([Message("assistant", reply_text(reply))] if reply is not None else [])
+            earlier = seen.get(base.id)
+            out[span.id] = Turn(new, earlier)
+            if earlier is not None:
+                seen[span.id] = earlier + len(new)
+            before = []
+            continue
         found = conversation(span)
         if found is None:
+            before = []
             continue
         shared = 0
         while shared < min(len(before), len(found) - 1) and _same(before[shared], found[shared]):
@@ -74,6 +99,7 @@ def turns(record: TrajectoryRecord) -> dict[str, Turn]:
         if shared < len(before):  # not a continuation of the conversation so far: shown whole
             shared = 0
         out[span.id] = Turn(found[shared:], shared)
+        seen[span.id] = len(found)
         before = found
     return out
 

@@ -41,6 +41,7 @@ from rollscope.viewer.views import (
     main_text,
     span_facts,
     spans_matching,
+    window,
     table_row,
     tool_call,
 )
@@ -116,7 +117,8 @@ class Viewer:
                 return 200, content_type, resources.files("rollscope.viewer").joinpath("static", name).read_bytes()
             if url.path.startswith("/t/") and "/" not in url.path[3:]:
                 with self._lock:
-                    return 200, "text/html; charset=utf-8", self.trajectory(url.path[3:], single.get("q")).encode()
+                    page = self.trajectory(url.path[3:], single.get("q"), single.get("at"))
+                    return 200, "text/html; charset=utf-8", page.encode()
             route = self.routes.get(url.path)
             if route is None:
                 return self._error(404, f"no page at {url.path}")
@@ -179,13 +181,15 @@ class Viewer:
             page_url=lambda p: "/?" + urlencode({**keep, "page": p}),
         )
 
-    def trajectory(self, trajectory_id: str, search: str | None = None) -> str:
-        """A trajectory's page: its span tree beside every span's detail, each span linkable
-        (``#span-ID``); ``search``: the spans whose name, inputs, output or error hold it are listed
-        and marked (case aside)."""
+    def trajectory(self, trajectory_id: str, search: str | None = None, at: str | None = None) -> str:
+        """A trajectory's page: its span tree beside a window of spans in detail (the one holding
+        span ``at``), each span linkable (``#span-ID``); ``search``: the spans whose name, inputs,
+        output or error hold it are listed and marked (case aside)."""
         record = self.store().get(trajectory_id)
         with_text(record)
-        matches = spans_matching(record.spans, search) if search else []
+        matches, search_stopped = spans_matching(record, search) if search else ([], None)
+        roots = bounded_tree(record.tree())
+        shown = window(record.id, roots, at)
         # (a time a row holds in a form no reader expects is None: the spans' own times stand in)
         times = [t for s in record.spans for t in (s.start_ns, s.end_ns) if type(t) is int]
         start = record.start_ns if record.start_ns is not None else min(times, default=0)
@@ -211,9 +215,11 @@ class Viewer:
             "trajectory.html",
             title=record.id,
             t=record,
-            roots=bounded_tree(record.tree()),
+            roots=roots,
+            window=shown,
+            prompts=record.prompts,
             bar=bar,
-            turns=turns(record),
+            turns=turns(record, shown.shown),
             task=first_user_message(record),
             truth=ground_truth(record),
             replays=replays,
@@ -227,6 +233,7 @@ class Viewer:
             overlay_legends=LEGENDS,
             search=search,
             matches=matches,
+            search_stopped=search_stopped,
             matched={s.id for s in matches},
         )
 

@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import functools
 import json
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from html import escape
 from typing import Any
-from urllib.parse import quote, quote_plus
+from urllib.parse import quote, quote_plus, urlencode
 
 from markupsafe import Markup
 
@@ -212,19 +213,100 @@ def first_user_message(record: TrajectoryRecord) -> str | None:
     return None
 
 
-def spans_matching(spans: list[SpanRecord], text: str) -> list[SpanRecord]:
-    """The spans whose name, error, inputs or output hold ``text`` (case aside), in order."""
+SEARCH_MATCHES = 100  # a search lists at most this many spans
+SEARCH_CHARS = 64 * 2**20  # and reads at most this much of a trajectory's text before it stops, saying so
+
+
+def spans_matching(record: TrajectoryRecord, text: str) -> tuple[list[SpanRecord], str | None]:
+    """The spans whose name, error, inputs, output or (a turn stored as what it adds) added text
+    hold ``text`` (case aside), in order, and why the search stopped early (None: it read every
+    span). Read span by span: a search costs what it reads, and stops at ``SEARCH_MATCHES`` matches
+    or ``SEARCH_CHARS`` characters."""
     needle = text.casefold()
-    found = []
-    for span in spans:
-        haystack = " ".join(
-            (
-                span.name or "",
-                span.error_message or "",
-                json.dumps(span.inputs, default=str, ensure_ascii=False),
-                json.dumps(span.outputs, default=str, ensure_ascii=False),
-            )
-        )
+    prompts = record.prompts
+    found: list[SpanRecord] = []
+    read = 0
+    for n, span in enumerate(record.spans, 1):
+        parts = [
+            span.name or "",
+            span.error_message or "",
+            json.dumps(span.inputs, default=str, ensure_ascii=False),
+            json.dumps(span.outputs, default=str, ensure_ascii=False),
+        ]
+        if prompts.base(span) is not None:
+            parts.append(prompts.added_text(span) or "")
+        haystack = " ".join(parts)
+        read += len(haystack)
         if needle in haystack.casefold():
             found.append(span)
-    return found
+            if len(found) >= SEARCH_MATCHES:
+                return found, f"the first {SEARCH_MATCHES} matches, in {n} of {len(record.spans)} spans"
+        if read >= SEARCH_CHARS and n < len(record.spans):
+            return found, f"searched the first {n} of {len(record.spans)} spans ({read:,} characters)"
+    return found, None
+
+
+WINDOW_SPANS = 100  # spans drawn in detail on a trajectory's page; the others are a link away
+
+
+@dataclass
+class Window:
+    """The spans a trajectory's page draws in detail: ``WINDOW_SPANS`` consecutive spans of the tree
+    in reading order, with the spans that hold them drawn around them; every other span is a link
+    to the window that draws it, so a page of a 1,000-turn trajectory costs what one window does."""
+
+    trajectory_id: str
+    order: list[SpanRecord]  # every span, in reading order
+    start: int  # the first drawn span's place in ``order``
+    shown: set[str]  # drawn in detail
+    around: set[str]  # holds drawn spans: drawn as a heading with its children
+
+    @property
+    def end(self) -> int:
+        return min(self.start + WINDOW_SPANS, len(self.order))
+
+    def href(self, span_id: str) -> str:
+        """A link to a span: on this page, or the page whose window draws it."""
+        if span_id in self.shown or span_id in self.around:
+            return f"#span-{span_id}"
+        return f"/t/{quote(self.trajectory_id, safe='')}?{urlencode({'at': span_id})}#span-{span_id}"
+
+    def at(self, place: int) -> str | None:
+        """A link to the window starting ``place`` spans in (None past either end)."""
+        return self.href(self.order[place].id) if 0 <= place < len(self.order) else None
+
+    def children(self, span: SpanRecord) -> list[tuple[SpanRecord, int]]:
+        """A drawn span's children: (child, 0) for those drawn, (first, n) for each run of ``n``
+        consecutive children drawn on other pages."""
+        out: list[tuple[SpanRecord, int]] = []
+        for child in span.children:
+            if child.id in self.shown or child.id in self.around:
+                out.append((child, 0))
+            elif out and out[-1][1]:
+                out[-1] = (out[-1][0], out[-1][1] + 1)
+            else:
+                out.append((child, 1))
+        return out
+
+
+def window(trajectory_id: str, roots: list[SpanRecord], at: str | None) -> Window:
+    """The window holding span ``at`` (the first without it, or when it is not in the tree)."""
+    order: list[SpanRecord] = []
+    parent: dict[str, SpanRecord] = {}
+    stack = list(reversed(roots))
+    while stack:
+        span = stack.pop()
+        order.append(span)
+        for child in reversed(span.children):
+            parent[child.id] = span
+            stack.append(child)
+    place = next((i for i, s in enumerate(order) if s.id == at), 0) if at else 0
+    start = place - place % WINDOW_SPANS
+    shown = {s.id for s in order[start : start + WINDOW_SPANS]}
+    around: set[str] = set()
+    for span in order[start : start + WINDOW_SPANS]:
+        up = parent.get(span.id)
+        while up is not None and up.id not in around:
+            around.add(up.id)
+            up = parent.get(up.id)
+    return Window(trajectory_id, order, start, shown, around - shown)

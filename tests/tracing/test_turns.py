@@ -66,8 +66,10 @@ def run_loop(
 
 
 def llm_spans(trace_dir):
+    """The trajectory's llm spans in order, as the reader returns them (each turn as stored), and
+    its ``Prompts``, which makes any of them whole."""
     [t] = TraceStore(trace_dir).trajectories()
-    return sorted((s for s in t.spans if s.kind == "llm"), key=lambda s: s.start_ns)
+    return sorted((s for s in t.spans if s.kind == "llm"), key=lambda s: s.start_ns), t.prompts
 
 
 def stored_inputs(trace_dir) -> list[dict]:
@@ -89,14 +91,16 @@ def test_every_prompt_of_a_long_trajectory_reads_back_whole_with_its_text_exact(
     assert len(char) > 1  # (bytes of one character over several tokens)
     passed = run_loop(TracedLLMClient(Server(tail=char[:1]), qwen), qwen, 40, rewrite_at={14, 27}, split=char[1:])
     assert tracing.flush_tracing(60)
-    spans = llm_spans(trace_dir)
+    spans, prompts = llm_spans(trace_dir)
     assert len(spans) == 40
     for span, prompt in zip(spans, passed, strict=True):
-        assert span.inputs["prompt_ids"] == prompt
-        assert span.inputs["prompt_text"] == qwen.decode(prompt)
+        assert prompts.ids(span) == prompt and prompts.length(span) == len(prompt)
+        assert prompts.text(span) == qwen.decode(prompt)
         assert span.attributes["gen_ai.usage.input_tokens"] == len(prompt)
-        assert PROMPT_BASE not in span.inputs and PROMPT_IDS_ADDED not in span.inputs
-    assert "🦜" in spans[-1].inputs["prompt_text"].split("<tool_response>")[-2]  # (the split character, whole)
+        whole = prompts.whole_inputs(span)
+        assert whole["prompt_ids"] == prompt and PROMPT_BASE not in whole and PROMPT_IDS_ADDED not in whole
+    assert "🦜" in prompts.text(spans[-1]).split("<tool_response>")[-2]  # (the split character, whole)
+    assert prompts.added_text(spans[-1]) == qwen.decode(passed[-1])[len(qwen.decode(passed[-2])) :]
     stored = stored_inputs(trace_dir)
     whole = [i for i, s in enumerate(stored) if PROMPT_BASE not in s]
     assert whole == [0, 15, 28]  # the first turn and the two after a cut
@@ -117,8 +121,8 @@ def test_a_prompt_changed_after_the_call_is_recorded_as_it_was_at_the_call(trace
     tracing.init_tracing(trace_dir=str(trace_dir), token2text=True, sidecar=False)
     passed = run_loop(TracedLLMClient(Server(), qwen), qwen, 6, mutate=True)
     assert tracing.flush_tracing(60)
-    spans = llm_spans(trace_dir)
-    assert [s.inputs["prompt_ids"] for s in spans] == passed
+    spans, prompts = llm_spans(trace_dir)
+    assert [prompts.ids(s) for s in spans] == passed
     assert passed[1][0] == 7 and spans[0].inputs["prompt_ids"][0] != 7
 
 
@@ -150,13 +154,14 @@ def test_a_turn_whose_base_is_missing_keeps_what_it_added_and_says_why(trace_dir
     passed = run_loop(TracedLLMClient(Server(), qwen), qwen, 4)
     assert tracing.flush_tracing(60)
     tracing.shutdown_tracing()
-    second = llm_spans(trace_dir)[1].id
+    second = llm_spans(trace_dir)[0][1].id
     for shard in Path(trace_dir).rglob("*.rstrace"):
         with sqlite3.connect(shard) as db:
             db.execute("DELETE FROM spans WHERE id = ?", (second,))
-    spans = llm_spans(trace_dir)
+    spans, prompts = llm_spans(trace_dir)
     assert spans[0].inputs["prompt_ids"] == passed[0]
-    for span in spans[1:]:  # the third continues the second, the fourth the third
+    for span in spans[1:]:
+        assert prompts.ids(span) is None and prompts.text(span) is None  # the third continues the second, the fourth the third
         assert "prompt_ids" not in span.inputs and span.inputs[PROMPT_IDS_ADDED]
         assert (
             "not in the trace" in span.attributes[PROMPT_UNRESOLVED]
@@ -187,9 +192,9 @@ def test_a_turns_text_is_stored_only_where_redaction_changed_it(trace_dir, qwen)
     stored = stored_inputs(trace_dir)
     assert [s[PROMPT_BASE].get("text") for s in stored[1:]] == ["ids", None, "ids"]
     assert "[REDACTED]" in stored[2]["prompt_text_added"] and secret not in str(stored)
-    spans = llm_spans(trace_dir)
+    spans, prompts = llm_spans(trace_dir)
     for turn, (span, prompt) in enumerate(zip(spans, passed, strict=True)):
-        ids = span.inputs["prompt_ids"]
+        ids = prompts.ids(span)
         hidden = [i for i, token in enumerate(ids) if token == semconv.REDACTED_ID]
         assert len(ids) == len(prompt) and [t for i, t in enumerate(prompt) if i not in hidden] == [
             t for t in ids if t != semconv.REDACTED_ID
@@ -203,10 +208,10 @@ def test_a_turns_text_is_stored_only_where_redaction_changed_it(trace_dir, qwen)
                 prompt[hidden[0] : hidden[-1]]
             )
         assert span.attributes.get(semconv.REDACTED_TOKENS) == (len(hidden) if turn == 2 else None)
-    assert spans[1].inputs["prompt_text"] == qwen.decode(passed[1])
+    assert prompts.text(spans[1]) == qwen.decode(passed[1])
     for span, prompt in zip(spans[2:], passed[2:], strict=True):
-        assert secret not in span.inputs["prompt_text"]
-        assert span.inputs["prompt_text"] == qwen.decode(prompt).replace(secret, "[REDACTED]")
+        assert secret not in prompts.text(span) and secret not in (prompts.added_text(span) or "")
+        assert prompts.text(span) == qwen.decode(prompt).replace(secret, "[REDACTED]")
 
 
 def test_every_reader_gets_each_prompt_whole(trace_dir, qwen, tmp_path):
