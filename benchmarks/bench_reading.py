@@ -5,9 +5,9 @@ rebuild prompts, costs in time and memory.
            per turn a 200-token reply and 800 tokens of tool output: Python's own sources in
            Qwen's vocabulary), written as a user's loop writes one (verl's ToolAgentLoop's shape,
            through rollscope's traced LLM client, token2text on, into the local store through the
-           sidecar). Read, each in a fresh process: the viewer's page for it (``Viewer.handle``,
-           milliseconds, and the process's peak RSS), a search on that page for a word only its
-           last tool output holds, and ``traces show``.
+           sidecar). Read, each in a fresh process: the viewer's page for it (``Viewer.handle``
+           after the index page, as a user comes to it: milliseconds, and the process's peak RSS),
+           a search on that page for a word only its last tool output holds, and ``traces show``.
   crafted  one trajectory whose first turn's prompt is 2^20 ids, and N turns (1,000) each
            continuing that prompt with a few tokens: rows copied in SQLite, as a shared store
            can hold them. ``traces show``, the viewer's page and ``export --format jsonl``, each in
@@ -24,6 +24,7 @@ usage: python benchmarks/bench_reading.py [--turns 1000] [--continuations 1000] 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import sqlite3
@@ -44,7 +45,8 @@ BASE_IDS = 2**20
 
 
 def write_long(store: Path, turns: int, model: str) -> str:
-    """The 1,000-turn trajectory, through the tracing API; returns its id."""
+    """The 1,000-turn trajectory, through the tracing API (an llm span and a tool span a turn);
+    returns its id."""
     from transformers import AutoTokenizer
 
     from rollscope import tracing
@@ -58,7 +60,21 @@ def write_long(store: Path, turns: int, model: str) -> str:
     tools[-1] = tools[-1] + tokenizer.encode(NEEDLE)
     replies = [text[turns * TOOL + i * REPLY : turns * TOOL + (i + 1) * REPLY] for i in range(turns)]
     tracing.init_tracing(trace_dir=str(store), token2text=True)
-    trajectory(TracedLLMClient(InstantLLM(replies), tokenizer), first, tools, turns + 1, tracing, True)
+    client = TracedLLMClient(InstantLLM(replies), tokenizer)
+
+    @tracing.rollout_trace_op(kind="tool", name="search")
+    async def search(turn: int) -> dict:
+        return {"text": tokenizer.decode(tools[turn])}
+
+    async def loop() -> None:
+        with tracing.rollout_trace_attr(step=0, sample_index=0):
+            prompt = list(first)
+            for turn in range(turns):
+                out = await client.generate(f"r{turn}", prompt_ids=prompt, sampling_params={"temperature": 1.0})
+                await search(turn)
+                prompt += out["token_ids"] + tools[turn]
+
+    asyncio.run(loop())
     assert tracing.flush_tracing(1800)
     tracing.shutdown_tracing()
     [t] = TraceStore(store).trajectories()
@@ -99,10 +115,10 @@ def write_crafted(store: Path, continuations: int, model: str) -> str:
 
 READS = {  # what a child process does; its peak RSS is read by the parent
     "page": "from rollscope.viewer.server import Viewer\n"
-    "v = Viewer(D)\nt0 = time.perf_counter()\nstatus, _, body = v.handle('/t/' + ID)\n"
+    "v = Viewer(D)\nv.handle('/')\nt0 = time.perf_counter()\nstatus, _, body = v.handle('/t/' + ID)\n"
     "assert status == 200, body[:500]\nout = {'ms': (time.perf_counter() - t0) * 1e3, 'bytes': len(body)}",
     "search": "from rollscope.viewer.server import Viewer\n"
-    "v = Viewer(D)\nt0 = time.perf_counter()\nstatus, _, body = v.handle('/t/' + ID + '?q=' + Q)\n"
+    "v = Viewer(D)\nv.handle('/')\nt0 = time.perf_counter()\nstatus, _, body = v.handle('/t/' + ID + '?q=' + Q)\n"
     "assert status == 200 and b'1 span matches' in body, body[:500]\n"
     "out = {'ms': (time.perf_counter() - t0) * 1e3}",
     "show": "import contextlib, io\nfrom rollscope.cli import main\nt0 = time.perf_counter()\n"

@@ -39,6 +39,7 @@ from rollscope.viewer.views import (
     first_user_message,
     fmt,
     main_text,
+    outline,
     span_facts,
     spans_matching,
     window,
@@ -88,6 +89,7 @@ class Viewer:
             fmt=fmt,
             quote=quote,
             token_view=token_view,
+            outline=outline,
             span_facts=span_facts,
             with_markers=with_markers,
         )

@@ -8,6 +8,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from html import escape
+from collections.abc import Container
 from typing import Any
 from urllib.parse import quote, quote_plus, urlencode
 
@@ -275,11 +276,11 @@ class Window:
         """A link to the window starting ``place`` spans in (None past either end)."""
         return self.href(self.order[place].id) if 0 <= place < len(self.order) else None
 
-    def children(self, span: SpanRecord) -> list[tuple[SpanRecord, int]]:
-        """A drawn span's children: (child, 0) for those drawn, (first, n) for each run of ``n``
-        consecutive children drawn on other pages."""
+    def group(self, spans: list[SpanRecord]) -> list[tuple[SpanRecord, int]]:
+        """Sibling spans as drawn: (span, 0) for those drawn here, (first, n) for each run of ``n``
+        consecutive siblings drawn on other pages."""
         out: list[tuple[SpanRecord, int]] = []
-        for child in span.children:
+        for child in spans:
             if child.id in self.shown or child.id in self.around:
                 out.append((child, 0))
             elif out and out[-1][1]:
@@ -287,6 +288,28 @@ class Window:
             else:
                 out.append((child, 1))
         return out
+
+
+def outline(roots: list[SpanRecord], where: Window, matched: Container[str]) -> Markup:
+    """The span tree as the page's outline: every span, each a link to where it is drawn. Built
+    here, not by a template macro: a trajectory of 1,000 turns has thousands of spans, and a
+    macro call per span costs more than the rest of the page."""
+    out: list[str] = []
+    stack: list[SpanRecord | None] = list(reversed(roots))
+    while stack:
+        span = stack.pop()
+        if span is None:  # (the end of a span's children)
+            out.append("</ul></details></li>")
+            continue
+        classes = f"kind-{escape(span.kind)} status-{escape(span.status)}" + (" match" if span.id in matched else "")
+        link = f'<a href="{escape(where.href(span.id))}">{escape(span.name)}</a>'
+        if span.children:
+            out.append(f'<li class="{classes}"><details open><summary>{link}</summary><ul>')
+            stack.append(None)
+            stack.extend(reversed(span.children))
+        else:
+            out.append(f'<li class="{classes}">{link}</li>')
+    return Markup("".join(out))
 
 
 def window(trajectory_id: str, roots: list[SpanRecord], at: str | None) -> Window:
