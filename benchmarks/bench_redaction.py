@@ -8,6 +8,9 @@ Corpora (tests/fixtures, each with its source and license):
                    leaked (an independent corpus: rollscope uses none of TruffleHog's rules)
   ordinary         prose, code, JSON, tool output and JSON, base64 images, chat turns holding no
                    secret (1,120 lines): altered = a false positive
+  semgrep          Semgrep's credential rules' own test lines, the held-out half: the secrets
+                   their authors marked (leaked: 8 characters of one in a row still readable) and
+                   every other line of code (altered: changed beyond whole values replaced)
 
 Throughput: MB/s of one redactor on one core over 2 KB pieces of text as traces carry it: Python
 source, its docstrings, packages' metadata as JSON, a tool's output, chat turns, a base64 image in
@@ -121,12 +124,16 @@ def variants() -> dict[str, Callable[[str], str]]:
     }
 
 
-def _trufflehog() -> Any:
-    """tests/fixtures/trufflehog/corpus.py of this tree (a baseline's run reads the same corpus)."""
-    spec = importlib.util.spec_from_file_location("trufflehog_corpus", FIXTURES / "trufflehog" / "corpus.py")
+def _corpus(name: str) -> Any:
+    """tests/fixtures/NAME/corpus.py of this tree (a baseline's run reads the same corpus)."""
+    spec = importlib.util.spec_from_file_location(f"{name}_corpus", FIXTURES / name / "corpus.py")
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     return module
+
+
+def _trufflehog() -> Any:
+    return _corpus("trufflehog")
 
 
 def throughput_texts() -> dict[str, str]:
@@ -222,7 +229,14 @@ def corpora() -> dict[str, list[dict]]:
         "detect-secrets": [{"text": c["line"], "secret": c["secret"]} for c in detect_secrets if c["flag"]],
         "trufflehog": _trufflehog().cases("held_out"),
         "ordinary": [{"text": line["line"]} for line in ordinary],
+        # Semgrep's credential rules' test lines, the held-out half: their secrets (placeholders and
+        # short words passed to a call apart) and every other line of code
+        "semgrep": [c for c in _corpus("semgrep_secrets").cases("secret", "held_out") if c["kind"] in _SCORED],
+        "semgrep code": _corpus("semgrep_secrets").cases("code", "held_out"),
     }
+
+
+_SCORED = ("named", "shaped")
 
 
 def measure(redact: Callable[[str], str], cases: dict[str, list[dict]]) -> dict[str, int]:
@@ -234,6 +248,10 @@ def measure(redact: Callable[[str], str], cases: dict[str, list[dict]]) -> dict[
         **caught,
         "trufflehog leaked": sum(leaked(c, redact(c["input"])) == "key" for c in cases["trufflehog"]),
         "ordinary altered": sum(1 for c in cases["ordinary"] if redact(c["text"]) != c["text"]),
+        "semgrep leaked": sum(_corpus("semgrep_secrets").leaked(c, redact(c["text"])) for c in cases["semgrep"]),
+        "semgrep code altered": sum(
+            _corpus("semgrep_secrets").altered(c["text"], redact(c["text"])) for c in cases["semgrep code"]
+        ),
     }
 
 
@@ -322,13 +340,14 @@ def main() -> None:
     sizes = {name: len(c) for name, c in cases.items()}
     print(
         f"{'':44} {'kingfisher':>11} {'detect-secrets':>15} {'trufflehog leaked':>18} {'ordinary altered':>17}"
-        f" {'µs/trajectory':>14}"
+        f" {'semgrep leaked':>15} {'semgrep code altered':>21} {'µs/trajectory':>14}"
     )
     for name, r in results.items():
         print(
             f"{name:44} {r['kingfisher']:>5}/{sizes['kingfisher']:<5} {r['detect-secrets']:>8}/"
             f"{sizes['detect-secrets']:<6} {r.get('trufflehog leaked', '-'):>11}/{sizes['trufflehog']:<6}"
-            f" {r['ordinary altered']:>10}/{sizes['ordinary']:<6} {r['us_per_trajectory']:>14.0f}"
+            f" {r['ordinary altered']:>10}/{sizes['ordinary']:<6} {r['semgrep leaked']:>8}/{sizes['semgrep']:<6}"
+            f" {r['semgrep code altered']:>14}/{sizes['semgrep code']:<6} {r['us_per_trajectory']:>14.0f}"
         )
     print("\nthroughput, MB/s on one core:")
     for name, r in results.items():

@@ -323,9 +323,14 @@ class PayloadShaper:
     ) -> tuple[list[int], str]:
         """``ids`` with the tokens of a secret their text holds replaced (a copy, where any is), and
         that text, redacted. ``text``: theirs as already decoded after ``context`` (the tokens just
-        before them: a continuing turn's), else decoded here. Raises what decoding raises."""
+        before them: a continuing turn's), else decoded here. A secret that begins in ``context``
+        and ends in ``ids`` is found whole: its part here is replaced too. Raises what decoding
+        raises."""
         text = encodable(decoder.decode(ids) if text is None else text)
         clean = self.redactor.text(text)
+        crossing = _crossing(self.redactor, encodable(decoder.decode(list(context))), text) if context else 0
+        if crossing:  # (the end of a secret begun before these ids: replaced with the rest)
+            clean = REDACTED + self.redactor.text(text[crossing:])
         if clean != text:
             positions = secret_positions([*context, *ids], decoder, self.redactor, len(context))
             self.redacted_tokens += len(positions)
@@ -341,6 +346,12 @@ class PayloadShaper:
         if type(k) is str and len(self._keys) < _MAX_KEYS_REMEMBERED:  # (keys a model invents: not all)
             self._keys[k] = known
         return known
+
+
+def _crossing(redactor: Redactor, before: str, text: str) -> int:
+    """How far into ``text`` a secret that begins in ``before`` runs (0: none does)."""
+    n = len(before)
+    return max((b - n for a, b in redactor.spans(before + text) if a < n < b), default=0)
 
 
 _MAX_KEYS_REMEMBERED = 4096

@@ -87,12 +87,17 @@ def _token_ids(output: Any) -> Any:
 
 class TurnTexts:
     """Where spans are shaped: per trajectory, the last tokens of each llm turn's prompt and its
-    reply, so the next turn's added tokens decode as they read in the whole context. Bounded: a
-    trajectory is forgotten when it ends, and at most ``MAX_TRAJECTORIES`` are held (a trajectory
-    forgotten early has its later turns' text decoded without that context)."""
+    reply, so the next turn's added tokens decode as they read in the whole context, and are
+    scanned for secrets with what came before them: a key whose first lines ended one turn's
+    prompt and whose rest begins the next (a tool streaming its output in chunks) is found whole.
+    The latest turn keeps ``SCAN_CONTEXT`` tokens (more than the longest secret the redactor knows,
+    a private key's block); earlier ones ``WINDOW``. Bounded: a trajectory is forgotten when it
+    ends, and at most ``MAX_TRAJECTORIES`` are held (a trajectory forgotten early has its later
+    turns' text decoded without that context)."""
 
     MAX_TRAJECTORIES = 4096
     MAX_TURNS = 16  # a turn continues the trajectory's last one, or one a few back (calls in parallel)
+    SCAN_CONTEXT = 1024
 
     def __init__(self) -> None:
         self._turns: OrderedDict[str, OrderedDict[str, tuple[list[int], list[int]]]] = OrderedDict()
@@ -109,9 +114,9 @@ class TurnTexts:
             if before is None:
                 return
             tail, reply = before
-            tail = (tail + reply + inputs[PROMPT_IDS_ADDED])[-WINDOW:]
+            tail = (tail + reply + inputs[PROMPT_IDS_ADDED])[-self.SCAN_CONTEXT :]
         elif type(inputs.get(PROMPT_IDS)) is list:
-            tail = inputs[PROMPT_IDS][-WINDOW:]
+            tail = inputs[PROMPT_IDS][-self.SCAN_CONTEXT :]
         else:
             return
         reply_ids = _token_ids(outputs)
@@ -120,6 +125,10 @@ class TurnTexts:
             turns = self._turns[trajectory_id] = OrderedDict()
             if len(self._turns) > self.MAX_TRAJECTORIES:
                 self._turns.popitem(last=False)
+        if turns:  # (the turn before keeps what its text is decoded after)
+            last = next(reversed(turns))
+            earlier, replied = turns[last]
+            turns[last] = (earlier[-WINDOW:], replied)
         turns[span_id] = (tail, reply_ids if type(reply_ids) is list else [])
         if len(turns) > self.MAX_TURNS:
             turns.popitem(last=False)

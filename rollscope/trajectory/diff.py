@@ -16,7 +16,8 @@ from typing import Any
 from rollscope.trajectory.records import SpanRecord, TrajectoryRecord
 
 _TEXT_KEYS = ("response_text", "text", "content", "result", "output_text")
-_ID_KEYS = frozenset({"request_id", "instance_id", "id", "call_id", "tool_call_id", "session_id", "trace_id"})
+# (``span``: the turn a prompt stored as what it adds continues, ``prompt_base``'s: another id in another rollout)
+_ID_KEYS = frozenset({"request_id", "instance_id", "id", "call_id", "tool_call_id", "session_id", "trace_id", "span"})
 _ID_SHAPED = re.compile(r"[0-9a-fA-F]{8}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{4}-?[0-9a-fA-F]{12}")
 ID = "<id>"
 

@@ -91,7 +91,7 @@ def with_text(record: TrajectoryRecord, tokenizer: Any = None) -> int:
         (s, d, ids, text)
         for s in llm
         for d, ids, text in ((s.outputs, "token_ids", "response_text"), (s.inputs, "prompt_ids", "prompt_text"))
-        if isinstance(d, dict) and _ids(d.get(ids)) and not isinstance(d.get(text), str)
+        if isinstance(d, dict) and not isinstance(d.get(text), str) and _ids(d.get(ids))
     ]
     continued = any(isinstance(s.inputs, dict) and PROMPT_BASE in s.inputs for s in llm)
     if not todo and not continued:

@@ -12,6 +12,7 @@ from collections.abc import Container
 from typing import Any
 from urllib.parse import quote, quote_plus, urlencode
 
+import orjson
 from markupsafe import Markup
 
 from rollscope.semconv import (
@@ -228,12 +229,7 @@ def spans_matching(record: TrajectoryRecord, text: str) -> tuple[list[SpanRecord
     found: list[SpanRecord] = []
     read = 0
     for n, span in enumerate(record.spans, 1):
-        parts = [
-            span.name or "",
-            span.error_message or "",
-            json.dumps(span.inputs, default=str, ensure_ascii=False),
-            json.dumps(span.outputs, default=str, ensure_ascii=False),
-        ]
+        parts = [span.name or "", span.error_message or "", _json(span.inputs), _json(span.outputs)]
         if prompts.base(span) is not None:
             parts.append(prompts.added_text(span) or "")
         haystack = " ".join(parts)
@@ -245,6 +241,15 @@ def spans_matching(record: TrajectoryRecord, text: str) -> tuple[list[SpanRecord
         if read >= SEARCH_CHARS and n < len(record.spans):
             return found, f"searched the first {n} of {len(record.spans)} spans ({read:,} characters)"
     return found, None
+
+
+def _json(value: Any) -> str:
+    """``value`` as JSON text, to search (orjson: a trajectory's spans are searched span by span;
+    the standard library where orjson refuses a value, an int past 64 bits)."""
+    try:
+        return orjson.dumps(value, default=str, option=orjson.OPT_NON_STR_KEYS).decode()
+    except TypeError:
+        return json.dumps(value, default=str, ensure_ascii=False)
 
 
 WINDOW_SPANS = 100  # spans drawn in detail on a trajectory's page; the others are a link away

@@ -79,11 +79,12 @@ def test_the_replys_tokens_carry_neither_secret_in_any_stored_form(run):
     assert not leaks(tokens.decode(tokenizer, ids)) and "[REDACTED]" in tokens.decode(tokenizer, ids)
     assert "61 * 16" in tokens.decode(tokenizer, ids)  # only the secrets' tokens
     # the next turn's prompt holds the reply: built on the stored one, it carries no secret either
-    assert tokens.count(second.inputs["prompt_ids"]) == hidden
-    assert not leaks(tokens.decode(tokenizer, second.inputs["prompt_ids"]))
+    prompt = record.prompts.whole_inputs(second)
+    assert tokens.count(prompt["prompt_ids"]) == hidden
+    assert not leaks(tokens.decode(tokenizer, prompt["prompt_ids"]))
     if "response_text" in first.outputs:  # token2text
         assert not leaks(first.outputs["response_text"]) and not leaks("".join(first.outputs["token_texts"]))
-        assert not leaks(second.inputs["prompt_text"])
+        assert not leaks(prompt["prompt_text"]) and not leaks(record.prompts.added_text(second))
     run_span = next(s for s in record.spans if s.kind == "agent")
     assert not leaks(tokens.decode(tokenizer, run_span.outputs["response_ids"]))
 

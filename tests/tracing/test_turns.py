@@ -243,3 +243,36 @@ def test_every_reader_gets_each_prompt_whole(trace_dir, qwen, tmp_path):
     llm = sorted((s for s in json.loads(shown.stdout)["spans"] if s["kind"] == "llm"), key=lambda s: s["start_ns"])
     assert [s["inputs"]["prompt_ids"] for s in llm] == passed
     assert all("prompt_base" not in s["inputs"] for s in llm)
+
+
+def test_a_key_whose_body_crosses_a_turn_boundary_is_redacted_in_every_prompt(trace_dir, qwen):
+    """A tool streaming a private key in two chunks: the first ends one turn's prompt (its block
+    unterminated), the rest begins the next turn's added tokens. Each continuation is scanned with
+    the context before it, so no line of the key's body reads in any prompt made whole."""
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import rsa
+
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.TraditionalOpenSSL, serialization.NoEncryption()
+    ).decode()
+    body = pem.splitlines()[1:-1]
+    tracing.init_tracing(trace_dir=str(trace_dir), token2text=True)
+
+    async def main():
+        client = TracedLLMClient(Server(), qwen)
+        with tracing.rollout_trace_attr(step=0, sample_index=0):
+            prompt = qwen.encode("<|im_start|>user\nread the key file<|im_end|>\n")
+            for chunk in (pem[: len(pem) // 2], pem[len(pem) // 2 :], "done"):
+                out = await client.generate("r", prompt_ids=prompt, sampling_params={})
+                prompt += out["token_ids"] + qwen.encode(f"<tool_response>{chunk}</tool_response>")
+            await client.generate("r", prompt_ids=prompt, sampling_params={})
+
+    asyncio.run(main())
+    assert tracing.flush_tracing(60)
+    spans, prompts = llm_spans(trace_dir)
+    texts = [prompts.text(s) for s in spans]
+    assert len(texts) == 4 and all(isinstance(t, str) for t in texts)
+    assert [sum(line in t for line in body) for t in texts] == [0, 0, 0, 0]
+    assert "[REDACTED]" in texts[2] and "[REDACTED]" in texts[3]
+    assert [sum(line in tokens.decode(qwen, prompts.ids(s)) for line in body) for s in spans] == [0, 0, 0, 0]

@@ -22,7 +22,14 @@ from collections.abc import Iterable, Mapping
 
 from rollscope.semconv import REDACTED_TEXT as REDACTED
 from rollscope.tracing._redaction import named_tokens
-from rollscope.tracing._redaction.detect_secrets import ASSIGNMENT, KEYWORD_POINTER, Keywords, is_code, value_span
+from rollscope.tracing._redaction.detect_secrets import (
+    ASSIGNMENT,
+    KEYWORD_POINTER,
+    Keywords,
+    is_code,
+    is_placeholder,
+    value_span,
+)
 from rollscope.tracing._redaction.engine import SecretEngine, shared
 
 _GLOBAL_MIN = 8  # a found secret this long is redacted wherever it occurs, not only where found
@@ -41,7 +48,7 @@ _SECRET_KEY = re.compile(
 
 # Rules that find a value assigned to a secret-sounding name, unquoted or in any syntax: what they
 # find is a secret unless it reads as code (``credentials = includeCredentials``: another name).
-_READ_AS_CODE = (ASSIGNMENT, "rollscope.assignment.2")
+_READ_AS_CODE = (ASSIGNMENT, "rollscope.assignment.2", "rollscope.assignment.3")
 
 _SECRET_ENV = re.compile(r"(?i)(KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH)")
 _MIN_ENV_SECRET_LEN = 8
@@ -195,7 +202,8 @@ class Redactor:
         return _everywhere(s, spans) if spans else spans
 
     def _found(self, s: str, findings: list[tuple[int, int, str]]) -> list[tuple[int, int]]:
-        """The secrets in ``s`` from what the engine's rules found, those that need a second look checked."""
+        """The secrets in ``s`` from what the engine's rules found, those that need a second look
+        checked, each made the secret's own characters, whole (``_whole``)."""
         spans, pointers = [], []
         for start, end, rule in findings:
             if rule == KEYWORD_POINTER:
@@ -212,7 +220,7 @@ class Redactor:
             spans += self._keywords.spans(s, pointers)  # type: ignore[union-attr]
         if spans:
             spans += named_tokens.beside(s, spans)
-        return spans
+        return [w for a, b in spans if (w := _whole(s, a, b)) is not None]
 
     @staticmethod
     def is_secret_key(key: str) -> bool:
@@ -270,14 +278,40 @@ def _occurrences(s: str, value: str) -> list[tuple[int, int]]:
 
 def _everywhere(s: str, spans: list[tuple[int, int]]) -> list[tuple[int, int]]:
     """``spans``, and each found secret of ``_GLOBAL_MIN`` characters or more wherever else it
-    occurs in ``s``."""
+    stands on its own in ``s`` (not inside a longer name: a password ``Password`` found as a value
+    leaves ``UserCreationPasswordSecretKey`` as written)."""
     long = {s[a:b] for a, b in spans if b - a >= _GLOBAL_MIN}
     if len(long) <= _SEARCHED_ONE_BY_ONE:
         for secret in long:
-            spans += _occurrences(s, secret)
+            spans += [(a, b) for a, b in _occurrences(s, secret) if not _inside_word(s, a, b)]
     else:  # (many: each looked for as a token of its own, in one pass, rather than one pass each)
         spans += [m.span() for m in _TOKEN_RUN.finditer(s) if m.group() in long]
     return spans
+
+
+_WORD = re.compile(r"[A-Za-z0-9_]")
+_TOKEN_CHAR = re.compile(r"[A-Za-z0-9_+/=-]")
+
+
+def _inside_word(s: str, a: int, b: int) -> bool:
+    """Whether ``s[a:b]`` begins or ends inside a longer word (a letter, digit or ``_`` on both
+    sides of its edge)."""
+    return bool(
+        (a > 0 and _WORD.match(s, a - 1) and _WORD.match(s, a))
+        or (b < len(s) and _WORD.match(s, b) and _WORD.match(s, b - 1))
+    )
+
+
+def _whole(s: str, a: int, b: int) -> tuple[int, int] | None:
+    """A finding as the secret's own characters, whole: a match that begins inside a name is code
+    (``foreignKeyJsonObject``'s ``eyJsonObject`` is no token), a placeholder is filled elsewhere
+    (``{_github_pat(name)}``), and a match that stops inside a token runs on to the token's end (a
+    rule that reads a key's first 13 characters of 24 leaves no 11 behind)."""
+    if a >= b or (a > 0 and _WORD.match(s, a - 1) and _WORD.match(s, a)) or is_placeholder(s[a:b]):
+        return None
+    while b < len(s) and _TOKEN_CHAR.match(s, b) and _TOKEN_CHAR.match(s, b - 1):
+        b += 1
+    return a, b
 
 
 def _replaced(s: str, spans: list[tuple[int, int]]) -> str:

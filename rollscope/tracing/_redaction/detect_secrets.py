@@ -17,8 +17,9 @@ ASSIGNMENT = "detect-secrets.assignment."  # a vendor's ``<name>_<key word> = va
 KEYWORD_POINTER = "detect-secrets.keyword-pointer"  # a line with a key word: the keyword detector's to read
 DETECTOR = "detect-secrets.detector."
 
-# detect-secrets' detectors that name no secret (a public IP address is not a credential)
-_NOT_SECRETS = frozenset({"IPPublicDetector"})
+# detect-secrets' detectors that name no secret: a public IP address is not a credential, and a
+# private key's ``BEGIN`` line is its label (the key's body is what Kingfisher's rules redact).
+_NOT_SECRETS = frozenset({"IPPublicDetector", "PrivateKeyDetector"})
 # How detect-secrets' ``build_assignment_regex`` patterns begin, and what means the same without a look-behind
 _ASSIGNMENT_PREFIX = r"(?:(?<=\W)|(?<=^))"
 _BOUNDARY = r"(?:^|\W)"
@@ -108,7 +109,9 @@ def is_code(s: str, start: int, end: int) -> bool:
     newline = s.rfind("\n", lo, start)
     if (newline >= 0 or lo == 0) and _ENV_KEY.fullmatch(s, newline + 1, start):  # ``DB_PASSWORD=hunter``: a literal
         return False
-    if _SHORT_NUMBER.fullmatch(value):
+    if _SHORT_NUMBER.fullmatch(value) or is_placeholder(value):
+        return True
+    if _PATH.fullmatch(value) and not any(random_letters(part) for part in value.split(".")):
         return True
     head = re.split(r"[(\[]", value, maxsplit=1)[0]
     if _CODE.fullmatch(value) is None or any(c.isdigit() for c in head):
@@ -118,6 +121,41 @@ def is_code(s: str, start: int, end: int) -> bool:
 
 # A bare name, which is code unless it is as random as a key of letters alone (``KIhDrgYcsaNQafAhYcmp``).
 _NAME = re.compile(r"[A-Za-z]{16,}")
+
+
+# Where an unquoted value ends: at a space, or at what code writes after a value (a comma, a
+# semicolon, a closing bracket, a brace): ``password=None):``'s value is ``None``.
+_UNQUOTED_END = re.compile(r"[\s,;)\]}]")
+_CODE_AFTER = re.compile(r"[(){}\[\];]")  # what code, not a config's value, writes after a value
+
+
+def value_end(s: str, start: int, end: int) -> int:
+    """The end of the value that starts at ``start``, within ``end``: its closing quote where it is
+    quoted; else, where code follows it (a bracket, a brace, a semicolon on the rest of the line),
+    the first character code writes after a value; else ``end`` (a config's value, spaces and
+    all). The keyword patterns take the rest of the line (``jwt({ secret: process.env.SECRET }),
+    function(req, res) {``); a finding is the value's own characters, never the code after it."""
+    quote = s[start - 1] if start > 0 else ""
+    if quote in ("\"", "'", "`"):
+        close = s.find(quote, start, end)
+        return end if close == -1 else close
+    if s.startswith("-----BEGIN", start):  # (a key's block: its lines, spaces and all)
+        return end
+    found = _UNQUOTED_END.search(s, start, end)
+    if found is None or found.start() == start or not _CODE_AFTER.search(s, found.start(), end):
+        return end  # (a config's value runs to its line's end: ``key: value with spaces``, ``A,.:-@*?!``)
+    return found.start()
+
+
+# A value that is a path of names (``_step2.value.key``, ``creds.Password``): code, digits or not.
+_PATH = re.compile(r"[A-Za-z_$@][\w$]*(?:\.[A-Za-z_$][\w$]*)+")
+# A value that is a template's placeholder (``{_github_pat(name)}``, ``${TOKEN}``, ``{{ secret }}``,
+# ``%(password)s``, ``<your-api-key>``): what fills it is elsewhere.
+_PLACEHOLDER = re.compile(r"\$?\{.*\}|%\([\w.]+\)[sdr]|<[\w\s.-]+>", re.DOTALL)
+
+
+def is_placeholder(value: str) -> bool:
+    return _PLACEHOLDER.fullmatch(value) is not None
 
 
 def value_span(s: str, start: int, end: int) -> tuple[int, int]:
@@ -158,6 +196,7 @@ class Keywords:
                         a, b = match.span(group)
                         if b >= stop > 0 and stop < end:  # cut by the window: the value runs on to the line's end
                             b = end
+                        b = value_end(s, a, b)
                         if not is_code(s, a, b):
                             spans.append(value_span(s, a, b))
                             covered = max(covered, b)
@@ -167,6 +206,7 @@ class Keywords:
                     match = p.search(line)
                     if match and match.group(group):
                         a, b = start + match.start(group), start + match.end(group)
+                        b = value_end(s, a, b)
                         if not is_code(s, a, b):
                             spans.append(value_span(s, a, b))
         return spans

@@ -202,27 +202,24 @@ def standalone(s: str, start: int, end: int) -> list[tuple[int, int]]:
     return []
 
 
-# What data is called where it is written: the value of such a key is data, whatever it looks like.
-_DATA_WORDS = (
-    "data|image|images|img|audio|video|bytes|blob|b64|base64|b64_json|payload|content|raw|encoded|body|"
-    "file|attachment|thumbnail|pixels|embedding|array"
-)
-_DATA_KEY = re.compile(rf"""(?i)["']?\b(?:{_DATA_WORDS})["']?\s*[:=]\s*["']?$""")
 _DATA_URL = re.compile(r"(?i)data:[\w.+-]+/[\w.+-]+(?:;[\w.+-]+=[\w.+-]+)*;base64,$")
+_BASE64 = re.compile(r"[A-Za-z0-9+/]+={0,2}")
+_DATA_BYTES = 32  # base64 of this many bytes or more is data (a hash's digest, an image), not a key
 
 
 def is_data(s: str, start: int, end: int) -> bool:
-    """Whether the token at ``s[start:end]`` is data rather than a key: a data URL's payload
-    (``data:image/png;base64,…``), base64 with its padding (``…CqE=``: a key that ends so is
-    written after its name, where ``after_name`` finds it), or the value of a key that names data
-    (``"image": "…"``, ``b64_json=…``)."""
-    before = s[max(0, start - 64) : start]
-    if _DATA_URL.search(before):
+    """Whether the token at ``s[start:end]`` is data rather than a key, decided on the data itself
+    (never on the name of the key it is written under: ``"content": "…"`` holds keys too): a
+    data URL's payload (``data:image/png;base64,…``), base64 with its padding (``…CqE=``: a key
+    that ends so is written after its name, where ``after_name`` finds it), or base64 of
+    ``_DATA_BYTES`` bytes or more (a digest, a blob: a key written as base64 is shorter)."""
+    if _DATA_URL.search(s, max(0, start - 64), start):
         return True
     token = s[start:end]
     if token.endswith("=") and len(token) % 4 == 0 and token.rstrip("=")[-1:].isalnum():
         return True
-    return bool(_DATA_KEY.search(before))
+    bare = token.rstrip("=")
+    return bool(_BASE64.fullmatch(token)) and len(bare) % 4 != 1 and len(bare) * 3 // 4 >= _DATA_BYTES
 
 
 def _quoted_key(token: str) -> bool:
