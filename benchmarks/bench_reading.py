@@ -37,7 +37,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
-from bench_long_trajectories import InstantLLM, corpus_ids, model_dir, trajectory  # sibling scripts
+from bench_long_trajectories import InstantLLM, corpus_ids, model_dir, trajectory  # noqa: E402  (sibling scripts)
 
 FIRST, REPLY, TOOL = 2_000, 200, 800
 NEEDLE = " NEEDLE_IN_THE_LAST_TOOL_OUTPUT"
@@ -174,7 +174,10 @@ def main() -> None:
     for name, tree in sides.items():
         for what in ("page", "search", "show"):
             r = results.setdefault(name, {})[f"long_{what}"] = read(tree, what, work / "long", long_id)
-            print(f"{name:>10} {args.turns} turns  {what:<7} {r['ms']:>9,.0f} ms  peak {r['peak_mb']:>7,.0f} MB", flush=True)
+            print(
+                f"{name:>10} {args.turns} turns  {what:<7} {r['ms']:>9,.0f} ms  peak {r['peak_mb']:>7,.0f} MB",
+                flush=True,
+            )
     counts = {0, args.continuations, *([args.baseline_continuations] if args.baseline else [])}
     crafted = {n: (work / f"crafted-{n}", write_crafted(work / f"crafted-{n}", n, model)) for n in sorted(counts)}
     for name, tree in sides.items():
@@ -184,7 +187,11 @@ def main() -> None:
             store, tid = crafted[n]
             for what in ("show", "page", "export"):
                 r = results[name][f"crafted_{n}_{what}"] = read(tree, what, store, tid)
-                print(f"{name:>10} base + {n:>5} continuations  {what:<7} {r['ms']:>9,.0f} ms  peak {r['peak_mb']:>7,.0f} MB", flush=True)
+                print(
+                    f"{name:>10} base + {n:>5} continuations  {what:<7} {r['ms']:>9,.0f} ms  "
+                    f"peak {r['peak_mb']:>7,.0f} MB",
+                    flush=True,
+                )
     ours = results["this tree"]
     for what in ("show", "page", "export"):
         ratio = ours[f"crafted_{args.continuations}_{what}"]["peak_mb"] / ours[f"crafted_0_{what}"]["peak_mb"]
@@ -193,7 +200,9 @@ def main() -> None:
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=1))
     if args.baseline:
-        subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(sides[args.baseline])], check=False)
+        subprocess.run(
+            ["git", "-C", str(ROOT), "worktree", "remove", "--force", str(sides[args.baseline])], check=False
+        )
 
 
 if __name__ == "__main__":

@@ -42,9 +42,9 @@ from rollscope.viewer.views import (
     outline,
     span_facts,
     spans_matching,
-    window,
     table_row,
     tool_call,
+    window,
 )
 
 PAGE_SIZE = 100

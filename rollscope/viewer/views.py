@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import functools
 import json
+from collections.abc import Container
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from html import escape
-from collections.abc import Container
 from typing import Any
 from urllib.parse import quote, quote_plus, urlencode
 

@@ -38,7 +38,7 @@ def test_the_secrets_semgreps_rules_mark_rarely_reach_a_trace_and_their_code_is_
         "const opts = Object.assign({issuer: 'http://issuer'}, {secret: configSecret})",
         "\tif !ok || expectedPassword != creds.Password {",
         "new FacebookStrategy({clientSecret:config})",
-        "return foreignKeyJsonObject.get(\"header\").toString()",
+        'return foreignKeyJsonObject.get("header").toString()',
         "var key = _step2.value.key;",
         'f"https://user123:{_github_pat(github_secret_name)}@github.com/"',
         "\t\t`-----BEGIN RSA PRIVATE KEY-----",

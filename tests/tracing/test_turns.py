@@ -161,7 +161,9 @@ def test_a_turn_whose_base_is_missing_keeps_what_it_added_and_says_why(trace_dir
     spans, prompts = llm_spans(trace_dir)
     assert spans[0].inputs["prompt_ids"] == passed[0]
     for span in spans[1:]:
-        assert prompts.ids(span) is None and prompts.text(span) is None  # the third continues the second, the fourth the third
+        assert (
+            prompts.ids(span) is None and prompts.text(span) is None
+        )  # the third continues the second, the fourth the third
         assert "prompt_ids" not in span.inputs and span.inputs[PROMPT_IDS_ADDED]
         assert (
             "not in the trace" in span.attributes[PROMPT_UNRESOLVED]

@@ -136,7 +136,7 @@ def value_end(s: str, start: int, end: int) -> int:
     all). The keyword patterns take the rest of the line (``jwt({ secret: process.env.SECRET }),
     function(req, res) {``); a finding is the value's own characters, never the code after it."""
     quote = s[start - 1] if start > 0 else ""
-    if quote in ("\"", "'", "`"):
+    if quote in ('"', "'", "`"):
         close = s.find(quote, start, end)
         return end if close == -1 else close
     if s.startswith("-----BEGIN", start):  # (a key's block: its lines, spaces and all)
