@@ -64,6 +64,8 @@ RUN = "rollscope.run"  # the reward, tools, LLM and model ``rollscope run`` used
 REWARD_DETAILS = "reward_details"  # a reward's components (verl's ``reward_extra_info``)
 WANDB_RUN = "wandb.run"  # the W&B run it belongs to, "entity/project/run_id"
 REPLAY_OF = "replay_of"  # the trajectory a replay re-ran
+# On a trajectory as read (not stored): its recorded tokenizer's path holds another vocabulary now
+TOKENIZER_CHANGED = "rollscope.tokenizer_changed"
 UNREADABLE = "rollscope.unreadable"  # on a span or trajectory whose stored payload could not be read
 
 # ---- sampling parameters a loop passes to ``generate`` ----

@@ -40,6 +40,7 @@ from rollscope.tools.observed import observe_tools
 from rollscope.tracing import SpanKind, rollout_trace_attr, set_reward, trace_span
 from rollscope.tracing.instrument import begin_span, current_frame, end_span, native, state, verl_context
 from rollscope.tracing.spans import code_location
+from rollscope.trajectory.decoders import fingerprint
 
 _VERL_TRACE = _verl.trace_switch()  # verl's per-task switch for its own decorators
 log = logging.getLogger("rollscope.agentloops")
@@ -294,8 +295,9 @@ _replay_records: dict[tuple[int, int, int], dict[str, Any]] = {}
 
 def replay_record(cls: type, config: Any, tokenizer: Any) -> dict[str, Any]:
     """What ``rollscope replay`` needs to rebuild this loop, recorded on its run span: the class,
-    the rollout lengths and multi-turn settings (the tool config path among them) and the
-    tokenizer's directory. Worked out once per class and config: a loop is built per trajectory."""
+    the rollout lengths and multi-turn settings (the tool config path among them), the
+    tokenizer's directory and its vocabulary's fingerprint. Worked out once per class and config:
+    a loop is built per trajectory."""
     key = (id(cls), id(config), id(tokenizer))
     record = _replay_records.get(key)
     if record is None:
@@ -308,5 +310,6 @@ def replay_record(cls: type, config: Any, tokenizer: Any) -> dict[str, Any]:
             "response_length": rollout.get("response_length"),
             "multi_turn": plain,
             "tokenizer": getattr(tokenizer, "name_or_path", None) or None,
+            "vocab": fingerprint(tokenizer) if tokenizer is not None else None,  # (a reader checks it: ``decoders``)
         }
     return record

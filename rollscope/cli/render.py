@@ -12,6 +12,7 @@ from rich.tree import Tree
 
 from rollscope.analysis.grpo import GroupMember
 from rollscope.analysis.history import PromptStep
+from rollscope.semconv import TOKENIZER_CHANGED
 from rollscope.tracing.spans import STACKTRACE
 from rollscope.trajectory.diff import TrajectoryDiff, turn_text
 from rollscope.trajectory.records import SpanRecord, TrajectoryRecord
@@ -62,6 +63,9 @@ def show_trajectory(out: Console, record: TrajectoryRecord, *, full: bool = Fals
     ):
         head.add_row(key, value if key == "status" or key == "error spans" else escape(value))
     out.print(head)
+    changed = (record.attributes or {}).get(TOKENIZER_CHANGED) or record.prompts.note
+    if changed:
+        out.print(f"[yellow]{escape(changed)}[/yellow]")
     if record.error_message:
         out.print(f"[red]error: {escape(record.error_type or '')}: {escape(record.error_message)}[/red]")
         _traceback(out.print, record.attributes, full)

@@ -16,7 +16,7 @@ from typing import Any
 from rollscope.analysis.grpo import group_advantages
 from rollscope.semconv import REWARD_DETAILS
 from rollscope.trajectory.records import SpanRecord, TrajectoryRecord
-from rollscope.trajectory.text import load_decoder, recorded_tokenizer, with_text
+from rollscope.trajectory.text import recorded_decoder, with_text
 
 # Per response token, what the trainer computed (``trainer.training_record``): lists as long as the
 # response, None where the run recorded none. ``token_advantages`` is verl's advantages tensor: the
@@ -141,8 +141,7 @@ def _solution(record: TrajectoryRecord, spans: list[SpanRecord], run: SpanRecord
             return s.inputs["solution"]
     outputs = run.outputs if run is not None and isinstance(run.outputs, dict) else {}
     ids = outputs.get("response_ids")
-    name = recorded_tokenizer(record.spans)
-    tokenizer = load_decoder(name) if name and isinstance(ids, list) and ids else None
+    tokenizer = recorded_decoder(record.spans) if isinstance(ids, list) and ids else None
     if tokenizer is not None:
         return tokenizer.decode(ids, skip_special_tokens=True)
     with_text(record)

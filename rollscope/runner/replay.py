@@ -21,9 +21,9 @@ from typing import Any
 from rollscope.semconv import REPLAY, RUN
 from rollscope.store import TraceStore
 from rollscope.trajectory import tokens
+from rollscope.trajectory.decoders import load_tokenizer
 from rollscope.trajectory.diff import TrajectoryDiff, turn_text
 from rollscope.trajectory.records import SpanRecord, TrajectoryRecord
-from rollscope.trajectory.text import load_tokenizer
 
 
 class ReplayError(ValueError):

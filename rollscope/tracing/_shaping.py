@@ -32,6 +32,7 @@ from rollscope.tracing._payload import UNRECORDED, PayloadShaper, carries_token_
 from rollscope.tracing._turns import TurnTexts
 from rollscope.tracing._wire import tokenizer_name
 from rollscope.tracing.spans import Span, SpanKind, Trajectory
+from rollscope.trajectory.decoders import fingerprint
 from rollscope.trajectory.retokenization import check_request
 from rollscope.trajectory.turns import is_continuation, text_after
 
@@ -184,7 +185,7 @@ class EventShaper:
         name = tokenizer_name(decoder)
         limit = self.shaper.max_chars
         if name is not None and (limit is None or len(text) <= limit) and clean == text:
-            base["text"], base["decoder"] = "ids", name
+            base["text"], base["decoder"], base["vocab"] = "ids", name, fingerprint(decoder)
             return {**inputs, PROMPT_BASE: base}
         return {**inputs, PROMPT_BASE: base, PROMPT_TEXT_ADDED: clean}
 

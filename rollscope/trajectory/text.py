@@ -4,81 +4,40 @@ verl's default records token ids only (``token2text=False``: no decoding in the 
 process). A traced loop records its tokenizer's directory on the run span (``REPLAY``, as a
 replay needs it); readers (the viewer, ``traces show``) decode the llm turns' ``token_ids`` and
 ``prompt_ids`` with it into ``response_text`` and ``prompt_text``, in memory, where those are
-missing. Without the tokenizer here (another machine, a hub name not cached), the ids stay ids.
+missing. Without the tokenizer here (another machine, a hub name not cached), or with another
+vocabulary at that path than the one recorded (``decoders``), the ids stay ids.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import logging
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Any
 
-from rollscope.semconv import PROMPT_BASE, REPLAY
+from rollscope.semconv import PROMPT_BASE, REPLAY, TOKENIZER_CHANGED
 from rollscope.trajectory import tokens
+from rollscope.trajectory.decoders import changed, decoder_for
 from rollscope.trajectory.records import TrajectoryRecord
-
-log = logging.getLogger("rollscope.trajectory")
 
 
 def recorded_tokenizer(spans: Iterable[Any]) -> str | None:
     """The tokenizer directory (or hub name) a trajectory's loop recorded, from its spans."""
+    info = _recorded(spans)
+    return info["tokenizer"] if info is not None else None
+
+
+def recorded_decoder(spans: Iterable[Any]) -> Any:
+    """What decodes a trajectory's ids: the tokenizer its loop recorded, where the one at that path
+    here has the vocabulary recorded with it (``decoders.decoder_for``); else None."""
+    info = _recorded(spans)
+    return decoder_for(info["tokenizer"], info.get("vocab")) if info is not None else None
+
+
+def _recorded(spans: Iterable[Any]) -> dict[str, Any] | None:
     for span in spans:
         info = (span.attributes or {}).get(REPLAY)
         if isinstance(info, dict) and isinstance(info.get("tokenizer"), str):
-            return info["tokenizer"]
+            return info
     return None
-
-
-class Decoder:
-    """A tokenizer's decoding alone, from its ``tokenizer.json`` with the ``tokenizers`` library:
-    what decodes token ids where transformers (and the torch it imports) would take seconds to
-    import — a reader, or the trace sidecar starting under a busy trainer. Decodes as
-    transformers' fast tokenizer does (``decode``, ``batch_decode``; special tokens kept unless
-    asked otherwise)."""
-
-    def __init__(self, tokenizer: Any, name: str) -> None:
-        self._tokenizer = tokenizer
-        self.name_or_path = name
-
-    def decode(self, ids: list[int], skip_special_tokens: bool = False) -> str:
-        return self._tokenizer.decode(ids, skip_special_tokens=skip_special_tokens)
-
-    def batch_decode(self, batch: list[list[int]], skip_special_tokens: bool = False) -> list[str]:
-        return self._tokenizer.decode_batch(batch, skip_special_tokens=skip_special_tokens)
-
-
-@functools.lru_cache(maxsize=8)
-def load_decoder(name: str) -> Any:
-    """What decodes ids for ``name``: a ``Decoder`` where its directory has a ``tokenizer.json``
-    that transformers would decode the same way (no space clean-up after it), else the whole
-    tokenizer (``load_tokenizer``); None if neither is here."""
-    path = Path(name)
-    try:
-        config = json.loads((path / "tokenizer_config.json").read_text()) if path.is_dir() else None
-        if config is not None and (path / "tokenizer.json").is_file():
-            from tokenizers import Tokenizer
-
-            tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
-            if not config.get("clean_up_tokenization_spaces") or type(tokenizer.model).__name__ == "BPE":
-                return Decoder(tokenizer, name)
-    except Exception as exc:  # tokenizers not installed, a file unreadable: transformers decides
-        log.info("decoding with transformers for %r (%s)", name, exc)
-    return load_tokenizer(name)
-
-
-@functools.lru_cache(maxsize=8)
-def load_tokenizer(name: str) -> Any:
-    """A tokenizer from this machine only (a directory, or the Hugging Face cache); None if absent."""
-    try:
-        from transformers import AutoTokenizer
-
-        return AutoTokenizer.from_pretrained(name, local_files_only=True)
-    except Exception as exc:  # not installed, not here, unreadable: the ids stay ids
-        log.info("no tokenizer %r here to decode token ids with (%s)", name, exc)
-        return None
 
 
 def with_text(record: TrajectoryRecord, tokenizer: Any = None) -> int:
@@ -97,8 +56,10 @@ def with_text(record: TrajectoryRecord, tokenizer: Any = None) -> int:
     if not todo and not continued:
         return 0
     if tokenizer is None:
+        tokenizer = recorded_decoder(record.spans)
         name = recorded_tokenizer(record.spans)
-        tokenizer = load_decoder(name) if name else None
+        if tokenizer is None and name in changed:  # (said on the record: a reader shows it)
+            record.attributes = {**(record.attributes or {}), TOKENIZER_CHANGED: changed[name]}
     if tokenizer is None:
         return 0
     for _, fields, ids, text in todo:

@@ -41,7 +41,7 @@ from rollscope.semconv import (
     PROMPT_UNRESOLVED,
 )
 from rollscope.trajectory import tokens
-from rollscope.trajectory.text import load_decoder
+from rollscope.trajectory.decoders import changed, decoder_for
 
 
 def is_continuation(inputs: Any) -> bool:
@@ -72,13 +72,14 @@ class Prompts:
     ``outputs`` and ``attributes``). Checking how the turns continue each other is linear in the
     spans and decodes nothing; ``added_text`` decodes one turn's added tokens (kept: together they
     are the trajectory's text once); ``ids`` and ``text`` build one whole prompt (not kept: the
-    caller holds it as long as it needs it). ``decoder``: the tokenizer by name, for a turn whose
-    text was stored as its ids (``"text": "ids"``); ``tokenizer``: one that decodes the turns that
+    caller holds it as long as it needs it). ``decoder``: the tokenizer by name and vocabulary
+    (``decoders.decoder_for``), for a turn whose text was stored as its ids (``"text": "ids"``):
+    None where the one at that path has another vocabulary; ``tokenizer``: one that decodes the turns that
     stored no text at all (token2text off), where the reader has one.
     """
 
     def __init__(
-        self, spans: Iterable[Any], decoder: Callable[[str], Any] = load_decoder, tokenizer: Any = None
+        self, spans: Iterable[Any], decoder: Callable[[str, Any], Any] = decoder_for, tokenizer: Any = None
     ) -> None:
         self._llm = {s.id: s for s in spans if s.kind == "llm" and type(s.inputs) is dict}
         self._decoder, self._tokenizer = decoder, tokenizer
@@ -170,6 +171,21 @@ class Prompts:
                 out[key] = value
         return out
 
+    @property
+    def note(self) -> str | None:
+        """Why the turns whose text was stored as their ids cannot be read as text here: the
+        tokenizer at the path they name has another vocabulary than the one recorded (None: they can,
+        or none was stored so)."""
+        named = {
+            (base.get("decoder"), base.get("vocab"))
+            for s in self.continuations()
+            if type(base := s.inputs[PROMPT_BASE]) is dict and base.get("text") == "ids"
+        }
+        for name, vocab in named:
+            if isinstance(name, str) and self._decoder(name, vocab) is None and name in changed:
+                return changed[name]
+        return None
+
     def mark(self) -> int:
         """Says on each continuing span which turn it continues and with how many tokens
         (``PROMPT_CONTINUES``), or why it cannot be made whole (``PROMPT_UNRESOLVED``); returns how
@@ -258,7 +274,7 @@ class Prompts:
             return inputs[PROMPT_TEXT_ADDED], base.get("text_cut", 0)
         if base.get("text") == "ids":
             name = base.get("decoder")
-            tokenizer = self._decoder(name) if isinstance(name, str) else None
+            tokenizer = self._decoder(name, base.get("vocab")) if isinstance(name, str) else None
         else:
             tokenizer = self._tokenizer
         if tokenizer is None:
@@ -276,7 +292,7 @@ class Prompts:
         return out.get("token_ids") if isinstance(out, dict) else getattr(out, "token_ids", None)
 
 
-def resolve_prompts(spans: list[Any], decoder: Callable[[str], Any] = load_decoder) -> int:
+def resolve_prompts(spans: list[Any], decoder: Callable[[str, Any], Any] = decoder_for) -> int:
     """Makes the prompt of every continuing llm span among ``spans`` whole, in place, for a
     backend that writes each call whole; returns how many could not be (those keep what they added,
     and say why under ``PROMPT_UNRESOLVED``). Costs the whole prompts' size: each is built once."""

@@ -24,6 +24,7 @@ from rollscope.analysis.history import prompt_history
 from rollscope.analysis.insights import SIGNALS, Signal, Thresholds, insights
 from rollscope.analysis.live import running
 from rollscope.analysis.metric_changes import metric_changes
+from rollscope.semconv import TOKENIZER_CHANGED
 from rollscope.sources import TraceSource, open_source
 from rollscope.sources.wandb_history import HistoryError, RunHistory, read_history
 from rollscope.store import rescorings
@@ -213,6 +214,7 @@ class Viewer:
         replays = self.store().trajectories(replay_of=record.id, order_by="start")
         original = self.store().get(record.replay_of).training if record.replay_of else None
         drift = retokenization(record)
+        chats = turns(record, shown.shown)  # (before the note below: it decodes what the window shows)
         return self._render(
             "trajectory.html",
             title=record.id,
@@ -221,7 +223,8 @@ class Viewer:
             window=shown,
             prompts=record.prompts,
             bar=bar,
-            turns=turns(record, shown.shown),
+            turns=chats,
+            tokenizer_changed=(record.attributes or {}).get(TOKENIZER_CHANGED) or record.prompts.note,
             task=first_user_message(record),
             truth=ground_truth(record),
             replays=replays,

@@ -15,7 +15,7 @@ import pytest
 from rollscope import semconv
 from rollscope.store import TraceStore
 from rollscope.trajectory import tokens
-from rollscope.trajectory.text import load_decoder
+from rollscope.trajectory.decoders import load_decoder
 from tests.agentloops.real_models import model_dir
 
 pytestmark = pytest.mark.slow

@@ -278,3 +278,53 @@ def test_a_key_whose_body_crosses_a_turn_boundary_is_redacted_in_every_prompt(tr
     assert [sum(line in t for line in body) for t in texts] == [0, 0, 0, 0]
     assert "[REDACTED]" in texts[2] and "[REDACTED]" in texts[3]
     assert [sum(line in tokens.decode(qwen, prompts.ids(s)) for line in body) for s in spans] == [0, 0, 0, 0]
+
+
+def test_a_tokenizer_path_pointing_at_another_vocabulary_shows_ids_and_says_so(trace_dir, qwen, tmp_path):
+    """The path a trace names its tokenizer by, re-pointed to another model after the run (a
+    reused ``/models/current``): readers in a fresh process (``traces show``, the viewer) decode
+    nothing with it, and say why; the same path holding the same vocabulary decodes as before."""
+    import json
+    import shutil
+    import subprocess
+    import sys
+
+    from transformers import AutoTokenizer
+
+    current = tmp_path / "models" / "current"
+    shutil.copytree(qwen.name_or_path, current)
+    tokenizer = AutoTokenizer.from_pretrained(str(current))
+    tracing.init_tracing(trace_dir=str(trace_dir), token2text=True)
+    run_loop(TracedLLMClient(Server(), tokenizer), tokenizer, 4)
+    assert tracing.flush_tracing(60)
+    tracing.shutdown_tracing()
+    stored = stored_inputs(trace_dir)
+    assert stored[1][PROMPT_BASE]["text"] == "ids" and stored[1][PROMPT_BASE]["vocab"]
+
+    def show(*extra: str) -> subprocess.CompletedProcess:
+        [t] = TraceStore(trace_dir).trajectories()
+        return subprocess.run(
+            [sys.executable, "-m", "rollscope.cli", "traces", "show", t.id, "--dir", str(trace_dir), *extra],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    same = show("--json")
+    llm = [s for s in json.loads(same.stdout)["spans"] if s["kind"] == "llm"]
+    assert all("prompt_text" in s["inputs"] for s in llm) and "not the one" not in same.stderr
+    shutil.rmtree(current)
+    model_dir("llama3.1", current)  # (another model's tokenizer at the same path)
+    shown = show()
+    assert shown.returncode == 0 and "is not the one this trace was recorded with" in " ".join(shown.stdout.split())
+    whole = show("--json")
+    llm = sorted((s for s in json.loads(whole.stdout)["spans"] if s["kind"] == "llm"), key=lambda s: s["start_ns"])
+    assert "prompt_text" in llm[0]["inputs"]  # (stored as text: nothing to decode)
+    assert all("prompt_text" not in s["inputs"] and s["inputs"]["prompt_ids"] for s in llm[1:])
+    from rollscope.trajectory.decoders import load_decoder
+    from rollscope.viewer.server import Viewer
+
+    load_decoder.cache_clear()  # (as a viewer started after the path was re-pointed)
+    [t] = TraceStore(trace_dir).trajectories()
+    status, _, page = Viewer(str(trace_dir)).handle(f"/t/{t.id}")
+    assert status == 200 and b'id="tokenizer-changed"' in page

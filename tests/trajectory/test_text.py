@@ -10,7 +10,8 @@ import httpx
 from rollscope import tracing
 from rollscope.semconv import REPLAY
 from rollscope.store import TraceStore
-from rollscope.trajectory.text import Decoder, load_decoder, load_tokenizer, with_text
+from rollscope.trajectory.decoders import Decoder, load_decoder, load_tokenizer
+from rollscope.trajectory.text import with_text
 from tests.viewer.conftest import serve
 
 
@@ -90,7 +91,7 @@ def test_ids_decode_without_transformers_exactly_as_transformers_does(tmp_path, 
     assert decoder.decode(ids, skip_special_tokens=True) == tiny_tokenizer.decode(ids, skip_special_tokens=True)
     assert decoder.batch_decode([[i] for i in ids]) == tiny_tokenizer.batch_decode([[i] for i in ids])
     probe = (
-        "import sys; from rollscope.trajectory.text import load_decoder; "
+        "import sys; from rollscope.trajectory.decoders import load_decoder; "
         f"print(load_decoder({str(tokenizer_dir)!r}).decode({ids!r})); print('transformers' in sys.modules)"
     )
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)

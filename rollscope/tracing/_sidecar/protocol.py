@@ -86,7 +86,7 @@ def sidecar_tokenizer(name: str) -> Any:
     per name): what finds the tokens of a secret, and token2text's text. One that cannot be loaded
     here is said once: its ids are stored as they came, unchecked (readers decode them where the
     tokenizer is: ``store.text``)."""
-    from rollscope.trajectory.text import load_decoder
+    from rollscope.trajectory.decoders import load_decoder
 
     tokenizer = load_decoder(name)
     if tokenizer is None and name not in _unloadable:

@@ -39,7 +39,7 @@ from rollscope.trajectory.chat import openai_messages, openai_reply
 from rollscope.trajectory.records import TRAJECTORY_COLUMNS, TrajectoryRecord
 from rollscope.trajectory.summary import COLUMNS as SUMMARY_COLUMNS
 from rollscope.trajectory.summary import TrajectorySummary
-from rollscope.trajectory.text import load_decoder, recorded_tokenizer
+from rollscope.trajectory.text import recorded_decoder
 
 log = logging.getLogger("rollscope.tracing")
 TRAINING_FEEDBACK = "rollscope.training"  # the feedback type of a trajectory's training record
@@ -478,8 +478,7 @@ class _Decoder:
             return None
         if not self.loaded:
             self.loaded = True
-            name = recorded_tokenizer(self.spans)
-            self.tokenizer = load_decoder(name) if name else None
+            self.tokenizer = recorded_decoder(self.spans)
         if self.tokenizer is None:
             return None
         try:
