@@ -306,6 +306,45 @@ def test_a_call_past_the_servers_limit_arrives_cut_with_the_cut_said(weave_trace
     assert small["inputs"]["prompt_ids"] == " ".join(map(str, [1, 2, 3] * 10)) and CUT not in small["attributes"]
 
 
+def test_a_long_turn_with_its_text_and_chat_is_measured_as_sent(weave_trace_server, tmp_path):
+    """A 300k-token turn with token2text and texts kept whole (``max_payload_chars=None``): its ids
+    fit the limit alone, but its text, and the chat
+    messages made from that text for Weave's Chat tab, take it past it. The call is measured with
+    every field it is sent with, cut by the same rule (its end kept), and the cut said on it."""
+    import asyncio
+    import random
+
+    from transformers import AutoTokenizer
+
+    from rollscope.agentloops.llm_client import TracedLLMClient
+    from rollscope.tracing.backends.weave import CUT
+    from tests.agentloops.real_models import model_dir
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir("qwen2.5", tmp_path / "qwen"))
+    rng = random.Random(2)
+    words = ["alpha", "beta", "gamma", "delta", "tool", "result", "value", "line"]
+    text = "<|im_start|>user\n" + " ".join(rng.choice(words) + str(rng.randrange(100)) for _ in range(190_000))
+    prompt = tokenizer.encode(text)
+    assert len(prompt) > 250_000 and len(" ".join(map(str, prompt))) < 3 << 20  # (the ids alone fit)
+
+    class Server:  # the LLM server, a test double
+        async def generate(self, request_id, *, prompt_ids, sampling_params):
+            return {"token_ids": tokenizer.encode(" done"), "stop_reason": "stop"}
+
+    async def loop():
+        with tracing.rollout_trace_attr(step=0, sample_index=0):
+            await TracedLLMClient(Server(), tokenizer).generate("r", prompt_ids=prompt, sampling_params={})
+
+    tracing.init_tracing(backend="weave", weave_project="ent/long-turn", token2text=True, max_payload_chars=None)
+    asyncio.run(loop())
+    assert tracing.flush_tracing(300)
+    assert all(s["errors"] == 0 and s["dropped"] == 0 for s in tracing.stats()["backends"].values())
+    tracing.shutdown_tracing(300)
+    [call] = [c for c in weave_calls("ent/long-turn") if c["display_name"] == "llm.generate"]
+    assert CUT in call["attributes"] and "messages" in call["inputs"]
+    assert call["inputs"]["prompt_ids"] and text.endswith(call["inputs"]["prompt_text"][-1000:])
+
+
 def test_every_call_of_a_trajectory_links_its_wandb_run_and_step(weave_trace_server):
     """A trajectory's W&B run (``tracing.wandb_run``) on each of its calls, in Weave's own fields
     (the run's page lists them, the Traces table filters by run); a trajectory without one has none."""

@@ -27,6 +27,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from rollscope.semconv import INPUT_TOKENS, OUTPUT_TOKENS, REPLAY, REPLAY_OF, REQUEST_MODEL, REWARD_DETAILS
 from rollscope.tracing import wandb_run
 from rollscope.tracing._spool import destination_dir, spool_root
@@ -404,13 +406,13 @@ def complete_calls(
             _add_usage(total_usage, usage)
         error = s.status == "error"
         output = compact(s.outputs, packed_out)
-        cut = _within_limit(inputs, packed_in, output, packed_out)
-        if cut:
-            span_attributes[CUT] = summary[ROLLSCOPE]["cut"] = cut
         if kind == "llm":
             inputs, output, added = as_chat(s, inputs, output, decoder)
             if added is not None:
                 summary[ROLLSCOPE]["chat"] = added
+        cut = _within_limit(inputs, packed_in, output, packed_out, _size(span_attributes, summary))
+        if cut:
+            span_attributes[CUT] = summary[ROLLSCOPE]["cut"] = cut
         calls.append(
             {
                 "project_id": project_id,
@@ -540,29 +542,76 @@ CALL_LIMIT_BYTES = 3 << 20
 CUT = "rollscope.cut"
 
 
-def _within_limit(inputs: Any, packed_in: list[list], output: Any, packed_out: list[list]) -> dict[str, str]:
-    """Cut the longest packed number strings of a call (a 128k-token prompt's ids, say) until its
-    packed numbers fit ``CALL_LIMIT_BYTES``, each keeping its last numbers (the end of a context
-    is the turn's own); returns what was cut, by field, in words."""
-    fields = [("inputs", inputs, path) for path in packed_in] + [("output", output, path) for path in packed_out]
-    sizes = [(len(_holder(value, path)[path[-1]]), side, value, path) for side, value, path in fields if path]
-    total = sum(size for size, *_ in sizes)
+def _within_limit(
+    inputs: Any, packed_in: list[list], output: Any, packed_out: list[list], rest: int = 0
+) -> dict[str, str]:
+    """Cut a call whose inputs and output (every field: the chat ``messages`` ``as_chat`` added
+    too), with ``rest`` bytes of attributes and summary, pass ``CALL_LIMIT_BYTES``: its longest
+    packed number strings first (a 128k-token prompt's ids), then its longest texts (the prompt's
+    text, and its messages), each keeping its end (the end of a context is the turn's own) until
+    the call fits. Returns what was cut, by field, in words."""
+    excess = _size(inputs, output) + rest - CALL_LIMIT_BYTES
+    if excess <= 0:
+        return {}
     cut: dict[str, str] = {}
-    for size, side, value, path in sorted(sizes, key=lambda x: -x[0]):
-        if total <= CALL_LIMIT_BYTES:
+    numbers = [("inputs", inputs, p) for p in packed_in if p] + [("output", output, p) for p in packed_out if p]
+    for side, value, path in sorted(numbers, key=lambda f: -len(_holder(f[1], f[2])[f[2][-1]])):
+        if excess <= 0:
             break
         holder = _holder(value, path)
         text = holder[path[-1]]
-        keep = max(0, size - (total - CALL_LIMIT_BYTES))
-        kept = text[len(text) - keep :].split(" ", 1)[-1] if keep else ""
-        name = ".".join([side, *map(str, path)])
-        cut[name] = (
+        kept = text[len(text) - max(0, len(text) - excess) :].split(" ", 1)[-1] if len(text) > excess else ""
+        cut[".".join([side, *map(str, path)])] = (
             f"{kept.count(' ') + 1 if kept else 0:,} of {text.count(' ') + 1:,} values kept, the last "
             "ones: the call is past what Weave's server takes"
         )
         holder[path[-1]] = kept
-        total -= size - len(kept)
+        excess -= len(text.encode()) - len(kept.encode())
+    packed = {(side, tuple(path)) for side, _, path in numbers}
+    texts = _long_texts(inputs, "inputs") + _long_texts(output, "output")
+    for side, value, path in sorted(texts, key=lambda f: -len(_holder(f[1], f[2])[f[2][-1]])):
+        if excess <= 0:
+            break
+        if (side, tuple(path)) in packed:
+            continue
+        holder = _holder(value, path)
+        text = holder[path[-1]]
+        size = len(text.encode())
+        kept = text[len(text) - max(0, len(text) - excess) :] if size > excess else ""
+        while kept and len(kept.encode()) > size - excess:  # (characters of several bytes)
+            kept = kept[len(kept) // 64 + 1 :]
+        cut[".".join([side, *map(str, path)])] = (
+            f"{len(kept):,} of {len(text):,} characters kept, the last ones: the call is past what Weave's server takes"
+        )
+        holder[path[-1]] = kept
+        excess -= size - len(kept.encode())
     return cut
+
+
+_LONG_TEXT = 1024  # (shorter texts are never what makes a call too big)
+
+
+def _long_texts(value: Any, side: str) -> list[tuple[str, Any, list]]:
+    """(side, ``value``, path) of every string of ``_LONG_TEXT`` characters or more in ``value``."""
+    root_found: list[tuple[str, Any, list]] = []
+    stack: list[tuple[Any, list]] = [(value, [])]
+    while stack:
+        node, at = stack.pop()
+        items = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+        for key, item in items:
+            if isinstance(item, str) and len(item) >= _LONG_TEXT:
+                root_found.append((side, value, [*at, key]))
+            elif isinstance(item, dict | list):
+                stack.append((item, [*at, key]))
+    return root_found
+
+
+def _size(*parts: Any) -> int:
+    """What ``parts`` take as the JSON a call is sent as, in bytes."""
+    try:
+        return sum(len(orjson.dumps(p, default=str, option=orjson.OPT_NON_STR_KEYS)) for p in parts)
+    except TypeError:  # (an int past 64 bits: the standard library writes it)
+        return sum(len(json.dumps(p, default=str, ensure_ascii=False).encode()) for p in parts)
 
 
 def send_calls(server: Any, calls: list[dict[str, Any]]) -> list[tuple[dict[str, Any], str]]:
