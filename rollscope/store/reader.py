@@ -9,6 +9,7 @@ import logging
 import operator
 import os
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -78,7 +79,11 @@ class TraceStore:
         self._conns: dict[Path, sqlite3.Connection] = {}
         self.damaged: dict[Path, str] = {}  # shard -> what was wrong with it
         self.unreadable: dict[Path, int] = {}  # shard -> rows and payloads read back marked
-        self._deadline = 0.0  # when the query running now is interrupted (``_over_time``)
+        # Threads may share one store (the viewer's requests): SQLite serializes each connection's
+        # use, the listing and the opening of connections take this lock, and each thread's query
+        # has its own deadline. No lock is held while a query runs or a page is drawn.
+        self._lock = threading.RLock()
+        self._local = threading.local()  # .deadline: when this thread's query is interrupted (``_over_time``)
         self._cache: dict[tuple, tuple[int, list[tuple]]] = {}  # (shard, query, params) -> (data_version, rows)
         self._immutable: set[Path] = set()  # published segments and live views (shared layout)
         self._sources: dict[Path, list] = {}  # compacted segment -> what it replaced
@@ -99,6 +104,10 @@ class TraceStore:
         """(shards, visible segments, live views), listed again when a folder's mtime moved or a
         second has passed (a file system whose mtimes are coarse); several queries of one page
         list once."""
+        with self._lock:
+            return self._list()
+
+    def _list(self) -> tuple[list[Path], list, list[Path]]:
         folders = (self.path, self.path / SEGMENTS, self.path / LIVE)
         stamp = tuple(_mtime_ns(f) for f in folders)
         now = time.monotonic()
@@ -126,47 +135,45 @@ class TraceStore:
         if shard is INDEX:
             return self._index.db
         db = self._conns.get(shard)
-        if db is None:
-            try:
-                # A published file never changes and belongs to no one here: opened as immutable
-                # (no lock, no -shm), so no reader takes part in another host's database.
-                db = (
-                    open_immutable(shard)
-                    if shard in self._immutable
-                    else sqlite3.connect(shard, check_same_thread=False)
-                )
-                columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
-            except sqlite3.OperationalError as exc:
-                if _not_yet(exc):  # its writer holds it this moment: asked again at the next query
-                    db.close()
-                    raise
-                # A read-only file system (or directory): a WAL database cannot make its shared-memory
-                # file there. Nobody can be writing it then, so it is read as the immutable file it is.
-                db = sqlite3.connect(
-                    f"{shard.resolve().as_uri()}?mode=ro&immutable=1", uri=True, check_same_thread=False
-                )
-                columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
-            try:
-                check_shard(db)
-            except sqlite3.DatabaseError:
+        if db is not None:
+            return db
+        with self._lock:
+            return self._conns.get(shard) or self._open(shard)
+
+    def _open(self, shard: Path) -> sqlite3.Connection:
+        """A connection to ``shard``, checked, with its reading set up (under ``_lock``)."""
+        try:
+            # A published file never changes and belongs to no one here: opened as immutable
+            # (no lock, no -shm), so no reader takes part in another host's database.
+            db = open_immutable(shard) if shard in self._immutable else sqlite3.connect(shard, check_same_thread=False)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
+        except sqlite3.OperationalError as exc:
+            if _not_yet(exc):  # its writer holds it this moment: asked again at the next query
                 db.close()
                 raise
-            # Every query on it is bounded in time (a shard is other people's writing): past the
-            # bound SQLite interrupts it, and the shard is left out as a damaged one is.
-            db.set_progress_handler(self._over_time, 10_000)
-            if columns and any(c not in columns for c in ADDED_COLUMNS):
-                # An older shard: a view in this connection's own temp schema, which SQLite looks
-                # in first, gives its table the columns added since, with what they read as.
-                selected = ", ".join(c if c in columns else f"{ADDED_COLUMNS[c]} AS {c}" for c in TRAJECTORY_COLUMNS)
-                db.execute(f"CREATE TEMP VIEW trajectories AS SELECT {selected} FROM main.trajectories")
-            trained = {row[1] for row in db.execute("PRAGMA table_info(training)")}
-            if trained and any(c not in trained for c in TRAINING_ADDED_COLUMNS):  # the same for its training table
-                selected = ", ".join(
-                    c if c in trained else f"{TRAINING_ADDED_COLUMNS[c]} AS {c}" for c in TRAINING_COLUMNS
-                )
-                db.execute(f"CREATE TEMP VIEW training AS SELECT {selected} FROM main.training")
-            db.execute("PRAGMA query_only=ON")
-            self._conns[shard] = db
+            # A read-only file system (or directory): a WAL database cannot make its shared-memory
+            # file there. Nobody can be writing it then, so it is read as the immutable file it is.
+            db = sqlite3.connect(f"{shard.resolve().as_uri()}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(trajectories)")}
+        try:
+            check_shard(db)
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        # Every query on it is bounded in time (a shard is other people's writing): past the
+        # bound SQLite interrupts it, and the shard is left out as a damaged one is.
+        db.set_progress_handler(self._over_time, 10_000)
+        if columns and any(c not in columns for c in ADDED_COLUMNS):
+            # An older shard: a view in this connection's own temp schema, which SQLite looks
+            # in first, gives its table the columns added since, with what they read as.
+            selected = ", ".join(c if c in columns else f"{ADDED_COLUMNS[c]} AS {c}" for c in TRAJECTORY_COLUMNS)
+            db.execute(f"CREATE TEMP VIEW trajectories AS SELECT {selected} FROM main.trajectories")
+        trained = {row[1] for row in db.execute("PRAGMA table_info(training)")}
+        if trained and any(c not in trained for c in TRAINING_ADDED_COLUMNS):  # the same for its training table
+            selected = ", ".join(c if c in trained else f"{TRAINING_ADDED_COLUMNS[c]} AS {c}" for c in TRAINING_COLUMNS)
+            db.execute(f"CREATE TEMP VIEW training AS SELECT {selected} FROM main.training")
+        db.execute("PRAGMA query_only=ON")
+        self._conns[shard] = db
         return db
 
     def _query(self, sql: str, params: list[Any], step: Any = None, cached: bool = False) -> list[tuple[Path, tuple]]:
@@ -183,7 +190,7 @@ class TraceStore:
             if shard in self._immutable and shard not in self._conns and not shard.exists():
                 continue  # a live view replaced since the listing: its successor is read next time
             try:
-                self._deadline = time.monotonic() + QUERY_TIMEOUT_S
+                self._local.deadline = time.monotonic() + QUERY_TIMEOUT_S
                 if cached:
                     parts.append((shard, self._cached_rows(shard, sql, params)))
                     continue
@@ -209,7 +216,7 @@ class TraceStore:
 
     def _over_time(self) -> bool:
         """SQLite's progress handler: True interrupts the query running past its bound."""
-        return time.monotonic() > self._deadline
+        return time.monotonic() > getattr(self._local, "deadline", 0.0)
 
     def _unreadable(self, shard: Path, what: str) -> None:
         """A row or payload that could not be read: marked where it is, counted per shard
@@ -447,7 +454,7 @@ class TraceStore:
             if s is None or s in self.damaged:
                 continue
             try:
-                self._deadline = time.monotonic() + QUERY_TIMEOUT_S
+                self._local.deadline = time.monotonic() + QUERY_TIMEOUT_S
                 rows = self._conn(s).execute(_SELECT_SPANS, [trajectory_id]).fetchall()
             except sqlite3.DatabaseError as exc:
                 if not _not_yet(exc):

@@ -9,7 +9,6 @@ routes exist: no request names a file, so none can reach one outside the package
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -70,11 +69,10 @@ class Viewer:
         self.wandb_run = wandb_run
         # One store for every request: its open files, cached per-shard aggregates and index of
         # sealed segments outlive a request, and each query lists the directory again, so new
-        # shards and segments show. Requests take turns on it (the lock): pages take milliseconds,
-        # and a shared connection must not run two queries at once.
+        # shards and segments show. Requests run side by side on it (the store guards what it
+        # shares): a page that reads a long file or a slow shard holds up no other page.
         # (fails now, with the source's message, if it cannot be read)
         self._store = open_source(source, directory, index_segments=True)
-        self._lock = threading.Lock()
         self.env = Environment(
             loader=PackageLoader("rollscope.viewer", "templates"),
             trim_blocks=True,
@@ -119,14 +117,12 @@ class Viewer:
                 name, content_type = STATIC[url.path]
                 return 200, content_type, resources.files("rollscope.viewer").joinpath("static", name).read_bytes()
             if url.path.startswith("/t/") and "/" not in url.path[3:]:
-                with self._lock:
-                    page = self.trajectory(url.path[3:], single.get("q"), single.get("at"))
-                    return 200, "text/html; charset=utf-8", page.encode()
+                page = self.trajectory(url.path[3:], single.get("q"), single.get("at"))
+                return 200, "text/html; charset=utf-8", page.encode()
             route = self.routes.get(url.path)
             if route is None:
                 return self._error(404, f"no page at {url.path}")
-            with self._lock:
-                return 200, "text/html; charset=utf-8", route(single, query.get("id", [])).encode()
+            return 200, "text/html; charset=utf-8", route(single, query.get("id", [])).encode()
         except BadRequest as exc:
             return self._error(400, str(exc))
         except (KeyError, FileNotFoundError) as exc:

@@ -395,6 +395,40 @@ def test_a_page_that_fails_is_a_500_naming_the_error_and_the_rest_still_answer(s
     assert viewer.handle("/steps")[0] == 500  # (and again: nothing was left locked)
 
 
+def test_a_page_that_waits_holds_up_no_other_page(store_dir, monkeypatch):
+    """Requests run side by side on the viewer's one store: while one page waits (a test double:
+    the metrics page made to wait, as one reading a long W&B file or a slow shared filesystem
+    would), the index, a trajectory's page and the insights answer from other threads."""
+    import threading
+
+    from rollscope.viewer.server import Viewer
+
+    viewer = Viewer(str(store_dir))
+    waiting, release = threading.Event(), threading.Event()
+
+    def slow(*args):
+        waiting.set()
+        assert release.wait(60)
+        return "done"
+
+    monkeypatch.setattr(viewer, "metrics", slow)
+    viewer.routes["/metrics"] = viewer.metrics
+    held = threading.Thread(target=viewer.handle, args=("/metrics",))
+    held.start()
+    try:
+        assert waiting.wait(60)
+        answers = []
+        for target in ("/", "/insights", f"/t/{TraceStore(store_dir).trajectories(limit=1)[0].id}"):
+            other = threading.Thread(target=lambda t=target: answers.append(viewer.handle(t)[0]))
+            other.start()
+            other.join(60)
+            assert not other.is_alive(), f"{target} waited for another page"
+        assert answers == [200, 200, 200]
+    finally:
+        release.set()
+        held.join(60)
+
+
 def test_a_rescoring_read_for_one_trajectory_holds_that_trajectory_only(tmp_path):
     """What a trajectory's page asks of each rescoring: its row, not the run's."""
     from rollscope.store.rescorings import RescoredReward
