@@ -106,7 +106,7 @@ def test_a_prompt_is_made_whole_only_when_asked_and_exactly(tmp_path):
     record = TraceStore(tmp_path).get(trajectory_id)
     llm = sorted((s for s in record.spans if s.kind == "llm"), key=lambda s: s.start_ns)
     first, *rest = llm
-    whole = list(range(1000, 1000 + BASE)) + [11, 12, 13, 14, 15, 7, 8]
+    whole = [*range(1000, 1000 + BASE), 11, 12, 13, 14, 15, 7, 8]
     for span in rest:  # (each as stored: what it adds, and which turn it continues)
         assert PROMPT_BASE in span.inputs and span.attributes[PROMPT_CONTINUES]["span"] == first.id
         assert record.prompts.length(span) == len(whole) and record.prompts.ids(span) == whole
