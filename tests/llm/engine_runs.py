@@ -119,7 +119,7 @@ def check_stored_as_returned(runs, hf) -> list:
     for record, spans in runs[False]:
         assert record.status == "ok"
         for span in (s for s in spans if s.kind == "llm"):
-            prompt, tokens = span.inputs["prompt_ids"], span.outputs["token_ids"]
+            prompt, tokens = record.prompts.ids(span), span.outputs["token_ids"]
             assert span.outputs["extra_fields"]["finish_reason"] in ("stop", "length")
             expected = hf_log_probs(hf, prompt, tokens, 1.0)
             assert max(abs(a - b) for a, b in zip(span.outputs["log_probs"], expected, strict=True)) < 1e-4

@@ -57,12 +57,8 @@ def test_every_llm_call_is_a_chat_whose_messages_are_its_prompt(run):
     llm = [c for c in weave_calls(project) if c["attributes"].get("kind") == "llm"]
     assert len(llm) == 4  # two trajectories, two turns each
     with TraceStore(traces) as store:
-        prompts = {
-            s.id: tokenizer.decode(s.inputs["prompt_ids"])
-            for t in store.trajectories()
-            for s in store.get(t.id).spans
-            if s.kind == "llm"
-        }
+        records = [store.get(t.id) for t in store.trajectories()]
+        prompts = {s.id: tokenizer.decode(r.prompts.ids(s)) for r in records for s in r.spans if s.kind == "llm"}
     for call in llm:
         assert is_openai_chat(call["inputs"]), call["inputs"]["messages"]
         [choice] = call["output"]["choices"]
@@ -99,9 +95,11 @@ def test_read_back_as_a_source_the_spans_are_as_traced(run):
     weave = open_source(f"weave:{project}", None)
     with TraceStore(traces) as store:
         for t in store.trajectories():
-            local = {s.id: s for s in store.get(t.id).spans if s.kind == "llm"}
+            record = store.get(t.id)  # (each turn as stored: its prompt made whole to compare, as Weave holds it)
+            local = {s.id: s for s in record.spans if s.kind == "llm"}
             remote = {s.id: s for s in weave.get(t.id).spans if s.kind == "llm"}
             assert set(remote) == set(local)
             for span_id, span in local.items():
-                assert remote[span_id].inputs == span.inputs and remote[span_id].outputs == span.outputs
+                assert remote[span_id].inputs == record.prompts.whole_inputs(span)
+                assert remote[span_id].outputs == span.outputs
     weave.close()

@@ -100,7 +100,7 @@ def test_each_loss_token_carries_the_actors_entropy_as_the_initial_model_gives_i
         expected = [
             e
             for s in llm_spans(tree)
-            for e in hf_entropies(initial, s.inputs["prompt_ids"], s.outputs["token_ids"], 1.0)
+            for e in hf_entropies(initial, t.prompts.ids(s), s.outputs["token_ids"], 1.0)
         ]
         on_loss = [e for e, m in zip(values["entropy"], values["response_mask"], strict=True) if m]
         assert on_loss == pytest.approx(expected[: len(on_loss)], abs=1e-4)
@@ -122,7 +122,7 @@ def test_step_2_was_sampled_from_the_trained_weights_not_the_initial_ones(stored
     gaps = {1: 0.0, 2: 0.0}
     for t, tree, _ in stored:
         for span in llm_spans(tree):
-            expected = hf_log_probs(initial, span.inputs["prompt_ids"], span.outputs["token_ids"], 1.0)
+            expected = hf_log_probs(initial, t.prompts.ids(span), span.outputs["token_ids"], 1.0)
             gap = max(abs(a - b) for a, b in zip(span.outputs["log_probs"], expected, strict=True))
             gaps[t.step] = max(gaps[t.step], gap)
     assert gaps[1] < 1e-4 and gaps[2] > 10 * max(gaps[1], 1e-6), gaps
