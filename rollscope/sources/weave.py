@@ -44,6 +44,7 @@ from rollscope.tracing import wandb_run
 from rollscope.tracing.backends.records import TRAINING_SCALARS
 from rollscope.tracing.backends.weave import ROLLSCOPE, TRAINING_FEEDBACK, call_id, unpack, wb_run_id
 from rollscope.trajectory.records import SpanRecord
+from rollscope.trajectory.turns import compact_prompts
 
 log = logging.getLogger("rollscope.sources")
 PAGE = 2000  # root calls a request
@@ -205,10 +206,16 @@ class WeaveSource(TraceStore):
         for i in range(0, len(wanted), TRACES_A_REQUEST):
             chunk = wanted[i : i + TRACES_A_REQUEST]
             by_trace = {call_id(t): t for t in chunk}
-            rows = []
+            by_trajectory: dict[str, list[SpanRecord]] = {}
             for call in self._stream({"project_id": self.project_id, "filter": {"trace_ids": list(by_trace)}}):
                 if call.parent_id is not None:
-                    span = span_record(call, by_trace[call.trace_id])
+                    by_trajectory.setdefault(by_trace[call.trace_id], []).append(
+                        span_record(call, by_trace[call.trace_id])
+                    )
+            rows = []
+            for spans in by_trajectory.values():
+                compact_prompts(spans)  # (Weave holds each call whole: kept as the local store keeps turns)
+                for span in spans:
                     payload = {"inputs": span.inputs, "outputs": span.outputs, "attributes": span.attributes}
                     rows.append(span_row(span, encode_payload(payload)))
             self._writer.write(spans=rows)

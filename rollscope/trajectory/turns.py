@@ -309,3 +309,45 @@ def resolve_prompts(spans: list[Any], decoder: Callable[[str, Any], Any] = decod
         if span.id in whole:
             span.inputs, span.attributes[PROMPT_CONTINUES]["chars"] = whole[span.id]
     return failed
+
+
+def compact_prompts(spans: list[Any]) -> int:
+    """The inverse of ``resolve_prompts``, in place: each llm span whose whole prompt says which
+    turn it continues (``PROMPT_CONTINUES``, as ``resolve_prompts`` leaves it) is stored again as
+    what it adds, so a trajectory read back from a destination that holds whole calls (Weave) reads
+    as the local store's does. A span whose prompt does not start with its base's is left whole.
+    Returns how many were made compact."""
+    llm = {s.id: s for s in spans if s.kind == "llm" and type(s.inputs) is dict}
+    done = 0
+    for span in llm.values():
+        cont = (span.attributes or {}).get(PROMPT_CONTINUES)
+        base = llm.get(cont.get("span")) if type(cont) is dict else None
+        ids, shared = span.inputs.get(PROMPT_IDS), cont.get("tokens") if type(cont) is dict else None
+        base_ids = base.inputs.get(PROMPT_IDS) if base is not None else None
+        if type(ids) is not list or type(base_ids) is not list or type(shared) is not int:
+            continue
+        reply = shared - len(base_ids)
+        replied = Prompts._reply(base)
+        if not (0 <= reply <= len(replied or [])) or ids[:shared] != base_ids + list(replied[:reply]):
+            continue
+        pointer: dict[str, Any] = {"span": base.id, "tokens": len(base_ids), "reply": reply}
+        text, base_text, chars = span.inputs.get(PROMPT_TEXT), base.inputs.get(PROMPT_TEXT), cont.get("chars")
+        added_text = None
+        readable = isinstance(text, str) and isinstance(base_text, str) and type(chars) is int
+        if readable and 0 <= chars <= len(base_text) and text[:chars] == base_text[:chars]:
+            added_text = text[chars:]
+            if len(base_text) > chars:
+                pointer["text_cut"] = len(base_text) - chars
+        compact: dict[str, Any] = {}
+        for key, value in span.inputs.items():
+            if key == PROMPT_IDS:
+                compact[PROMPT_BASE] = pointer
+                compact[PROMPT_IDS_ADDED] = ids[shared:]
+                if added_text is not None:
+                    compact[PROMPT_TEXT_ADDED] = added_text
+            elif key != PROMPT_TEXT:
+                compact[key] = value
+        span.inputs = compact
+        span.attributes = {k: v for k, v in span.attributes.items() if k != PROMPT_CONTINUES}
+        done += 1
+    return done

@@ -98,9 +98,7 @@ def test_each_loss_token_carries_the_actors_entropy_as_the_initial_model_gives_i
         if t.step != 1:
             continue
         expected = [
-            e
-            for s in llm_spans(tree)
-            for e in hf_entropies(initial, t.prompts.ids(s), s.outputs["token_ids"], 1.0)
+            e for s in llm_spans(tree) for e in hf_entropies(initial, t.prompts.ids(s), s.outputs["token_ids"], 1.0)
         ]
         on_loss = [e for e, m in zip(values["entropy"], values["response_mask"], strict=True) if m]
         assert on_loss == pytest.approx(expected[: len(on_loss)], abs=1e-4)
