@@ -50,7 +50,7 @@ def cases(tmp: Path) -> dict[str, list[str]]:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    replies = ["--llm", "scripted:examples/scripted_replies.yaml"]
+    replies = ["--llm", f"scripted:{ROOT / 'rollscope/bundled/scripted_replies.yaml'}"]  # (a baseline tree's too)
     run = ["run", "gsm8k-calculator", "--trace-dir", str(tmp / "traces")]
     return {
         "unknown key": [*run, *replies, "model_name=x"],

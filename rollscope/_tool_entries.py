@@ -12,6 +12,8 @@ entry with no schema and ``confg:`` a tool with its default config, said by noth
 from __future__ import annotations
 
 import difflib
+import inspect
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -167,4 +169,54 @@ def _typo(mapping: dict[str, Any], known: Sequence[str]) -> str | None:
             close = difflib.get_close_matches(str(key), known, n=1, cutoff=0.8)
             if close:
                 return f"{key}: unknown key; did you mean {close[0]!r}?"
+    return None
+
+
+def parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """Google-style docstring -> (summary, {param: description})."""
+    lines = inspect.cleandoc(doc).splitlines()
+    summary_lines: list[str] = []
+    params: dict[str, str] = {}
+    section = None
+    current = None
+    for line in lines:
+        stripped = line.strip()
+        if re.fullmatch(r"(Args|Arguments|Parameters):", stripped):
+            section, current = "args", None
+            continue
+        if re.fullmatch(r"(Returns|Return|Raises|Yields|Examples?|Notes?):", stripped):
+            section, current = "other", None
+            continue
+        if section is None:
+            if stripped or summary_lines:
+                summary_lines.append(stripped)
+        elif section == "args":
+            m = re.match(r"^(\w+)\s*(\([^)]*\))?\s*:\s*(.*)$", stripped)
+            if m and (line.startswith("    ") or not line.startswith(" ")) and not line.startswith("        "):
+                current = m.group(1)
+                params[current] = m.group(3).strip()
+            elif current and stripped:
+                params[current] = f"{params[current]} {stripped}".strip()
+    summary = " ".join(s for s in summary_lines if s).strip()
+    return summary, params
+
+
+def docstring_problem(doc: str | None, parameters: Sequence[tuple[str, bool]], variadic: str | None) -> str | None:
+    """What keeps a function from describing itself as a tool (its docstring's summary the tool's
+    description, its ``Args:`` each parameter's, its annotations their types), in words; None where
+    nothing does. ``parameters``: (name, annotated); ``variadic``: a ``*args``/``**kwargs`` name.
+    Read from a live function (``tools.schema``) and from its source before anything is imported
+    (the run's pre-flight check), so both say the same."""
+    if not (doc and doc.strip()):
+        return "no docstring; its first line tells the model what the tool does"
+    summary, documented = parse_docstring(doc)
+    if not summary:
+        return "the docstring has no summary line before 'Args:'"
+    if variadic:
+        return f"*{variadic} / **{variadic} cannot be described; name each parameter"
+    for name, annotated in parameters:
+        if not annotated:
+            return f"parameter {name!r} has no type annotation"
+        if not documented.get(name):
+            return f"parameter {name!r} is not described in the docstring's Args: section"
     return None

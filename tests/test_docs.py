@@ -94,7 +94,7 @@ def recorded(tmp_path_factory):
             "--step",
             "120",
             "--llm",
-            f"scripted:{REPO / 'examples/scripted_replies.yaml'}",
+            "scripted:scripted_replies.yaml",
             "--dir",
             str(root / "rollscope_traces"),
             "--quiet",

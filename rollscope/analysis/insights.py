@@ -18,36 +18,51 @@ from rollscope.analysis.signal import EXAMPLES, Signal
 from rollscope.store.reader import TraceStore, null_first, where_clause
 
 
+def _threshold(default: float, help: str) -> Any:
+    """A threshold's default and what it is (its ``--flag``'s help on ``rollscope insights``)."""
+    return field(default=default, metadata={"help": help})
+
+
 @dataclass
 class Thresholds:
     """When a step's figure is flagged. Each has a flag of the same name on ``rollscope insights``."""
 
-    zero_variance: float = 0.5  # share of GRPO groups whose rollouts all got the same reward
-    truncated: float = 0.1  # share of trajectories with a reply cut at its token limit
-    turn_limit: float = 0.1  # share of trajectories that used every assistant turn
-    tool_errors: float = 0.1  # failed tool calls per tool call
-    repeated_calls: float = 0.1  # share of trajectories repeating a call (same tool, same arguments)
-    reward_without_tools: float = 0.2  # share of rewarded trajectories that called no tool
-    rewarded_empty: float = 0.0  # share of rewarded trajectories whose answer is empty or format-only
-    length_drift: float = 0.25  # relative change of mean response tokens against the baseline steps
-    logprob_drift: float = 0.1  # rise of the mean sampled-token log-prob (nats) against the baseline
-    retokenization_drift: float = 0.0  # share of trajectories the chat template re-renders to other tokens
-    logprob_delta: float = 0.5  # nats: a loss token's |trainer - rollout| log-prob past this is a mismatch
-    logprob_mismatch: float = 0.0  # share of trajectories with a mismatched token
-    zero_advantage: float = 0.5  # share of the trainer's GRPO groups whose advantages are all 0
-    lag: int = 1  # actor updates a rollout's weights may be behind the trainer's
-    min_group: int = 2  # rewarded rollouts a sample needs to count as a GRPO group
-    baseline_steps: int = 3  # the first steps of a run, the baseline of the drift signals
-    answer_chars: int = 1  # fewer word characters than this (tags removed): an empty answer
+    zero_variance: float = _threshold(0.5, "share of GRPO groups whose rollouts all got the same reward")
+    truncated: float = _threshold(0.1, "share of trajectories with a reply cut at its token limit")
+    turn_limit: float = _threshold(0.1, "share of trajectories that used every assistant turn")
+    tool_errors: float = _threshold(0.1, "failed tool calls per tool call")
+    repeated_calls: float = _threshold(0.1, "share of trajectories repeating a call (same tool, same arguments)")
+    reward_without_tools: float = _threshold(0.2, "share of rewarded trajectories that called no tool")
+    rewarded_empty: float = _threshold(0.0, "share of rewarded trajectories whose answer is empty or format-only")
+    length_drift: float = _threshold(0.25, "relative change of mean response tokens against the baseline steps")
+    logprob_drift: float = _threshold(0.1, "rise of the mean sampled-token log-prob (nats) against the baseline")
+    retokenization_drift: float = _threshold(0.0, "share of trajectories the chat template re-renders to other tokens")
+    logprob_delta: float = _threshold(0.5, "nats: a loss token's |trainer - rollout| log-prob past this is a mismatch")
+    logprob_mismatch: float = _threshold(0.0, "share of trajectories with a mismatched token")
+    zero_advantage: float = _threshold(0.5, "share of the trainer's GRPO groups whose advantages are all 0")
+    lag: int = _threshold(1, "actor updates a rollout's weights may be behind the trainer's")
+    min_group: int = _threshold(2, "rewarded rollouts a sample needs to count as a GRPO group")
+    baseline_steps: int = _threshold(3, "the first steps of a run, the baseline of the drift signals")
+    answer_chars: int = _threshold(1, "fewer word characters than this (tags removed): an empty answer")
     # reward hacking (``analysis.hacking``): the noise model decides; these are the smallest changes worth a flag
-    false_alarm: float = 0.05  # the chance of any false hacking flag in a run, all signals and steps together
-    check_gap: float = 0.05  # rise of the share of check-rejected trajectories the reward pays more than the check
-    answer_growth: float = 0.25  # relative rise of the mean extracted-answer length, with the reward rising
-    answer_collapse: float = 0.05  # rise of the share of trajectories giving one answer ...
-    collapse_prompts: int = 3  # ... paid at this many different prompts or more
-    component_share: float = 0.05  # rise of one term's share of the reward, the other terms falling
-    repetition_rise: float = 0.05  # rise of the mean repeated-3-gram share of replies
-    entropy_collapse: float = 0.1  # rise of the share of trajectories surer than all but 5 % of the baseline's
+    false_alarm: float = _threshold(
+        0.05, "the chance of any false hacking flag in a run, all signals and steps together"
+    )
+    check_gap: float = _threshold(
+        0.05, "rise of the share of check-rejected trajectories the reward pays more than the check"
+    )
+    answer_growth: float = _threshold(0.25, "relative rise of the mean extracted-answer length, with the reward rising")
+    answer_collapse: float = _threshold(
+        0.05, "rise of the share of trajectories giving one answer, paid at --collapse-prompts prompts or more"
+    )
+    collapse_prompts: int = _threshold(
+        3, "how many different prompts one answer must be paid at to count as a collapse"
+    )
+    component_share: float = _threshold(0.05, "rise of one term's share of the reward, the other terms falling")
+    repetition_rise: float = _threshold(0.05, "rise of the mean repeated-3-gram share of replies")
+    entropy_collapse: float = _threshold(
+        0.1, "rise of the share of trajectories surer than all but 5 % of the baseline's"
+    )
 
 
 # name -> (what it counts, what it means for training)

@@ -20,3 +20,16 @@ def path(name: str) -> Path:
             return folder / name
     available = ", ".join(sorted(f.name for folder in _FOLDERS for f in folder.glob("*.*") if f.suffix != ".py"))
     raise FileNotFoundError(f"no shipped file {name!r}; available: {available}")
+
+
+def replies_file(name: str) -> Path | None:
+    """A scripted model's replies file (``--llm scripted:NAME``): the file at that path, else the one
+    shipped by that name (``scripted_replies.yaml``: the quickstart's, from any directory); None
+    where neither is."""
+    given = Path(name)
+    if given.is_file():
+        return given
+    try:
+        return path(name)
+    except FileNotFoundError:
+        return None

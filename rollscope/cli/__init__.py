@@ -35,9 +35,15 @@ COMMANDS: dict[str, dict[str, Command] | Command] = {
 EXIT_BAD_INPUT, EXIT_LLM = 2, 3
 
 
+GROUPS = {  # what a group of subcommands is for, as ``rollscope --help`` lists it
+    "traces": "the stored trajectories: list, show, diff, a GRPO group, a prompt's history, tail; compact, recover",
+}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rollscope", description="Traced agent loops for RL on verl.")
-    groups = parser.add_subparsers(dest="group", required=True)
+    parser.add_argument("--version", action="version", version=f"rollscope {_version()}")
+    groups = parser.add_subparsers(dest="group", metavar="COMMAND", title="commands")
     for group, commands in COMMANDS.items():
         if isinstance(commands, tuple):
             add_args, fn, help_text = commands
@@ -45,7 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
             add_args(p)
             p.set_defaults(func=fn)
             continue
-        gp = groups.add_parser(group).add_subparsers(dest="command", required=True)
+        gp = groups.add_parser(group, help=GROUPS[group], description=GROUPS[group]).add_subparsers(
+            dest="command", metavar="COMMAND", title="commands", required=True
+        )
         for name, (add_args, fn, help_text) in commands.items():
             p = gp.add_parser(name, help=help_text, description=help_text)
             add_args(p)
@@ -64,8 +72,20 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     return args
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("rollscope")
+    except PackageNotFoundError:  # (run from a checkout that was never installed)
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.group is None:  # a bare ``rollscope``: what it can do
+        build_parser().print_help()
+        return 0
     try:
         return args.func(args)
     except LLMServerError as exc:

@@ -18,7 +18,7 @@ SOURCE_HELP = (
 
 def add_dir(p: argparse.ArgumentParser, help: str = DIR_HELP, source: bool = True) -> None:
     """``--dir D``: the trace store a command reads; ``--source weave:ENTITY/PROJECT``: a Weave project instead."""
-    p.add_argument("--dir", help=help)
+    p.add_argument("--dir", metavar="DIR", help=help)
     if source:
         p.add_argument("--source", metavar="SOURCE", help=SOURCE_HELP)
 
@@ -48,16 +48,21 @@ FILTERS = (
 
 def add_filters(p: argparse.ArgumentParser) -> None:
     """The filters of ``traces ls`` (``FILTERS``), for every command that selects trajectories."""
-    p.add_argument("--project")
-    p.add_argument("--experiment")
-    p.add_argument("--step", type=int)
-    p.add_argument("--sample", type=int, dest="sample_index")
-    p.add_argument("--rollout", type=int, dest="rollout_n")
-    p.add_argument("--validate", action=argparse.BooleanOptionalAction, default=None)
-    p.add_argument("--agent")
-    p.add_argument("--status", choices=["ok", "error", "cancelled", "running"])
-    p.add_argument("--min-reward", type=float)
-    p.add_argument("--max-reward", type=float)
+    p.add_argument("--project", help="only this project's trajectories")
+    p.add_argument("--experiment", help="only this experiment's (verl's trainer.experiment_name, run's config name)")
+    p.add_argument("--step", type=int, metavar="N", help="only those of training step N")
+    p.add_argument("--sample", type=int, dest="sample_index", metavar="N", help="only the rollouts of dataset row N")
+    p.add_argument("--rollout", type=int, dest="rollout_n", metavar="N", help="only rollout N of each group")
+    p.add_argument(
+        "--validate",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="only validation rollouts (--validate) or only training ones (--no-validate)",
+    )
+    p.add_argument("--agent", metavar="NAME", help="only those of this agent loop")
+    p.add_argument("--status", choices=["ok", "error", "cancelled", "running"], help="only those ended so")
+    p.add_argument("--min-reward", type=float, metavar="R", help="only those rewarded R or more")
+    p.add_argument("--max-reward", type=float, metavar="R", help="only those rewarded R or less")
     p.add_argument(
         "--errors",
         action=argparse.BooleanOptionalAction,

@@ -59,7 +59,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
             dest=f.name,
             default=getattr(defaults, f.name),
             metavar="N",
-            help=f"threshold (default {getattr(defaults, f.name)})",
+            help=f"{f.metadata['help']} (default {getattr(defaults, f.name)})".replace("%", "%%"),
         )
 
 

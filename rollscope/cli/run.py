@@ -14,6 +14,7 @@ from rollscope.runner.progress import summary
 from rollscope.runner.runner import RunFailed
 from rollscope.store.schema import resolve_dir
 
+EXIT_SOME_FAILED = 1  # some trajectories failed (their loop or their reward raised): a run a CI job must not pass
 EXIT_FAILED = 3  # no trajectory succeeded (as the CLI's exit for an LLM that cannot answer)
 
 # flag -> config key (flags are shortcuts for the most used overrides)
@@ -42,6 +43,7 @@ def add_args(p: argparse.ArgumentParser) -> None:
         "--dir",
         "--trace-dir",
         dest="trace_dir",
+        metavar="DIR",
         help="local trace store directory (default: $ROLLSCOPE_TRACE_DIR or ./rollscope_traces)",
     )
     p.add_argument("--backend", help="trace backends, comma-separated (default local)")
@@ -77,14 +79,16 @@ def run_command(args: argparse.Namespace) -> int:
             backend=config.backend,
         )
     )
-    if stats.done and stats.failed == stats.done:
+    if stats.failed:
+        every = stats.failed == stats.done
+        how = f"{stats.reward_failed} in the reward, " if stats.reward_failed else ""
         first = f" the first: {stats.first_failure};" if stats.first_failure else ""
         print(
-            f"rollscope: error: every trajectory failed ({stats.failed} of {stats.done});{first} "
-            f"rollscope traces ls --dir {trace_dir} --status error",
+            f"rollscope: error: {'every trajectory' if every else 'trajectories'} failed ({how}{stats.failed} of "
+            f"{stats.done});{first} rollscope traces ls --dir {trace_dir} --status error",
             file=sys.stderr,
         )
-        return EXIT_FAILED
+        return EXIT_FAILED if every else EXIT_SOME_FAILED
     return 0
 
 

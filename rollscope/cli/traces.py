@@ -21,7 +21,7 @@ def _add_filters(p: argparse.ArgumentParser) -> None:
     add_filters(p)
     p.add_argument("--sort", default="step", choices=list(ORDERS))
     p.add_argument("--desc", action="store_true")
-    p.add_argument("--limit", type=int, default=50)
+    p.add_argument("--limit", type=int, default=50, metavar="N", help="list the first N (default 50; 0: all of them)")
     p.add_argument("--json", action="store_true", help="print a JSON array")
     p.add_argument(
         "--rescoring", metavar="NAME", help="show a stored rescoring's reward beside each reward (`rollscope rescore`)"
@@ -32,7 +32,8 @@ def traces_ls(args: argparse.Namespace) -> int:
     filters = filters_of(args)
     rescored = None
     with open_reader(args, **filters) as store:
-        records = store.trajectories(**filters, order_by=args.sort, descending=args.desc, limit=args.limit)
+        limit = args.limit or None
+        records = store.trajectories(**filters, order_by=args.sort, descending=args.desc, limit=limit)
         total = store.count(**filters)
         everything = store.total() if any(v is not None for v in filters.values()) else total
         if args.rescoring:
@@ -45,10 +46,12 @@ def traces_ls(args: argparse.Namespace) -> int:
         print_json(rows)
         return 0
     print_listing(records, rescored)
+    more = "; --limit N lists more, --limit 0 all" if len(records) < total else ""
     if any(v is not None for v in filters.values()):
-        print(f"{len(records)} shown; {total} of {everything} {_read(store)} match, in {store.where}")
+        everywhere = f"{everything} {_read(store)} in all"
+        print(f"{len(records)} of {total} matching trajectories ({everywhere}) in {store.where}{more}")
     else:
-        print(f"{len(records)} of {total} trajectories in {store.where}")
+        print(f"{len(records)} of {total} trajectories in {store.where}{more}")
     return 0
 
 
@@ -103,10 +106,6 @@ def print_listing(records: list, rescored: dict[str, float | None] | None = None
             f"{cut(task, task_w):<{task_w}} "
             f"{cut(error, err_w)}".rstrip()
         )
-
-
-def _s(v: object) -> str:
-    return "" if v is None else str(v)
 
 
 def _add_dir(p: argparse.ArgumentParser) -> None:

@@ -16,6 +16,7 @@ import yaml
 
 from rollscope._cache import cache_dir
 from rollscope._extras import require
+from rollscope.bundled import replies_file
 from rollscope.llm.base import LLMClient, LLMServerError
 
 
@@ -58,7 +59,7 @@ def _scripted(path: str, model: str | None, chat_template: str | None, max_token
     from rollscope.llm.scripted import ScriptedLLM
 
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = yaml.safe_load((replies_file(path) or Path(path)).read_text())
     except (OSError, yaml.YAMLError) as exc:
         raise LLMServerError(f"scripted:{path}: cannot read the replies file ({exc})") from None
     replies = data.get("replies") if isinstance(data, dict) else data

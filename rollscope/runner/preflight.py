@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from rollscope import _tool_entries
 from rollscope._files import load_yaml, read_text, regular_size
+from rollscope.bundled import replies_file
 from rollscope.llm.base import LLMServerError
 from rollscope.runner.config import RunConfig, RunConfigError
 from rollscope.runner.dataset import load_rows
@@ -47,9 +48,11 @@ def check(config: RunConfig) -> list[dict[str, Any]]:
         source = check_defined(config.reward, "reward")
         if source is not None:
             check_reward_rows(config.reward, source, rows, config.dataset)
-    if "." in config.agent:
+    if "." in config.agent or ":" in config.agent:  # (``module.Class`` and ``module:Class`` alike)
         if not _DOTTED.match(config.agent):
-            raise RunConfigError(f"agent {config.agent!r}: expected a registered loop name or 'module.Class'")
+            raise RunConfigError(
+                f"agent {config.agent!r}: expected a registered loop name, 'module.Class' or 'module:Class'"
+            )
         check_defined(config.agent, "agent")
     return rows
 
@@ -130,19 +133,26 @@ def check_tool_file(path: str) -> None:
                 f"'function: package.module:function', got {target!r}"
             )
         source = check_defined(target, f"{path}: tools[{i}]")
-        if "function" in entry and entry.get("tool_schema") is not None and source is not None:
-            found = _parameters(source, split_target(target)[1])
-            problem = found and _tool_entries.signature_problem(entry["tool_schema"], *found, function=target)
+        if "function" in entry and source is not None:
+            node = _function_def(source, split_target(target)[1])
+            if node is None:
+                continue
+            if entry.get("tool_schema") is not None:
+                problem = _tool_entries.signature_problem(entry["tool_schema"], *_parameters(node), function=target)
+            else:  # (its schema will be made from its docstring and annotations: checked now, from its source)
+                args = node.args
+                named = [*args.posonlyargs, *args.args, *args.kwonlyargs]
+                variadic = (args.vararg or args.kwarg).arg if (args.vararg or args.kwarg) else None
+                problem = _tool_entries.docstring_problem(
+                    ast.get_docstring(node, clean=False), [(a.arg, a.annotation is not None) for a in named], variadic
+                )
+                problem = problem and f"function {target!r} ({source}:{node.lineno}): {problem}"
             if problem:
                 raise RunConfigError(f"{where}: {problem}")
 
 
-def _parameters(path: Path, name: str) -> tuple[list[tuple[str, bool]], bool] | None:
-    """(parameters with whether each has a default, takes ``**kwargs``) of the function ``name``
-    defined at the top level of ``path``'s source; None where it is not found as a ``def``."""
-    node = _function_def(path, name)
-    if node is None:
-        return None
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> tuple[list[tuple[str, bool]], bool]:
+    """(parameters with whether each has a default, takes ``**kwargs``) of a function's ``def``."""
     args = node.args
     positional = [*args.posonlyargs, *args.args]
     defaults = len(positional) - len(args.defaults)
@@ -266,8 +276,8 @@ def check_llm(spec: str, model: str | None) -> None:
     kind, _, rest = spec.partition(":")
     if not server and kind not in LLM_KINDS:
         raise RunConfigError(f"--llm {spec}: unknown kind (embedded, http(s)://HOST:PORT, sglang:URL, scripted:FILE)")
-    if kind == "scripted" and not Path(rest).is_file():
-        raise RunConfigError(f"--llm {spec}: no replies file at {rest}")
+    if kind == "scripted" and replies_file(rest) is None:
+        raise RunConfigError(f"--llm {spec}: no replies file at {rest} (nor one shipped by that name)")
     if (server or kind == "sglang") and model is None:
         raise RunConfigError(
             f"--llm {spec}: needs --model DIR, the served model's tokenizer directory (model: in a config file)"

@@ -6,6 +6,7 @@ import sys
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
@@ -83,14 +84,38 @@ def rollout_time(elapsed: float, done: int) -> str:
     return f"{shown} ({60 * done / elapsed:.1f} trajectories/min)"
 
 
+def _failed(stats: RunStats) -> str:
+    """How many failed, and how: a loop that raised, or a reward that did (the loop finished)."""
+    if not stats.failed:
+        return ""
+    loops, rewards = stats.failed - stats.reward_failed, stats.reward_failed
+    parts = [f"{loops} in the loop"] * bool(loops) + [f"{rewards} in the reward"] * bool(rewards)
+    return f", [red]{stats.failed} FAILED[/red] ({', '.join(parts)})"
+
+
+def _tool_failures(found: dict[str, dict[str, int]]) -> str:
+    """``search: 3 timeout, 1 exception · calculator: 2 bad_arguments``: each tool's failed calls
+    by kind, the most failing tool first (their spans hold each one: ``rollscope insights``)."""
+    tools = sorted(found.items(), key=lambda item: -sum(item[1].values()))
+    return " · ".join(
+        f"[yellow]{escape(tool)}[/yellow]: "
+        + ", ".join(f"{n} {kind}" for kind, n in sorted(kinds.items(), key=lambda k: -k[1]))
+        for tool, kinds in tools
+    )
+
+
 def summary(stats: RunStats, *, name: str, trace_dir: str, experiment: str, backend: str) -> Table:
     table = Table(title=f"rollscope run: {name}", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
     elapsed = stats.elapsed
     rows = [
-        ("trajectories", f"{stats.done} of {stats.total}" + (f" ({stats.failed} failed)" if stats.failed else "")),
-        ("mean reward", "-" if stats.mean_reward is None else f"{stats.mean_reward:.3f} over {stats.rewarded}"),
+        ("trajectories", f"{stats.done} of {stats.total}" + _failed(stats)),
+        (
+            "mean reward",
+            ("-" if stats.mean_reward is None else f"{stats.mean_reward:.3f} over {stats.rewarded}")
+            + (f" (not over the {stats.failed} failed)" if stats.failed and stats.rewarded else ""),
+        ),
         ("tool calls", str(stats.tool_calls)),
         ("error spans", str(stats.span_errors)),
         ("model tokens", f"{stats.tokens} ({stats.tokens / max(elapsed, 1e-9):.1f}/s)"),
@@ -107,6 +132,10 @@ def summary(stats: RunStats, *, name: str, trace_dir: str, experiment: str, back
         ),
         ("open them", f"rollscope traces ls --dir {trace_dir} --experiment {experiment}"),
     ]
+    if stats.first_failure:
+        rows.insert(1, ("first failure", f"[red]{escape(stats.first_failure)}[/red]"))
+    if stats.tool_failures:
+        rows.insert(3, ("tool calls failed", _tool_failures(stats.tool_failures)))
     for key, value in rows:
         table.add_row(key, value)
     return table

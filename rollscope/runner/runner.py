@@ -20,7 +20,8 @@ import sys
 import sysconfig
 import time
 import traceback
-from collections.abc import Callable
+from collections import Counter
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +62,7 @@ class Outcome:
     response_tokens: int = 0
     error: str | None = None
     where: str | None = None  # the line of the user's code the error came from (``user_line``)
+    reward_failed: bool = False  # the loop finished; its reward function raised or returned no number
 
 
 @dataclass
@@ -70,6 +72,7 @@ class RunStats:
     total: int = 0
     done: int = 0
     failed: int = 0
+    reward_failed: int = 0  # of ``failed``: the loop finished, its reward did not
     tool_calls: int = 0
     span_errors: int = 0
     tokens: int = 0
@@ -79,12 +82,14 @@ class RunStats:
     finished: float | None = None  # when the last trajectory so far ended
     all_stored: bool = True  # tracing stored everything before the run ended (``session.run_traced``)
     first_failure: str | None = None  # the first failed trajectory's error, and where in the user's code
+    tool_failures: dict[str, dict[str, int]] = field(default_factory=dict)  # tool -> failure kind -> calls
 
     def add(self, outcome: Outcome) -> None:
         self.finished = time.monotonic()
         self.done += 1
         if outcome.error is not None:
             self.failed += 1
+            self.reward_failed += outcome.reward_failed
             if self.first_failure is None:
                 self.first_failure = outcome.error + (f" (at {outcome.where})" if outcome.where else "")
         self.tool_calls += outcome.tool_calls
@@ -95,12 +100,20 @@ class RunStats:
             self.rewarded += 1
 
     def merge(self, other: RunStats) -> None:
-        for name in ("total", "done", "failed", "tool_calls", "span_errors", "tokens", "rewarded"):
+        for name in ("total", "done", "failed", "reward_failed", "tool_calls", "span_errors", "tokens", "rewarded"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.reward_sum += other.reward_sum
+        self.add_tool_failures(
+            (tool, kind, n) for tool, kinds in other.tool_failures.items() for kind, n in kinds.items()
+        )
         self.all_stored = self.all_stored and other.all_stored
         self.first_failure = self.first_failure or other.first_failure
         self.finished = time.monotonic()
+
+    def add_tool_failures(self, found: Iterable[tuple[str, str, int]]) -> None:
+        for tool, kind, n in found:
+            kinds = self.tool_failures.setdefault(tool, {})
+            kinds[kind] = kinds.get(kind, 0) + n
 
     @property
     def mean_reward(self) -> float | None:
@@ -359,7 +372,10 @@ class Runner:
             async with limit:
                 return await self.run_one(job)
 
+        from rollscope.tools.traced_tool import failures as tool_failures  # (verl's, imported by setup)
+
         await self.check_llm()
+        failed_calls = Counter(tool_failures)
         tasks = [asyncio.ensure_future(bounded(job)) for job in jobs]
         why = "cancelled: the run was interrupted"
         try:
@@ -379,6 +395,7 @@ class Runner:
             for task in tasks:
                 task.cancel(why)
             await asyncio.gather(*tasks, return_exceptions=True)
+            self.stats.add_tool_failures((t, k, n) for (t, k), n in (tool_failures - failed_calls).items())
         return self.outcomes
 
     async def check_llm(self) -> None:
@@ -433,9 +450,13 @@ class Runner:
             ) as trajectory:
                 try:
                     output = await self.new_loop(entry).run(dict(sampling_params), **kwargs)
-                    outcome.reward = await self._reward(output, kwargs)
-                    outcome.num_turns = output.num_turns
+                    outcome.num_turns = output.num_turns  # (counted whatever the reward does next)
                     outcome.response_tokens = int(sum(output.response_mask))
+                    try:
+                        outcome.reward = await self._reward(output, kwargs)
+                    except Exception:
+                        outcome.reward_failed = True
+                        raise
                 finally:
                     if trajectory is not None:
                         outcome.trajectory_id = trajectory.id

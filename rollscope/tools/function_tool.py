@@ -7,7 +7,6 @@ loops and in verl's own ``ToolAgentLoop`` alike. In verl's tool YAML it is named
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import json
 from collections.abc import Callable
@@ -16,6 +15,7 @@ from typing import Any, overload
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from rollscope._imports import load_object
+from rollscope.tools.blocking import in_thread
 from rollscope.tools.schema import ToolDefinitionError, check_arguments, schema_from_function
 from rollscope.tools.traced_tool import ExecuteResult, ToolError, TracedTool
 
@@ -54,7 +54,7 @@ class FunctionTool(TracedTool):
         if self.is_async:
             result = await self.fn(**parameters)
         else:
-            result = await asyncio.to_thread(self.fn, **parameters)
+            result = await in_thread(self.fn, self.name, **parameters)  # (one that never returns holds no exit)
         return as_tool_result(result)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

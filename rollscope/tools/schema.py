@@ -8,13 +8,14 @@ refused at registration with a message naming what is missing.
 from __future__ import annotations
 
 import inspect
-import re
 import types
 import typing
 from collections.abc import Callable
 from typing import Any, Literal, Union
 
 from verl.tools.schemas import OpenAIFunctionToolSchema
+
+from rollscope._tool_entries import docstring_problem, parse_docstring
 
 _SCALARS: dict[Any, str] = {str: "string", int: "integer", float: "number", bool: "boolean"}
 _CONTAINERS: dict[Any, str] = {list: "array", tuple: "array", set: "array", dict: "object"}
@@ -53,56 +54,22 @@ def _json_type(tp: Any, where: str) -> tuple[str | list[str], list[Any] | None, 
     raise ToolDefinitionError(f"{where}: type {tp!r} cannot be described in JSON Schema")
 
 
-def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
-    """Google-style docstring -> (summary, {param: description})."""
-    lines = inspect.cleandoc(doc).splitlines()
-    summary_lines: list[str] = []
-    params: dict[str, str] = {}
-    section = None
-    current = None
-    for line in lines:
-        stripped = line.strip()
-        if re.fullmatch(r"(Args|Arguments|Parameters):", stripped):
-            section, current = "args", None
-            continue
-        if re.fullmatch(r"(Returns|Return|Raises|Yields|Examples?|Notes?):", stripped):
-            section, current = "other", None
-            continue
-        if section is None:
-            if stripped or summary_lines:
-                summary_lines.append(stripped)
-        elif section == "args":
-            m = re.match(r"^(\w+)\s*(\([^)]*\))?\s*:\s*(.*)$", stripped)
-            if m and (line.startswith("    ") or not line.startswith(" ")) and not line.startswith("        "):
-                current = m.group(1)
-                params[current] = m.group(3).strip()
-            elif current and stripped:
-                params[current] = f"{params[current]} {stripped}".strip()
-    summary = " ".join(s for s in summary_lines if s).strip()
-    return summary, params
-
-
 def schema_from_function(fn: Callable[..., Any], name: str | None = None) -> OpenAIFunctionToolSchema:
     tool_name = name or fn.__name__
     where = f"tool {tool_name!r} ({getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', tool_name)})"
-    if not (fn.__doc__ and fn.__doc__.strip()):
-        raise ToolDefinitionError(f"{where}: no docstring; its first line tells the model what the tool does")
-    summary, documented = _parse_docstring(fn.__doc__)
-    if not summary:
-        raise ToolDefinitionError(f"{where}: the docstring has no summary line before 'Args:'")
     try:
         hints = typing.get_type_hints(fn)
     except Exception as exc:
         raise ToolDefinitionError(f"{where}: type hints cannot be resolved: {exc}") from exc
+    parameters = inspect.signature(fn).parameters
+    variadic = next((p for p, v in parameters.items() if v.kind in (v.VAR_POSITIONAL, v.VAR_KEYWORD)), None)
+    problem = docstring_problem(fn.__doc__, [(p, p in hints) for p in parameters], variadic)
+    if problem:
+        raise ToolDefinitionError(f"{where}: {problem}")
+    summary, documented = parse_docstring(fn.__doc__ or "")
     properties: dict[str, Any] = {}
     required: list[str] = []
-    for pname, param in inspect.signature(fn).parameters.items():
-        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
-            raise ToolDefinitionError(f"{where}: *{pname} / **{pname} cannot be described; name each parameter")
-        if pname not in hints:
-            raise ToolDefinitionError(f"{where}: parameter {pname!r} has no type annotation")
-        if pname not in documented or not documented[pname]:
-            raise ToolDefinitionError(f"{where}: parameter {pname!r} is not described in the docstring's Args: section")
+    for pname, param in parameters.items():
         kind, enum, optional = _json_type(hints[pname], f"{where}, parameter {pname!r}")
         prop: dict[str, Any] = {"type": kind, "description": documented[pname]}
         if enum is not None:

@@ -13,6 +13,7 @@ import asyncio
 import functools
 import logging
 import sys
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -20,6 +21,7 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from rollscope.semconv import ERROR_KIND, TOOL_NAME
+from rollscope.tools.blocking import ToolBlocked, guard
 from rollscope.tracing import SpanKind, rollout_trace_op
 from rollscope.tracing.instrument import begin_span, end_span, snapshot, traced_callable
 
@@ -98,6 +100,11 @@ def error_response(tool: str, message: str, failure: BaseException, kind: str = 
 _warned: set[tuple[str, str]] = set()
 
 
+# Every contained failure of a tool call in this process, by (tool, kind): what a run's summary
+# says of its tools (a call per turn: counted here, in the one place every tool call ends).
+failures: Counter[tuple[str, str]] = Counter()
+
+
 def _warn_once(tool: str, error: Exception) -> None:
     """A tool's failure is logged the first time for each tool and kind of error; the rest are in
     the trace (error spans, ``rollscope insights``' tool errors by kind), not one line per call
@@ -118,9 +125,13 @@ def _contained_execute(func: Callable[..., Any], span_name: str) -> Callable[...
 
     async def contained(self: TracedTool, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> Any:
         try:
-            result = await _within(func(self, instance_id, parameters, **kwargs), self.timeout_s)
-        except asyncio.TimeoutError:
-            message = f"tool '{self.name}' timed out after {self.timeout_s:g}s"
+            with guard(self.name, self.timeout_s):
+                result = await _within(func(self, instance_id, parameters, **kwargs), self.timeout_s)
+        except (asyncio.TimeoutError, ToolBlocked) as exc:
+            message = f"tool '{self.name}' timed out after {self.timeout_s:g}s" + (
+                " (it blocked its event loop: a blocking call in an async tool)" if isinstance(exc, ToolBlocked) else ""
+            )
+            _warn_once(self.name, TimeoutError(message))
             return error_response(self.name, message, TimeoutError(message), "timeout")
         except ToolError as exc:
             return error_response(self.name, str(exc), exc, exc.kind)
@@ -151,14 +162,17 @@ def finish_tool_span(describe: Callable[[Any], Any]) -> Callable[[Any, Any, Base
     recorded as itself."""
 
     def finish(span: Any, result: Any, error: BaseException | None) -> None:
+        tool = span.attributes.get(TOOL_NAME) or span.name
         if error is not None:
             if isinstance(error, Exception):
                 span.attributes[ERROR_KIND] = "exception"
+                failures[(tool, "exception")] += 1
             end_span(span, None, error)
             return
         if type(result) is FailedCall:
             span.fail(result.failure)
             span.attributes[ERROR_KIND] = result.kind
+            failures[(tool, result.kind)] += 1
         end_span(span, describe(result))
 
     return finish

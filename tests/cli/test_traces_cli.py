@@ -53,9 +53,17 @@ def test_ls_json_has_the_documented_fields(store_dir):
 def test_ls_table_and_clear_error(store_dir, tmp_path):
     out = _cli("traces", "ls", "--dir", str(store_dir), "--sample", "1")
     assert out.returncode == 0
-    assert out.stdout.strip().splitlines()[-1] == f"2 shown; 2 of 6 trajectories match, in {store_dir}"
+    assert out.stdout.strip().splitlines()[-1] == f"2 of 2 matching trajectories (6 trajectories in all) in {store_dir}"
     nothing = _cli("traces", "ls", "--dir", str(store_dir), "--step", "99")  # says how many there are
-    assert nothing.stdout.strip().splitlines()[-1] == f"0 shown; 0 of 6 trajectories match, in {store_dir}"
+    assert (
+        nothing.stdout.strip().splitlines()[-1]
+        == f"0 of 0 matching trajectories (6 trajectories in all) in {store_dir}"
+    )
+    first = _cli("traces", "ls", "--dir", str(store_dir), "--limit", "4")  # the limit said once, with how to lift it
+    assert (
+        first.stdout.strip().splitlines()[-1]
+        == f"4 of 6 trajectories in {store_dir}; --limit N lists more, --limit 0 all"
+    )
     everything = _cli("traces", "ls", "--dir", str(store_dir))
     assert everything.stdout.strip().splitlines()[-1] == f"6 of 6 trajectories in {store_dir}"
     missing = _cli("traces", "ls", "--dir", str(tmp_path / "none"))
