@@ -230,9 +230,7 @@ def show_tokens(out: Console, turn: int, span: SpanRecord) -> None:
         return
     out.print(
         f"[bold]turn {turn}[/bold]: {len(view.tokens)} tokens · mean log-prob {view.mean_log_prob:.3f} · "
-        f"{100 * view.share_below:.0f}% below {view.threshold:.2f}"  # type: ignore[operator]
-        + ("" if view.has_texts else " · token texts not recorded (ids shown)")
-        + redacted
+        f"{view.below_in_words}" + ("" if view.has_texts else " · token texts not recorded (ids shown)") + redacted
     )
     line = "".join(
         f"[{_BUCKET_STYLE[t.bucket]}]{escape(t.text)}[/]" if t.bucket > 0 else escape(t.text) for t in view.tokens

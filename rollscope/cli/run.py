@@ -77,6 +77,7 @@ def run_command(args: argparse.Namespace) -> int:
             trace_dir=trace_dir,
             experiment=config.experiment or config.name,
             backend=config.backend,
+            tools=bool(config.tools),
         )
     )
     if stats.failed:

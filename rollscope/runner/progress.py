@@ -104,7 +104,9 @@ def _tool_failures(found: dict[str, dict[str, int]]) -> str:
     )
 
 
-def summary(stats: RunStats, *, name: str, trace_dir: str, experiment: str, backend: str) -> Table:
+def summary(stats: RunStats, *, name: str, trace_dir: str, experiment: str, backend: str, tools: bool = False) -> Table:
+    """The run's figures as a table. ``tools``: the run offered tools (a run whose model never called
+    one is said to be so: a model that cannot use them earns nothing from them)."""
     table = Table(title=f"rollscope run: {name}", show_header=False, title_justify="left")
     table.add_column(style="bold")
     table.add_column()
@@ -116,7 +118,16 @@ def summary(stats: RunStats, *, name: str, trace_dir: str, experiment: str, back
             ("-" if stats.mean_reward is None else f"{stats.mean_reward:.3f} over {stats.rewarded}")
             + (f" (not over the {stats.failed} failed)" if stats.failed and stats.rewarded else ""),
         ),
-        ("tool calls", str(stats.tool_calls)),
+        (
+            "tool calls",
+            str(stats.tool_calls)
+            + (
+                " [yellow](the model never called a tool it was offered: see a turn with rollscope traces show ID)"
+                "[/yellow]"
+                if tools and stats.done and not stats.tool_calls
+                else ""
+            ),
+        ),
         ("error spans", str(stats.span_errors)),
         ("model tokens", f"{stats.tokens} ({stats.tokens / max(elapsed, 1e-9):.1f}/s)"),
         ("rollout time", rollout_time(elapsed, stats.done)),

@@ -39,6 +39,7 @@ from rollscope.semconv import (
     PROMPT_TEXT,
     PROMPT_TEXT_ADDED,
     PROMPT_UNRESOLVED,
+    REDACTED_ID,
 )
 from rollscope.trajectory import tokens
 from rollscope.trajectory.decoders import changed, decoder_for
@@ -57,8 +58,11 @@ def text_after(decode: Callable[[list[int]], str], before: list[int], piece: lis
     split reads whole, and a tokenizer that drops a leading space at the start of a decode does
     not drop it here."""
     tail = before[-WINDOW:]
-    alone = decode(tail)
-    joined = decode(tail + piece)
+    return _after(decode(tail), decode(tail + piece))
+
+
+def _after(alone: str, joined: str) -> tuple[str, int]:
+    """What ``joined`` (a tail's text with a piece after it) adds to ``alone`` (the tail's text)."""
     same, limit = 0, min(len(alone), len(joined))
     while same < limit and alone[same] == joined[same]:
         same += 1
@@ -268,21 +272,58 @@ class Prompts:
             found = self._added[span.id] = self._decode_added(span)
         return found
 
-    def _decode_added(self, span: Any) -> tuple[str | None, int]:
+    def prefetch(self, spans: Iterable[Any]) -> None:
+        """Decode what each of ``spans`` adds, many at once: one batch per tokenizer (a fast
+        tokenizer decodes a batch on every core), where ``added_text`` would decode them one by one."""
+        batches: dict[int, tuple[Any, list[tuple[Any, list[int], list[int]]]]] = {}
+        for span in spans:
+            if span.id in self._added or span.id not in self._length or PROMPT_BASE not in span.inputs:
+                continue
+            found = self._piece(span)
+            if found is None or not hasattr(found[0], "batch_decode"):
+                continue
+            tokenizer, tail, piece = found
+            if REDACTED_ID not in tail and REDACTED_ID not in piece:  # (those read through ``tokens.decode``)
+                batches.setdefault(id(tokenizer), (tokenizer, []))[1].append((span, tail, piece))
+        for tokenizer, items in batches.values():
+            try:
+                alone = tokenizer.batch_decode([tail for _, tail, _ in items])
+                joined = tokenizer.batch_decode([tail + piece for _, tail, piece in items])
+            except Exception:  # (ids it cannot decode: each is tried alone, when asked)
+                continue
+            for (span, _, _), a, j in zip(items, alone, joined, strict=True):
+                self._added[span.id] = _after(a, j)
+
+    def _piece(self, span: Any) -> tuple[Any, list[int], list[int]] | None:
+        """(the tokenizer, the tail, the ids) a continuing turn's stored-as-ids text is decoded from;
+        None where it stored its text, or no tokenizer here decodes it."""
         inputs, base = span.inputs, span.inputs[PROMPT_BASE]
         if isinstance(inputs.get(PROMPT_TEXT_ADDED), str):
-            return inputs[PROMPT_TEXT_ADDED], base.get("text_cut", 0)
+            return None
         if base.get("text") == "ids":
             name = base.get("decoder")
             tokenizer = self._decoder(name, base.get("vocab")) if isinstance(name, str) else None
         else:
             tokenizer = self._tokenizer
         if tokenizer is None:
-            return None, 0
+            return None
         source = self._llm[base["span"]]
-        piece = self._reply(source)[: base.get("reply", 0)] + inputs[PROMPT_IDS_ADDED]
+        return (
+            tokenizer,
+            self._tail(source, WINDOW),
+            self._reply(source)[: base.get("reply", 0)] + inputs[PROMPT_IDS_ADDED],
+        )
+
+    def _decode_added(self, span: Any) -> tuple[str | None, int]:
+        inputs, base = span.inputs, span.inputs[PROMPT_BASE]
+        if isinstance(inputs.get(PROMPT_TEXT_ADDED), str):
+            return inputs[PROMPT_TEXT_ADDED], base.get("text_cut", 0)
+        found = self._piece(span)
+        if found is None:
+            return None, 0
+        tokenizer, tail, piece = found
         try:
-            return text_after(lambda ids: tokens.decode(tokenizer, ids), self._tail(source, WINDOW), piece)
+            return text_after(lambda ids: tokens.decode(tokenizer, ids), tail, piece)
         except Exception:  # ids this tokenizer cannot decode: the prompt's ids stay whole, its text absent
             return None, 0
 

@@ -67,6 +67,7 @@ def turns(record: TrajectoryRecord, shown: Container[str] | None = None) -> dict
     stored whole shows what follows the previous turn's messages and reply, or all of it where it
     does not start with them (a new conversation, a context the loop rewrote)."""
     prompts = record.prompts
+    prompts.prefetch(s for s in record.spans if shown is None or s.id in shown)
     out: dict[str, Turn] = {}
     before: list[Message] = []  # the previous whole prompt's conversation, where that was the turn before
     seen: dict[str, int] = {}  # span id -> messages up to and with its reply

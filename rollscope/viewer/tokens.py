@@ -10,6 +10,7 @@ unexpected; the turn's mean log-prob and the share of tokens below ``threshold``
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from rollscope.semconv import INPUT_TOKENS, OUTPUT_TOKENS, REDACTED_ID, REDACTED_TEXT, RETOKENIZATION
@@ -41,6 +42,15 @@ class TokenView:
     has_log_probs: bool
     has_texts: bool
     redacted: int = 0  # tokens that carried a secret (``store.tokens``), shown as [REDACTED]
+
+    @property
+    def below_in_words(self) -> str:
+        """``share_below`` as a reader takes it: the share of tokens the model was unsure of."""
+        chance = math.exp(self.threshold)
+        return (
+            f"{100 * (self.share_below or 0):.0f}% of its tokens sampled at a probability under {100 * chance:.0f}% "
+            f"(log-prob < {self.threshold:.2f})"
+        )
 
 
 def _shown(token_id: object) -> str:
@@ -165,10 +175,23 @@ class TrainingToken:
         return " · ".join(parts)
 
 
+# overlay -> (what its table lists, the value each of its tokens is ranked and shown by: largest first)
+WORST: dict[str, tuple[str, Callable[[TrainingToken], float | None]]] = {
+    "delta": ("largest |trainer - rollout| log-prob", lambda t: None if t.delta is None else abs(t.delta)),
+    "entropy": ("surest (lowest entropy, nats)", lambda t: None if t.entropy is None or t.masked else -t.entropy),
+    "kl": ("largest |policy - reference| log-prob", lambda t: None if t.kl is None else abs(t.kl)),
+    "advantage": ("pushed hardest (|advantage|)", lambda t: None if t.advantage is None else abs(t.advantage)),
+    "trainer": (
+        "least likely to the trainer (log-prob)",
+        lambda t: None if t.trainer is None or t.masked else -t.trainer,
+    ),
+}
+
+
 @dataclass
 class TrainingTokenView:
     tokens: list[TrainingToken]
-    worst: list[TrainingToken]  # the loss tokens with the largest |delta|
+    worst: dict[str, tuple[str, list[tuple[TrainingToken, float]]]]  # overlay -> (what, the top tokens and values)
     masked: int  # tokens in the response the loss does not use
     has_texts: bool
     overlays: list[tuple[str, str, str]]  # those of ``OVERLAYS`` the record has values for
@@ -238,7 +261,6 @@ def training_token_view(record: TrajectoryRecord, worst: int = DEFAULT_WORST) ->
                 i, token_id, text, o, r, delta, _delta_bucket(delta), not m, at(entropy, i), ref, kl, advantage
             )
         )
-    scored = sorted((t for t in tokens if t.delta is not None), key=lambda t: (-abs(t.delta), t.position))
     present = {
         "delta": bool(old and rollout),
         "entropy": bool(entropy),
@@ -246,9 +268,13 @@ def training_token_view(record: TrajectoryRecord, worst: int = DEFAULT_WORST) ->
         "advantage": any(t.advantage is not None for t in tokens),
         "trainer": bool(old),
     }
-    return TrainingTokenView(
-        tokens, scored[:worst], sum(1 for m in mask if not m), bool(texts), [o for o in OVERLAYS if present[o[0]]]
-    )
+    overlays = [o for o in OVERLAYS if present[o[0]]]
+    ranked = {}
+    for name, _, _ in overlays:  # (each overlay's table: the tokens it colours most)
+        what, key = WORST[name]
+        scored = sorted(((t, v) for t in tokens if (v := key(t)) is not None), key=lambda tv: (-tv[1], tv[0].position))
+        ranked[name] = (what, [(t, abs(v)) for t, v in scored[:worst]])
+    return TrainingTokenView(tokens, ranked, sum(1 for m in mask if not m), bool(texts), overlays)
 
 
 def drift_span(record: TrajectoryRecord, drift: dict | None) -> str | None:

@@ -226,6 +226,7 @@ def spans_matching(record: TrajectoryRecord, text: str) -> tuple[list[SpanRecord
     or ``SEARCH_CHARS`` characters."""
     needle = text.casefold()
     prompts = record.prompts
+    prompts.prefetch(record.spans)  # (what the turns add, decoded in batches)
     found: list[SpanRecord] = []
     read = 0
     for n, span in enumerate(record.spans, 1):
@@ -252,7 +253,7 @@ def _json(value: Any) -> str:
         return json.dumps(value, default=str, ensure_ascii=False)
 
 
-WINDOW_SPANS = 100  # spans drawn in detail on a trajectory's page; the others are a link away
+WINDOW_SPANS = 50  # spans drawn in detail on a trajectory's page; the others are a link away
 
 
 @dataclass

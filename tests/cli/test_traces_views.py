@@ -133,7 +133,10 @@ def test_diff_of_rollouts_that_differ_only_in_ids_finds_no_divergence(tmp_path):
 def test_show_tokens_in_the_terminal(tmp_path):
     _same_text_rollouts(tmp_path / "t")
     out = cli("show", ids(tmp_path / "t")[0], "--dir", str(tmp_path / "t"), "--tokens").stdout
-    assert "turn 0: 3 tokens · mean log-prob -1.433 · 33% below -2.30 · token texts not recorded" in out
+    assert (
+        "turn 0: 3 tokens · mean log-prob -1.433 · 33% of its tokens sampled at a probability under 10% (log-prob < -2.30) · token texts not recorded"
+        in out
+    )
     least = [line.split() for line in out.splitlines() if line.startswith("  #")]
     assert [row[:2] for row in least] == [["#1", "-4.000"], ["#2", "-0.200"], ["#0", "-0.100"]]
 

@@ -141,7 +141,7 @@ def test_chat_view_tokens_and_ground_truth(rich_server, rich_store, browser):
     least = [r.text.split() for r in tokens.find_elements(By.CSS_SELECTOR, "table.least tbody tr")]
     assert [row[0] for row in least] == ["3", "4", "1", "2", "0"]  # positions, least likely first
     assert tokens.find_element(By.CSS_SELECTOR, ".mean-lp").text == "-0.892"
-    assert "20% below" in tokens.find_element(By.TAG_NAME, "summary").text
+    assert "20% of its tokens sampled at a probability under 10%" in tokens.find_element(By.TAG_NAME, "summary").text
     second = browser.find_elements(By.CSS_SELECTOR, "details.tokens")[1]
     assert "no log-probs returned by the LLM" in second.find_element(By.TAG_NAME, "summary").text
     shot(browser, "9-chat-and-tokens")

@@ -40,8 +40,10 @@ def test_a_trajectory_page_shows_its_training_and_colours_its_tokens_by_delta(tr
         assert f'id="ov-{name}"' in page
     assert 'id="ov-delta" checked' in page
     assert re.search(r'title="#5 · id [^"]*entropy 0\.01 · reference -0\.52 · KL 0\.02 · advantage', page)
-    worst = re.search(r'<table class="list worst">.*?</table>', page, re.S).group(0)
+    worst = re.search(r'<table class="list worst ov-worst worst-delta">.*?</table>', page, re.S).group(0)
     assert re.findall(r"<tr><td>(\d+)</td>", worst)[0] == "4"
+    surest = re.search(r'<table class="list worst ov-worst worst-entropy">.*?</table>', page, re.S).group(0)
+    assert re.findall(r"<tr><td>(\d+)</td>", surest)[0] == "5"  # (each overlay its own table: entropy's lowest)
 
 
 def test_steps_page_draws_advantage_boxes_lag_and_the_worst_delta(trained_store):
