@@ -303,12 +303,12 @@ def _inside_word(s: str, a: int, b: int) -> bool:
 
 
 def _whole(s: str, a: int, b: int) -> tuple[int, int] | None:
-    """A finding as the secret's own characters, whole: a match that begins inside a name is code
+    """A finding as the secret's own characters, whole: a match that begins inside a word is code
     (``foreignKeyJsonObject``'s ``eyJsonObject`` is no token), a placeholder is filled elsewhere
     (``{_github_pat(name)}``), and a match that stops inside a token runs on to the token's end (a
     rule that reads a key's first 13 characters of 24 leaves no 11 behind)."""
-    if a >= b or (a > 0 and _WORD.match(s, a - 1) and _WORD.match(s, a)) or is_placeholder(s[a:b]):
-        return None
+    if a >= b or (a > 0 and s[a - 1].isalnum() and _WORD.match(s, a)) or is_placeholder(s[a:b]):
+        return None  # (after ``_`` a key may start: ``web_<key>``, ``rdme_<key>``)
     while b < len(s) and _TOKEN_CHAR.match(s, b) and _TOKEN_CHAR.match(s, b - 1):
         b += 1
     return a, b

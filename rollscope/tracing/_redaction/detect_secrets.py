@@ -126,12 +126,14 @@ _NAME = re.compile(r"[A-Za-z]{16,}")
 # Where an unquoted value ends: at a space, or at what code writes after a value (a comma, a
 # semicolon, a closing bracket, a brace): ``password=None):``'s value is ``None``.
 _UNQUOTED_END = re.compile(r"[\s,;)\]}]")
-_CODE_AFTER = re.compile(r"[(){}\[\];]")  # what code, not a config's value, writes after a value
+# What code, not a config's value, writes after a value: a bracket or a brace (a semicolon ends a
+# connection string's pairs too: ``Pwd=myPassword;`` is a value, ``;`` and all)
+_CODE_AFTER = re.compile(r"[(){}\[\]]")
 
 
 def value_end(s: str, start: int, end: int) -> int:
     """The end of the value that starts at ``start``, within ``end``: its closing quote where it is
-    quoted; else, where code follows it (a bracket, a brace, a semicolon on the rest of the line),
+    quoted; else, where code follows it (a bracket or a brace on the rest of the line),
     the first character code writes after a value; else ``end`` (a config's value, spaces and
     all). The keyword patterns take the rest of the line (``jwt({ secret: process.env.SECRET }),
     function(req, res) {``); a finding is the value's own characters, never the code after it."""
@@ -151,7 +153,8 @@ def value_end(s: str, start: int, end: int) -> int:
 _PATH = re.compile(r"[A-Za-z_$@][\w$]*(?:\.[A-Za-z_$][\w$]*)+")
 # A value that is a template's placeholder (``{_github_pat(name)}``, ``${TOKEN}``, ``{{ secret }}``,
 # ``%(password)s``, ``<your-api-key>``): what fills it is elsewhere.
-_PLACEHOLDER = re.compile(r"\$?\{.*\}|%\([\w.]+\)[sdr]|<[\w\s.-]+>", re.DOTALL)
+# (short, on one line, no quote or colon in it: a JSON object's braces hold data, not a placeholder)
+_PLACEHOLDER = re.compile(r"\$?\{\{?[^{}\n\"':]{1,100}\}?\}|%\([\w.]+\)[sdr]|<[\w .-]{1,60}>")
 
 
 def is_placeholder(value: str) -> bool:
