@@ -349,9 +349,15 @@ class PayloadShaper:
 
 
 def _crossing(redactor: Redactor, before: str, text: str) -> int:
-    """How far into ``text`` a secret that begins in ``before`` runs (0: none does)."""
+    """How far into ``text`` a secret that begins in ``before`` runs (0: none does). Scanned: the
+    last ``CROSSING_CHARS`` of ``before`` and the first of ``text``, one scan of the engine (the
+    longest secret it knows, a private key's block, is shorter)."""
+    before, text = before[-CROSSING_CHARS:], text[:CROSSING_CHARS]
     n = len(before)
     return max((b - n for a, b in redactor.spans(before + text) if a < n < b), default=0)
+
+
+CROSSING_CHARS = 4096
 
 
 _MAX_KEYS_REMEMBERED = 4096
