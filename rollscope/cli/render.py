@@ -169,9 +169,10 @@ def show_training_tokens(out: Console, record: TrajectoryRecord) -> None:
             *(_value(v) for v in (k.trainer, k.rollout, k.delta, k.entropy, k.reference, k.kl, k.advantage)),
         )
     out.print(table)
-    if view.worst:
-        out.print("largest |trainer - rollout|:")
-    for k in view.worst:
+    what, worst = view.worst.get("delta", ("", []))
+    if worst:
+        out.print(f"{what}:")
+    for k, _ in worst:
         out.print(
             f"  #{k.position:<4} Δ {k.delta:+.3g}  trainer {k.trainer:.3f}  rollout {k.rollout:.3f}  "
             f"{escape(repr(k.text))}"

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from rollscope.store import TraceStore
 from tests.cli.test_run_cli import ENV, rollscope
 
@@ -50,6 +52,7 @@ REPLIES = """replies:
 """
 
 
+@pytest.mark.slow
 def test_tools_that_never_return_cost_their_timeouts_and_the_run_ends_with_them_named(tmp_path):
     (tmp_path / "blocking_tools.py").write_text(BLOCKING)
     (tmp_path / "tools.yaml").write_text(TOOLS)
@@ -93,6 +96,7 @@ ANSWER = """replies:
 """
 
 
+@pytest.mark.slow
 def test_a_reward_that_returned_nothing_is_a_failed_run_with_the_count_said(tmp_path):
     (tmp_path / "my_reward.py").write_text(REWARD)
     (tmp_path / "replies.yaml").write_text(ANSWER)

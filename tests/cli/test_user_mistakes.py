@@ -190,7 +190,8 @@ def test_a_reward_that_returns_none_is_named_with_its_row(tmp_path):
     assert_one_line_error(
         result,
         3,
-        "every trajectory failed (2 of 2); the first: RewardError: reward shop:compute_score returned None for row ",
+        "every trajectory failed (2 in the reward, 2 of 2); the first: RewardError: reward shop:compute_score returned "
+        "None for row ",
         "expected a number or a dict with a numeric 'score' (at shop.py:22, in compute_score)",
     )
     assert "rollscope/runner" not in result.stderr
