@@ -319,16 +319,18 @@ class PayloadShaper:
             out["token_texts"] = [self._string(t) for t in texts]
 
     def without_secrets(
-        self, ids: list[int], decoder: Any, text: str | None = None, context: list[int] = ()
+        self, ids: list[int], decoder: Any, text: str | None = None, context: list[int] = (), before: str | None = None
     ) -> tuple[list[int], str]:
         """``ids`` with the tokens of a secret their text holds replaced (a copy, where any is), and
         that text, redacted. ``text``: theirs as already decoded after ``context`` (the tokens just
         before them: a continuing turn's), else decoded here. A secret that begins in ``context``
-        and ends in ``ids`` is found whole: its part here is replaced too. Raises what decoding
-        raises."""
+        and ends in ``ids`` is found whole: its part here is replaced too (``before``: the context's
+        text where known, else decoded). Raises what decoding raises."""
         text = encodable(decoder.decode(ids) if text is None else text)
         clean = self.redactor.text(text)
-        crossing = _crossing(self.redactor, encodable(decoder.decode(list(context))), text) if context else 0
+        if context and before is None:
+            before = encodable(decoder.decode(list(context)))
+        crossing = _crossing(self.redactor, before, text) if before else 0
         if crossing:  # (the end of a secret begun before these ids: replaced with the rest)
             clean = REDACTED + self.redactor.text(text[crossing:])
         if clean != text:
@@ -350,14 +352,17 @@ class PayloadShaper:
 
 def _crossing(redactor: Redactor, before: str, text: str) -> int:
     """How far into ``text`` a secret that begins in ``before`` runs (0: none does). Scanned: the
-    last ``CROSSING_CHARS`` of ``before`` and the first of ``text``, one scan of the engine (the
-    longest secret it knows, a private key's block, is shorter)."""
-    before, text = before[-CROSSING_CHARS:], text[:CROSSING_CHARS]
+    last ``CROSSING_CHARS`` of ``before`` and the first of ``text`` where ``before`` ends inside a
+    private key's block (the longest secret the redactor knows), else ``CROSSING_TOKEN`` of each
+    (a token, a key and its value): one scan of the engine."""
+    width = CROSSING_CHARS if before.rfind("-----BEGIN", -CROSSING_CHARS) > before.rfind("-----END") else CROSSING_TOKEN
+    before, text = before[-width:], text[:width]
     n = len(before)
     return max((b - n for a, b in redactor.spans(before + text) if a < n < b), default=0)
 
 
 CROSSING_CHARS = 4096
+CROSSING_TOKEN = 512
 
 
 _MAX_KEYS_REMEMBERED = 4096

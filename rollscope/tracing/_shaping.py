@@ -121,11 +121,11 @@ class EventShaper:
             if llm:
                 _input_usage(raw, attributes)
                 raw = _without_unset_kwargs(raw)
-                recorded = raw
+                recorded, added = raw, None
                 if is_continuation(raw) and span.decoder is not None:
-                    raw = self._continuation(span, raw)
+                    raw, added = self._continuation(span, raw)
                 if ended:
-                    self.turns.remember(span.trajectory_id, span.id, recorded, span.outputs)
+                    self.turns.remember(span.trajectory_id, span.id, recorded, span.outputs, added)
             span.inputs = shape(raw, span.decoder)
             span.shaped = True
         if ended:
@@ -158,27 +158,32 @@ class EventShaper:
                         continue
         return drift
 
-    def _continuation(self, span: Span, raw: dict[str, Any]) -> dict[str, Any]:
+    def _continuation(self, span: Span, raw: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, int] | None]:
         """A continuing turn's inputs with the tokens of a secret among those it adds replaced
         (``_redaction.tokens``), and, with token2text, the text it adds, decoded in its context.
         Text that is exactly what its ids decode to is not stored: the base names the tokenizer and
         readers decode it (``store.turns``); text that redaction or truncation changed is stored,
         shaped. Where the turn it continues is not known here (a sidecar that took over
         mid-trajectory) its added tokens are checked alone, their text is left out and said, and
-        their ids still make the prompt whole."""
+        their ids still make the prompt whole. Returns the inputs, and the text the turn adds with
+        the characters it replaces (None where not decoded), for ``TurnTexts.remember``."""
         decoder, added = span.decoder, raw[PROMPT_IDS_ADDED]
         known = self.turns.before(span.trajectory_id, raw)
-        tail, reply = known if known is not None else ([], [])
+        tail, reply, before = known if known is not None else ([], [], None)
         try:
             text, cut = text_after(lambda ids: decoder.decode(ids), tail, reply + added)
-            kept, clean = self.shaper.without_secrets(added, decoder, text, tail + reply)
+            kept, clean = self.shaper.without_secrets(added, decoder, text, tail + reply, before)
             inputs = raw if kept is added else {**raw, PROMPT_IDS_ADDED: kept}
         except Exception as exc:  # a tokenizer that cannot decode these ids: they stay ids
-            return {**raw, PROMPT_TEXT_ADDED: f"<not decoded: {type(exc).__name__}>"} if self.shaper.token2text else raw
+            failed = {**raw, PROMPT_TEXT_ADDED: f"<not decoded: {type(exc).__name__}>"}
+            return (failed if self.shaper.token2text else raw), None
         if not self.shaper.token2text:
-            return inputs
+            return inputs, (text, cut)
         if known is None:
-            return {**inputs, PROMPT_TEXT_ADDED: "<not decoded: the turn this prompt continues was not seen here>"}
+            return {
+                **inputs,
+                PROMPT_TEXT_ADDED: "<not decoded: the turn this prompt continues was not seen here>",
+            }, None
         base = dict(raw[PROMPT_BASE])
         if cut:
             base["text_cut"] = cut
@@ -186,8 +191,8 @@ class EventShaper:
         limit = self.shaper.max_chars
         if name is not None and (limit is None or len(text) <= limit) and clean == text:
             base["text"], base["decoder"], base["vocab"] = "ids", name, fingerprint(decoder)
-            return {**inputs, PROMPT_BASE: base}
-        return {**inputs, PROMPT_BASE: base, PROMPT_TEXT_ADDED: clean}
+            return {**inputs, PROMPT_BASE: base}, (text, cut)
+        return {**inputs, PROMPT_BASE: base, PROMPT_TEXT_ADDED: clean}, (text, cut)
 
 
 def _field(value: Any, name: str) -> Any:

@@ -85,6 +85,9 @@ def _token_ids(output: Any) -> Any:
     return output.get("token_ids") if isinstance(output, dict) else getattr(output, "token_ids", None)
 
 
+TAIL_CHARS = 4096  # of a prompt's text kept to scan the next turn's boundary with (``_payload.CROSSING_CHARS``)
+
+
 class TurnTexts:
     """Where spans are shaped: per trajectory, the last tokens of each llm turn's prompt and its
     reply, so the next turn's added tokens decode as they read in the whole context, and are
@@ -100,21 +103,30 @@ class TurnTexts:
     SCAN_CONTEXT = 1024
 
     def __init__(self) -> None:
-        self._turns: OrderedDict[str, OrderedDict[str, tuple[list[int], list[int]]]] = OrderedDict()
+        self._turns: OrderedDict[str, OrderedDict[str, tuple[list[int], list[int], str | None]]] = OrderedDict()
 
     def forget(self, trajectory_id: str) -> None:
         self._turns.pop(trajectory_id, None)
 
-    def remember(self, trajectory_id: str, span_id: str, inputs: Any, outputs: Any) -> None:
-        """After an llm span is shaped from its raw ``inputs``: its prompt's last tokens and its reply."""
+    def remember(
+        self, trajectory_id: str, span_id: str, inputs: Any, outputs: Any, added: tuple[str, int] | None = None
+    ) -> None:
+        """After an llm span is shaped from its raw ``inputs``: its prompt's last tokens and its
+        reply, and (a continuation: ``added``, the text it adds and the characters that text
+        replaces, as ``text_after`` gave them) its prompt's last ``TAIL_CHARS`` of text as read,
+        so the next turn is scanned across its boundary without decoding its context again."""
         if type(inputs) is not dict:
             return
+        tail_text = None
         if PROMPT_BASE in inputs:
             before = self.before(trajectory_id, inputs)
             if before is None:
                 return
-            tail, reply = before
+            tail, reply, earlier = before
             tail = (tail + reply + inputs[PROMPT_IDS_ADDED])[-self.SCAN_CONTEXT :]
+            if earlier is not None and added is not None:
+                text, cut = added
+                tail_text = (earlier[: len(earlier) - cut] + text)[-TAIL_CHARS:]
         elif type(inputs.get(PROMPT_IDS)) is list:
             tail = inputs[PROMPT_IDS][-self.SCAN_CONTEXT :]
         else:
@@ -127,20 +139,21 @@ class TurnTexts:
                 self._turns.popitem(last=False)
         if turns:  # (the turn before keeps what its text is decoded after)
             last = next(reversed(turns))
-            earlier, replied = turns[last]
-            turns[last] = (earlier[-WINDOW:], replied)
-        turns[span_id] = (tail, reply_ids if type(reply_ids) is list else [])
+            earlier_tail, replied, _ = turns[last]
+            turns[last] = (earlier_tail[-WINDOW:], replied, None)
+        turns[span_id] = (tail, reply_ids if type(reply_ids) is list else [], tail_text)
         if len(turns) > self.MAX_TURNS:
             turns.popitem(last=False)
 
-    def before(self, trajectory_id: str, inputs: dict[str, Any]) -> tuple[list[int], list[int]] | None:
-        """A continuation's base as known here: the last tokens of its prompt, and the reply tokens
-        the continuation includes (its text is ``store.turns.text_after`` them and the added ones);
-        None when its base is not known here (or it is malformed)."""
+    def before(self, trajectory_id: str, inputs: dict[str, Any]) -> tuple[list[int], list[int], str | None] | None:
+        """A continuation's base as known here: the last tokens of its prompt, the reply tokens
+        the continuation includes (its text is ``store.turns.text_after`` them and the added ones),
+        and its prompt's last text where known (None: decode the tokens); None when its base is not
+        known here (or it is malformed)."""
         base, added = inputs[PROMPT_BASE], inputs.get(PROMPT_IDS_ADDED)
         turns = self._turns.get(trajectory_id)
         known = turns.get(base.get("span")) if turns is not None and type(base) is dict else None
         if known is None or type(added) is not list:
             return None
-        tail, reply = known
-        return tail, reply[: base.get("reply", 0)]
+        tail, reply, tail_text = known
+        return tail, reply[: base.get("reply", 0)], tail_text

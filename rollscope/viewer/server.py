@@ -40,6 +40,7 @@ from rollscope.viewer.views import (
     fmt,
     main_text,
     outline,
+    runs_of,
     span_facts,
     spans_matching,
     table_row,
@@ -163,10 +164,12 @@ class Viewer:
             )
 
         runs = any(r.wandb_run for r in rows)  # the W&B run column, where the page has one
+        run_rows = runs_of(store.steps()) if not any(v is not None for v in filters.values()) else []
         return self._render(
             "index.html",
             title="trajectories",
             rows=[table_row(r, runs) for r in rows],
+            run_rows=run_rows,
             runs=runs,
             total=total,
             page=page,

@@ -25,7 +25,7 @@ from rollscope.semconv import (
     UNREADABLE,
 )
 from rollscope.trajectory.diff import turn_text
-from rollscope.trajectory.records import SpanRecord, TrajectoryRecord, last_user_message
+from rollscope.trajectory.records import SpanRecord, StepStats, TrajectoryRecord, last_user_message
 
 
 def fmt(value: object, digits: int = 3) -> str:
@@ -339,3 +339,48 @@ def window(trajectory_id: str, roots: list[SpanRecord], at: str | None) -> Windo
             around.add(up.id)
             up = parent.get(up.id)
     return Window(trajectory_id, order, start, shown, around - shown)
+
+
+@dataclass
+class RunRow:
+    """One run (project and experiment) on the index, as Weave's and MLflow's run lists show one:
+    its steps, its trajectories and how many had an error span, its reward at the first step and
+    the last."""
+
+    project: str | None
+    experiment: str | None
+    steps: int
+    first_step: int | None
+    last_step: int | None
+    trajectories: int
+    with_errors: int
+    first_reward: float | None
+    last_reward: float | None
+
+    @property
+    def href(self) -> str:
+        return "/?" + urlencode({"experiment": self.experiment or ""})
+
+
+def runs_of(steps: list[StepStats]) -> list[RunRow]:
+    """The runs in ``store.steps()``'s rows (one per experiment and step), by experiment."""
+    by_run: dict[tuple[str | None, str | None], list[StepStats]] = {}
+    for s in steps:
+        by_run.setdefault((s.project, s.experiment), []).append(s)
+    rows = []
+    for (project, experiment), found in by_run.items():
+        found.sort(key=lambda s: (s.step is None, s.step or 0))
+        rows.append(
+            RunRow(
+                project,
+                experiment,
+                len(found),
+                found[0].step,
+                found[-1].step,
+                sum(s.trajectories for s in found),
+                sum(s.with_errors for s in found),
+                found[0].mean_reward,
+                found[-1].mean_reward,
+            )
+        )
+    return sorted(rows, key=lambda r: (r.project or "", r.experiment or ""))

@@ -352,3 +352,27 @@ def test_a_hacked_runs_page_its_insights_with_a_rescoring_and_a_trajectorys_resc
         shot(browser, "11c-insights-checked-with-a-rescoring")
         click_and_wait(browser, browser.find_element(By.CSS_SELECTOR, "a.run-link"), "/run?")
         assert "check=exact" in browser.current_url and browser.find_element(By.ID, "headline")
+
+
+def test_the_index_lists_the_runs_by_experiment_as_chromium_draws_it(tmp_path, browser):
+    """Two runs in one store: a table of runs above the trajectories, one row each with its steps,
+    its trajectories, those with an error span and its reward at the first and last step, each a
+    link to its trajectories; one step's runs get their figures and no empty charts."""
+    from selenium.webdriver.common.by import By
+
+    from tests.viewer.conftest import record, serving
+
+    store = tmp_path / "traces"
+    record(store, steps=3, samples=2, rollouts=2, experiment="grpo-a")
+    record(store, steps=1, samples=2, rollouts=2, experiment="grpo-b")
+    with serving(store) as url:
+        browser.get(url + "/")
+        runs = browser.find_elements(By.CSS_SELECTOR, "#runs tbody tr")
+        assert [r.find_element(By.TAG_NAME, "a").text for r in runs] == ["proj / grpo-a", "proj / grpo-b"]
+        cells = [c.text for c in runs[0].find_elements(By.TAG_NAME, "td")]
+        assert cells[1].startswith("3") and cells[2] == "12" and "→" in cells[4]
+        shot(browser, "1b-runs-by-experiment")
+        click_and_wait(browser, runs[1].find_element(By.TAG_NAME, "a"), "experiment=grpo-b")
+        assert len(rows(browser)) == 4
+        browser.get(url + "/steps?experiment=grpo-b")
+        assert browser.find_elements(By.CSS_SELECTOR, ".one-step") and not browser.find_elements(By.ID, "charts")
