@@ -324,13 +324,11 @@ class PayloadShaper:
         """``ids`` with the tokens of a secret their text holds replaced (a copy, where any is), and
         that text, redacted. ``text``: theirs as already decoded after ``context`` (the tokens just
         before them: a continuing turn's), else decoded here. A secret that begins in ``context``
-        and ends in ``ids`` is found whole: its part here is replaced too (``before``: the context's
-        text where known, else decoded). Raises what decoding raises."""
+        and ends in ``ids`` is found whole: its part here is replaced too (``before``: the text
+        ``text`` follows, a continuing turn's prompt's end). Raises what decoding raises."""
         text = encodable(decoder.decode(ids) if text is None else text)
         clean = self.redactor.text(text)
-        if context and before is None:
-            before = encodable(decoder.decode(list(context)))
-        crossing = _crossing(self.redactor, before, text) if before else 0
+        crossing = _crossing(self.redactor, encodable(before), text) if before else 0
         if crossing:  # (the end of a secret begun before these ids: replaced with the rest)
             clean = REDACTED + self.redactor.text(text[crossing:])
         if clean != text:

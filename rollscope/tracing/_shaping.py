@@ -158,27 +158,30 @@ class EventShaper:
                         continue
         return drift
 
-    def _continuation(self, span: Span, raw: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, int] | None]:
+    def _continuation(self, span: Span, raw: dict[str, Any]) -> tuple[dict[str, Any], tuple[str, int, str] | None]:
         """A continuing turn's inputs with the tokens of a secret among those it adds replaced
         (``_redaction.tokens``), and, with token2text, the text it adds, decoded in its context.
         Text that is exactly what its ids decode to is not stored: the base names the tokenizer and
         readers decode it (``store.turns``); text that redaction or truncation changed is stored,
         shaped. Where the turn it continues is not known here (a sidecar that took over
         mid-trajectory) its added tokens are checked alone, their text is left out and said, and
-        their ids still make the prompt whole. Returns the inputs, and the text the turn adds with
-        the characters it replaces (None where not decoded), for ``TurnTexts.remember``."""
+        their ids still make the prompt whole. Returns the inputs, and the text the turn adds, the
+        characters it replaces and the text before it (None where not decoded), for
+        ``TurnTexts.remember``."""
         decoder, added = span.decoder, raw[PROMPT_IDS_ADDED]
         known = self.turns.before(span.trajectory_id, raw)
         tail, reply, before = known if known is not None else ([], [], None)
         try:
             text, cut = text_after(lambda ids: decoder.decode(ids), tail, reply + added)
+            if before is None:  # (the first continuation of a prompt stored whole: its tail decoded once)
+                before = decoder.decode(tail) if tail else ""
             kept, clean = self.shaper.without_secrets(added, decoder, text, tail + reply, before)
             inputs = raw if kept is added else {**raw, PROMPT_IDS_ADDED: kept}
         except Exception as exc:  # a tokenizer that cannot decode these ids: they stay ids
             failed = {**raw, PROMPT_TEXT_ADDED: f"<not decoded: {type(exc).__name__}>"}
             return (failed if self.shaper.token2text else raw), None
         if not self.shaper.token2text:
-            return inputs, (text, cut)
+            return inputs, (text, cut, before)
         if known is None:
             return {
                 **inputs,
@@ -191,8 +194,8 @@ class EventShaper:
         limit = self.shaper.max_chars
         if name is not None and (limit is None or len(text) <= limit) and clean == text:
             base["text"], base["decoder"], base["vocab"] = "ids", name, fingerprint(decoder)
-            return {**inputs, PROMPT_BASE: base}, (text, cut)
-        return {**inputs, PROMPT_BASE: base, PROMPT_TEXT_ADDED: clean}, (text, cut)
+            return {**inputs, PROMPT_BASE: base}, (text, cut, before)
+        return {**inputs, PROMPT_BASE: base, PROMPT_TEXT_ADDED: clean}, (text, cut, before)
 
 
 def _field(value: Any, name: str) -> Any:

@@ -109,12 +109,13 @@ class TurnTexts:
         self._turns.pop(trajectory_id, None)
 
     def remember(
-        self, trajectory_id: str, span_id: str, inputs: Any, outputs: Any, added: tuple[str, int] | None = None
+        self, trajectory_id: str, span_id: str, inputs: Any, outputs: Any, added: tuple[str, int, str] | None = None
     ) -> None:
         """After an llm span is shaped from its raw ``inputs``: its prompt's last tokens and its
-        reply, and (a continuation: ``added``, the text it adds and the characters that text
-        replaces, as ``text_after`` gave them) its prompt's last ``TAIL_CHARS`` of text as read,
-        so the next turn is scanned across its boundary without decoding its context again."""
+        reply, and (a continuation: ``added``, the text it adds, the characters of the prompt
+        before it that text replaces, and that prompt's last text) its own prompt's last
+        ``TAIL_CHARS`` of text, so the next turn is scanned across its boundary without decoding
+        its context again."""
         if type(inputs) is not dict:
             return
         tail_text = None
@@ -122,10 +123,10 @@ class TurnTexts:
             before = self.before(trajectory_id, inputs)
             if before is None:
                 return
-            tail, reply, earlier = before
+            tail, reply, _ = before
             tail = (tail + reply + inputs[PROMPT_IDS_ADDED])[-self.SCAN_CONTEXT :]
-            if earlier is not None and added is not None:
-                text, cut = added
+            if added is not None:
+                text, cut, earlier = added
                 tail_text = (earlier[: len(earlier) - cut] + text)[-TAIL_CHARS:]
         elif type(inputs.get(PROMPT_IDS)) is list:
             tail = inputs[PROMPT_IDS][-self.SCAN_CONTEXT :]
