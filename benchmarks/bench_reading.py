@@ -27,7 +27,6 @@ import argparse
 import asyncio
 import json
 import os
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -36,8 +35,10 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(ROOT)]
 from bench_long_trajectories import InstantLLM, corpus_ids, model_dir, trajectory  # noqa: E402  (sibling scripts)
+
+from tests.trajectory.crafted import continue_last_turn  # noqa: E402
 
 FIRST, REPLY, TOOL = 2_000, 200, 800
 NEEDLE = " NEEDLE_IN_THE_LAST_TOOL_OUTPUT"
@@ -97,19 +98,7 @@ def write_crafted(store: Path, continuations: int, model: str) -> str:
     assert tracing.flush_tracing(600)
     tracing.shutdown_tracing()
     [t] = TraceStore(store).trajectories()
-    [shard] = list(store.rglob("*.rstrace"))
-    with sqlite3.connect(shard) as db:
-        [(second, start)] = db.execute(
-            "SELECT id, start_ns FROM spans WHERE kind = 'llm' ORDER BY start_ns DESC LIMIT 1"
-        ).fetchall()
-        if continuations == 0:
-            db.execute("DELETE FROM spans WHERE id = ?", (second,))
-        for i in range(1, continuations):
-            db.execute(
-                "INSERT INTO spans SELECT ?, trajectory_id, parent_id, name, kind, ?, end_ns, status, error_type, "
-                "error_message, payload FROM spans WHERE id = ?",
-                (f"{second}-{i}", start + i, second),
-            )
+    continue_last_turn(store, continuations)
     return t.id
 
 

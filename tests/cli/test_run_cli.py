@@ -18,6 +18,13 @@ REPLIES = """replies:
   - 'The answer is 976.'
 """
 ENV = {**os.environ, "WANDB_ERROR_REPORTING": "false", "COLUMNS": "200"}
+# ``python -c IMPORT_PROBE run ...``: the CLI, then on stderr whether verl, torch or transformers was imported
+IMPORT_PROBE = (
+    "import atexit, runpy, sys; sys.argv = ['rollscope', *sys.argv[1:]]\n"
+    "atexit.register(lambda: print('HEAVY' if {'verl', 'torch', 'transformers'} & set(sys.modules)"
+    " else 'LIGHT', file=sys.stderr))\n"
+    "runpy.run_module('rollscope.cli', run_name='__main__')\n"
+)
 
 
 def rollscope(*args, cwd=None, env_extra=None):
@@ -221,12 +228,7 @@ def test_mistakes_are_reported_before_the_heavy_imports(tmp_path, replies):
     misspelled.write_text("tools:\n  - class_name: rollscope.tools.builtin.calculator.CalculatorToll\n")
     wrong_module = tmp_path / "wrong_module.yaml"
     wrong_module.write_text("tools:\n  - class_name: my_tolls.WeatherTool\n")
-    probe = (
-        "import atexit, runpy, sys; sys.argv = ['rollscope', *sys.argv[1:]]\n"
-        "atexit.register(lambda: print('HEAVY' if {'verl', 'torch', 'transformers'} & set(sys.modules)"
-        " else 'LIGHT', file=sys.stderr))\n"
-        "runpy.run_module('rollscope.cli', run_name='__main__')\n"
-    )
+    probe = IMPORT_PROBE
     cases = [
         (
             (f"dataset={tmp_path}/none.jsonl", "--llm", f"scripted:{replies}"),
@@ -283,12 +285,7 @@ def test_hostile_inputs_are_one_line_each_before_the_heavy_imports(tmp_path, rep
         "multi_turn:\n  a: &a [x, x, x, x, x, x, x, x, x]\n"
         + "".join(f"  {c}: &{c} [{', '.join(['*' + p] * 9)}]\n" for p, c in zip("abcdefgh", "bcdefghi", strict=True))
     )
-    probe = (
-        "import atexit, runpy, sys; sys.argv = ['rollscope', *sys.argv[1:]]\n"
-        "atexit.register(lambda: print('HEAVY' if {'verl', 'torch', 'transformers'} & set(sys.modules)"
-        " else 'LIGHT', file=sys.stderr))\n"
-        "runpy.run_module('rollscope.cli', run_name='__main__')\n"
-    )
+    probe = IMPORT_PROBE
     cases = [
         (("gsm8k-calculator", "tools=/dev/zero"), "/dev/zero: tool config is not a regular file"),
         (("gsm8k-calculator", f"tools={fifo}"), "tool config is not a regular file"),

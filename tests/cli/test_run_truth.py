@@ -12,7 +12,7 @@ import time
 import pytest
 
 from rollscope.store import TraceStore
-from tests.cli.test_run_cli import ENV, rollscope
+from tests.cli.test_run_cli import ENV, IMPORT_PROBE, rollscope
 
 BLOCKING = '''
 import asyncio, time
@@ -142,12 +142,7 @@ def test_an_agent_or_a_tools_docstring_mistake_is_found_before_verl_naming_the_e
     (tmp_path / "my_tools.py").write_text(MISTAKES)
     (tmp_path / "tools.yaml").write_text("tools:\n  - function: my_tools:lookup\n  - function: my_tools:convert\n")
     (tmp_path / "replies.yaml").write_text(ANSWER)
-    probe = (
-        "import atexit, runpy, sys; sys.argv = ['rollscope', *sys.argv[1:]]\n"
-        "atexit.register(lambda: print('HEAVY' if {'verl', 'torch', 'transformers'} & set(sys.modules)"
-        " else 'LIGHT', file=sys.stderr))\n"
-        "runpy.run_module('rollscope.cli', run_name='__main__')\n"
-    )
+    probe = IMPORT_PROBE
     cases = [
         ("agent=tests.runner.agents:BrokenAgnet", "did you mean 'BrokenAgent'?"),
         (f"tools={tmp_path / 'tools.yaml'}", "tools[1]"),

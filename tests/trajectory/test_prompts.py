@@ -6,7 +6,6 @@ its readers what the long prompt costs once, not once per turn."""
 from __future__ import annotations
 
 import asyncio
-import sqlite3
 import tracemalloc
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from rollscope import tracing
 from rollscope.agentloops.llm_client import TracedLLMClient
 from rollscope.semconv import PROMPT_BASE, PROMPT_CONTINUES, PROMPT_UNRESOLVED
 from rollscope.store.reader import TraceStore
+from tests.trajectory.crafted import continue_last_turn
 
 BASE = 2**17
 
@@ -40,19 +40,7 @@ def crafted(trace_dir: Path, continuations: int) -> str:
     asyncio.run(loop())
     assert tracing.flush_tracing(60)
     tracing.shutdown_tracing()
-    [shard] = list(trace_dir.rglob("*.rstrace"))
-    with sqlite3.connect(shard) as db:
-        [(second, start)] = db.execute(
-            "SELECT id, start_ns FROM spans WHERE kind = 'llm' ORDER BY start_ns DESC LIMIT 1"
-        ).fetchall()
-        if continuations == 0:
-            db.execute("DELETE FROM spans WHERE id = ?", (second,))
-        for i in range(1, continuations):
-            db.execute(
-                "INSERT INTO spans SELECT ?, trajectory_id, parent_id, name, kind, ?, end_ns, status, error_type, "
-                "error_message, payload FROM spans WHERE id = ?",
-                (f"{second}-{i}", start + i, second),
-            )
+    continue_last_turn(trace_dir, continuations)
     [t] = TraceStore(trace_dir).trajectories()
     return t.id
 
