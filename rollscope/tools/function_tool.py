@@ -37,8 +37,9 @@ class FunctionTool(TracedTool):
             if not target:
                 raise ToolDefinitionError("FunctionTool needs config.function: 'package.module:function'")
             fn = load_object(target, ToolDefinitionError)
-        if isinstance(fn, FunctionTool):  # a @tool object named by its path
+        if isinstance(fn, FunctionTool):  # a @tool object named by its path: its settings, the YAML's over them
             tool_schema = tool_schema or fn.tool_schema
+            config = {**{k: v for k, v in fn.config.items() if k != "function"}, **config}
             fn = fn.fn
         if not callable(fn):
             raise ToolDefinitionError(f"{config.get('function', fn)!r} is not callable")
