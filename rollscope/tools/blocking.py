@@ -33,9 +33,10 @@ class ToolBlocked(TimeoutError):
     """Raised inside a tool call that blocked its event loop past its timeout."""
 
 
-async def in_thread(fn: Callable[..., Any], name: str, **kwargs: Any) -> Any:
+async def in_thread(fn: Callable[..., Any], name: str, kwargs: dict[str, Any]) -> Any:
     """``fn(**kwargs)`` on a daemon thread of its own (with the caller's context variables), awaited:
-    cancelled (a timeout), the caller goes on at once and the thread is left to finish or not."""
+    cancelled (a timeout), the caller goes on at once and the thread is left to finish or not.
+    (``kwargs`` a dict, not keywords: a tool's parameter may be called ``name`` or ``fn``.)"""
     loop = asyncio.get_running_loop()
     future = loop.create_future()
     context = contextvars.copy_context()

@@ -55,7 +55,7 @@ class FunctionTool(TracedTool):
         if self.is_async:
             result = await self.fn(**parameters)
         else:
-            result = await in_thread(self.fn, self.name, **parameters)  # (one that never returns holds no exit)
+            result = await in_thread(self.fn, self.name, parameters)  # (one that never returns holds no exit)
         return as_tool_result(result)
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -138,3 +138,21 @@ def _object_param(x: object) -> int:
 def test_undescribable_functions_are_refused(fn, message):
     with pytest.raises(ToolDefinitionError, match=f"tool '{fn.__name__}'.*{re.escape(message)}"):
         tool(fn)
+
+
+def test_a_sync_tool_whose_parameters_are_called_name_and_fn_runs():
+    """A sync tool runs on a thread of its own (``tools.blocking.in_thread``): its parameters are
+    passed whole, whatever they are called."""
+
+    @tool
+    def greet(name: str, fn: str) -> str:
+        """Greet someone.
+
+        Args:
+            name: who
+            fn: how
+        """
+        return f"{fn} {name}"
+
+    response, reward, _ = asyncio.run(greet.execute("i", {"name": "Ada", "fn": "hello"}))
+    assert response.text == "hello Ada" and reward == 0.0
