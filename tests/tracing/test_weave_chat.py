@@ -95,11 +95,11 @@ def test_read_back_as_a_source_the_spans_are_as_traced(run):
     weave = open_source(f"weave:{project}", None)
     with TraceStore(traces) as store:
         for t in store.trajectories():
-            record = store.get(t.id)  # (each turn as stored: its prompt made whole to compare, as Weave holds it)
+            record, read_back = store.get(t.id), weave.get(t.id)  # (each turn's prompt made whole to compare)
             local = {s.id: s for s in record.spans if s.kind == "llm"}
-            remote = {s.id: s for s in weave.get(t.id).spans if s.kind == "llm"}
+            remote = {s.id: s for s in read_back.spans if s.kind == "llm"}
             assert set(remote) == set(local)
             for span_id, span in local.items():
-                assert remote[span_id].inputs == record.prompts.whole_inputs(span)
+                assert read_back.prompts.whole_inputs(remote[span_id]) == record.prompts.whole_inputs(span)
                 assert remote[span_id].outputs == span.outputs
     weave.close()
