@@ -162,17 +162,16 @@ def finish_tool_span(describe: Callable[[Any], Any]) -> Callable[[Any, Any, Base
     recorded as itself."""
 
     def finish(span: Any, result: Any, error: BaseException | None) -> None:
-        tool = span.attributes.get(TOOL_NAME) or span.name
         if error is not None:
             if isinstance(error, Exception):
                 span.attributes[ERROR_KIND] = "exception"
-                failures[(tool, "exception")] += 1
+                failures[(span.attributes.get(TOOL_NAME) or span.name, "exception")] += 1
             end_span(span, None, error)
             return
         if type(result) is FailedCall:
             span.fail(result.failure)
             span.attributes[ERROR_KIND] = result.kind
-            failures[(tool, result.kind)] += 1
+            failures[(span.attributes.get(TOOL_NAME) or span.name, result.kind)] += 1
         end_span(span, describe(result))
 
     return finish

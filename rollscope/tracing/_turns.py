@@ -16,7 +16,7 @@ from typing import Any
 
 from rollscope.semconv import PROMPT_BASE, PROMPT_IDS, PROMPT_IDS_ADDED
 from rollscope.tracing.spans import Trajectory
-from rollscope.trajectory.turns import WINDOW
+from rollscope.trajectory.turns import WINDOW, token_ids
 
 
 class Context:
@@ -71,18 +71,14 @@ def replied(trajectory: Trajectory, context: Context, output: Any) -> None:
     """The turn's reply joins the context, unless another turn of the trajectory started since."""
     if trajectory.turns is not context:
         return
-    token_ids = _token_ids(output)
-    if type(token_ids) is list:
-        context.ids += token_ids
-    elif token_ids is not None:
+    reply = token_ids(output)
+    if type(reply) is list:
+        context.ids += reply
+    elif reply is not None:
         try:
-            context.ids += [int(t) for t in token_ids]
+            context.ids += [int(t) for t in reply]
         except (TypeError, ValueError):  # not ids: the next prompt is compared to the prompt alone
             pass
-
-
-def _token_ids(output: Any) -> Any:
-    return output.get("token_ids") if isinstance(output, dict) else getattr(output, "token_ids", None)
 
 
 TAIL_CHARS = 4096  # of a prompt's text kept to scan the next turn's boundary with (``_payload.CROSSING_CHARS``)
@@ -132,7 +128,7 @@ class TurnTexts:
             tail = inputs[PROMPT_IDS][-self.SCAN_CONTEXT :]
         else:
             return
-        reply_ids = _token_ids(outputs)
+        reply_ids = token_ids(outputs)
         turns = self._turns.get(trajectory_id)
         if turns is None:
             turns = self._turns[trajectory_id] = OrderedDict()

@@ -69,6 +69,15 @@ def _after(alone: str, joined: str) -> tuple[str, int]:
     return joined[same:], len(alone) - same
 
 
+def reply_ids(span: Any) -> Any:
+    """A turn's reply tokens (``outputs.token_ids``: a dict's key or an object's attribute), as stored or live."""
+    return token_ids(span.outputs)
+
+
+def token_ids(output: Any) -> Any:
+    return output.get("token_ids") if isinstance(output, dict) else getattr(output, "token_ids", None)
+
+
 class Prompts:
     """One trajectory's llm prompts as stored, each made whole only when asked.
 
@@ -120,7 +129,7 @@ class Prompts:
         for c in reversed(chain[:-1]):
             base = c.inputs[PROMPT_BASE]
             if base.get("reply"):
-                out += self._reply(self._llm[base["span"]])[: base["reply"]]
+                out += reply_ids(self._llm[base["span"]])[: base["reply"]]
             out += c.inputs[PROMPT_IDS_ADDED]
         return out
 
@@ -240,7 +249,7 @@ class Prompts:
         n, reply = base.get("tokens"), base.get("reply", 0)
         if type(n) is not int or self._length.get(source.id) != n or type(reply) is not int or reply < 0:
             return f"the turn it continues ({source.id}) does not hold the {n} prompt tokens it starts with"
-        replied = self._reply(source)
+        replied = reply_ids(source)
         if type(replied) is not list or len(replied) < reply:
             return f"the turn it continues ({source.id}) does not hold the {reply} reply tokens it starts with"
         return None
@@ -263,7 +272,7 @@ class Prompts:
             out = s.inputs[PROMPT_IDS_ADDED][-(n - len(out)) :] + out
             s = self._llm[base["span"]]
             if len(out) < n and base.get("reply"):
-                out = self._reply(s)[: base["reply"]][-(n - len(out)) :] + out
+                out = reply_ids(s)[: base["reply"]][-(n - len(out)) :] + out
         return out[len(out) - n :]
 
     def _new_text(self, span: Any) -> tuple[str | None, int]:
@@ -311,7 +320,7 @@ class Prompts:
         return (
             tokenizer,
             self._tail(source, WINDOW),
-            self._reply(source)[: base.get("reply", 0)] + inputs[PROMPT_IDS_ADDED],
+            reply_ids(source)[: base.get("reply", 0)] + inputs[PROMPT_IDS_ADDED],
         )
 
     def _decode_added(self, span: Any) -> tuple[str | None, int]:
@@ -326,11 +335,6 @@ class Prompts:
             return text_after(lambda ids: tokens.decode(tokenizer, ids), tail, piece)
         except Exception:  # ids this tokenizer cannot decode: the prompt's ids stay whole, its text absent
             return None, 0
-
-    @staticmethod
-    def _reply(span: Any) -> Any:
-        out = span.outputs
-        return out.get("token_ids") if isinstance(out, dict) else getattr(out, "token_ids", None)
 
 
 def resolve_prompts(spans: list[Any], decoder: Callable[[str, Any], Any] = decoder_for) -> int:
@@ -368,7 +372,7 @@ def compact_prompts(spans: list[Any]) -> int:
         if type(ids) is not list or type(base_ids) is not list or type(shared) is not int:
             continue
         reply = shared - len(base_ids)
-        replied = Prompts._reply(base)
+        replied = reply_ids(base)
         if not (0 <= reply <= len(replied or [])) or ids[:shared] != base_ids + list(replied[:reply]):
             continue
         pointer: dict[str, Any] = {"span": base.id, "tokens": len(base_ids), "reply": reply}
